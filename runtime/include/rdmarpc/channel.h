@@ -1,0 +1,79 @@
+// rdmarpc/channel.h: a client's view of one or more servers.
+//
+// A Channel keeps, for each server address in its target, a pool of RDMA
+// reliable-connected (RC) connections made with rdma_cm, and spreads calls
+// over the servers round robin. Generated stubs take a shared Channel:
+//
+//   auto channel = rdmarpc::CreateChannel("10.0.0.7:7000");
+//   auto stub = demo::EchoService::NewStub(channel);
+//
+// Thread safety: every method may be called from any thread; one Channel is
+// meant to be shared by all threads of a process that talk to those servers.
+#ifndef RDMARPC_CHANNEL_H_
+#define RDMARPC_CHANNEL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "rdmarpc/export.h"
+
+namespace rdmarpc {
+
+namespace internal {
+class ChannelImpl;
+}  // namespace internal
+
+struct RDMARPC_EXPORT ChannelOptions {
+  // RC connections kept per server address.
+  int pool_size = 2;
+  // Largest encoded message (header + protobuf bytes) sent eagerly as one
+  // SEND_WITH_IMM, in bytes; larger ones go by rendezvous (RDMA READ/WRITE).
+  // The limit actually used is min(this, the server's receive-buffer size).
+  size_t eager_limit_bytes = 8 * 1024;
+  // Largest request or response accepted, in bytes. A larger request fails
+  // with RESOURCE_EXHAUSTED before anything is sent.
+  size_t max_message_bytes = 64 * 1024 * 1024;
+  // Receive buffers pre-posted per connection = initial credits granted to
+  // the server.
+  int recv_depth = 64;
+  // Time allowed to set up one connection (address and route resolution,
+  // connect, handshake). A call fails with UNAVAILABLE when it runs out.
+  absl::Duration connect_timeout = absl::Seconds(5);
+  // Threads polling this channel's completion queues.
+  int engine_threads = 1;
+};
+
+class RDMARPC_EXPORT Channel {
+ public:
+  ~Channel();
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  // The target this channel was created with.
+  const std::string& target() const;
+
+  // Internal: used by generated code and the runtime.
+  internal::ChannelImpl* impl() const { return impl_.get(); }
+  explicit Channel(std::unique_ptr<internal::ChannelImpl> impl);
+
+ private:
+  std::unique_ptr<internal::ChannelImpl> impl_;
+};
+
+// Creates a channel to `target`: "host:port", or several comma-separated
+// ("10.0.0.7:7000,10.0.0.8:7000") to spread calls round robin. Connections are
+// made lazily, on the first call to each server.
+//
+// Returns INVALID_ARGUMENT when `target` or `options` is malformed (the message
+// names the bad part), UNAVAILABLE when no RDMA provider can be opened.
+RDMARPC_EXPORT absl::StatusOr<std::shared_ptr<Channel>> CreateChannel(
+    absl::string_view target, const ChannelOptions& options = ChannelOptions());
+
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_CHANNEL_H_

@@ -1,0 +1,48 @@
+// rdmarpc/impl/unary_call.h: client-side entry points used by generated
+// stubs. Not for direct use; call the generated `S::Stub` methods instead.
+#ifndef RDMARPC_IMPL_UNARY_CALL_H_
+#define RDMARPC_IMPL_UNARY_CALL_H_
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/message_lite.h"
+#include "rdmarpc/channel.h"
+#include "rdmarpc/client_context.h"
+#include "rdmarpc/export.h"
+
+namespace rdmarpc {
+namespace internal {
+
+// Sends `request` to `method` ("/package.Service/Method") and blocks (without
+// spinning a core past the runtime's short poll) until the response is parsed
+// into `*response` or the call fails. Any thread may call.
+//
+// Returns the server method's status, or:
+//   DEADLINE_EXCEEDED  context->deadline() passed first;
+//   UNAVAILABLE        no connection could be made, or it was lost (safe to
+//                      retry idempotent calls);
+//   RESOURCE_EXHAUSTED the request or response is larger than
+//                      max_message_bytes (message names both sizes);
+//   UNIMPLEMENTED      the server has no such method;
+//   INTERNAL           a payload did not parse.
+RDMARPC_EXPORT absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method,
+                                              ClientContext* context,
+                                              const google::protobuf::MessageLite& request,
+                                              google::protobuf::MessageLite* response);
+
+// As BlockingUnaryCall, but returns at once; `done` runs exactly once, on a
+// channel engine thread (or inline on the caller when the call fails before
+// anything is sent), with the same statuses. `request` is serialised before
+// this returns and may be freed then; `context` and `response` must stay
+// alive until `done` runs.
+RDMARPC_EXPORT void AsyncUnaryCall(Channel* channel, absl::string_view method,
+                                   ClientContext* context,
+                                   const google::protobuf::MessageLite& request,
+                                   google::protobuf::MessageLite* response,
+                                   absl::AnyInvocable<void(absl::Status) &&> done);
+
+}  // namespace internal
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_IMPL_UNARY_CALL_H_

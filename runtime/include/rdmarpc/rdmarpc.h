@@ -1,0 +1,16 @@
+// rdmarpc/rdmarpc.h: the whole public API in one include.
+//
+// Generated files (NAME.rdmarpc.pb.h) include this; user code usually needs
+// nothing else.
+#ifndef RDMARPC_RDMARPC_H_
+#define RDMARPC_RDMARPC_H_
+
+#include "rdmarpc/channel.h"
+#include "rdmarpc/client_context.h"
+#include "rdmarpc/server.h"
+#include "rdmarpc/server_context.h"
+#include "rdmarpc/service.h"
+#include "rdmarpc/impl/method_handler.h"
+#include "rdmarpc/impl/unary_call.h"
+
+#endif  // RDMARPC_RDMARPC_H_

@@ -1,0 +1,88 @@
+// rdmarpc/server.h: serves registered services over RDMA RC connections.
+//
+//   EchoServiceImpl service;             // derives from EchoService::Service
+//   rdmarpc::Server server;
+//   server.AddService(&service);
+//   absl::Status s = server.Start("0.0.0.0:7000");
+//   ...
+//   server.Shutdown();                   // stop accepting, drain, disconnect
+//   server.Wait();
+//
+// The server listens with rdma_cm. Each worker thread owns a completion queue
+// and the connections assigned to it; handlers run on that worker.
+//
+// Thread safety: AddService before Start, from one thread. Shutdown and Wait
+// may be called from any thread, once Start returned OK.
+#ifndef RDMARPC_SERVER_H_
+#define RDMARPC_SERVER_H_
+
+#include <cstddef>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "rdmarpc/export.h"
+
+namespace rdmarpc {
+
+class Service;
+namespace internal {
+class ServerImpl;
+}  // namespace internal
+
+struct RDMARPC_EXPORT ServerOptions {
+  // Worker threads, each owning one completion queue.
+  int num_workers = 2;
+  // Largest encoded message sent eagerly, in bytes (see ChannelOptions).
+  size_t eager_limit_bytes = 8 * 1024;
+  // Size of each pre-posted receive buffer, in bytes. Advertised to clients
+  // in the rdma_cm private data; they never SEND more than this. At least
+  // eager_limit_bytes is typical; smaller forces rendezvous above it.
+  size_t recv_buffer_bytes = 8 * 1024;
+  // Receive buffers pre-posted per connection (= credits granted to a client).
+  int recv_depth = 64;
+  // Largest request or response, in bytes; larger fail RESOURCE_EXHAUSTED.
+  size_t max_message_bytes = 64 * 1024 * 1024;
+  // Registered memory the server may hold for large messages, in bytes.
+  // Start fails with RESOURCE_EXHAUSTED when it cannot be registered.
+  size_t large_buffer_pool_bytes = 256 * 1024 * 1024;
+};
+
+class RDMARPC_EXPORT Server {
+ public:
+  explicit Server(const ServerOptions& options = ServerOptions());
+  ~Server();  // Shutdown() and Wait() if still running.
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Registers `service`; not owned, it must outlive the server.
+  // Returns ALREADY_EXISTS for a second service of the same full name,
+  // FAILED_PRECONDITION after Start.
+  absl::Status AddService(Service* service);
+
+  // Binds and listens on `listen_address` ("host:port"; port 0 picks a free
+  // port, see port()) and starts the worker threads.
+  // Returns INVALID_ARGUMENT for a malformed address, UNAVAILABLE when the
+  // address cannot be bound or no RDMA device can be opened,
+  // RESOURCE_EXHAUSTED when buffers cannot be registered (RLIMIT_MEMLOCK),
+  // FAILED_PRECONDITION when already started.
+  absl::Status Start(absl::string_view listen_address);
+
+  // The port actually bound (after Start).
+  int port() const;
+
+  // Stops accepting connections, lets calls in progress finish (up to
+  // `grace`), then disconnects every client. Idempotent.
+  void Shutdown(absl::Duration grace = absl::Seconds(5));
+
+  // Blocks until Shutdown has completed.
+  void Wait();
+
+ private:
+  std::unique_ptr<internal::ServerImpl> impl_;
+};
+
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_SERVER_H_

@@ -1,0 +1,111 @@
+// softrdma.h: a software RDMA device in user space.
+//
+// softrdma implements the part of the libibverbs and librdmacm API that
+// reliable-connected (RC) applications use, over TCP between processes and
+// hosts. Every function here has exactly the signature and the error
+// convention (NULL or -1 with errno set, or a positive errno value where
+// rdma-core returns one) of the rdma-core function of the same name without
+// the `softrdma::` namespace, so a caller can bind either through one table of
+// function pointers. Objects are rdma-core's own structs (struct ibv_context,
+// struct ibv_qp, struct rdma_cm_id, ...), and the data-path inlines of
+// <infiniband/verbs.h> (ibv_post_send, ibv_post_recv, ibv_poll_cq,
+// ibv_req_notify_cq) dispatch through the context's ops to softrdma.
+//
+// softrdma knows nothing of rdmarpc.
+#ifndef RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
+#define RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <cstdint>
+
+namespace softrdma {
+
+// --- devices -----------------------------------------------------------------
+ibv_device** get_device_list(int* num_devices);
+void free_device_list(ibv_device** list);
+const char* get_device_name(ibv_device* device);
+ibv_context* open_device(ibv_device* device);
+int close_device(ibv_context* context);
+int query_device(ibv_context* context, ibv_device_attr* device_attr);
+int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr);
+int query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid);
+int get_async_event(ibv_context* context, ibv_async_event* event);
+void ack_async_event(ibv_async_event* event);
+
+// --- protection domains and memory regions -------------------------------------
+ibv_pd* alloc_pd(ibv_context* context);
+int dealloc_pd(ibv_pd* pd);
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access);
+int dereg_mr(ibv_mr* mr);
+
+// --- completion queues -----------------------------------------------------------
+ibv_comp_channel* create_comp_channel(ibv_context* context);
+int destroy_comp_channel(ibv_comp_channel* channel);
+ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context,
+                  ibv_comp_channel* channel, int comp_vector);
+int destroy_cq(ibv_cq* cq);
+int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context);
+void ack_cq_events(ibv_cq* cq, unsigned int nevents);
+
+// --- queue pairs (RC only) --------------------------------------------------------
+ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
+int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask);
+int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
+int destroy_qp(ibv_qp* qp);
+
+// --- rdma_cm ------------------------------------------------------------------------
+rdma_event_channel* create_event_channel();
+void destroy_event_channel(rdma_event_channel* channel);
+int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
+              rdma_port_space ps);
+int destroy_id(rdma_cm_id* id);
+int bind_addr(rdma_cm_id* id, sockaddr* addr);
+int listen(rdma_cm_id* id, int backlog);
+int resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, int timeout_ms);
+int resolve_route(rdma_cm_id* id, int timeout_ms);
+int create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr);  // rdma_create_qp
+void destroy_qp(rdma_cm_id* id);                                             // rdma_destroy_qp
+int connect(rdma_cm_id* id, rdma_conn_param* conn_param);
+int accept(rdma_cm_id* id, rdma_conn_param* conn_param);
+int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len);
+int disconnect(rdma_cm_id* id);
+int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event);
+int ack_cm_event(rdma_cm_event* event);
+int migrate_id(rdma_cm_id* id, rdma_event_channel* channel);
+sockaddr* get_local_addr(rdma_cm_id* id);
+sockaddr* get_peer_addr(rdma_cm_id* id);
+uint16_t get_src_port(rdma_cm_id* id);
+uint16_t get_dst_port(rdma_cm_id* id);
+
+// --- counters -------------------------------------------------------------------
+// Work requests this process posted, counted by the device itself. Printed at
+// exit as one `softrdma-stats: ...` line on stderr when RDMARPC_SOFT_STATS=1.
+struct Stats {
+  uint64_t send = 0;
+  uint64_t send_with_imm = 0;
+  uint64_t rdma_write = 0;
+  uint64_t rdma_write_with_imm = 0;
+  uint64_t rdma_read = 0;
+  uint64_t recv = 0;
+  uint64_t bytes_sent = 0;        // payload bytes of SEND/WRITE posted, and READ bytes requested
+  uint64_t rnr_retries = 0;       // times a SEND from this process found no receive posted
+  uint64_t post_send_calls = 0;   // ibv_post_send calls (doorbells)
+  uint64_t post_recv_calls = 0;   // ibv_post_recv calls
+  uint64_t reg_mr = 0;            // successful ibv_reg_mr calls
+  uint64_t max_send_bytes = 0;    // largest SEND / SEND_WITH_IMM payload posted, in bytes
+  uint64_t rem_access_errors = 0; // completions with IBV_WC_REM_ACCESS_ERR polled by this process
+  // Gauges: objects alive now (to check that nothing leaks).
+  int64_t live_cm_ids = 0;
+  int64_t live_qps = 0;
+  int64_t live_cqs = 0;
+  int64_t live_mrs = 0;
+  int64_t live_pds = 0;
+};
+Stats GetStats();
+void ResetStats();
+
+}  // namespace softrdma
+
+#endif  // RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
