@@ -1,0 +1,161 @@
+# rdmarpc_generate(): compile .proto files with protoc and protoc-gen-rdmarpc
+# into a target.
+#
+#   rdmarpc_generate(TARGET <target>
+#                    PROTOS <a.proto> [<b.proto>...]
+#                    [IMPORT_DIRS <dir>...]
+#                    [PROTOC_OUT_DIR <dir>])
+#
+# For each PROTOS entry foo/bar.proto (relative paths are relative to
+# CMAKE_CURRENT_SOURCE_DIR) runs protoc with --cpp_out and --rdmarpc_out and
+# adds foo/bar.pb.h, foo/bar.pb.cc, foo/bar.rdmarpc.pb.h and
+# foo/bar.rdmarpc.pb.cc to <target>. The path of a generated file below the
+# output directory is the .proto's path below the import directory that
+# contains it, so `#include "bar.rdmarpc.pb.h"` works for a .proto found
+# through its own directory.
+#
+#   TARGET          an existing target (executable or library).
+#   IMPORT_DIRS     protoc -I directories, searched first, in order (relative
+#                   to CMAKE_CURRENT_SOURCE_DIR). After them come the directory
+#                   of each .proto, then rdmarpc's idl/ (for
+#                   `import "rdmarpc/options.proto";`).
+#   PROTOC_OUT_DIR  where generated files go (relative to
+#                   CMAKE_CURRENT_BINARY_DIR); default CMAKE_CURRENT_BINARY_DIR.
+#
+# The output directory becomes a PUBLIC include directory of <target>, which
+# links rdmarpc_options_proto and through it protobuf::libprotobuf, PUBLIC
+# (keyword form: use target_link_libraries(<target> PRIVATE|PUBLIC ...)
+# elsewhere too).
+# The runtime itself is linked by the user: rdmarpc::rdmarpc.
+#
+# Call it once per .proto and output directory: to share generated code among
+# several targets, generate into a library and link that library.
+#
+# Example (the whole of what a user's CMakeLists needs):
+#   add_subdirectory(third_party/rdmarpc)
+#   add_executable(app main.cc)
+#   rdmarpc_generate(TARGET app PROTOS protos/app.proto)   # -> #include "app.rdmarpc.pb.h"
+#   target_link_libraries(app PRIVATE rdmarpc::rdmarpc)
+#
+# Works from any project that did add_subdirectory(path/to/rdmarpc): paths
+# come from this file's location and cached variables, not CMAKE_SOURCE_DIR.
+
+function(rdmarpc_generate)
+  cmake_parse_arguments(PARSE_ARGV 0 ARG "" "TARGET;PROTOC_OUT_DIR" "PROTOS;IMPORT_DIRS")
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "rdmarpc_generate: unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+  if(NOT ARG_TARGET)
+    message(FATAL_ERROR "rdmarpc_generate: TARGET is required")
+  endif()
+  if(NOT TARGET "${ARG_TARGET}")
+    message(FATAL_ERROR "rdmarpc_generate: '${ARG_TARGET}' is not a target; "
+                        "call add_executable/add_library first")
+  endif()
+  if(NOT ARG_PROTOS)
+    message(FATAL_ERROR "rdmarpc_generate(TARGET ${ARG_TARGET}): PROTOS is empty")
+  endif()
+
+  # Imported targets from find_package are visible only below the directory
+  # that found them; when rdmarpc is a subproject the caller may not see
+  # protobuf::protoc, so fall back to FindProtobuf's cached path.
+  if(TARGET protobuf::protoc)
+    set(protoc protobuf::protoc)
+  elseif(Protobuf_PROTOC_EXECUTABLE)
+    set(protoc "${Protobuf_PROTOC_EXECUTABLE}")
+  else()
+    message(FATAL_ERROR "rdmarpc_generate: protoc not found (find_package(Protobuf) failed?)")
+  endif()
+
+  set(idl_dir "${RDMARPC_IDL_DIR}")
+  if(NOT idl_dir)
+    # This file sits in compiler/; idl/ is its sibling.
+    get_filename_component(idl_dir "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/../idl" ABSOLUTE)
+  endif()
+
+  if(ARG_PROTOC_OUT_DIR)
+    get_filename_component(out_dir "${ARG_PROTOC_OUT_DIR}" ABSOLUTE
+                           BASE_DIR "${CMAKE_CURRENT_BINARY_DIR}")
+  else()
+    set(out_dir "${CMAKE_CURRENT_BINARY_DIR}")
+  endif()
+
+  # Import directories: IMPORT_DIRS, each .proto's own directory, idl/.
+  set(import_dirs "")
+  foreach(dir IN LISTS ARG_IMPORT_DIRS)
+    get_filename_component(dir "${dir}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+    list(APPEND import_dirs "${dir}")
+  endforeach()
+  set(abs_protos "")
+  foreach(proto IN LISTS ARG_PROTOS)
+    get_filename_component(abs "${proto}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+    if(NOT EXISTS "${abs}")
+      message(FATAL_ERROR "rdmarpc_generate(TARGET ${ARG_TARGET}): ${abs} does not exist")
+    endif()
+    list(APPEND abs_protos "${abs}")
+    get_filename_component(dir "${abs}" DIRECTORY)
+    list(APPEND import_dirs "${dir}")
+  endforeach()
+  list(APPEND import_dirs "${idl_dir}")
+  list(REMOVE_DUPLICATES import_dirs)
+  set(import_flags "")
+  foreach(dir IN LISTS import_dirs)
+    list(APPEND import_flags "-I${dir}")
+  endforeach()
+
+  set(generated "")
+  foreach(abs IN LISTS abs_protos)
+    # protoc names outputs after the .proto's path below the first import
+    # directory that contains it; work out the same path here.
+    set(rel "")
+    foreach(dir IN LISTS import_dirs)
+      file(RELATIVE_PATH candidate "${dir}" "${abs}")
+      if(NOT candidate MATCHES "^\\.\\./" AND NOT IS_ABSOLUTE "${candidate}")
+        set(rel "${candidate}")
+        break()
+      endif()
+    endforeach()
+    string(REGEX REPLACE "\\.proto$" "" base "${rel}")
+    set(outputs
+      "${out_dir}/${base}.pb.h"
+      "${out_dir}/${base}.pb.cc"
+      "${out_dir}/${base}.rdmarpc.pb.h"
+      "${out_dir}/${base}.rdmarpc.pb.cc")
+    # --dependency_out lets the build rerun protoc when an imported .proto
+    # changes, not only the one named here.
+    set(depfile "${out_dir}/${base}.rdmarpc.d")
+    add_custom_command(
+      OUTPUT ${outputs}
+      COMMAND "${CMAKE_COMMAND}" -E make_directory "${out_dir}"
+      COMMAND ${protoc}
+              "--plugin=protoc-gen-rdmarpc=$<TARGET_FILE:protoc-gen-rdmarpc>"
+              "--cpp_out=${out_dir}"
+              "--rdmarpc_out=${out_dir}"
+              "--dependency_out=${depfile}"
+              ${import_flags}
+              "${abs}"
+      DEPENDS "${abs}" protoc-gen-rdmarpc ${protoc}
+      DEPFILE "${depfile}"
+      COMMENT "rdmarpc_generate: protoc ${rel}"
+      VERBATIM)
+    list(APPEND generated ${outputs})
+  endforeach()
+
+  target_sources(${ARG_TARGET} PRIVATE ${generated})
+  # protobuf's .pb.cc are not ours: keep the target's warnings on them but
+  # never fail the build on one (another compiler or protobuf version may
+  # warn where GCC 12 with protobuf 3.21 does not). Our .rdmarpc.pb.cc stay
+  # under the target's own flags.
+  set(protobuf_sources ${generated})
+  list(FILTER protobuf_sources INCLUDE REGEX "\\.pb\\.cc$")
+  list(FILTER protobuf_sources EXCLUDE REGEX "\\.rdmarpc\\.pb\\.cc$")
+  set_source_files_properties(${protobuf_sources} TARGET_DIRECTORY ${ARG_TARGET}
+                              PROPERTIES COMPILE_OPTIONS "-Wno-error")
+  target_include_directories(${ARG_TARGET} PUBLIC "${out_dir}")
+  # rdmarpc_options_proto brings protobuf::libprotobuf (PUBLIC) with it, which
+  # is all a caller that cannot see protobuf::libprotobuf gets.
+  target_link_libraries(${ARG_TARGET} PUBLIC rdmarpc_options_proto)
+  if(TARGET protobuf::libprotobuf)
+    target_link_libraries(${ARG_TARGET} PUBLIC protobuf::libprotobuf)
+  endif()
+endfunction()

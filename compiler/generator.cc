@@ -1,0 +1,65 @@
+#include "generator.h"
+
+#include <memory>
+
+#include "cpp_generator.h"
+#include "generator_params.h"
+#include "google/protobuf/descriptor.pb.h"
+#include "google/protobuf/io/printer.h"
+#include "google/protobuf/io/zero_copy_stream.h"
+#include "names.h"
+#include "service_model.h"
+
+namespace rdmarpc {
+namespace compiler {
+
+bool RdmarpcGenerator::Generate(const google::protobuf::FileDescriptor* file,
+                                const std::string& parameter,
+                                google::protobuf::compiler::GeneratorContext* context,
+                                std::string* error) const {
+  GeneratorParams params;
+  if (!ParseGeneratorParams(parameter, &params, error)) return false;
+
+  // Reject before opening any output, so a failed run leaves no half-written
+  // files behind.
+  std::string kind;
+  if (const google::protobuf::MethodDescriptor* method = FindStreamingMethod(file, &kind)) {
+    // protoc's CodeGenerator::GenerateAll prefixes the file name, giving
+    // "foo.proto: streaming methods are not supported yet: a.b.S.Watch is ...".
+    *error = "streaming methods are not supported yet: " + method->full_name() + " is " + kind;
+    return false;
+  }
+
+  if (file->service_count() > 0 && file->options().cc_generic_services()) {
+    *error = "option cc_generic_services = true makes protoc's C++ generator emit a class "
+             "for each service, which would clash with rdmarpc's class " +
+             file->service(0)->full_name() + "; remove the option";
+    return false;
+  }
+
+  const std::string base = StripProtoExtension(file->name());
+  {
+    std::unique_ptr<google::protobuf::io::ZeroCopyOutputStream> out(
+        context->Open(base + ".rdmarpc.pb.h"));
+    google::protobuf::io::Printer printer(out.get(), '$');
+    PrintHeader(file, params, &printer);
+    if (printer.failed()) {
+      *error = "failed to write " + base + ".rdmarpc.pb.h";
+      return false;
+    }
+  }
+  {
+    std::unique_ptr<google::protobuf::io::ZeroCopyOutputStream> out(
+        context->Open(base + ".rdmarpc.pb.cc"));
+    google::protobuf::io::Printer printer(out.get(), '$');
+    PrintSource(file, params, &printer);
+    if (printer.failed()) {
+      *error = "failed to write " + base + ".rdmarpc.pb.cc";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace compiler
+}  // namespace rdmarpc

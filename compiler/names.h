@@ -1,0 +1,76 @@
+// compiler/names.h: how .proto names become C++ names in generated code.
+//
+// Messages keep protobuf's own C++ names (compiler/cpp/names.h), so the
+// generated stubs name exactly the classes protoc's C++ generator emits.
+// Packages become nested namespaces ("a.b" -> a::b), as protobuf does.
+//
+// Method names follow one mangling rule, applied everywhere a method's C++
+// name appears (Service, Stub, Stub::async):
+//
+//   A method keeps its .proto name unless that name is a C++ keyword or a
+//   name the generated classes use themselves (ReservedMemberNames). Such a
+//   name gets a trailing '_' ("delete" -> "delete_", "Stub" -> "Stub_"), and
+//   one more '_' at a time while the result is still reserved or is the C++
+//   name of another method of the service ("delete" beside a method really
+//   called "delete_" -> "delete__"). Methods are mangled in .proto order.
+//
+// (The rule can produce a double underscore, which C++ reserves for the
+// implementation; that happens only when the .proto itself holds both
+// names, e.g. "delete" and "delete_", and compilers accept it.)
+//
+// Service classes follow the same rule with their own reserved names: a
+// service called "delete", "Service", "Stub", "NewStub" or
+// "service_full_name" becomes class delete_, Service_, ... (protobuf itself
+// appends '_' to message names that are keywords).
+//
+// Only the C++ name changes: the wire name stays "/package.Service/delete".
+#ifndef RDMARPC_COMPILER_NAMES_H_
+#define RDMARPC_COMPILER_NAMES_H_
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "google/protobuf/descriptor.h"
+
+namespace rdmarpc {
+namespace compiler {
+
+// True for C++17 keywords, alternative operator tokens ("and", "not") and the
+// C++20 keywords, so generated code keeps compiling under newer standards.
+bool IsCppKeyword(const std::string& name);
+
+// Names a method of `service` may not have in C++: the members and nested
+// types of the generated classes (Service, Stub, NewStub, async,
+// service_full_name, channel_, async_stub_), those of the ::rdmarpc::Service base
+// that generated code calls (full_name, methods, AddMethod), and the
+// service's own name, both as in the .proto and as a C++ class.
+std::set<std::string> ReservedMemberNames(const google::protobuf::ServiceDescriptor* service);
+
+// The C++ name of the class generated for `service`, after the rule above.
+std::string CppServiceName(const google::protobuf::ServiceDescriptor* service);
+
+// The C++ names of the methods of `service`, in .proto order, after the
+// mangling rule above.
+std::vector<std::string> CppMethodNames(const google::protobuf::ServiceDescriptor* service);
+
+// The namespaces of `file`'s package, outermost first ("a.b" -> {"a", "b"});
+// empty for a file without a package.
+std::vector<std::string> PackageNamespaces(const google::protobuf::FileDescriptor* file);
+
+// The fully qualified C++ name of a service class, with a leading "::"
+// ("a.b.S" -> "::a::b::S", "a.b.Stub" -> "::a::b::Stub_").
+std::string QualifiedServiceClass(const google::protobuf::ServiceDescriptor* service);
+
+// "foo/bar.proto" -> "foo/bar" (any other name is returned unchanged).
+std::string StripProtoExtension(const std::string& proto_file);
+
+// An include guard unique to `proto_file`'s generated header: every character
+// that cannot appear in an identifier becomes "_XX" (its hex code), so
+// "foo/bar.proto" and "foo_bar.proto" give different guards.
+std::string HeaderGuard(const std::string& proto_file);
+
+}  // namespace compiler
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_COMPILER_NAMES_H_

@@ -1,0 +1,147 @@
+// The naming rules of compiler/names.h: keywords, reserved names and the
+// one mangling rule, package namespaces, include guards.
+#include "names.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/descriptor.pb.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace rdmarpc {
+namespace compiler {
+namespace {
+
+using google::protobuf::DescriptorPool;
+using google::protobuf::FileDescriptor;
+using google::protobuf::FileDescriptorProto;
+
+// Builds a file with package `package` and one service `service` whose
+// methods (all M -> M) are named `methods`.
+const FileDescriptor* BuildFile(DescriptorPool* pool, const std::string& package,
+                                const std::string& service,
+                                const std::vector<std::string>& methods) {
+  FileDescriptorProto proto;
+  proto.set_name("test.proto");
+  proto.set_package(package);
+  proto.set_syntax("proto3");
+  proto.add_message_type()->set_name("M");
+  auto* s = proto.add_service();
+  s->set_name(service);
+  for (const std::string& name : methods) {
+    auto* m = s->add_method();
+    m->set_name(name);
+    m->set_input_type(package.empty() ? ".M" : "." + package + ".M");
+    m->set_output_type(package.empty() ? ".M" : "." + package + ".M");
+  }
+  const FileDescriptor* file = pool->BuildFile(proto);
+  EXPECT_NE(file, nullptr);
+  return file;
+}
+
+TEST(IsCppKeyword, KnowsKeywordsAndAlternativeTokens) {
+  for (const char* keyword : {"delete", "new", "class", "register", "default", "and",
+                              "not_eq", "co_await", "requires", "char8_t", "this"}) {
+    EXPECT_TRUE(IsCppKeyword(keyword)) << keyword;
+  }
+  for (const char* name : {"Delete", "delete_", "Get", "main", "std", "Status", ""}) {
+    EXPECT_FALSE(IsCppKeyword(name)) << name;
+  }
+}
+
+TEST(CppMethodNames, KeepsOrdinaryNames) {
+  DescriptorPool pool;
+  const FileDescriptor* file = BuildFile(&pool, "a.b", "S", {"Get", "Put", "status"});
+  EXPECT_EQ(CppMethodNames(file->service(0)),
+            (std::vector<std::string>{"Get", "Put", "status"}));
+}
+
+TEST(CppMethodNames, AppendsUnderscoreToKeywordsAndReservedNames) {
+  DescriptorPool pool;
+  const FileDescriptor* file = BuildFile(
+      &pool, "a.b", "S",
+      {"delete", "new", "class", "register", "default", "Service", "Stub", "NewStub", "async",
+       "service_full_name", "channel_", "async_stub_", "full_name", "methods", "AddMethod",
+       "S"});
+  EXPECT_EQ(CppMethodNames(file->service(0)),
+            (std::vector<std::string>{
+                "delete_", "new_", "class_", "register_", "default_", "Service_", "Stub_",
+                "NewStub_", "async_", "service_full_name_", "channel__", "async_stub__",
+                "full_name_", "methods_", "AddMethod_", "S_"}));
+}
+
+TEST(CppMethodNames, SkipsNamesOfOtherMethods) {
+  DescriptorPool pool;
+  // "delete" cannot become "delete_": a method of that name exists, even
+  // later in the file.
+  const FileDescriptor* file = BuildFile(&pool, "", "S", {"delete", "delete_", "Stub__"});
+  EXPECT_EQ(CppMethodNames(file->service(0)),
+            (std::vector<std::string>{"delete__", "delete_", "Stub__"}));
+}
+
+TEST(CppMethodNames, MangledNameSkipsOtherMangledNames) {
+  DescriptorPool pool;
+  // "channel" is fine, but "channel_" is the Stub's member: "channel__",
+  // which a later method already has, so "channel___".
+  const FileDescriptor* file =
+      BuildFile(&pool, "p", "S", {"channel_", "channel", "channel__", "Stub", "Stub_"});
+  EXPECT_EQ(CppMethodNames(file->service(0)),
+            (std::vector<std::string>{"channel___", "channel", "channel__", "Stub__", "Stub_"}));
+}
+
+TEST(CppServiceName, AppendsUnderscoreToKeywordsAndClassMembers) {
+  for (const auto& [proto_name, cpp_name] :
+       std::vector<std::pair<std::string, std::string>>{{"Store", "Store"},
+                                                        {"delete", "delete_"},
+                                                        {"Service", "Service_"},
+                                                        {"Stub", "Stub_"},
+                                                        {"NewStub", "NewStub_"},
+                                                        {"service_full_name", "service_full_name_"},
+                                                        {"async", "async"}}) {
+    DescriptorPool pool;
+    EXPECT_EQ(CppServiceName(BuildFile(&pool, "p", proto_name, {})->service(0)), cpp_name);
+  }
+}
+
+TEST(CppMethodNames, ReservesTheServiceClassName) {
+  DescriptorPool pool;
+  // Service "Stub" is class Stub_, so neither "Stub" nor "Stub_" may name a
+  // method.
+  const FileDescriptor* file = BuildFile(&pool, "p", "Stub", {"Stub", "Stub_", "Get"});
+  EXPECT_EQ(CppMethodNames(file->service(0)),
+            (std::vector<std::string>{"Stub__", "Stub___", "Get"}));
+}
+
+TEST(PackageNamespaces, SplitsOnDots) {
+  DescriptorPool pool;
+  EXPECT_EQ(PackageNamespaces(BuildFile(&pool, "a.b.c", "S", {})),
+            (std::vector<std::string>{"a", "b", "c"}));
+  DescriptorPool pool2;
+  EXPECT_TRUE(PackageNamespaces(BuildFile(&pool2, "", "S", {})).empty());
+}
+
+TEST(QualifiedServiceClass, HasLeadingColons) {
+  DescriptorPool pool;
+  EXPECT_EQ(QualifiedServiceClass(BuildFile(&pool, "a.b", "S", {})->service(0)), "::a::b::S");
+  DescriptorPool pool2;
+  EXPECT_EQ(QualifiedServiceClass(BuildFile(&pool2, "", "S", {})->service(0)), "::S");
+}
+
+TEST(StripProtoExtension, RemovesOnlyTrailingProto) {
+  EXPECT_EQ(StripProtoExtension("foo/bar.proto"), "foo/bar");
+  EXPECT_EQ(StripProtoExtension("foo.proto.txt"), "foo.proto.txt");
+  EXPECT_EQ(StripProtoExtension(".proto"), ".proto");
+}
+
+TEST(HeaderGuard, EscapesNonIdentifierCharacters) {
+  EXPECT_EQ(HeaderGuard("foo/bar.proto"), "RDMARPC_GENERATED_foo_2fbar_2eproto_INCLUDED");
+  EXPECT_EQ(HeaderGuard("foo_bar.proto"), "RDMARPC_GENERATED_foo_5fbar_2eproto_INCLUDED");
+  EXPECT_NE(HeaderGuard("foo/bar.proto"), HeaderGuard("foo_bar.proto"));
+}
+
+}  // namespace
+}  // namespace compiler
+}  // namespace rdmarpc
