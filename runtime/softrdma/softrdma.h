@@ -12,6 +12,42 @@
 // ibv_req_notify_cq) dispatch through the context's ops to softrdma.
 //
 // softrdma knows nothing of rdmarpc.
+//
+// Usage (the same calls as rdma-core, through the namespace or a table):
+//
+//   rdma_event_channel* ch = softrdma::create_event_channel();
+//   rdma_cm_id* id;
+//   softrdma::create_id(ch, &id, nullptr, RDMA_PS_TCP);
+//   softrdma::resolve_addr(id, nullptr, dst, 2000);   // -> ADDR_RESOLVED
+//   ...
+//   ibv_post_send(id->qp, &wr, &bad);                 // verbs.h inline, works
+//
+// Behaviour worth knowing (where rdma-core leaves a choice, or we differ):
+//  - One device "softrdma0", one port (1), link layer Ethernet. rdma_cm ids
+//    share one context (id->verbs), opened on first use and never closed.
+//  - Threads: one progress thread per process, started by the first
+//    listen/connect; nothing runs in a process that only links softrdma.
+//  - post_send / post_recv are thread-safe per QP, poll_cq per CQ. The payload
+//    of a SEND / WRITE is copied at post time, so its buffer may be reused at
+//    once (hardware requires waiting for the completion; waiting is harmless).
+//  - Every send is acknowledged by the peer's QP before it completes.
+//  - RNR: a SEND or WRITE_WITH_IMM finding no receive is retried every 1 ms
+//    (fixed; min_rnr_timer is accepted and ignored) up to the QP's rnr_retry
+//    (7 = forever); Stats::rnr_retries counts each retry. With rdma_cm, a QP's
+//    rnr_retry is the PEER's conn_param.rnr_retry_count ("how often the remote
+//    peer should retry", rdma_cm(7)); modify_qp(IBV_QP_RNR_RETRY) overrides.
+//  - destroy_qp discards its WRs without completions, as hardware does (a CQ
+//    shared with other QPs never sees wr_ids of a destroyed QP); the peer is
+//    told and flushes, with RDMA_CM_EVENT_DISCONNECTED.
+//  - CQ overrun puts the CQ in error: poll_cq returns what it holds, then
+//    -EIO; IBV_EVENT_CQ_ERR is posted on the context's async_fd.
+//  - get_src_port / get_dst_port return network byte order, as librdmacm's.
+//  - Only RDMA_PS_TCP. Synchronous ids (NULL channel, rdma_create_ep) work.
+//  - Atomics (FETCH_ADD, CMP_AND_SWP) act on host-order u64s, as rxe; the
+//    original value lands in the local SGE in host order.
+//  - Not supported (yet): memory windows, UD/UC QPs.
+//  - Wire: little-endian frames on the connection's TCP socket (see wire.h).
+// Fault injection for tests: see faults.h.
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
 
@@ -49,6 +85,13 @@ int destroy_cq(ibv_cq* cq);
 int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context);
 void ack_cq_events(ibv_cq* cq, unsigned int nevents);
 
+// --- shared receive queues (added after the first contract) ---------------------
+// ibv_post_srq_recv (a verbs.h inline) works through the context's ops.
+ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* srq_init_attr);
+int modify_srq(ibv_srq* srq, ibv_srq_attr* srq_attr, int srq_attr_mask);
+int query_srq(ibv_srq* srq, ibv_srq_attr* srq_attr);
+int destroy_srq(ibv_srq* srq);
+
 // --- queue pairs (RC only) --------------------------------------------------------
 ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
 int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask);
@@ -74,6 +117,13 @@ int disconnect(rdma_cm_id* id);
 int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event);
 int ack_cm_event(rdma_cm_event* event);
 int migrate_id(rdma_cm_id* id, rdma_event_channel* channel);
+// Synchronous endpoints (added after the first contract), as librdmacm's
+// rdma_create_ep / rdma_destroy_ep / rdma_get_request. An id made with a NULL
+// event channel is synchronous: resolve_addr, resolve_route, connect and
+// accept then block until their outcome and return -1/errno on failure.
+int create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr);
+void destroy_ep(rdma_cm_id* id);
+int get_request(rdma_cm_id* listen, rdma_cm_id** id);
 sockaddr* get_local_addr(rdma_cm_id* id);
 sockaddr* get_peer_addr(rdma_cm_id* id);
 uint16_t get_src_port(rdma_cm_id* id);

@@ -1,0 +1,966 @@
+// cm.cc: rdma_cm over TCP.
+//
+// One TCP connection per RC connection. The active side connects, sends
+// CONNECT_REQ (its conn_param and private data); the passive side's listener
+// turns that into RDMA_CM_EVENT_CONNECT_REQUEST with a new id; rdma_accept
+// answers ACCEPT (the QP goes to RTS at once, as librdmacm does), the active
+// side moves its QP to RTS, posts ESTABLISHED and sends RTU, on which the
+// passive side posts ESTABLISHED. rdma_reject answers REJECT. After that the
+// socket carries the QPs' frames and finally DISCONNECT.
+//
+// Only asynchronous ids are supported: rdma_create_id needs an event channel.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/container/flat_hash_map.h"
+#include "glog/logging.h"
+#include "softrdma/engine.h"
+#include "softrdma/faults.h"
+#include "softrdma/internal.h"
+#include "softrdma/softrdma.h"
+#include "softrdma/wire.h"
+
+namespace softrdma {
+namespace internal {
+
+// IB CM reject reasons (IBTA table 112) reported in event->status.
+inline constexpr int kRejInvalidServiceId = 8;
+inline constexpr int kRejConsumerDefined = 28;
+// rdma_cm private data limits (IB CM REQ / REP / REJ minus the rdma_cm header).
+inline constexpr int kMaxConnectPrivateData = 56;
+inline constexpr int kMaxAcceptPrivateData = 196;
+inline constexpr int kMaxRejectPrivateData = 148;
+
+enum class CmState {
+  kIdle,
+  kBound,
+  kListen,
+  kAddrResolved,
+  kRouteResolved,
+  kConnecting,      // active: TCP connect / CONNECT_REQ sent, awaiting ACCEPT
+  kConnectReqRcvd,  // passive: CONNECT_REQUEST delivered, awaiting accept/reject
+  kAccepting,       // passive: ACCEPT sent, awaiting RTU
+  kEstablished,
+  kDisconnected,
+  kRejected,
+  kError,
+};
+
+struct SoftCmEvent {
+  rdma_cm_event ev;  // first member
+  uint8_t private_data[256];
+};
+
+struct SoftEventChannel {
+  rdma_event_channel ch;  // first member; ch.fd is a semaphore eventfd
+  absl::Mutex mu;
+  std::deque<SoftCmEvent*> events ABSL_GUARDED_BY(mu);
+};
+
+struct SoftCmId {
+  rdma_cm_id id;  // first member
+  uint64_t serial = 0;
+  // Synchronous id (created without an event channel, as rdma_create_ep
+  // does): operations wait for their outcome on a private channel. Set
+  // before the id is published; constant afterwards.
+  bool sync = false;
+  // rdma_create_ep on a passive id: get_request gives each new id a QP.
+  bool has_ep_qp_attr = false;
+  ibv_qp_init_attr ep_qp_attr = {};
+  ibv_pd* ep_pd = nullptr;
+  CmState state ABSL_GUARDED_BY(CmMutex()) = CmState::kIdle;
+  // The socket from rdma_bind_addr, until listen or connect takes it.
+  int bound_fd ABSL_GUARDED_BY(CmMutex()) = -1;
+  std::shared_ptr<Conn> conn ABSL_GUARDED_BY(CmMutex());
+  std::shared_ptr<Listener> listener ABSL_GUARDED_BY(CmMutex());
+  // Listener: accepted sockets whose CONNECT_REQ has not arrived yet.
+  std::vector<std::shared_ptr<Conn>> pending ABSL_GUARDED_BY(CmMutex());
+  int timeout_ms ABSL_GUARDED_BY(CmMutex()) = 2000;
+  bool tcp_connecting ABSL_GUARDED_BY(CmMutex()) = false;
+  bool disconnect_event_posted ABSL_GUARDED_BY(CmMutex()) = false;
+  // Passive side: the client vanished before accept / reject.
+  bool peer_gone ABSL_GUARDED_BY(CmMutex()) = false;
+  bool own_cqs ABSL_GUARDED_BY(CmMutex()) = false;  // rdma_create_qp made the CQs
+  ConnParams local ABSL_GUARDED_BY(CmMutex());
+  ConnParams remote ABSL_GUARDED_BY(CmMutex());
+};
+
+absl::Mutex& CmMutex() {
+  static absl::Mutex* mu = new absl::Mutex();
+  return *mu;
+}
+
+namespace {
+
+SoftCmId* CmIdOf(rdma_cm_id* id) { return reinterpret_cast<SoftCmId*>(id); }
+SoftEventChannel* ChannelOf(rdma_event_channel* c) {
+  return reinterpret_cast<SoftEventChannel*>(c);
+}
+
+// Live ids by serial, so timers can tell whether their id still exists.
+absl::flat_hash_map<uint64_t, SoftCmId*>& LiveIds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  static auto* m = new absl::flat_hash_map<uint64_t, SoftCmId*>();
+  return *m;
+}
+uint64_t g_next_serial ABSL_GUARDED_BY(CmMutex()) = 1;
+
+// Queues an event for `id` on its channel (or on `on`'s channel, for a
+// CONNECT_REQUEST that belongs on the listener's channel).
+void PostEvent(SoftCmId* id, rdma_cm_event_type type, int status,
+               const ConnParams* params = nullptr, SoftCmId* listen_id = nullptr,
+               rdma_cm_id* on = nullptr) {
+  auto* e = new SoftCmEvent();
+  std::memset(&e->ev, 0, sizeof(e->ev));
+  e->ev.id = &id->id;
+  e->ev.listen_id = listen_id != nullptr ? &listen_id->id : nullptr;
+  e->ev.event = type;
+  e->ev.status = status;
+  if (params != nullptr) {
+    rdma_conn_param& c = e->ev.param.conn;
+    std::memcpy(e->private_data, params->private_data, params->private_data_len);
+    c.private_data = params->private_data_len > 0 ? e->private_data : nullptr;
+    c.private_data_len = params->private_data_len;
+    c.responder_resources = params->responder_resources;
+    c.initiator_depth = params->initiator_depth;
+    c.retry_count = params->retry_count;
+    c.rnr_retry_count = params->rnr_retry_count;
+    c.qp_num = params->qp_num;
+  }
+  SoftEventChannel* ch = ChannelOf(on != nullptr ? on->channel : id->id.channel);
+  {
+    absl::MutexLock l(&ch->mu);
+    ch->events.push_back(e);
+  }
+  SignalEventFd(ch->ch.fd);
+}
+
+void FillParams(const rdma_conn_param* p, uint32_t qp_num, ConnParams* out) {
+  *out = ConnParams();
+  out->qp_num = qp_num;
+  if (p == nullptr) return;
+  if (qp_num == 0) out->qp_num = p->qp_num;
+  out->responder_resources = p->responder_resources;
+  out->initiator_depth = p->initiator_depth;
+  out->retry_count = p->retry_count;
+  out->rnr_retry_count = p->rnr_retry_count;
+  out->private_data_len = p->private_data_len;
+  if (p->private_data_len > 0 && p->private_data != nullptr) {
+    std::memcpy(out->private_data, p->private_data, p->private_data_len);
+  }
+}
+
+void SendControl(Conn* conn, FrameType type, const std::vector<uint8_t>& payload) {
+  FrameHeader h;
+  h.type = type;
+  conn->SendFrame(h, payload.data(), static_cast<uint32_t>(payload.size()));
+}
+
+// Connects the id's QP (if any) to its connection; the QP goes to RTS. The
+// peer's rnr_retry_count governs our sends (rdma_cm(7): "the maximum number of
+// times that a send operation from the remote peer should be retried").
+void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  if (s->id.qp == nullptr || s->conn == nullptr) return;
+  SoftQp* q = internal::ToSoft(s->id.qp);
+  QpAttach(q, s->conn, s->remote.qp_num, s->remote.rnr_retry_count);
+  s->conn->qp = q->self.lock();
+}
+
+void DetachConn(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  if (s->conn == nullptr) return;
+  s->conn->id = nullptr;
+  s->conn->qp.reset();
+  s->conn->Close();
+  s->conn.reset();
+}
+
+// The connection ended (either side disconnected, or the peer vanished):
+// flush the QP and post DISCONNECTED once.
+void EndConnection(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  s->state = CmState::kDisconnected;
+  if (s->conn != nullptr) s->conn->qp.reset();
+  if (s->id.qp != nullptr) QpFlushToError(internal::ToSoft(s->id.qp));
+  if (!s->disconnect_event_posted) {
+    s->disconnect_event_posted = true;
+    PostEvent(s, RDMA_CM_EVENT_DISCONNECTED, 0);
+  }
+}
+
+void FailConnect(SoftCmId* s, int err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  DetachConn(s);
+  s->tcp_connecting = false;
+  if (err == ECONNREFUSED) {
+    // Nobody listens on that port: IB CM answers "invalid service ID".
+    s->state = CmState::kRejected;
+    PostEvent(s, RDMA_CM_EVENT_REJECTED, kRejInvalidServiceId);
+  } else {
+    s->state = CmState::kError;
+    PostEvent(s, RDMA_CM_EVENT_UNREACHABLE, -err);
+  }
+}
+
+void RemoveEventsFor(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
+
+void DestroyIdLocked(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  if (s->listener != nullptr) {
+    s->listener->Close();
+    s->listener.reset();
+  }
+  for (auto& c : s->pending) {
+    c->listen_id = nullptr;
+    c->Close();
+  }
+  s->pending.clear();
+  if (s->bound_fd >= 0) ::close(s->bound_fd);
+  DetachConn(s);
+  if (s->id.qp != nullptr) internal::ToSoft(s->id.qp)->cm_id = nullptr;
+  RemoveEventsFor(s);
+  LiveIds().erase(s->serial);
+  if (s->sync) softrdma::destroy_event_channel(s->id.channel);
+  delete s;
+  Stat().live_cm_ids--;
+}
+
+// Drops undelivered events of a dying id; a CONNECT_REQUEST a dying listener
+// never delivered takes its new id along.
+void RemoveEventsFor(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  SoftEventChannel* ch = ChannelOf(s->id.channel);
+  std::vector<SoftCmId*> orphans;
+  {
+    absl::MutexLock l(&ch->mu);
+    auto keep = std::remove_if(ch->events.begin(), ch->events.end(), [&](SoftCmEvent* e) {
+      const bool mine = e->ev.id == &s->id || e->ev.listen_id == &s->id;
+      if (!mine) return false;
+      if (e->ev.listen_id == &s->id && e->ev.id != &s->id) orphans.push_back(CmIdOf(e->ev.id));
+      delete e;
+      return true;
+    });
+    ch->events.erase(keep, ch->events.end());
+  }
+  for (SoftCmId* o : orphans) DestroyIdLocked(o);
+}
+
+bool GoodFamily(const sockaddr* a) {
+  return a != nullptr && (a->sa_family == AF_INET || a->sa_family == AF_INET6);
+}
+
+socklen_t AddrLen(const sockaddr* a) {
+  return a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+uint16_t PortOf(const sockaddr* a) {
+  if (a->sa_family == AF_INET) return reinterpret_cast<const sockaddr_in*>(a)->sin_port;
+  if (a->sa_family == AF_INET6) return reinterpret_cast<const sockaddr_in6*>(a)->sin6_port;
+  return 0;
+}
+
+int Fail(int err) {
+  errno = err;
+  return -1;
+}
+
+}  // namespace
+
+void CmOnIncoming(SoftCmId* listen_id, std::shared_ptr<Conn> conn) {
+  listen_id->pending.push_back(std::move(conn));
+}
+
+void CmOnConnectDone(Conn* conn, int error) {
+  SoftCmId* s = conn->id;
+  if (s == nullptr || !s->tcp_connecting) return;
+  if (error != 0) return FailConnect(s, error);
+  s->tcp_connecting = false;
+  socklen_t len = sizeof(s->id.route.addr.src_storage);
+  ::getsockname(conn->fd(), &s->id.route.addr.src_addr, &len);
+  SendControl(conn, FrameType::kConnectReq, EncodeConnParams(s->local));
+}
+
+void CmOnClosed(Conn* conn) {
+  if (SoftCmId* l = conn->listen_id) {
+    auto& p = l->pending;
+    p.erase(std::remove_if(p.begin(), p.end(),
+                           [conn](const std::shared_ptr<Conn>& c) { return c.get() == conn; }),
+            p.end());
+    conn->listen_id = nullptr;
+  }
+  SoftCmId* s = conn->id;
+  if (s == nullptr) return;
+  switch (s->state) {
+    case CmState::kEstablished:
+      EndConnection(s);
+      break;
+    case CmState::kConnecting:
+      // The passive side went away before answering: its id was destroyed
+      // without rdma_accept / rdma_reject.
+      s->state = CmState::kRejected;
+      DetachConn(s);
+      PostEvent(s, RDMA_CM_EVENT_REJECTED, kRejConsumerDefined);
+      break;
+    case CmState::kAccepting:
+      s->state = CmState::kError;
+      if (s->id.qp != nullptr) QpFlushToError(internal::ToSoft(s->id.qp));
+      PostEvent(s, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
+      break;
+    case CmState::kConnectReqRcvd:
+      s->peer_gone = true;  // reported when the user accepts
+      break;
+    default:
+      break;
+  }
+  if (conn->qp != nullptr) conn->qp.reset();
+}
+
+void CmOnFrame(Conn* conn, Frame& f) {
+  switch (f.h.type) {
+    case FrameType::kConnectReq: {
+      SoftCmId* l = conn->listen_id;
+      if (l == nullptr) return;
+      ConnParams p;
+      if (!DecodeConnParams(f.payload.get(), f.h.length, &p)) {
+        LOG(WARNING) << "softrdma: malformed CONNECT_REQ; closing";
+        conn->Close();
+        return;
+      }
+      std::shared_ptr<Conn> keep;
+      auto& pend = l->pending;
+      for (auto it = pend.begin(); it != pend.end(); ++it) {
+        if (it->get() == conn) {
+          keep = *it;
+          pend.erase(it);
+          break;
+        }
+      }
+      if (keep == nullptr) return;
+      auto* s = new SoftCmId();
+      std::memset(&s->id, 0, sizeof(s->id));
+      s->serial = g_next_serial++;
+      LiveIds()[s->serial] = s;
+      Stat().live_cm_ids++;
+      s->id.verbs = l->id.verbs != nullptr ? l->id.verbs : CmContext();
+      s->id.channel = l->id.channel;
+      if (l->sync) {
+        // The CONNECT_REQUEST goes to the listener's channel (get_request
+        // takes it); the new id's own events go to its own private channel.
+        s->sync = true;
+        s->id.channel = softrdma::create_event_channel();
+      }
+      s->id.context = l->id.context;  // inherited from the listener, as librdmacm
+      s->id.ps = l->id.ps;
+      s->id.port_num = 1;
+      s->id.qp_type = IBV_QPT_RC;
+      socklen_t len = sizeof(s->id.route.addr.src_storage);
+      ::getsockname(conn->fd(), &s->id.route.addr.src_addr, &len);
+      len = sizeof(s->id.route.addr.dst_storage);
+      ::getpeername(conn->fd(), &s->id.route.addr.dst_addr, &len);
+      s->conn = std::move(keep);
+      conn->id = s;
+      conn->listen_id = nullptr;
+      s->remote = p;
+      s->state = CmState::kConnectReqRcvd;
+      PostEvent(s, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &p, l, &l->id);
+      return;
+    }
+    case FrameType::kAccept: {
+      SoftCmId* s = conn->id;
+      if (s == nullptr || s->state != CmState::kConnecting) return;
+      if (!DecodeConnParams(f.payload.get(), f.h.length, &s->remote)) {
+        LOG(WARNING) << "softrdma: malformed ACCEPT; closing";
+        s->state = CmState::kError;
+        DetachConn(s);
+        PostEvent(s, RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO);
+        return;
+      }
+      AttachQp(s);
+      SendControl(conn, FrameType::kRtu, {});
+      s->state = CmState::kEstablished;
+      PostEvent(s, RDMA_CM_EVENT_ESTABLISHED, 0, &s->remote);
+      return;
+    }
+    case FrameType::kReject: {
+      SoftCmId* s = conn->id;
+      if (s == nullptr || s->state != CmState::kConnecting) return;
+      ConnParams p;
+      p.private_data_len = static_cast<uint8_t>(std::min<uint32_t>(f.h.length, 255));
+      if (p.private_data_len > 0) std::memcpy(p.private_data, f.payload.get(), p.private_data_len);
+      s->state = CmState::kRejected;
+      DetachConn(s);
+      PostEvent(s, RDMA_CM_EVENT_REJECTED, kRejConsumerDefined, &p);
+      return;
+    }
+    case FrameType::kRtu: {
+      SoftCmId* s = conn->id;
+      if (s == nullptr || s->state != CmState::kAccepting) return;
+      s->state = CmState::kEstablished;
+      PostEvent(s, RDMA_CM_EVENT_ESTABLISHED, 0);
+      return;
+    }
+    case FrameType::kDisconnect: {
+      SoftCmId* s = conn->id;
+      if (s != nullptr && (s->state == CmState::kEstablished ||
+                           s->state == CmState::kAccepting ||
+                           s->state == CmState::kDisconnected)) {
+        EndConnection(s);
+      } else if (conn->qp != nullptr) {
+        QpFlushToError(conn->qp.get());
+        conn->qp.reset();
+      }
+      return;
+    }
+    default:
+      if (conn->qp != nullptr) QpOnFrame(conn->qp.get(), f);
+      return;
+  }
+}
+
+void CmOnQpDestroyed(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  SoftCmId* s = q->cm_id;
+  if (s == nullptr) return;
+  if (s->conn != nullptr && s->conn->qp.get() == q) s->conn->qp.reset();
+  if ((s->state == CmState::kEstablished || s->state == CmState::kAccepting) &&
+      s->conn != nullptr) {
+    // The peer must not wait forever on a QP that is gone.
+    SendControl(s->conn.get(), FrameType::kDisconnect, {});
+    s->state = CmState::kDisconnected;
+  }
+  s->id.qp = nullptr;
+  q->cm_id = nullptr;
+}
+
+}  // namespace internal
+
+using internal::CmMutex;
+using internal::CmState;
+using internal::SoftCmEvent;
+using internal::SoftCmId;
+using internal::SoftEventChannel;
+
+rdma_event_channel* create_event_channel() {
+  auto* ch = new SoftEventChannel();
+  ch->ch.fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  if (ch->ch.fd < 0) {
+    int e = errno;
+    delete ch;
+    errno = e;
+    return nullptr;
+  }
+  return &ch->ch;
+}
+
+void destroy_event_channel(rdma_event_channel* channel) {
+  if (channel == nullptr) return;
+  auto* ch = internal::ChannelOf(channel);
+  {
+    absl::MutexLock l(&ch->mu);
+    for (SoftCmEvent* e : ch->events) delete e;
+    ch->events.clear();
+  }
+  ::close(channel->fd);
+  delete ch;
+}
+
+int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
+              rdma_port_space ps) {
+  if (id == nullptr) return internal::Fail(EINVAL);
+  if (ps != RDMA_PS_TCP) return internal::Fail(EOPNOTSUPP);
+  const bool sync = channel == nullptr;
+  if (sync) {
+    channel = create_event_channel();
+    if (channel == nullptr) return -1;
+  }
+  auto* s = new SoftCmId();
+  std::memset(&s->id, 0, sizeof(s->id));
+  s->sync = sync;
+  s->id.channel = channel;
+  s->id.context = context;
+  s->id.ps = ps;
+  s->id.qp_type = IBV_QPT_RC;
+  {
+    absl::MutexLock l(&CmMutex());
+    s->serial = internal::g_next_serial++;
+    internal::LiveIds()[s->serial] = s;
+  }
+  internal::Stat().live_cm_ids++;
+  *id = &s->id;
+  return 0;
+}
+
+int destroy_id(rdma_cm_id* id) {
+  if (id == nullptr) return internal::Fail(EINVAL);
+  absl::MutexLock l(&CmMutex());
+  internal::DestroyIdLocked(internal::CmIdOf(id));
+  return 0;
+}
+
+int bind_addr(rdma_cm_id* id, sockaddr* addr) {
+  if (id == nullptr || !internal::GoodFamily(addr)) return internal::Fail(EINVAL);
+  absl::MutexLock l(&CmMutex());
+  SoftCmId* s = internal::CmIdOf(id);
+  if (s->state != CmState::kIdle) return internal::Fail(EINVAL);
+  int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd, addr, internal::AddrLen(addr)) != 0) {
+    int e = errno;
+    ::close(fd);
+    return internal::Fail(e);
+  }
+  socklen_t len = sizeof(id->route.addr.src_storage);
+  ::getsockname(fd, &id->route.addr.src_addr, &len);
+  s->bound_fd = fd;
+  s->state = CmState::kBound;
+  id->verbs = internal::CmContext();
+  id->port_num = 1;
+  return 0;
+}
+
+int listen(rdma_cm_id* id, int backlog) {
+  if (id == nullptr) return internal::Fail(EINVAL);
+  absl::MutexLock l(&CmMutex());
+  SoftCmId* s = internal::CmIdOf(id);
+  if (s->state != CmState::kBound) return internal::Fail(EINVAL);
+  if (::listen(s->bound_fd, backlog > 0 ? backlog : 128) != 0) return -1;
+  s->listener = internal::MakeListener(s->bound_fd, s);
+  s->bound_fd = -1;  // the listener owns it now
+  s->listener->Start();
+  s->state = CmState::kListen;
+  return 0;
+}
+
+static int ResolveAddrStart(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr,
+                            int timeout_ms) {
+  if (id == nullptr || dst_addr == nullptr) return internal::Fail(EINVAL);
+  absl::MutexLock l(&CmMutex());
+  SoftCmId* s = internal::CmIdOf(id);
+  if (s->state != CmState::kIdle && s->state != CmState::kBound) return internal::Fail(EINVAL);
+  if (timeout_ms > 0) s->timeout_ms = timeout_ms;
+  id->verbs = internal::CmContext();
+  id->port_num = 1;
+  if (!internal::GoodFamily(dst_addr)) {
+    internal::PostEvent(s, RDMA_CM_EVENT_ADDR_ERROR, -EAFNOSUPPORT);
+    return 0;
+  }
+  std::memcpy(&id->route.addr.dst_storage, dst_addr, internal::AddrLen(dst_addr));
+  // Ask the kernel for a route: a connected UDP socket needs one and tells us
+  // the source address it would use. No packet is sent.
+  int probe = ::socket(dst_addr->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int err = 0;
+  if (probe < 0) {
+    err = errno;
+  } else {
+    if (::connect(probe, dst_addr, internal::AddrLen(dst_addr)) != 0) err = errno;
+    if (err == 0 && s->state != CmState::kBound) {
+      socklen_t len = sizeof(id->route.addr.src_storage);
+      ::getsockname(probe, &id->route.addr.src_addr, &len);
+      id->route.addr.src_sin.sin_port = 0;  // chosen at connect
+      if (id->route.addr.src_addr.sa_family == AF_INET6) id->route.addr.src_sin6.sin6_port = 0;
+    }
+    ::close(probe);
+  }
+  if (err == 0 && src_addr != nullptr && internal::GoodFamily(src_addr) &&
+      s->state != CmState::kBound) {
+    std::memcpy(&id->route.addr.src_storage, src_addr, internal::AddrLen(src_addr));
+  }
+  if (err != 0) {
+    internal::PostEvent(s, RDMA_CM_EVENT_ADDR_ERROR, -err);
+    return 0;
+  }
+  s->state = CmState::kAddrResolved;
+  internal::PostEvent(s, RDMA_CM_EVENT_ADDR_RESOLVED, 0);
+  return 0;
+}
+
+static int ResolveRouteStart(rdma_cm_id* id, int timeout_ms) {
+  if (id == nullptr) return internal::Fail(EINVAL);
+  absl::MutexLock l(&CmMutex());
+  SoftCmId* s = internal::CmIdOf(id);
+  if (s->state != CmState::kAddrResolved) return internal::Fail(EINVAL);
+  if (timeout_ms > 0) s->timeout_ms = timeout_ms;
+  s->state = CmState::kRouteResolved;
+  internal::PostEvent(s, RDMA_CM_EVENT_ROUTE_RESOLVED, 0);
+  return 0;
+}
+
+int create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
+  if (id == nullptr || qp_init_attr == nullptr || id->verbs == nullptr) {
+    return internal::Fail(EINVAL);
+  }
+  if (id->qp != nullptr) return internal::Fail(EINVAL);
+  if (pd == nullptr) {
+    internal::SoftContext* c = internal::ToSoft(id->verbs);
+    absl::MutexLock l(&c->mu);
+    if (c->default_pd == nullptr) c->default_pd = alloc_pd(id->verbs);
+    pd = c->default_pd;
+  } else if (pd->context != id->verbs) {
+    return internal::Fail(EINVAL);
+  }
+  ibv_qp_init_attr attr = *qp_init_attr;
+  bool own_cqs = false;
+  ibv_comp_channel* sch = nullptr;
+  ibv_comp_channel* rch = nullptr;
+  if (attr.send_cq == nullptr || attr.recv_cq == nullptr) {
+    // As librdmacm: make a CQ (with its own completion channel) per queue.
+    own_cqs = true;
+    if (attr.send_cq != nullptr || attr.recv_cq != nullptr) return internal::Fail(EINVAL);
+    sch = create_comp_channel(id->verbs);
+    rch = create_comp_channel(id->verbs);
+    attr.send_cq = create_cq(id->verbs, std::max<int>(1, attr.cap.max_send_wr), nullptr, sch, 0);
+    attr.recv_cq = create_cq(id->verbs, std::max<int>(1, attr.cap.max_recv_wr), nullptr, rch, 0);
+    if (sch == nullptr || rch == nullptr || attr.send_cq == nullptr || attr.recv_cq == nullptr) {
+      int e = errno;
+      if (attr.send_cq) destroy_cq(attr.send_cq);
+      if (attr.recv_cq) destroy_cq(attr.recv_cq);
+      if (sch) destroy_comp_channel(sch);
+      if (rch) destroy_comp_channel(rch);
+      return internal::Fail(e);
+    }
+  }
+  ibv_qp* qp = softrdma::create_qp(pd, &attr);
+  if (qp == nullptr) {
+    int e = errno;
+    if (own_cqs) {
+      destroy_cq(attr.send_cq);
+      destroy_cq(attr.recv_cq);
+      destroy_comp_channel(sch);
+      destroy_comp_channel(rch);
+    }
+    return internal::Fail(e);
+  }
+  qp_init_attr->cap = attr.cap;
+  ibv_qp_attr init{};
+  init.qp_state = IBV_QPS_INIT;
+  modify_qp(qp, &init, IBV_QP_STATE);
+  absl::MutexLock l(&CmMutex());
+  SoftCmId* s = internal::CmIdOf(id);
+  id->qp = qp;
+  id->pd = pd;
+  id->send_cq = attr.send_cq;
+  id->recv_cq = attr.recv_cq;
+  if (own_cqs) {
+    id->send_cq_channel = sch;
+    id->recv_cq_channel = rch;
+  }
+  s->own_cqs = own_cqs;
+  internal::ToSoft(qp)->cm_id = s;
+  if (s->state == CmState::kEstablished || s->state == CmState::kAccepting) {
+    internal::AttachQp(s);
+  }
+  return 0;
+}
+
+void destroy_qp(rdma_cm_id* id) {
+  if (id == nullptr || id->qp == nullptr) return;
+  softrdma::destroy_qp(id->qp);  // detaches from the id and tells the peer
+  id->qp = nullptr;
+  bool own_cqs;
+  {
+    absl::MutexLock l(&CmMutex());
+    SoftCmId* s = internal::CmIdOf(id);
+    own_cqs = s->own_cqs;
+    s->own_cqs = false;
+  }
+  if (own_cqs) {
+    destroy_cq(id->send_cq);
+    destroy_cq(id->recv_cq);
+    destroy_comp_channel(id->send_cq_channel);
+    destroy_comp_channel(id->recv_cq_channel);
+    id->send_cq_channel = nullptr;
+    id->recv_cq_channel = nullptr;
+  }
+  id->send_cq = nullptr;
+  id->recv_cq = nullptr;
+}
+
+static int ConnectStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
+  if (id == nullptr) return internal::Fail(EINVAL);
+  if (conn_param != nullptr &&
+      (conn_param->private_data_len > internal::kMaxConnectPrivateData ||
+       (conn_param->private_data_len > 0 && conn_param->private_data == nullptr))) {
+    return internal::Fail(EINVAL);
+  }
+  absl::MutexLock l(&CmMutex());
+  SoftCmId* s = internal::CmIdOf(id);
+  if (s->state != CmState::kRouteResolved) return internal::Fail(EINVAL);
+  internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
+  if (conn_param == nullptr) s->local.rnr_retry_count = 7;
+  sockaddr* dst = &id->route.addr.dst_addr;
+  int fd = s->bound_fd;
+  s->bound_fd = -1;
+  if (fd < 0) {
+    fd = ::socket(dst->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+  }
+  int rc = ::connect(fd, dst, internal::AddrLen(dst));
+  if (rc != 0 && errno != EINPROGRESS) {
+    int e = errno;
+    ::close(fd);
+    internal::FailConnect(s, e);
+    return 0;  // the outcome is the event, as with librdmacm
+  }
+  s->conn = internal::Conn::Create(fd, /*connecting=*/true);
+  s->conn->id = s;
+  s->tcp_connecting = true;
+  s->state = CmState::kConnecting;
+  const uint64_t serial = s->serial;
+  internal::Engine::Get().RunAfter(absl::Milliseconds(s->timeout_ms), [serial] {
+    absl::MutexLock l(&CmMutex());
+    auto it = internal::LiveIds().find(serial);
+    if (it == internal::LiveIds().end() || !it->second->tcp_connecting) return;
+    internal::FailConnect(it->second, ETIMEDOUT);  // the host did not answer
+  });
+  return 0;
+}
+
+static int AcceptStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
+  if (id == nullptr) return internal::Fail(EINVAL);
+  if (conn_param != nullptr &&
+      (conn_param->private_data_len > internal::kMaxAcceptPrivateData ||
+       (conn_param->private_data_len > 0 && conn_param->private_data == nullptr))) {
+    return internal::Fail(EINVAL);
+  }
+  absl::MutexLock l(&CmMutex());
+  SoftCmId* s = internal::CmIdOf(id);
+  if (s->state != CmState::kConnectReqRcvd || s->conn == nullptr) return internal::Fail(EINVAL);
+  if (s->peer_gone) {
+    // The active side went away after its CONNECT_REQ: the accept cannot
+    // complete, which rdma_cm reports as a connection error.
+    s->state = CmState::kError;
+    internal::PostEvent(s, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
+    return 0;
+  }
+  internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
+  if (conn_param == nullptr) s->local.rnr_retry_count = 7;
+  internal::AttachQp(s);
+  internal::SendControl(s->conn.get(), internal::FrameType::kAccept,
+                        internal::EncodeConnParams(s->local));
+  s->state = CmState::kAccepting;
+  return 0;
+}
+
+namespace {
+
+// For a synchronous id: waits for the next event on its private channel and
+// turns it into the -1/errno result librdmacm's synchronous calls give.
+int WaitSync(rdma_cm_id* id, rdma_cm_event_type want) {
+  rdma_cm_event* e = nullptr;
+  if (get_cm_event(id->channel, &e) != 0) return -1;
+  const rdma_cm_event_type got = e->event;
+  const int status = e->status;
+  ack_cm_event(e);
+  if (got == want) return 0;
+  switch (got) {
+    case RDMA_CM_EVENT_REJECTED:
+      errno = ECONNREFUSED;
+      break;
+    case RDMA_CM_EVENT_UNREACHABLE:
+      errno = status < 0 ? -status : ETIMEDOUT;
+      break;
+    case RDMA_CM_EVENT_ADDR_ERROR:
+      errno = status < 0 ? -status : EADDRNOTAVAIL;
+      break;
+    default:
+      errno = EPROTO;
+  }
+  return -1;
+}
+
+bool IsSync(rdma_cm_id* id) { return internal::CmIdOf(id)->sync; }
+
+}  // namespace
+
+int resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, int timeout_ms) {
+  int rc = ResolveAddrStart(id, src_addr, dst_addr, timeout_ms);
+  if (rc != 0 || !IsSync(id)) return rc;
+  return WaitSync(id, RDMA_CM_EVENT_ADDR_RESOLVED);
+}
+
+int resolve_route(rdma_cm_id* id, int timeout_ms) {
+  int rc = ResolveRouteStart(id, timeout_ms);
+  if (rc != 0 || !IsSync(id)) return rc;
+  return WaitSync(id, RDMA_CM_EVENT_ROUTE_RESOLVED);
+}
+
+int connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
+  int rc = ConnectStart(id, conn_param);
+  if (rc != 0 || !IsSync(id)) return rc;
+  return WaitSync(id, RDMA_CM_EVENT_ESTABLISHED);
+}
+
+int accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
+  int rc = AcceptStart(id, conn_param);
+  if (rc != 0 || !IsSync(id)) return rc;
+  return WaitSync(id, RDMA_CM_EVENT_ESTABLISHED);
+}
+
+int get_request(rdma_cm_id* listen, rdma_cm_id** id) {
+  if (listen == nullptr || id == nullptr || !IsSync(listen)) return internal::Fail(EINVAL);
+  rdma_cm_event* e = nullptr;
+  if (get_cm_event(listen->channel, &e) != 0) return -1;
+  if (e->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+    ack_cm_event(e);
+    return internal::Fail(EPROTO);
+  }
+  rdma_cm_id* child = e->id;
+  ack_cm_event(e);
+  bool make_qp;
+  ibv_qp_init_attr attr;
+  ibv_pd* pd;
+  {
+    absl::MutexLock l(&CmMutex());
+    SoftCmId* ls = internal::CmIdOf(listen);
+    make_qp = ls->has_ep_qp_attr;
+    attr = ls->ep_qp_attr;
+    pd = ls->ep_pd;
+  }
+  if (make_qp && create_qp(child, pd, &attr) != 0) {
+    int e2 = errno;
+    destroy_id(child);
+    return internal::Fail(e2);
+  }
+  *id = child;
+  return 0;
+}
+
+int create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
+  if (id == nullptr || res == nullptr) return internal::Fail(EINVAL);
+  rdma_cm_id* cm = nullptr;
+  if (create_id(nullptr, &cm, nullptr, RDMA_PS_TCP) != 0) return -1;
+  // As librdmacm: the QP type comes from the address info.
+  if (qp_init_attr != nullptr) {
+    qp_init_attr->qp_type = res->ai_qp_type != 0 ? static_cast<ibv_qp_type>(res->ai_qp_type)
+                                                  : IBV_QPT_RC;
+  }
+  int rc;
+  if (res->ai_flags & RAI_PASSIVE) {
+    rc = bind_addr(cm, res->ai_src_addr);
+    if (rc == 0 && qp_init_attr != nullptr) {
+      // librdmacm keeps the attributes for the QPs of accepted ids.
+      absl::MutexLock l(&CmMutex());
+      SoftCmId* s = internal::CmIdOf(cm);
+      s->has_ep_qp_attr = true;
+      s->ep_qp_attr = *qp_init_attr;
+      s->ep_pd = pd;
+    }
+  } else {
+    rc = resolve_addr(cm, res->ai_src_addr, res->ai_dst_addr, 2000);
+    if (rc == 0) rc = resolve_route(cm, 2000);
+    if (rc == 0 && qp_init_attr != nullptr) rc = create_qp(cm, pd, qp_init_attr);
+  }
+  if (rc != 0) {
+    int e = errno;
+    destroy_id(cm);
+    return internal::Fail(e);
+  }
+  *id = cm;
+  return 0;
+}
+
+void destroy_ep(rdma_cm_id* id) {
+  if (id == nullptr) return;
+  if (id->qp != nullptr) destroy_qp(id);
+  destroy_id(id);
+}
+
+int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
+  if (id == nullptr || private_data_len > internal::kMaxRejectPrivateData ||
+      (private_data_len > 0 && private_data == nullptr)) {
+    return internal::Fail(EINVAL);
+  }
+  absl::MutexLock l(&CmMutex());
+  SoftCmId* s = internal::CmIdOf(id);
+  if (s->state != CmState::kConnectReqRcvd || s->conn == nullptr) return internal::Fail(EINVAL);
+  std::vector<uint8_t> pd(static_cast<const uint8_t*>(private_data),
+                          static_cast<const uint8_t*>(private_data) + private_data_len);
+  internal::SendControl(s->conn.get(), internal::FrameType::kReject, pd);
+  s->state = CmState::kRejected;
+  return 0;
+}
+
+int disconnect(rdma_cm_id* id) {
+  if (id == nullptr) return internal::Fail(EINVAL);
+  absl::MutexLock l(&CmMutex());
+  SoftCmId* s = internal::CmIdOf(id);
+  switch (s->state) {
+    case CmState::kEstablished:
+    case CmState::kAccepting:
+      if (s->conn != nullptr) {
+        internal::SendControl(s->conn.get(), internal::FrameType::kDisconnect, {});
+      }
+      internal::EndConnection(s);
+      return 0;
+    case CmState::kDisconnected:
+      internal::EndConnection(s);  // posts DISCONNECTED if not done yet
+      return 0;
+    default:
+      return internal::Fail(EINVAL);
+  }
+}
+
+int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
+  if (channel == nullptr || event == nullptr) return internal::Fail(EINVAL);
+  SoftEventChannel* ch = internal::ChannelOf(channel);
+  for (;;) {
+    if (internal::WaitEventFd(channel->fd) != 0) return -1;
+    absl::MutexLock l(&ch->mu);
+    if (ch->events.empty()) continue;  // its id was destroyed or migrated
+    *event = &ch->events.front()->ev;
+    ch->events.pop_front();
+    return 0;
+  }
+}
+
+int ack_cm_event(rdma_cm_event* event) {
+  if (event == nullptr) return internal::Fail(EINVAL);
+  delete reinterpret_cast<SoftCmEvent*>(event);
+  return 0;
+}
+
+int migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
+  if (id == nullptr || channel == nullptr) return internal::Fail(EINVAL);
+  absl::MutexLock l(&CmMutex());
+  SoftEventChannel* from = internal::ChannelOf(id->channel);
+  SoftEventChannel* to = internal::ChannelOf(channel);
+  if (from == to) return 0;
+  std::vector<SoftCmEvent*> moved;
+  {
+    absl::MutexLock fl(&from->mu);
+    auto keep = std::remove_if(from->events.begin(), from->events.end(), [&](SoftCmEvent* e) {
+      if (e->ev.id != id) return false;
+      moved.push_back(e);
+      return true;
+    });
+    from->events.erase(keep, from->events.end());
+  }
+  {
+    absl::MutexLock tl(&to->mu);
+    for (SoftCmEvent* e : moved) to->events.push_back(e);
+  }
+  for (size_t i = 0; i < moved.size(); ++i) internal::SignalEventFd(channel->fd);
+  id->channel = channel;
+  return 0;
+}
+
+int DropConnection(rdma_cm_id* id) {
+  if (id == nullptr) return internal::Fail(EINVAL);
+  absl::MutexLock l(&CmMutex());
+  SoftCmId* s = internal::CmIdOf(id);
+  if (s->conn == nullptr) return internal::Fail(EINVAL);
+  // Both directions end at once; the progress thread then sees EOF on this
+  // end and the peer's sees EOF on the other, and each handles a dead peer.
+  ::shutdown(s->conn->fd(), SHUT_RDWR);
+  return 0;
+}
+
+sockaddr* get_local_addr(rdma_cm_id* id) { return &id->route.addr.src_addr; }
+sockaddr* get_peer_addr(rdma_cm_id* id) { return &id->route.addr.dst_addr; }
+// Network byte order, as rdma_get_src_port / rdma_get_dst_port return it.
+uint16_t get_src_port(rdma_cm_id* id) { return internal::PortOf(&id->route.addr.src_addr); }
+uint16_t get_dst_port(rdma_cm_id* id) { return internal::PortOf(&id->route.addr.dst_addr); }
+
+}  // namespace softrdma

@@ -1,0 +1,191 @@
+// cq.cc: completion queues and completion channels.
+#include <errno.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "glog/logging.h"
+#include "softrdma/internal.h"
+#include "softrdma/softrdma.h"
+
+namespace softrdma {
+namespace internal {
+
+void CqPush(ibv_cq* cq, const ibv_wc& wc) {
+  SoftCq* c = ToSoft(cq);
+  bool notify = false;
+  bool overrun_now = false;
+  {
+    absl::MutexLock l(&c->mu);
+    if (c->overrun) return;  // already in error; hardware stops writing CQEs
+    if (c->count == c->ring.size()) {
+      // Hardware does not drop a CQE silently: the CQ goes to error and an
+      // IBV_EVENT_CQ_ERR async event is raised.
+      c->overrun = true;
+      overrun_now = true;
+    } else {
+      c->ring[(c->head + c->count) % c->ring.size()] = wc;
+      ++c->count;
+      if (c->armed && cq->channel != nullptr) {
+        c->armed = false;  // one event per arm, as hardware
+        notify = true;
+      }
+    }
+  }
+  if (overrun_now) {
+    LOG(ERROR) << "softrdma: CQ overrun (cqe " << cq->cqe << "); CQ is now in error";
+    ibv_async_event ev{};
+    ev.element.cq = cq;
+    ev.event_type = IBV_EVENT_CQ_ERR;
+    PostAsyncEvent(cq->context, ev);
+    return;
+  }
+  if (notify) {
+    auto* ch = reinterpret_cast<SoftCompChannel*>(cq->channel);
+    {
+      absl::MutexLock l(&ch->mu);
+      ch->events.push_back(cq);
+    }
+    SignalEventFd(ch->ch.fd);
+  }
+}
+
+int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
+  SoftCq* c = ToSoft(cq);
+  int n = 0;
+  {
+    absl::MutexLock l(&c->mu);
+    while (n < num_entries && c->count > 0) {
+      wc[n++] = c->ring[c->head];
+      c->head = (c->head + 1) % c->ring.size();
+      --c->count;
+    }
+    if (n == 0 && c->overrun) return -EIO;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (wc[i].status == IBV_WC_REM_ACCESS_ERR) Stat().rem_access_errors++;
+  }
+  return n;
+}
+
+int ReqNotifyCq(ibv_cq* cq, int /*solicited_only*/) {
+  // Every CQE we generate is treated as solicited, so solicited_only arms the
+  // same way (an event may come a little earlier than hardware would give it).
+  SoftCq* c = ToSoft(cq);
+  absl::MutexLock l(&c->mu);
+  c->armed = true;
+  return 0;
+}
+
+}  // namespace internal
+
+using internal::SoftCompChannel;
+using internal::SoftCq;
+
+ibv_comp_channel* create_comp_channel(ibv_context* context) {
+  if (context == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* ch = new SoftCompChannel();
+  ch->ch.context = context;
+  ch->ch.refcnt = 0;
+  // Semaphore mode: each read takes exactly one event, which matches one
+  // get_cq_event call; the user may set O_NONBLOCK on it and poll it.
+  ch->ch.fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  if (ch->ch.fd < 0) {
+    int e = errno;
+    delete ch;
+    errno = e;
+    return nullptr;
+  }
+  return &ch->ch;
+}
+
+int destroy_comp_channel(ibv_comp_channel* channel) {
+  if (channel == nullptr) return EINVAL;
+  auto* ch = reinterpret_cast<SoftCompChannel*>(channel);
+  {
+    absl::MutexLock l(&ch->mu);
+    if (ch->attached_cqs > 0) return EBUSY;
+  }
+  ::close(channel->fd);
+  delete ch;
+  return 0;
+}
+
+ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context,
+                  ibv_comp_channel* channel, int /*comp_vector*/) {
+  if (context == nullptr || cqe < 1 || cqe > internal::kMaxCqe) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* c = new SoftCq();
+  c->cq.context = context;
+  c->cq.channel = channel;
+  c->cq.cq_context = cq_context;
+  c->cq.cqe = cqe;
+  pthread_mutex_init(&c->cq.mutex, nullptr);
+  pthread_cond_init(&c->cq.cond, nullptr);
+  {
+    absl::MutexLock l(&c->mu);
+    c->ring.resize(static_cast<size_t>(cqe));
+  }
+  if (channel != nullptr) {
+    auto* ch = reinterpret_cast<SoftCompChannel*>(channel);
+    absl::MutexLock l(&ch->mu);
+    ch->attached_cqs++;
+    channel->refcnt++;
+  }
+  internal::Stat().live_cqs++;
+  return &c->cq;
+}
+
+int destroy_cq(ibv_cq* cq) {
+  if (cq == nullptr) return EINVAL;
+  SoftCq* c = internal::ToSoft(cq);
+  if (c->qp_refs.load() > 0) return EBUSY;
+  if (cq->channel != nullptr) {
+    auto* ch = reinterpret_cast<SoftCompChannel*>(cq->channel);
+    absl::MutexLock l(&ch->mu);
+    // Events not yet taken by get_cq_event would name a dead CQ: drop them.
+    // Their eventfd counts stay; get_cq_event skips such empty wakeups.
+    ch->events.erase(std::remove(ch->events.begin(), ch->events.end(), cq),
+                     ch->events.end());
+    ch->attached_cqs--;
+    cq->channel->refcnt--;
+  }
+  pthread_cond_destroy(&cq->cond);
+  pthread_mutex_destroy(&cq->mutex);
+  delete c;
+  internal::Stat().live_cqs--;
+  return 0;
+}
+
+int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  if (channel == nullptr || cq == nullptr || cq_context == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  auto* ch = reinterpret_cast<SoftCompChannel*>(channel);
+  for (;;) {
+    if (internal::WaitEventFd(channel->fd) != 0) return -1;
+    absl::MutexLock l(&ch->mu);
+    if (ch->events.empty()) continue;  // the event's CQ was destroyed
+    *cq = ch->events.front();
+    ch->events.pop_front();
+    *cq_context = (*cq)->cq_context;
+    return 0;
+  }
+}
+
+void ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  if (cq == nullptr) return;
+  SoftCq* c = internal::ToSoft(cq);
+  absl::MutexLock l(&c->mu);
+  cq->comp_events_completed += nevents;
+}
+
+}  // namespace softrdma

@@ -1,0 +1,434 @@
+// engine.cc: the progress thread, connections and listeners.
+#include "softrdma/engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "glog/logging.h"
+
+namespace softrdma {
+namespace internal {
+
+// ---- event fds ------------------------------------------------------------------
+
+void SignalEventFd(int fd) {
+  uint64_t one = 1;
+  // An eventfd write only fails on counter overflow (2^64 - 2 pending events).
+  ssize_t n;
+  do {
+    n = ::write(fd, &one, sizeof(one));
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) PLOG(ERROR) << "softrdma: eventfd write";
+}
+
+int WaitEventFd(int fd) {
+  uint64_t v;
+  for (;;) {
+    ssize_t n = ::read(fd, &v, sizeof(v));
+    if (n == sizeof(v)) return 0;
+    if (n < 0 && errno == EINTR) continue;
+    return -1;  // errno from read: EAGAIN when the user made it non-blocking
+  }
+}
+
+// ---- engine -------------------------------------------------------------------
+
+namespace {
+
+// The engine of this process. A child made by fork() (without exec) has no
+// progress thread, so the atfork child handler forgets the parent's engine
+// (leaking it on purpose: its state is not ours to tear down) and the child
+// starts a fresh one on first use. Objects inherited from the parent do not
+// work in the child, as with real RDMA devices after fork.
+std::atomic<Engine*> g_engine{nullptr};
+ABSL_CONST_INIT absl::Mutex g_engine_mu(absl::kConstInit);
+
+void AtForkPrepare() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // No frame is half-dispatched while the address space is copied.
+  CmMutex().Lock();
+}
+void AtForkParent() ABSL_NO_THREAD_SAFETY_ANALYSIS { CmMutex().Unlock(); }
+void AtForkChild() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  CmMutex().Unlock();
+  g_engine.store(nullptr);
+}
+
+}  // namespace
+
+Engine& Engine::Get() {
+  Engine* e = g_engine.load(std::memory_order_acquire);
+  if (e != nullptr) return *e;
+  absl::MutexLock l(&g_engine_mu);
+  e = g_engine.load(std::memory_order_acquire);
+  if (e == nullptr) {
+    static const bool registered = [] {
+      ::pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
+      return true;
+    }();
+    (void)registered;
+    e = new Engine();
+    g_engine.store(e, std::memory_order_release);
+  }
+  return *e;
+}
+
+Engine::Engine() {
+  epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  PCHECK(epfd_ >= 0) << "softrdma: epoll_create1";
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  PCHECK(wake_fd_ >= 0) << "softrdma: eventfd";
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 0;  // token 0 is the wakeup fd
+  PCHECK(::epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev) == 0);
+  std::thread([this] { Loop(); }).detach();
+}
+
+uint64_t Engine::Register(std::shared_ptr<Pollable> p, int fd, uint32_t events) {
+  uint64_t token;
+  {
+    absl::MutexLock l(&mu_);
+    token = next_token_++;
+    items_[token] = std::move(p);
+  }
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = token;
+  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    PLOG(ERROR) << "softrdma: epoll_ctl ADD fd " << fd;
+  }
+  return token;
+}
+
+void Engine::Modify(uint64_t token, int fd, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = token;
+  // ENOENT after Unregister is expected and harmless.
+  ::epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
+}
+
+void Engine::Unregister(uint64_t token, int fd) {
+  ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  std::shared_ptr<Pollable> drop;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = items_.find(token);
+    if (it == items_.end()) return;
+    drop = std::move(it->second);
+    items_.erase(it);
+  }
+  // `drop` may be the last owner; it dies here, outside mu_.
+}
+
+void Engine::RunAfter(absl::Duration delay, std::function<void()> fn) {
+  bool wake;
+  {
+    absl::MutexLock l(&mu_);
+    absl::Time when = absl::Now() + delay;
+    wake = timers_.empty() || when < timers_.begin()->first;
+    timers_.emplace(when, std::move(fn));
+  }
+  if (wake) Wake();
+}
+
+void Engine::Wake() {
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+}
+
+void Engine::Loop() {
+  constexpr int kMaxEvents = 64;
+  epoll_event events[kMaxEvents];
+  for (;;) {
+    int timeout_ms = -1;
+    {
+      absl::MutexLock l(&mu_);
+      if (!timers_.empty()) {
+        absl::Duration d = timers_.begin()->first - absl::Now();
+        timeout_ms = d <= absl::ZeroDuration()
+                         ? 0
+                         : static_cast<int>(absl::ToInt64Milliseconds(d + absl::Microseconds(999)));
+      }
+    }
+    int n = ::epoll_wait(epfd_, events, kMaxEvents, timeout_ms);
+    if (n < 0 && errno != EINTR) PLOG(FATAL) << "softrdma: epoll_wait";
+    for (int i = 0; i < n; ++i) {
+      uint64_t token = events[i].data.u64;
+      if (token == 0) {
+        uint64_t v;
+        (void)!::read(wake_fd_, &v, sizeof(v));
+        continue;
+      }
+      std::shared_ptr<Pollable> p;
+      {
+        absl::MutexLock l(&mu_);
+        auto it = items_.find(token);
+        if (it != items_.end()) p = it->second;
+      }
+      if (p) p->OnEvents(events[i].events);
+    }
+    // Due timers.
+    for (;;) {
+      std::function<void()> fn;
+      {
+        absl::MutexLock l(&mu_);
+        if (timers_.empty() || timers_.begin()->first > absl::Now()) break;
+        fn = std::move(timers_.begin()->second);
+        timers_.erase(timers_.begin());
+      }
+      fn();
+    }
+  }
+}
+
+// ---- connections ---------------------------------------------------------------
+
+std::shared_ptr<Conn> Conn::Create(int fd, bool connecting) {
+  std::shared_ptr<Conn> c(new Conn(fd, connecting));
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  uint32_t events = EPOLLIN | EPOLLRDHUP | (connecting ? uint32_t{EPOLLOUT} : 0u);
+  c->token_ = Engine::Get().Register(c, fd, events);
+  return c;
+}
+
+Conn::Conn(int fd, bool connecting) : fd_(fd), connecting_(connecting) {}
+
+Conn::~Conn() { ::close(fd_); }
+
+void Conn::Close() {
+  if (closed_.exchange(true)) return;
+  {
+    absl::MutexLock l(&write_mu_);
+    broken_ = true;
+    wq_.clear();
+  }
+  ::shutdown(fd_, SHUT_RDWR);
+  Engine::Get().Unregister(token_, fd_);
+}
+
+void Conn::Send(std::shared_ptr<const std::vector<uint8_t>> frame) {
+  absl::MutexLock l(&write_mu_);
+  if (broken_) return;
+  wq_.push_back(Chunk{std::move(frame), 0});
+  if (out_armed_ || connecting_) return;  // the progress thread drains it
+  if (!TryWriteLocked()) return;
+  if (!wq_.empty()) {
+    out_armed_ = true;
+    Engine::Get().Modify(token_, fd_, EPOLLIN | EPOLLRDHUP | EPOLLOUT);
+  }
+}
+
+void Conn::SendFrame(const FrameHeader& h, const void* payload, uint32_t len) {
+  auto buf = NewFrame(h, len);
+  if (len > 0) std::memcpy(buf->data() + kHeaderSize, payload, len);
+  Send(std::move(buf));
+}
+
+// Writes queued bytes until the socket is full. False when the socket broke.
+bool Conn::TryWriteLocked() {
+  while (!wq_.empty()) {
+    Chunk& c = wq_.front();
+    const size_t left = c.buf->size() - c.off;
+    ssize_t n = ::send(fd_, c.buf->data() + c.off, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      broken_ = true;  // EPIPE / ECONNRESET: the read side reports the loss
+      wq_.clear();
+      return false;
+    }
+    c.off += static_cast<size_t>(n);
+    if (c.off == c.buf->size()) wq_.pop_front();
+  }
+  return true;
+}
+
+void Conn::HandleWritable() {
+  absl::MutexLock l(&write_mu_);
+  if (!TryWriteLocked() || wq_.empty()) {
+    if (out_armed_) {
+      out_armed_ = false;
+      Engine::Get().Modify(token_, fd_, EPOLLIN | EPOLLRDHUP);
+    }
+  } else if (!out_armed_) {
+    out_armed_ = true;
+    Engine::Get().Modify(token_, fd_, EPOLLIN | EPOLLRDHUP | EPOLLOUT);
+  }
+}
+
+void Conn::OnEvents(uint32_t events) {
+  if (closed_.load()) return;
+  // Keep ourselves alive while the handlers below may drop other owners.
+  std::shared_ptr<Conn> hold = shared_from_this();
+  if (connecting_) {
+    if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err == 0 && !(events & EPOLLOUT)) err = ECONNRESET;
+    {
+      absl::MutexLock l(&write_mu_);
+      connecting_ = false;
+      // EPOLLOUT is still registered from the connect; HandleWritable below
+      // drops it once the queue is empty.
+      out_armed_ = true;
+    }
+    {
+      absl::MutexLock l(&CmMutex());
+      CmOnConnectDone(this, err);
+    }
+    if (err != 0 || closed_.load()) return;
+    HandleWritable();  // anything queued while connecting
+    return;
+  }
+  if (events & EPOLLOUT) HandleWritable();
+  if (events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) HandleReadable();
+}
+
+void Conn::Lost() {
+  if (lost_reported_) return;
+  lost_reported_ = true;
+  {
+    absl::MutexLock l(&write_mu_);
+    broken_ = true;
+    wq_.clear();
+  }
+  {
+    absl::MutexLock l(&CmMutex());
+    CmOnClosed(this);
+  }
+  Close();
+}
+
+void Conn::HandleReadable() {
+  if (stage_.empty()) stage_.resize(64 << 10);
+  size_t budget = kReadBudget;
+  while (budget > 0 && !closed_.load()) {
+    // A large payload is read straight into its buffer; everything else goes
+    // through the staging buffer so small frames cost one recv each batch.
+    if (hdr_got_ == kHeaderSize && cur_.h.length - pay_got_ >= stage_.size()) {
+      ssize_t n = ::recv(fd_, cur_.payload.get() + pay_got_, cur_.h.length - pay_got_,
+                         MSG_DONTWAIT);
+      if (n == 0) return Lost();
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        return Lost();
+      }
+      pay_got_ += static_cast<size_t>(n);
+      budget -= std::min(budget, static_cast<size_t>(n));
+    } else {
+      ssize_t n = ::recv(fd_, stage_.data(), stage_.size(), MSG_DONTWAIT);
+      if (n == 0) return Lost();
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        return Lost();
+      }
+      budget -= std::min(budget, static_cast<size_t>(n));
+      size_t pos = 0;
+      const size_t end = static_cast<size_t>(n);
+      while (pos < end || (hdr_got_ == kHeaderSize && pay_got_ == cur_.h.length)) {
+        if (hdr_got_ < kHeaderSize) {
+          size_t take = std::min(kHeaderSize - hdr_got_, end - pos);
+          std::memcpy(hdr_ + hdr_got_, stage_.data() + pos, take);
+          hdr_got_ += take;
+          pos += take;
+          if (hdr_got_ < kHeaderSize) break;
+          cur_.h = DecodeHeader(hdr_);
+          if (cur_.h.length > kMaxFramePayload) {
+            LOG(ERROR) << "softrdma: frame payload " << cur_.h.length
+                       << " bytes exceeds limit; dropping connection";
+            return Lost();
+          }
+          cur_.payload.reset(cur_.h.length ? new uint8_t[cur_.h.length] : nullptr);
+          pay_got_ = 0;
+        }
+        if (pay_got_ < cur_.h.length) {
+          size_t take = std::min<size_t>(cur_.h.length - pay_got_, end - pos);
+          std::memcpy(cur_.payload.get() + pay_got_, stage_.data() + pos, take);
+          pay_got_ += take;
+          pos += take;
+          if (pay_got_ < cur_.h.length) break;
+        }
+        // A whole frame.
+        Frame f = std::move(cur_);
+        cur_ = Frame();
+        hdr_got_ = 0;
+        pay_got_ = 0;
+        {
+          absl::MutexLock l(&CmMutex());
+          CmOnFrame(this, f);
+        }
+        if (closed_.load()) return;
+      }
+    }
+    if (hdr_got_ == kHeaderSize && pay_got_ == cur_.h.length && cur_.h.length > 0) {
+      Frame f = std::move(cur_);
+      cur_ = Frame();
+      hdr_got_ = 0;
+      pay_got_ = 0;
+      absl::MutexLock l(&CmMutex());
+      CmOnFrame(this, f);
+    }
+  }
+}
+
+// ---- listeners -------------------------------------------------------------------
+
+std::shared_ptr<Listener> MakeListener(int fd, SoftCmId* id) {
+  auto l = std::make_shared<Listener>(fd, id);
+  l->self_ = l;
+  return l;
+}
+
+Listener::~Listener() { ::close(fd_); }
+
+void Listener::Start() {
+  token_ = Engine::Get().Register(self_.lock(), fd_, EPOLLIN);
+}
+
+void Listener::Close() {
+  // CmMutex() held by the caller.
+  if (closed_) return;
+  closed_ = true;
+  id_ = nullptr;
+  Engine::Get().Unregister(token_, fd_);
+}
+
+void Listener::OnEvents(uint32_t) {
+  for (;;) {
+    int fd = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        PLOG(WARNING) << "softrdma: accept";
+      }
+      return;
+    }
+    absl::MutexLock l(&CmMutex());
+    if (closed_ || id_ == nullptr) {
+      ::close(fd);
+      return;
+    }
+    auto conn = Conn::Create(fd, /*connecting=*/false);
+    conn->listen_id = id_;
+    CmOnIncoming(id_, std::move(conn));
+  }
+}
+
+}  // namespace internal
+}  // namespace softrdma

@@ -1,0 +1,150 @@
+// engine.h: softrdma's progress thread and its TCP connections.
+//
+// One progress thread per process, started the first time a socket or timer
+// needs it (processes that never touch softrdma start no thread). It waits in
+// epoll on every listening socket and connection, reads frames and dispatches
+// them, finishes writes that did not fit the socket buffer, and runs timers
+// (RNR retransmits, connect timeouts).
+//
+// Sockets are non-blocking; a peer that stops reading only grows that
+// connection's write queue and never blocks the progress thread. Reads take at
+// most kReadBudget bytes from one connection per wakeup, so a 16 MiB transfer
+// on one QP does not starve the others.
+#ifndef RDMARPC_RUNTIME_SOFTRDMA_ENGINE_H_
+#define RDMARPC_RUNTIME_SOFTRDMA_ENGINE_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "softrdma/internal.h"
+#include "softrdma/wire.h"
+
+namespace softrdma {
+namespace internal {
+
+// Something the progress thread waits on.
+class Pollable {
+ public:
+  virtual ~Pollable() = default;
+  // Called on the progress thread with the epoll event bits.
+  virtual void OnEvents(uint32_t events) = 0;
+};
+
+class Engine {
+ public:
+  // The process's engine; starts the progress thread on first use.
+  static Engine& Get();
+
+  // Registers `fd` for `events`; the engine keeps `p` alive until Unregister.
+  uint64_t Register(std::shared_ptr<Pollable> p, int fd, uint32_t events);
+  void Modify(uint64_t token, int fd, uint32_t events);
+  void Unregister(uint64_t token, int fd);
+  // Runs `fn` on the progress thread after `delay`.
+  void RunAfter(absl::Duration delay, std::function<void()> fn);
+
+ private:
+  Engine();
+  void Loop();
+  void Wake();
+
+  int epfd_ = -1;
+  int wake_fd_ = -1;
+  absl::Mutex mu_;
+  uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Pollable>> items_ ABSL_GUARDED_BY(mu_);
+  std::multimap<absl::Time, std::function<void()>> timers_ ABSL_GUARDED_BY(mu_);
+};
+
+// One RC connection's TCP socket. Owned by its cm id (shared with the QP for
+// sending and with the engine while registered).
+class Conn : public Pollable, public std::enable_shared_from_this<Conn> {
+ public:
+  // Takes ownership of a non-blocking socket. `connecting`: a non-blocking
+  // connect() is in progress; CmOnConnectDone reports its outcome.
+  static std::shared_ptr<Conn> Create(int fd, bool connecting);
+  ~Conn() override;
+
+  // Queues a whole frame (header included) for sending; thread-safe. Frames
+  // go out in the order of Send calls. Dropped silently once the socket broke
+  // (the progress thread then reports the loss through CmOnClosed).
+  void Send(std::shared_ptr<const std::vector<uint8_t>> frame);
+  // Convenience: header plus a copy of `payload`.
+  void SendFrame(const FrameHeader& h, const void* payload = nullptr, uint32_t len = 0);
+
+  // Stops all I/O: unregisters from the engine and shuts the socket down so
+  // the peer sees EOF. Idempotent; the fd closes when the last owner drops it.
+  void Close();
+
+  void OnEvents(uint32_t events) override;
+
+  int fd() const { return fd_; }
+
+  // Attachments.
+  SoftCmId* id ABSL_GUARDED_BY(CmMutex()) = nullptr;  // the cm id this belongs to
+  SoftCmId* listen_id ABSL_GUARDED_BY(CmMutex()) = nullptr;  // passive, before CONNECT_REQ
+  std::shared_ptr<SoftQp> qp ABSL_GUARDED_BY(CmMutex());     // where data frames go
+
+ private:
+  Conn(int fd, bool connecting);
+  void HandleReadable();
+  void HandleWritable();
+  bool TryWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  void Lost();
+
+  static constexpr size_t kReadBudget = 4 << 20;
+
+  const int fd_;
+  uint64_t token_ = 0;
+  std::atomic<bool> closed_{false};
+  bool connecting_;  // progress thread only (after Create)
+  bool lost_reported_ = false;
+
+  absl::Mutex write_mu_;
+  struct Chunk {
+    std::shared_ptr<const std::vector<uint8_t>> buf;
+    size_t off = 0;
+  };
+  std::deque<Chunk> wq_ ABSL_GUARDED_BY(write_mu_);
+  bool out_armed_ ABSL_GUARDED_BY(write_mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(write_mu_) = false;
+
+  // Read state: progress thread only.
+  uint8_t hdr_[kHeaderSize];
+  size_t hdr_got_ = 0;
+  Frame cur_;
+  size_t pay_got_ = 0;
+  std::vector<uint8_t> stage_;
+};
+
+// A listening TCP socket for an rdma_cm id in rdma_listen.
+class Listener : public Pollable {
+ public:
+  Listener(int fd, SoftCmId* id) : fd_(fd), id_(id) {}
+  ~Listener() override;
+  void Start();
+  void Close() ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
+  void OnEvents(uint32_t events) override;
+  int fd() const { return fd_; }
+
+ private:
+  const int fd_;
+  SoftCmId* id_ ABSL_GUARDED_BY(CmMutex());  // nulled on Close
+  uint64_t token_ = 0;
+  bool closed_ ABSL_GUARDED_BY(CmMutex()) = false;
+  std::weak_ptr<Listener> self_;
+  friend std::shared_ptr<Listener> MakeListener(int fd, SoftCmId* id);
+};
+std::shared_ptr<Listener> MakeListener(int fd, SoftCmId* id);
+
+}  // namespace internal
+}  // namespace softrdma
+
+#endif  // RDMARPC_RUNTIME_SOFTRDMA_ENGINE_H_

@@ -1,0 +1,213 @@
+// internal.h: softrdma's object model, shared by its .cc files.
+//
+// Every verbs / rdma_cm object is one of our structs with the rdma-core struct
+// as its FIRST member, so a pointer handed to the user (ibv_qp*, ibv_cq*, ...)
+// converts back with a reinterpret_cast (container_of at offset 0).
+//
+// Locking order (outer to inner):
+//   CmMutex()  ->  SoftQp::mu  ->  { SoftSrq::mu, SoftCq::mu -> SoftCompChannel::mu,
+//                                    Conn::write_mu_, key table mutex,
+//                                    SoftContext::mu, SoftEventChannel::mu }
+// CmMutex() guards all rdma_cm state and the Conn -> (id, QP) attachments; the
+// progress thread holds it while it dispatches a received frame, so frames of
+// one process are handled one at a time, in arrival order per connection.
+// The data path of the user (post_send, post_recv, poll_cq) never takes it.
+#ifndef RDMARPC_RUNTIME_SOFTRDMA_INTERNAL_H_
+#define RDMARPC_RUNTIME_SOFTRDMA_INTERNAL_H_
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "softrdma/softrdma.h"
+
+namespace softrdma {
+namespace internal {
+
+class Conn;
+struct SoftCmId;
+
+// Device limits, reported by query_device / query_port and enforced.
+inline constexpr uint32_t kMaxQpWr = 16384;
+inline constexpr uint32_t kMaxSge = 16;
+inline constexpr int kMaxCqe = 65536;
+inline constexpr uint32_t kMaxInlineData = 256;
+inline constexpr uint32_t kMaxMsgSize = 1u << 31;  // bytes, per WR
+inline constexpr int kMaxRdAtom = 16;
+// Receiver-not-ready back-off between retries. IB encodes min_rnr_timer
+// (0.01 ms .. 655 ms); we use a fixed 1 ms so tests that exercise RNR stay fast.
+inline constexpr int kRnrDelayMicros = 1000;
+
+absl::Mutex& CmMutex();
+
+// ---- counters ---------------------------------------------------------------
+struct Counters {
+  std::atomic<uint64_t> send{0}, send_with_imm{0}, rdma_write{0},
+      rdma_write_with_imm{0}, rdma_read{0}, recv{0}, bytes_sent{0},
+      rnr_retries{0}, post_send_calls{0}, post_recv_calls{0}, reg_mr{0},
+      max_send_bytes{0}, rem_access_errors{0};
+  std::atomic<int64_t> live_cm_ids{0}, live_qps{0}, live_cqs{0}, live_mrs{0},
+      live_pds{0};
+};
+Counters& Stat();
+
+// ---- device objects -----------------------------------------------------------
+struct SoftContext {
+  ibv_context ctx;  // first member
+  absl::Mutex mu;
+  ibv_pd* default_pd ABSL_GUARDED_BY(mu) = nullptr;  // for rdma_create_qp(pd=NULL)
+  std::deque<ibv_async_event> async_events ABSL_GUARDED_BY(mu);
+};
+inline SoftContext* ToSoft(ibv_context* c) { return reinterpret_cast<SoftContext*>(c); }
+
+// Posts an async event (e.g. IBV_EVENT_CQ_ERR) and makes async_fd readable.
+void PostAsyncEvent(ibv_context* context, const ibv_async_event& event);
+
+// The context that rdma_cm ids use (librdmacm likewise opens each device once).
+ibv_context* CmContext();
+
+struct SoftPd {
+  ibv_pd pd;  // first member
+};
+
+struct SoftMr {
+  ibv_mr mr;  // first member
+  int access = 0;
+};
+
+// A snapshot of a registered region, taken under the key table's lock so the
+// data path does not hold the lock while it copies.
+struct MrView {
+  ibv_pd* pd = nullptr;
+  uintptr_t addr = 0;
+  size_t length = 0;
+  int access = 0;
+};
+// Looks up a key; `remote` selects the rkey namespace. False when unknown.
+bool LookupKey(uint32_t key, bool remote, MrView* view);
+
+// ---- completion queues ---------------------------------------------------------
+struct SoftCompChannel {
+  ibv_comp_channel ch;  // first member; ch.fd is an eventfd in semaphore mode
+  absl::Mutex mu;
+  std::deque<ibv_cq*> events ABSL_GUARDED_BY(mu);
+  int attached_cqs ABSL_GUARDED_BY(mu) = 0;
+};
+
+struct SoftCq {
+  ibv_cq cq;  // first member
+  absl::Mutex mu;
+  std::vector<ibv_wc> ring ABSL_GUARDED_BY(mu);
+  size_t head ABSL_GUARDED_BY(mu) = 0;
+  size_t count ABSL_GUARDED_BY(mu) = 0;
+  bool armed ABSL_GUARDED_BY(mu) = false;
+  bool overrun ABSL_GUARDED_BY(mu) = false;  // CQ error: a CQE found no room
+  std::atomic<int> qp_refs{0};
+};
+inline SoftCq* ToSoft(ibv_cq* c) { return reinterpret_cast<SoftCq*>(c); }
+
+// Adds one CQE; raises the channel event when armed. On overrun the CQ enters
+// the error state (poll_cq then fails) and IBV_EVENT_CQ_ERR is posted.
+void CqPush(ibv_cq* cq, const ibv_wc& wc);
+
+int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc);
+int ReqNotifyCq(ibv_cq* cq, int solicited_only);
+
+// ---- wire frames ------------------------------------------------------------------
+struct Frame;
+
+// ---- queue pairs ---------------------------------------------------------------
+struct SendWqe {
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  bool signaled = false;
+  uint32_t psn = 0;
+  uint32_t byte_len = 0;
+  ibv_wc_status local_error = IBV_WC_SUCCESS;  // found at post; completes in order
+  std::shared_ptr<const std::vector<uint8_t>> frame;  // kept for RNR retransmit
+  std::vector<ibv_sge> read_sges;                     // RDMA READ destination
+};
+
+struct RecvWqe {
+  uint64_t wr_id = 0;
+  std::vector<ibv_sge> sges;
+};
+
+// A shared receive queue: receives that any QP attached to it consumes.
+struct SoftSrq {
+  ibv_srq srq;  // first member
+  absl::Mutex mu;
+  ibv_srq_attr attr ABSL_GUARDED_BY(mu) = {};  // srq_limit 0 = limit event disarmed
+  std::deque<RecvWqe> rq ABSL_GUARDED_BY(mu);
+  std::atomic<int> qp_refs{0};
+};
+inline SoftSrq* ToSoft(ibv_srq* s) { return reinterpret_cast<SoftSrq*>(s); }
+
+int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+// Takes the oldest receive of an SRQ; false when it is empty. Raises
+// IBV_EVENT_SRQ_LIMIT_REACHED when the count drops below an armed limit.
+bool SrqTake(ibv_srq* srq, RecvWqe* out);
+
+struct SoftQp {
+  ibv_qp qp;  // first member
+  std::weak_ptr<SoftQp> self;
+
+  absl::Mutex mu;
+  ibv_qp_cap cap ABSL_GUARDED_BY(mu) = {};
+  bool sq_sig_all ABSL_GUARDED_BY(mu) = false;
+  ibv_qp_state state ABSL_GUARDED_BY(mu) = IBV_QPS_RESET;
+  std::deque<SendWqe> sq ABSL_GUARDED_BY(mu);
+  std::deque<RecvWqe> rq ABSL_GUARDED_BY(mu);
+  uint32_t next_psn ABSL_GUARDED_BY(mu) = 0;  // requester: PSN of the next WR
+  uint32_t epsn ABSL_GUARDED_BY(mu) = 0;      // responder: PSN expected next
+  uint8_t rnr_retry ABSL_GUARDED_BY(mu) = 7;  // 7 = retry forever (IB spec)
+  uint8_t min_rnr_timer ABSL_GUARDED_BY(mu) = 0;
+  int rnr_count ABSL_GUARDED_BY(mu) = 0;     // RNR NAKs for the head WR
+  bool rnr_wait ABSL_GUARDED_BY(mu) = false;  // waiting to retransmit after RNR
+  bool sq_blocked ABSL_GUARDED_BY(mu) = false;  // an errored WR is queued
+  uint32_t dest_qpn ABSL_GUARDED_BY(mu) = 0;
+  std::shared_ptr<Conn> conn ABSL_GUARDED_BY(mu);
+
+  SoftCmId* cm_id ABSL_GUARDED_BY(CmMutex()) = nullptr;
+};
+inline SoftQp* ToSoft(ibv_qp* q) { return reinterpret_cast<SoftQp*>(q); }
+
+int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+
+// Connects a QP to a TCP connection and moves it to RTS (rdma_cm did RTR/RTS).
+void QpAttach(SoftQp* qp, std::shared_ptr<Conn> conn, uint32_t dest_qpn,
+              uint8_t rnr_retry);
+// Moves a QP to ERROR, flushing every outstanding WR with IBV_WC_WR_FLUSH_ERR,
+// and forgets its connection.
+void QpFlushToError(SoftQp* qp);
+// Handles a data frame (SEND, WRITE, READ_REQ, READ_RESP, ACK, NAK).
+void QpOnFrame(SoftQp* qp, Frame& frame);
+
+// ---- rdma_cm glue called by Conn (progress thread, CmMutex() held) ---------------
+absl::Mutex& CmMutex();
+void CmOnFrame(Conn* conn, Frame& frame) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
+void CmOnConnectDone(Conn* conn, int error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
+void CmOnClosed(Conn* conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
+// A listener accepted a TCP connection; CONNECT_REQ will follow on it.
+void CmOnIncoming(SoftCmId* listen_id, std::shared_ptr<Conn> conn)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
+
+// Writes everything to an fd that may have O_NONBLOCK set by the user: used for
+// the eventfds behind completion / event channels.
+void SignalEventFd(int fd);
+// Reads one count from a semaphore eventfd; honours the fd's O_NONBLOCK.
+// Returns 0, or -1 with errno (EAGAIN when non-blocking and empty).
+int WaitEventFd(int fd);
+
+}  // namespace internal
+}  // namespace softrdma
+
+#endif  // RDMARPC_RUNTIME_SOFTRDMA_INTERNAL_H_

@@ -1,0 +1,794 @@
+// qp.cc: RC queue pairs: posting, the requester and the responder.
+//
+// Requests: SEND (+imm), RDMA WRITE (+imm), RDMA READ and the two atomics.
+// Each request WR gets one PSN. The responder handles requests strictly in PSN
+// order and answers each with ACK, READ_RESP or NAK; the requester completes
+// WRs in order as those answers arrive, so a send completes only after the
+// peer accepted it.
+//
+// Receiver not ready (RNR): a SEND or WRITE_WITH_IMM that finds no posted
+// receive is NAKed with syndrome RNR and the responder drops every later
+// request until that PSN comes again. The requester waits kRnrDelayMicros and
+// retransmits from the NAKed PSN (it keeps each WR's encoded frame until the WR
+// completes), up to rnr_retry times (7 = forever), then completes the WR with
+// IBV_WC_RNR_RETRY_EXC_ERR. This is the IB go-back-N recovery, minus packets.
+#include <errno.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/container/flat_hash_map.h"
+#include "glog/logging.h"
+#include "softrdma/engine.h"
+#include "softrdma/internal.h"
+#include "softrdma/softrdma.h"
+#include "softrdma/wire.h"
+
+namespace softrdma {
+namespace internal {
+
+void CmOnQpDestroyed(SoftQp* qp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
+
+namespace {
+
+// Owning references of live QPs; the Conn and timers hold extra ones.
+struct QpRegistry {
+  absl::Mutex mu;
+  absl::flat_hash_map<uint32_t, std::shared_ptr<SoftQp>> qps ABSL_GUARDED_BY(mu);
+  uint32_t next_qpn ABSL_GUARDED_BY(mu) = 0x11;  // QPNs 0 and 1 are special in IB
+};
+QpRegistry& Registry() {
+  static QpRegistry* r = new QpRegistry();
+  return *r;
+}
+
+ibv_wc_opcode WcOpcode(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+void CompleteSendLocked(SoftQp* q, const SendWqe& w, ibv_wc_status status)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (status == IBV_WC_SUCCESS && !w.signaled) return;
+  ibv_wc wc{};
+  wc.wr_id = w.wr_id;
+  wc.status = status;
+  wc.opcode = WcOpcode(w.opcode);
+  wc.byte_len = w.byte_len;
+  wc.qp_num = q->qp.qp_num;
+  wc.src_qp = q->dest_qpn;
+  CqPush(q->qp.send_cq, wc);
+}
+
+void CompleteRecvLocked(SoftQp* q, const RecvWqe& r, ibv_wc_status status,
+                        ibv_wc_opcode opcode, uint32_t byte_len, bool has_imm,
+                        uint32_t imm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  ibv_wc wc{};
+  wc.wr_id = r.wr_id;
+  wc.status = status;
+  wc.opcode = opcode;
+  wc.byte_len = byte_len;
+  wc.qp_num = q->qp.qp_num;
+  wc.src_qp = q->dest_qpn;
+  if (has_imm) {
+    wc.wc_flags = IBV_WC_WITH_IMM;
+    wc.imm_data = imm;  // already big-endian, carried verbatim
+  }
+  CqPush(q->qp.recv_cq, wc);
+}
+
+// The QP enters ERROR: every outstanding WR completes with WR_FLUSH_ERR.
+void MoveToErrorLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  q->state = IBV_QPS_ERR;
+  q->qp.state = IBV_QPS_ERR;
+  for (const SendWqe& w : q->sq) CompleteSendLocked(q, w, IBV_WC_WR_FLUSH_ERR);
+  q->sq.clear();
+  for (const RecvWqe& r : q->rq) {
+    CompleteRecvLocked(q, r, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, false, 0);
+  }
+  q->rq.clear();
+  q->rnr_wait = false;
+  q->sq_blocked = false;
+  q->conn.reset();
+}
+
+// Checks SGEs against the local key table: known lkey, same PD, inside the
+// MR, and LOCAL_WRITE when the device writes into them. Sums their lengths.
+bool CheckLocal(ibv_pd* pd, const ibv_sge* sg, size_t n, bool write, uint64_t* total) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    sum += sg[i].length;
+    if (sg[i].length == 0) continue;
+    MrView v;
+    if (!LookupKey(sg[i].lkey, /*remote=*/false, &v) || v.pd != pd) return false;
+    if (sg[i].addr < v.addr || sg[i].addr + sg[i].length > v.addr + v.length) return false;
+    if (write && !(v.access & IBV_ACCESS_LOCAL_WRITE)) return false;
+  }
+  *total = sum;
+  return true;
+}
+
+bool CheckRemote(ibv_pd* pd, uint32_t rkey, uint64_t addr, uint64_t len, int need) {
+  if (len == 0) return true;  // a zero-length access checks no key (IB spec)
+  MrView v;
+  if (!LookupKey(rkey, /*remote=*/true, &v) || v.pd != pd) return false;
+  if (addr < v.addr || addr + len > v.addr + v.length || addr + len < addr) return false;
+  return (v.access & need) == need;
+}
+
+void Scatter(const std::vector<ibv_sge>& sges, const uint8_t* data, size_t len) {
+  for (const ibv_sge& s : sges) {
+    if (len == 0) break;
+    size_t take = std::min<size_t>(len, s.length);
+    std::memcpy(reinterpret_cast<void*>(s.addr), data, take);
+    data += take;
+    len -= take;
+  }
+}
+
+void UpdateMax(std::atomic<uint64_t>& m, uint64_t v) {
+  uint64_t cur = m.load();
+  while (v > cur && !m.compare_exchange_weak(cur, v)) {
+  }
+}
+
+bool CanTransmitLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  return q->state == IBV_QPS_RTS && q->conn != nullptr && !q->rnr_wait && !q->sq_blocked;
+}
+
+// A WR that failed local checks at post completes once it reaches the head.
+void ProcessSqHeadLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (q->sq.empty() || q->sq.front().local_error == IBV_WC_SUCCESS) return;
+  SendWqe w = std::move(q->sq.front());
+  q->sq.pop_front();
+  CompleteSendLocked(q, w, w.local_error);
+  MoveToErrorLocked(q);
+}
+
+void CountPosted(ibv_wr_opcode op, uint64_t bytes) {
+  Counters& c = Stat();
+  switch (op) {
+    case IBV_WR_SEND:
+      c.send++;
+      UpdateMax(c.max_send_bytes, bytes);
+      break;
+    case IBV_WR_SEND_WITH_IMM:
+      c.send_with_imm++;
+      UpdateMax(c.max_send_bytes, bytes);
+      break;
+    case IBV_WR_RDMA_WRITE:
+      c.rdma_write++;
+      break;
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      c.rdma_write_with_imm++;
+      break;
+    case IBV_WR_RDMA_READ:
+      c.rdma_read++;
+      break;
+    default:
+      break;
+  }
+  c.bytes_sent += bytes;
+}
+
+int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  switch (wr->opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      break;
+    default:
+      return EINVAL;  // send-with-invalidate, bind-MW, TSO...: not supported
+  }
+  if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > q->cap.max_send_sge) {
+    return EINVAL;
+  }
+  const bool is_atomic =
+      wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  // Like a READ, an atomic writes its result (the original value) locally.
+  const bool is_read = wr->opcode == IBV_WR_RDMA_READ || is_atomic;
+  const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) && !is_read;
+  uint64_t total = 0;
+  for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
+  if (is_atomic && (wr->num_sge != 1 || total != 8)) return EINVAL;  // one 8-byte SGE
+  if (is_inline && total > q->cap.max_inline_data) return EINVAL;
+  if (total > kMaxMsgSize) return EINVAL;
+
+  SendWqe w;
+  w.wr_id = wr->wr_id;
+  w.opcode = wr->opcode;
+  w.signaled = q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
+  w.byte_len = static_cast<uint32_t>(total);
+
+  if (q->state == IBV_QPS_ERR) {
+    // Hardware accepts WRs on an errored QP and flushes them.
+    CountPosted(wr->opcode, total);
+    CompleteSendLocked(q, w, IBV_WC_WR_FLUSH_ERR);
+    return 0;
+  }
+  if (q->state != IBV_QPS_RTS) return EINVAL;
+  if (q->conn == nullptr) return EINVAL;  // RTS without rdma_cm: no transport
+  if (q->sq.size() >= q->cap.max_send_wr) return ENOMEM;
+
+  w.psn = q->next_psn++;
+  uint64_t checked = 0;
+  if (!is_inline &&
+      !CheckLocal(q->qp.pd, wr->sg_list, static_cast<size_t>(wr->num_sge), is_read, &checked)) {
+    w.local_error = IBV_WC_LOC_PROT_ERR;
+  }
+  if (w.local_error == IBV_WC_SUCCESS) {
+    FrameHeader h;
+    h.psn = w.psn;
+    const bool with_imm =
+        wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+    if (with_imm) {
+      h.flags |= kHasImm;
+      h.imm = wr->imm_data;
+    }
+    if (is_atomic) {
+      h.type = FrameType::kAtomic;
+      h.flags = wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? kFetchAdd : kCmpSwap;
+      h.addr = wr->wr.atomic.remote_addr;
+      h.rkey = wr->wr.atomic.rkey;
+      auto buf = NewFrame(h, 16);
+      PutU64(buf->data() + kHeaderSize, wr->wr.atomic.compare_add);
+      PutU64(buf->data() + kHeaderSize + 8, wr->wr.atomic.swap);
+      w.read_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+      w.frame = std::move(buf);
+    } else if (is_read) {
+      h.type = FrameType::kReadReq;
+      h.addr = wr->wr.rdma.remote_addr;
+      h.rkey = wr->wr.rdma.rkey;
+      h.read_len = static_cast<uint32_t>(total);
+      w.read_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+      w.frame = NewFrame(h, 0);
+    } else {
+      if (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM) {
+        h.type = FrameType::kSend;
+      } else {
+        h.type = FrameType::kWrite;
+        h.addr = wr->wr.rdma.remote_addr;
+        h.rkey = wr->wr.rdma.rkey;
+      }
+      // The payload is copied now (inline or not); the WR's buffers are free
+      // for reuse earlier than on hardware, which is allowed.
+      auto buf = NewFrame(h, static_cast<uint32_t>(total));
+      uint8_t* out = buf->data() + kHeaderSize;
+      for (int i = 0; i < wr->num_sge; ++i) {
+        std::memcpy(out, reinterpret_cast<const void*>(wr->sg_list[i].addr),
+                    wr->sg_list[i].length);
+        out += wr->sg_list[i].length;
+      }
+      w.frame = std::move(buf);
+    }
+  }
+  CountPosted(wr->opcode, total);
+  const bool errored = w.local_error != IBV_WC_SUCCESS;
+  const bool transmit = !errored && CanTransmitLocked(q);
+  std::shared_ptr<const std::vector<uint8_t>> frame = w.frame;
+  q->sq.push_back(std::move(w));
+  if (errored) {
+    q->sq_blocked = true;  // later WRs are flushed when this one completes
+    ProcessSqHeadLocked(q);
+  } else if (transmit) {
+    q->conn->Send(std::move(frame));
+  }
+  return 0;
+}
+
+// Finds the queued WR with `psn`; -1 if none (a stale answer).
+int FindPsnLocked(SoftQp* q, uint32_t psn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  for (size_t i = 0; i < q->sq.size(); ++i) {
+    if (q->sq[i].psn == psn && q->sq[i].local_error == IBV_WC_SUCCESS) {
+      return static_cast<int>(i);
+    }
+    if (q->sq[i].local_error != IBV_WC_SUCCESS) break;
+  }
+  return -1;
+}
+
+// Completes the first `n` WRs successfully (implicitly acknowledged).
+void CompleteFrontLocked(SoftQp* q, int n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  for (int i = 0; i < n; ++i) {
+    SendWqe w = std::move(q->sq.front());
+    q->sq.pop_front();
+    CompleteSendLocked(q, w, IBV_WC_SUCCESS);
+  }
+}
+
+void RetransmitFrom(SoftQp* q, uint32_t psn) {
+  absl::MutexLock l(&q->mu);
+  if (!q->rnr_wait || q->state != IBV_QPS_RTS || q->conn == nullptr) return;
+  q->rnr_wait = false;
+  int idx = FindPsnLocked(q, psn);
+  if (idx < 0) return;
+  for (size_t i = static_cast<size_t>(idx); i < q->sq.size(); ++i) {
+    if (q->sq[i].local_error != IBV_WC_SUCCESS) break;
+    q->conn->Send(q->sq[i].frame);
+  }
+}
+
+void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (q->state != IBV_QPS_RTS && q->state != IBV_QPS_SQD) return;
+  const int idx = FindPsnLocked(q, f.h.psn);
+  if (idx < 0) return;
+  switch (f.h.type) {
+    case FrameType::kAck:
+      CompleteFrontLocked(q, idx + 1);
+      q->rnr_count = 0;
+      break;
+    case FrameType::kReadResp:
+    case FrameType::kAtomicResp: {
+      CompleteFrontLocked(q, idx);
+      SendWqe w = std::move(q->sq.front());
+      q->sq.pop_front();
+      q->rnr_count = 0;
+      uint64_t room = 0;
+      const bool atomic_resp = f.h.type == FrameType::kAtomicResp;
+      const bool atomic_wqe =
+          w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+      if (atomic_resp != atomic_wqe || (!atomic_wqe && w.opcode != IBV_WR_RDMA_READ) ||
+          f.h.length != w.byte_len) {
+        CompleteSendLocked(q, w, IBV_WC_BAD_RESP_ERR);
+        MoveToErrorLocked(q);
+        return;
+      }
+      if (!CheckLocal(q->qp.pd, w.read_sges.data(), w.read_sges.size(), /*write=*/true,
+                      &room)) {
+        CompleteSendLocked(q, w, IBV_WC_LOC_PROT_ERR);
+        MoveToErrorLocked(q);
+        return;
+      }
+      if (atomic_resp) {
+        // The original value lands in local memory in host order, as rxe.
+        const uint64_t original = GetU64(f.payload.get());
+        std::memcpy(reinterpret_cast<void*>(w.read_sges[0].addr), &original, 8);
+      } else {
+        Scatter(w.read_sges, f.payload.get(), f.h.length);
+      }
+      CompleteSendLocked(q, w, IBV_WC_SUCCESS);
+      break;
+    }
+    case FrameType::kNak: {
+      CompleteFrontLocked(q, idx);
+      if (f.h.syndrome == Syndrome::kRnr) {
+        if (q->rnr_retry != 7 && q->rnr_count >= q->rnr_retry) {
+          SendWqe w = std::move(q->sq.front());
+          q->sq.pop_front();
+          CompleteSendLocked(q, w, IBV_WC_RNR_RETRY_EXC_ERR);
+          MoveToErrorLocked(q);
+          return;
+        }
+        q->rnr_count++;
+        Stat().rnr_retries++;
+        q->rnr_wait = true;
+        std::weak_ptr<SoftQp> weak = q->self;
+        const uint32_t psn = f.h.psn;
+        Engine::Get().RunAfter(absl::Microseconds(kRnrDelayMicros), [weak, psn] {
+          if (std::shared_ptr<SoftQp> qp = weak.lock()) RetransmitFrom(qp.get(), psn);
+        });
+        return;
+      }
+      ibv_wc_status status = IBV_WC_REM_OP_ERR;
+      if (f.h.syndrome == Syndrome::kRemAccess) status = IBV_WC_REM_ACCESS_ERR;
+      if (f.h.syndrome == Syndrome::kInvReq) status = IBV_WC_REM_INV_REQ_ERR;
+      SendWqe w = std::move(q->sq.front());
+      q->sq.pop_front();
+      CompleteSendLocked(q, w, status);
+      MoveToErrorLocked(q);
+      return;
+    }
+    default:
+      break;
+  }
+  ProcessSqHeadLocked(q);
+}
+
+// The next receive for an incoming message, from the QP's RQ or its SRQ.
+bool HasRecvLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (q->qp.srq == nullptr) return !q->rq.empty();
+  SoftSrq* srq = ToSoft(q->qp.srq);
+  absl::MutexLock l(&srq->mu);
+  return !srq->rq.empty();
+}
+
+bool TakeRecvLocked(SoftQp* q, RecvWqe* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (q->qp.srq != nullptr) return SrqTake(q->qp.srq, out);
+  if (q->rq.empty()) return false;
+  *out = std::move(q->rq.front());
+  q->rq.pop_front();
+  return true;
+}
+
+void NakLocked(SoftQp* q, uint32_t psn, Syndrome s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  FrameHeader h;
+  h.type = FrameType::kNak;
+  h.psn = psn;
+  h.syndrome = s;
+  q->conn->SendFrame(h);
+}
+
+void AckLocked(SoftQp* q, uint32_t psn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  FrameHeader h;
+  h.type = FrameType::kAck;
+  h.psn = psn;
+  q->conn->SendFrame(h);
+}
+
+// A fatal responder error: NAK the request, then the responder QP goes to
+// ERROR too (as rxe does).
+void ResponderFailLocked(SoftQp* q, uint32_t psn, Syndrome s)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  NakLocked(q, psn, s);
+  MoveToErrorLocked(q);
+}
+
+void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if ((q->state != IBV_QPS_RTR && q->state != IBV_QPS_RTS && q->state != IBV_QPS_SQD) ||
+      q->conn == nullptr) {
+    return;
+  }
+  // After an RNR NAK every later request is dropped until the NAKed PSN is
+  // retransmitted; TCP never loses or reorders, so nothing else differs.
+  if (f.h.psn != q->epsn) return;
+  const bool has_imm = f.h.flags & kHasImm;
+  switch (f.h.type) {
+    case FrameType::kSend: {
+      RecvWqe r;
+      if (!TakeRecvLocked(q, &r)) return NakLocked(q, f.h.psn, Syndrome::kRnr);
+      uint64_t room = 0;
+      if (!CheckLocal(q->qp.pd, r.sges.data(), r.sges.size(), /*write=*/true, &room)) {
+        CompleteRecvLocked(q, r, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, false, 0);
+        return ResponderFailLocked(q, f.h.psn, Syndrome::kRemOp);
+      }
+      if (room < f.h.length) {
+        CompleteRecvLocked(q, r, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0, false, 0);
+        return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
+      }
+      Scatter(r.sges, f.payload.get(), f.h.length);
+      CompleteRecvLocked(q, r, IBV_WC_SUCCESS, IBV_WC_RECV, f.h.length, has_imm, f.h.imm);
+      q->epsn++;
+      return AckLocked(q, f.h.psn);
+    }
+    case FrameType::kWrite: {
+      if (!CheckRemote(q->qp.pd, f.h.rkey, f.h.addr, f.h.length, IBV_ACCESS_REMOTE_WRITE)) {
+        return ResponderFailLocked(q, f.h.psn, Syndrome::kRemAccess);
+      }
+      // Check for a receive before writing, so the retransmit after RNR
+      // finds memory unchanged (not that rewriting would differ).
+      if (has_imm && !HasRecvLocked(q)) return NakLocked(q, f.h.psn, Syndrome::kRnr);
+      if (f.h.length > 0) {
+        std::memcpy(reinterpret_cast<void*>(f.h.addr), f.payload.get(), f.h.length);
+      }
+      if (has_imm) {
+        RecvWqe r;
+        TakeRecvLocked(q, &r);  // cannot fail: checked above, and only we take
+        // The receive's SGEs are not touched by WRITE_WITH_IMM.
+        CompleteRecvLocked(q, r, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, f.h.length,
+                           true, f.h.imm);
+      }
+      q->epsn++;
+      return AckLocked(q, f.h.psn);
+    }
+    case FrameType::kReadReq: {
+      if (!CheckRemote(q->qp.pd, f.h.rkey, f.h.addr, f.h.read_len, IBV_ACCESS_REMOTE_READ)) {
+        return ResponderFailLocked(q, f.h.psn, Syndrome::kRemAccess);
+      }
+      FrameHeader h;
+      h.type = FrameType::kReadResp;
+      h.psn = f.h.psn;
+      auto buf = NewFrame(h, f.h.read_len);
+      if (f.h.read_len > 0) {
+        std::memcpy(buf->data() + kHeaderSize, reinterpret_cast<const void*>(f.h.addr),
+                    f.h.read_len);
+      }
+      q->epsn++;
+      q->conn->Send(std::move(buf));
+      return;
+    }
+    case FrameType::kAtomic: {
+      if (f.h.length != 16) return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
+      if (f.h.addr % 8 != 0) return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
+      if (!CheckRemote(q->qp.pd, f.h.rkey, f.h.addr, 8, IBV_ACCESS_REMOTE_ATOMIC)) {
+        return ResponderFailLocked(q, f.h.psn, Syndrome::kRemAccess);
+      }
+      const uint64_t compare_add = GetU64(f.payload.get());
+      const uint64_t swap = GetU64(f.payload.get() + 8);
+      auto* target = reinterpret_cast<uint64_t*>(f.h.addr);
+      uint64_t original;
+      if (f.h.flags & kFetchAdd) {
+        original = __atomic_fetch_add(target, compare_add, __ATOMIC_SEQ_CST);
+      } else {
+        original = compare_add;
+        __atomic_compare_exchange_n(target, &original, swap, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST);  // `original` gets the old value
+      }
+      FrameHeader h;
+      h.type = FrameType::kAtomicResp;
+      h.psn = f.h.psn;
+      auto buf = NewFrame(h, 8);
+      PutU64(buf->data() + kHeaderSize, original);
+      q->epsn++;
+      q->conn->Send(std::move(buf));
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  SoftQp* q = ToSoft(qp);
+  Stat().post_send_calls++;
+  absl::MutexLock l(&q->mu);
+  for (; wr != nullptr; wr = wr->next) {
+    int err = PostOneSendLocked(q, wr);
+    if (err != 0) {
+      if (bad_wr != nullptr) *bad_wr = wr;
+      return err;
+    }
+  }
+  return 0;
+}
+
+int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  SoftQp* q = ToSoft(qp);
+  Stat().post_recv_calls++;
+  absl::MutexLock l(&q->mu);
+  for (; wr != nullptr; wr = wr->next) {
+    int err = 0;
+    if (q->state == IBV_QPS_RESET || q->qp.srq != nullptr) {  // SRQ QPs take no receives
+      err = EINVAL;
+    } else if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > q->cap.max_recv_sge) {
+      err = EINVAL;
+    } else if (q->state != IBV_QPS_ERR && q->rq.size() >= q->cap.max_recv_wr) {
+      err = ENOMEM;
+    }
+    if (err != 0) {
+      if (bad_wr != nullptr) *bad_wr = wr;
+      return err;
+    }
+    RecvWqe r;
+    r.wr_id = wr->wr_id;
+    r.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+    Stat().recv++;
+    if (q->state == IBV_QPS_ERR) {
+      CompleteRecvLocked(q, r, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, false, 0);
+    } else {
+      q->rq.push_back(std::move(r));
+    }
+  }
+  return 0;
+}
+
+void QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, uint32_t dest_qpn, uint8_t rnr_retry) {
+  absl::MutexLock l(&q->mu);
+  if (q->state == IBV_QPS_ERR) return;
+  q->conn = std::move(conn);
+  q->dest_qpn = dest_qpn;
+  q->rnr_retry = rnr_retry > 7 ? 7 : rnr_retry;
+  q->state = IBV_QPS_RTS;
+  q->qp.state = IBV_QPS_RTS;
+}
+
+void QpFlushToError(SoftQp* q) {
+  absl::MutexLock l(&q->mu);
+  MoveToErrorLocked(q);
+}
+
+void QpOnFrame(SoftQp* q, Frame& f) {
+  absl::MutexLock l(&q->mu);
+  switch (f.h.type) {
+    case FrameType::kSend:
+    case FrameType::kWrite:
+    case FrameType::kReadReq:
+    case FrameType::kAtomic:
+      OnRequestLocked(q, f);
+      break;
+    case FrameType::kAck:
+    case FrameType::kNak:
+    case FrameType::kReadResp:
+    case FrameType::kAtomicResp:
+      OnResponseLocked(q, f);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace internal
+
+using internal::SoftQp;
+
+ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  if (pd == nullptr || attr == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (attr->qp_type != IBV_QPT_RC) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  ibv_qp_cap& cap = attr->cap;
+  if (attr->send_cq == nullptr || attr->recv_cq == nullptr ||
+      cap.max_send_wr > internal::kMaxQpWr || cap.max_recv_wr > internal::kMaxQpWr ||
+      cap.max_send_sge > internal::kMaxSge || cap.max_recv_sge > internal::kMaxSge ||
+      cap.max_inline_data > internal::kMaxInlineData) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto q = std::make_shared<SoftQp>();
+  q->self = q;
+  q->qp.context = pd->context;
+  q->qp.qp_context = attr->qp_context;
+  q->qp.pd = pd;
+  q->qp.send_cq = attr->send_cq;
+  q->qp.recv_cq = attr->recv_cq;
+  q->qp.srq = attr->srq;
+  q->qp.state = IBV_QPS_RESET;
+  q->qp.qp_type = IBV_QPT_RC;
+  pthread_mutex_init(&q->qp.mutex, nullptr);
+  pthread_cond_init(&q->qp.cond, nullptr);
+  {
+    absl::MutexLock l(&q->mu);
+    q->cap = cap;  // reported back unchanged: exactly what is enforced
+    q->sq_sig_all = attr->sq_sig_all != 0;
+  }
+  internal::QpRegistry& r = internal::Registry();
+  {
+    absl::MutexLock l(&r.mu);
+    do {
+      q->qp.qp_num = r.next_qpn;
+      r.next_qpn = (r.next_qpn + 1) & 0xffffff;
+      if (r.next_qpn < 0x11) r.next_qpn = 0x11;
+    } while (r.qps.contains(q->qp.qp_num));
+    q->qp.handle = q->qp.qp_num;
+    r.qps[q->qp.qp_num] = q;
+  }
+  internal::ToSoft(attr->send_cq)->qp_refs++;
+  internal::ToSoft(attr->recv_cq)->qp_refs++;
+  if (attr->srq != nullptr) internal::ToSoft(attr->srq)->qp_refs++;
+  internal::Stat().live_qps++;
+  return &q->qp;
+}
+
+int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  if (qp == nullptr || attr == nullptr) return EINVAL;
+  SoftQp* q = internal::ToSoft(qp);
+  absl::MutexLock l(&q->mu);
+  if ((attr_mask & IBV_QP_RNR_RETRY) && attr->rnr_retry > 7) return EINVAL;
+  ibv_qp_state next = q->state;
+  if (attr_mask & IBV_QP_STATE) {
+    next = attr->qp_state;
+    const ibv_qp_state cur = q->state;
+    bool ok = false;
+    switch (next) {
+      case IBV_QPS_RESET:
+      case IBV_QPS_ERR:
+        ok = true;
+        break;
+      case IBV_QPS_INIT:
+        ok = cur == IBV_QPS_RESET || cur == IBV_QPS_INIT;
+        break;
+      case IBV_QPS_RTR:
+        ok = cur == IBV_QPS_INIT || cur == IBV_QPS_RTR;
+        break;
+      case IBV_QPS_RTS:
+        ok = cur == IBV_QPS_RTR || cur == IBV_QPS_RTS || cur == IBV_QPS_SQD;
+        break;
+      case IBV_QPS_SQD:
+        ok = cur == IBV_QPS_RTS || cur == IBV_QPS_SQD;
+        break;
+      default:
+        ok = false;
+    }
+    if (!ok) return EINVAL;
+  }
+  if (attr_mask & IBV_QP_RNR_RETRY) q->rnr_retry = attr->rnr_retry;
+  if (attr_mask & IBV_QP_MIN_RNR_TIMER) q->min_rnr_timer = attr->min_rnr_timer;
+  if (attr_mask & IBV_QP_DEST_QPN) q->dest_qpn = attr->dest_qp_num;
+  if (attr_mask & IBV_QP_SQ_PSN) q->next_psn = attr->sq_psn;
+  if (attr_mask & IBV_QP_RQ_PSN) q->epsn = attr->rq_psn;
+  if (attr_mask & IBV_QP_STATE) {
+    if (next == IBV_QPS_ERR) {
+      internal::MoveToErrorLocked(q);
+    } else if (next == IBV_QPS_RESET) {
+      // RESET discards the queues without completions.
+      q->sq.clear();
+      q->rq.clear();
+      q->rnr_wait = false;
+      q->sq_blocked = false;
+      q->conn.reset();
+      q->state = IBV_QPS_RESET;
+    } else {
+      q->state = next;
+    }
+    qp->state = q->state;
+  }
+  return 0;
+}
+
+int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr* init_attr) {
+  if (qp == nullptr || attr == nullptr || init_attr == nullptr) return EINVAL;
+  SoftQp* q = internal::ToSoft(qp);
+  absl::MutexLock l(&q->mu);
+  std::memset(attr, 0, sizeof(*attr));
+  attr->qp_state = q->state;
+  attr->cur_qp_state = q->state;
+  attr->path_mtu = IBV_MTU_4096;
+  attr->qp_access_flags =
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  attr->cap = q->cap;
+  attr->dest_qp_num = q->dest_qpn;
+  attr->sq_psn = q->next_psn;
+  attr->rq_psn = q->epsn;
+  attr->rnr_retry = q->rnr_retry;
+  attr->min_rnr_timer = q->min_rnr_timer;
+  attr->max_rd_atomic = internal::kMaxRdAtom;
+  attr->max_dest_rd_atomic = internal::kMaxRdAtom;
+  attr->port_num = 1;
+  attr->timeout = 14;
+  attr->retry_cnt = 7;
+  std::memset(init_attr, 0, sizeof(*init_attr));
+  init_attr->qp_context = qp->qp_context;
+  init_attr->send_cq = qp->send_cq;
+  init_attr->recv_cq = qp->recv_cq;
+  init_attr->cap = q->cap;
+  init_attr->srq = qp->srq;
+  init_attr->qp_type = IBV_QPT_RC;
+  init_attr->sq_sig_all = q->sq_sig_all ? 1 : 0;
+  return 0;
+}
+
+int destroy_qp(ibv_qp* qp) {
+  if (qp == nullptr) return EINVAL;
+  SoftQp* q = internal::ToSoft(qp);
+  {
+    // Detach from rdma_cm and the connection; the peer is told (DISCONNECT).
+    absl::MutexLock l(&internal::CmMutex());
+    internal::CmOnQpDestroyed(q);
+  }
+  {
+    // Like hardware, destroying a QP discards its WRs without completions:
+    // a CQ shared with other QPs must not receive CQEs naming freed wr_ids.
+    absl::MutexLock l(&q->mu);
+    q->sq.clear();
+    q->rq.clear();
+    q->state = IBV_QPS_ERR;
+    q->conn.reset();
+  }
+  internal::ToSoft(qp->send_cq)->qp_refs--;
+  internal::ToSoft(qp->recv_cq)->qp_refs--;
+  if (qp->srq != nullptr) internal::ToSoft(qp->srq)->qp_refs--;
+  std::shared_ptr<SoftQp> drop;
+  {
+    internal::QpRegistry& r = internal::Registry();
+    absl::MutexLock l(&r.mu);
+    auto it = r.qps.find(qp->qp_num);
+    if (it != r.qps.end()) {
+      drop = std::move(it->second);
+      r.qps.erase(it);
+    }
+  }
+  internal::Stat().live_qps--;
+  return 0;  // `drop` frees the QP unless a timer still holds it
+}
+
+}  // namespace softrdma

@@ -1,0 +1,175 @@
+// wire.h: the frames softrdma sends over one RC connection's TCP socket.
+//
+// A frame is a fixed 32-byte header, little-endian, followed by `length`
+// payload bytes. The same socket first carries the rdma_cm handshake
+// (CONNECT_REQ, ACCEPT or REJECT, RTU) and then the QP traffic: requests
+// (SEND, WRITE, READ_REQ) each carry one PSN; the responder answers every
+// request in PSN order with an ACK, a READ_RESP, or a NAK with a syndrome.
+#ifndef RDMARPC_RUNTIME_SOFTRDMA_WIRE_H_
+#define RDMARPC_RUNTIME_SOFTRDMA_WIRE_H_
+
+#include <endian.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace softrdma {
+namespace internal {
+
+enum class FrameType : uint8_t {
+  kConnectReq = 1,  // payload: ConnParams
+  kAccept = 2,      // payload: ConnParams
+  kReject = 3,      // payload: private data
+  kRtu = 4,         // "ready to use": the active side is established
+  kDisconnect = 5,
+  kSend = 6,     // flags kHasImm; payload: message
+  kWrite = 7,    // flags kHasImm; addr, rkey; payload: data
+  kReadReq = 8,  // addr, rkey, read_len
+  kReadResp = 9, // payload: data
+  kAck = 10,     // psn: the request accepted (acks all before it too)
+  kNak = 11,     // psn, syndrome
+  kAtomic = 12,      // flags kFetchAdd or kCmpSwap; addr, rkey; payload: 2 x u64 LE
+  kAtomicResp = 13,  // payload: the original u64, LE
+};
+
+enum FrameFlags : uint8_t { kHasImm = 1, kFetchAdd = 2, kCmpSwap = 4 };
+
+enum class Syndrome : uint8_t {
+  kNone = 0,
+  kRnr = 1,        // receiver not ready: no receive posted; retry later
+  kRemAccess = 2,  // bad rkey / bounds / access flags
+  kInvReq = 3,     // e.g. message longer than the posted receive
+  kRemOp = 4,      // responder failed locally (e.g. bad lkey in its receive)
+};
+
+inline constexpr size_t kHeaderSize = 32;
+// Upper bound on one frame's payload; larger is a protocol error.
+inline constexpr uint64_t kMaxFramePayload = (1ull << 31) + 4096;
+
+struct FrameHeader {
+  FrameType type = FrameType::kAck;
+  uint8_t flags = 0;
+  Syndrome syndrome = Syndrome::kNone;
+  uint32_t psn = 0;
+  uint32_t imm = 0;  // imm_data as the user gave it (already big-endian)
+  uint32_t rkey = 0;
+  uint64_t addr = 0;
+  uint32_t length = 0;    // payload bytes that follow
+  uint32_t read_len = 0;  // READ_REQ: bytes to read
+};
+
+struct Frame {
+  FrameHeader h;
+  std::unique_ptr<uint8_t[]> payload;  // h.length bytes
+};
+
+inline void EncodeHeader(const FrameHeader& h, uint8_t* out) {
+  out[0] = static_cast<uint8_t>(h.type);
+  out[1] = h.flags;
+  out[2] = static_cast<uint8_t>(h.syndrome);
+  out[3] = 0;
+  uint32_t v32 = htole32(h.psn);
+  std::memcpy(out + 4, &v32, 4);
+  std::memcpy(out + 8, &h.imm, 4);  // opaque bytes: carried verbatim
+  v32 = htole32(h.rkey);
+  std::memcpy(out + 12, &v32, 4);
+  uint64_t v64 = htole64(h.addr);
+  std::memcpy(out + 16, &v64, 8);
+  v32 = htole32(h.length);
+  std::memcpy(out + 24, &v32, 4);
+  v32 = htole32(h.read_len);
+  std::memcpy(out + 28, &v32, 4);
+}
+
+inline FrameHeader DecodeHeader(const uint8_t* in) {
+  FrameHeader h;
+  h.type = static_cast<FrameType>(in[0]);
+  h.flags = in[1];
+  h.syndrome = static_cast<Syndrome>(in[2]);
+  uint32_t v32;
+  std::memcpy(&v32, in + 4, 4);
+  h.psn = le32toh(v32);
+  std::memcpy(&h.imm, in + 8, 4);
+  std::memcpy(&v32, in + 12, 4);
+  h.rkey = le32toh(v32);
+  uint64_t v64;
+  std::memcpy(&v64, in + 16, 8);
+  h.addr = le64toh(v64);
+  std::memcpy(&v32, in + 24, 4);
+  h.length = le32toh(v32);
+  std::memcpy(&v32, in + 28, 4);
+  h.read_len = le32toh(v32);
+  return h;
+}
+
+// Builds a frame buffer: header followed by `payload_len` bytes of room, which
+// the caller fills at data() + kHeaderSize.
+inline std::shared_ptr<std::vector<uint8_t>> NewFrame(FrameHeader h,
+                                                      uint32_t payload_len) {
+  h.length = payload_len;
+  auto buf = std::make_shared<std::vector<uint8_t>>();
+  // resize() zero-fills; callers overwrite the payload anyway, and the cost is
+  // small next to the socket copy.
+  buf->resize(kHeaderSize + payload_len);
+  EncodeHeader(h, buf->data());
+  return buf;
+}
+
+inline void PutU64(uint8_t* out, uint64_t v) {
+  v = htole64(v);
+  std::memcpy(out, &v, 8);
+}
+inline uint64_t GetU64(const uint8_t* in) {
+  uint64_t v;
+  std::memcpy(&v, in, 8);
+  return le64toh(v);
+}
+
+// rdma_cm parameters exchanged in CONNECT_REQ and ACCEPT.
+struct ConnParams {
+  uint32_t qp_num = 0;
+  uint8_t responder_resources = 0;
+  uint8_t initiator_depth = 0;
+  uint8_t retry_count = 0;
+  uint8_t rnr_retry_count = 7;
+  uint8_t private_data_len = 0;
+  uint8_t private_data[256] = {};
+};
+inline constexpr size_t kConnParamsFixed = 9;
+
+inline std::vector<uint8_t> EncodeConnParams(const ConnParams& p) {
+  std::vector<uint8_t> out(kConnParamsFixed + p.private_data_len);
+  uint32_t q = htole32(p.qp_num);
+  std::memcpy(out.data(), &q, 4);
+  out[4] = p.responder_resources;
+  out[5] = p.initiator_depth;
+  out[6] = p.retry_count;
+  out[7] = p.rnr_retry_count;
+  out[8] = p.private_data_len;
+  if (p.private_data_len > 0) {
+    std::memcpy(out.data() + kConnParamsFixed, p.private_data, p.private_data_len);
+  }
+  return out;
+}
+
+inline bool DecodeConnParams(const uint8_t* in, size_t len, ConnParams* p) {
+  if (len < kConnParamsFixed) return false;
+  uint32_t q;
+  std::memcpy(&q, in, 4);
+  p->qp_num = le32toh(q);
+  p->responder_resources = in[4];
+  p->initiator_depth = in[5];
+  p->retry_count = in[6];
+  p->rnr_retry_count = in[7];
+  p->private_data_len = in[8];
+  if (len < kConnParamsFixed + p->private_data_len) return false;
+  std::memcpy(p->private_data, in + kConnParamsFixed, p->private_data_len);
+  return true;
+}
+
+}  // namespace internal
+}  // namespace softrdma
+
+#endif  // RDMARPC_RUNTIME_SOFTRDMA_WIRE_H_

@@ -1,0 +1,97 @@
+// test_util.h: helpers for softrdma tests: waiting for cm events and
+// completions with a bound, and a connected pair of RC QPs over 127.0.0.1.
+#ifndef RDMARPC_TESTS_SOFTRDMA_TEST_UTIL_H_
+#define RDMARPC_TESTS_SOFTRDMA_TEST_UTIL_H_
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "softrdma/softrdma.h"
+
+namespace softrdma {
+namespace testing {
+
+// Makes an fd non-blocking (as rdmarpc does with channel fds).
+void SetNonBlocking(int fd);
+
+// Waits up to `timeout_ms` for the next cm event on `ch`. Returns nullptr on
+// timeout. The caller acks the event.
+rdma_cm_event* NextEvent(rdma_event_channel* ch, int timeout_ms = 5000);
+
+// Waits for the next event and checks its type; acks it and returns its
+// status. Fails the test (returns -9999) on timeout or another type.
+int ExpectEvent(rdma_event_channel* ch, rdma_cm_event_type type, int timeout_ms = 5000);
+
+// Polls `cq` until one WC arrives or `timeout_ms` passes. False on timeout.
+bool PollOne(ibv_cq* cq, ibv_wc* wc, int timeout_ms = 5000);
+
+// Polls `cq` for `timeout_ms` and returns whatever arrived.
+std::vector<ibv_wc> Drain(ibv_cq* cq, int timeout_ms);
+
+// Number of open fds of this process.
+int CountOpenFds();
+
+struct PairOptions {
+  uint32_t max_send_wr = 16;
+  uint32_t max_recv_wr = 16;
+  uint32_t max_sge = 4;
+  uint32_t max_inline = 64;
+  uint8_t rnr_retry = 7;
+  int cqe = 256;
+  uint32_t server_srq_wr = 0;  // > 0: the server QP takes receives from an SRQ
+  std::string client_private_data;
+  std::string server_private_data;
+};
+
+// One listener, one client id and the accepted server id, each end with its
+// own PD, CQ (shared by send and recv) and completion channel, connected.
+class ConnectedPair {
+ public:
+  explicit ConnectedPair(const PairOptions& opt = PairOptions());
+  ~ConnectedPair();
+  bool ok() const { return ok_; }
+
+  rdma_event_channel* server_ch = nullptr;
+  rdma_event_channel* client_ch = nullptr;
+  rdma_cm_id* listener = nullptr;
+  rdma_cm_id* server = nullptr;
+  rdma_cm_id* client = nullptr;
+  ibv_pd* server_pd = nullptr;
+  ibv_pd* client_pd = nullptr;
+  ibv_comp_channel* server_comp = nullptr;
+  ibv_comp_channel* client_comp = nullptr;
+  ibv_cq* server_cq = nullptr;
+  ibv_cq* client_cq = nullptr;
+  ibv_srq* server_srq = nullptr;
+  std::string private_data_at_server;  // from CONNECT_REQUEST
+  std::string private_data_at_client;  // from ESTABLISHED
+
+ private:
+  bool ok_ = false;
+};
+
+// A registered buffer.
+struct Buffer {
+  Buffer(ibv_pd* pd, size_t size, int access);
+  ~Buffer();
+  uint64_t addr() const { return reinterpret_cast<uint64_t>(data.data()); }
+  std::vector<uint8_t> data;
+  ibv_mr* mr = nullptr;
+};
+
+// Posts one receive of `len` bytes at `buf` offset `off`.
+int PostRecv(ibv_qp* qp, uint64_t wr_id, const Buffer& buf, size_t off, uint32_t len);
+
+// Posts one signalled send-type WR with one SGE.
+int PostSend(ibv_qp* qp, ibv_wr_opcode op, uint64_t wr_id, const Buffer& buf, size_t off,
+             uint32_t len, uint32_t imm = 0, uint64_t remote_addr = 0, uint32_t rkey = 0,
+             int extra_flags = 0);
+
+}  // namespace testing
+}  // namespace softrdma
+
+#endif  // RDMARPC_TESTS_SOFTRDMA_TEST_UTIL_H_
