@@ -35,7 +35,8 @@ RDMARPC_EXPORT absl::Status BlockingUnaryCall(Channel* channel, absl::string_vie
 // channel engine thread (or inline on the caller when the call fails before
 // anything is sent), with the same statuses. `request` is serialised before
 // this returns and may be freed then; `context` and `response` must stay
-// alive until `done` runs.
+// alive until `done` runs. `done` must not drop the last reference to
+// `channel` (its engine thread cannot join itself) and should not block.
 RDMARPC_EXPORT void AsyncUnaryCall(Channel* channel, absl::string_view method,
                                    ClientContext* context,
                                    const google::protobuf::MessageLite& request,

@@ -1,0 +1,150 @@
+// channel.cc: Channel, CreateChannel and ChannelImpl.
+#include "rdmarpc/channel.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "runtime/rpc/address.h"
+#include "runtime/rpc/channel_impl.h"
+#include "runtime/verbs/verbs.h"
+
+namespace rdmarpc {
+
+Channel::Channel(std::unique_ptr<internal::ChannelImpl> impl) : impl_(std::move(impl)) {}
+Channel::~Channel() = default;
+const std::string& Channel::target() const { return impl_->target(); }
+
+absl::StatusOr<std::shared_ptr<Channel>> CreateChannel(absl::string_view target,
+                                                       const ChannelOptions& options) {
+  absl::StatusOr<std::unique_ptr<internal::ChannelImpl>> impl =
+      internal::ChannelImpl::Create(target, options);
+  if (!impl.ok()) return impl.status();
+  return std::make_shared<Channel>(std::move(*impl));
+}
+
+namespace internal {
+
+void ClientCall::OnResponse(absl::StatusCode code, absl::string_view message,
+                            absl::string_view payload) {
+  // A server answered: ClientContext::peer() names it.
+  if (context != nullptr) context->set_peer_for_runtime(peer);
+  if (code != absl::StatusCode::kOk) {
+    Finish(absl::Status(code, message));
+    return;
+  }
+  if (!response->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    Finish(absl::InternalError(absl::StrCat("response of ", payload.size(), " bytes to ", method,
+                                            " did not parse as ", response->GetTypeName())));
+    return;
+  }
+  Finish(absl::OkStatus());
+}
+
+void ClientCall::OnFailure(absl::Status status) { Finish(std::move(status)); }
+
+void ClientCall::Finish(absl::Status status) {
+  if (timer != 0 && engine != nullptr) engine->CancelTimer(timer);
+  auto cb = std::move(done);
+  delete this;
+  std::move(cb)(std::move(status));
+}
+
+ChannelImpl::ChannelImpl(std::string target, const ChannelOptions& options)
+    : target_(std::move(target)), options_(options) {}
+
+absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_view target,
+                                                                 const ChannelOptions& options) {
+  absl::StatusOr<std::vector<ResolvedAddress>> servers = ParseTarget(target);
+  if (!servers.ok()) return servers.status();
+  if (options.pool_size < 1 || options.engine_threads < 1 || options.recv_depth < 2 ||
+      options.recv_depth > 65535 || options.eager_limit_bytes < 256 ||
+      options.max_message_bytes == 0 || options.max_message_bytes > 0xFFFFFF00u) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ChannelOptions: pool_size ", options.pool_size, " (>= 1), engine_threads ",
+        options.engine_threads, " (>= 1), recv_depth ", options.recv_depth,
+        " (2..65535), eager_limit_bytes ", options.eager_limit_bytes, " (>= 256), max_message_bytes ",
+        options.max_message_bytes, " (1..4 GiB)"));
+  }
+  (void)Verbs();  // choose the provider now, not on the first call
+  std::unique_ptr<ChannelImpl> impl(new ChannelImpl(std::string(target), options));
+  // Client large buffers are cached up to 4 × max message, unbounded in use.
+  impl->device_ = std::make_unique<DeviceResources>(0, 256u << 20);
+  std::vector<Engine*> engines;
+  for (int i = 0; i < options.engine_threads; ++i) {
+    auto e = std::make_unique<Engine>(absl::StrCat("rdmarpc-client-", i));
+    if (absl::Status s = e->Start(); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("starting channel engine: ", s.message()));
+    }
+    engines.push_back(e.get());
+    impl->engines_.push_back(std::move(e));
+  }
+  ConnectionOptions copts;
+  copts.eager_limit_bytes = options.eager_limit_bytes;
+  // Our receives get responses: the server sends at most our eager limit.
+  copts.recv_buffer_bytes = options.eager_limit_bytes;
+  copts.recv_depth = options.recv_depth;
+  copts.max_message_bytes = options.max_message_bytes;
+  copts.connect_timeout = options.connect_timeout;
+  for (const ResolvedAddress& a : *servers) {
+    impl->pools_.push_back(std::make_unique<ConnectionPool>(a.addr, a.name, options.pool_size,
+                                                            engines, impl->device_.get(), copts));
+  }
+  return impl;
+}
+
+ChannelImpl::~ChannelImpl() {
+  // Engines first: their connections fail pending calls and tell the pools.
+  for (auto& e : engines_) e->Stop();
+  engines_.clear();
+  pools_.clear();
+  device_.reset();
+}
+
+void ChannelImpl::Start(ClientCall* call) {
+  ConnectionPool* pool =
+      pools_[next_server_.fetch_add(1, std::memory_order_relaxed) % pools_.size()].get();
+  const int slot = pool->PickSlot();
+  Engine* engine = pool->engine_of(slot);
+  call->engine = engine;
+  call->peer = pool->name();
+  engine->Post([this, call, pool, slot] { StartOnEngine(call, pool, slot); });
+}
+
+void ChannelImpl::StartOnEngine(ClientCall* call, ConnectionPool* pool, int slot) {
+  const absl::Time now = absl::Now();
+  if (now >= call->deadline) {
+    call->Finish(absl::DeadlineExceededError(absl::StrCat(
+        "deadline passed before ", call->method, " was sent to ", pool->name())));
+    return;
+  }
+  absl::StatusOr<Connection*> conn = pool->Get(slot);
+  if (!conn.ok()) {
+    call->Finish(absl::UnavailableError(conn.status().message()));
+    return;
+  }
+  call->conn = *conn;
+  if (call->deadline != absl::InfiniteFuture()) {
+    call->timer = call->engine->AddTimer(call->deadline, [call] {
+      call->timer = 0;
+      // Retire the slot (late responses are dropped, exposed buffers get new
+      // rkeys) and fail the call.
+      if (call->handle != 0) call->conn->CancelCall(call->handle);
+      call->Finish(absl::DeadlineExceededError(absl::StrCat(
+          call->method, " to ", call->peer, " exceeded its deadline")));
+    });
+  }
+  OutgoingRequest req;
+  req.method = call->method;
+  req.payload = std::move(call->payload);
+  req.registered = std::move(call->registered);
+  req.registered_len = call->registered_len;
+  if (call->deadline != absl::InfiniteFuture()) {
+    req.timeout_us = static_cast<uint64_t>(
+        std::max<int64_t>(0, absl::ToInt64Microseconds(call->deadline - now)));
+  }
+  // May finish (and delete) the call before returning.
+  call->conn->StartCall(std::move(req), call);
+}
+
+}  // namespace internal
+}  // namespace rdmarpc

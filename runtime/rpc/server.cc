@@ -1,0 +1,300 @@
+// server.cc: Server and ServerImpl.
+#include "rdmarpc/server.h"
+
+#include <arpa/inet.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "runtime/rpc/address.h"
+#include "runtime/rpc/server_impl.h"
+#include "runtime/rpc/server_test_hooks.h"
+#include "runtime/transport/header.h"
+#include "runtime/transport/transport.h"
+
+namespace rdmarpc {
+
+Server::Server(const ServerOptions& options)
+    : impl_(std::make_unique<internal::ServerImpl>(options)) {}
+Server::~Server() = default;
+absl::Status Server::AddService(Service* service) { return impl_->AddService(service); }
+absl::Status Server::Start(absl::string_view listen_address) {
+  return impl_->Start(listen_address);
+}
+int Server::port() const { return impl_->port(); }
+void Server::Shutdown(absl::Duration grace) { impl_->Shutdown(grace); }
+void Server::Wait() { impl_->Wait(); }
+
+namespace internal {
+
+ServerImpl::ServerImpl(const ServerOptions& options) : options_(options) {}
+
+ServerImpl::~ServerImpl() {
+  Shutdown(absl::Seconds(5));
+  Wait();
+}
+
+absl::Status ServerImpl::AddService(Service* service) {
+  absl::MutexLock lock(&mu_);
+  if (state_ != State::kNew) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("AddService(", service->full_name(), ") after Start"));
+  }
+  if (!services_.insert(service->full_name()).second) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("service ", service->full_name(), " is already registered"));
+  }
+  for (const auto& m : service->methods()) methods_[m->full_name()] = m.get();
+  return absl::OkStatus();
+}
+
+absl::Status ServerImpl::Start(absl::string_view listen_address) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ != State::kNew) return absl::FailedPreconditionError("Server already started");
+  }
+  if (options_.num_workers < 1 || options_.recv_depth < 2 || options_.recv_depth > 65535 ||
+      options_.recv_buffer_bytes < 256 || options_.eager_limit_bytes < 256 ||
+      options_.max_message_bytes == 0 || options_.max_message_bytes > 0xFFFFFF00u) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServerOptions: num_workers ", options_.num_workers, " (>= 1), recv_depth ",
+        options_.recv_depth, " (2..65535), recv_buffer_bytes ", options_.recv_buffer_bytes,
+        " (>= 256), eager_limit_bytes ", options_.eager_limit_bytes, " (>= 256), max_message_bytes ",
+        options_.max_message_bytes, " (1..4 GiB)"));
+  }
+  absl::StatusOr<ResolvedAddress> addr = ParseHostPort(listen_address, /*allow_port_zero=*/true);
+  if (!addr.ok()) return addr.status();
+  (void)Verbs();
+  device_ = std::make_unique<DeviceResources>(options_.large_buffer_pool_bytes,
+                                              options_.large_buffer_pool_bytes);
+  acceptor_ = std::make_unique<Engine>("rdmarpc-acceptor");
+  if (absl::Status s = acceptor_->Start(); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("starting acceptor: ", s.message()));
+  }
+  for (int i = 0; i < options_.num_workers; ++i) {
+    auto w = std::make_unique<Worker>();
+    w->server = this;
+    w->engine = std::make_unique<Engine>(absl::StrCat("rdmarpc-worker-", i));
+    if (absl::Status s = w->engine->Start(); !s.ok()) {
+      acceptor_->Stop();
+      for (auto& x : workers_) x->engine->Stop();
+      return absl::UnavailableError(absl::StrCat("starting worker: ", s.message()));
+    }
+    workers_.push_back(std::move(w));
+  }
+  // The listener lives on the acceptor's event channel; binding happens here
+  // (before the acceptor reads events for it, since no events exist yet).
+  absl::StatusOr<CmIdPtr> id =
+      CreateCmId(acceptor_->event_channel(), static_cast<CmEventHandler*>(this));
+  absl::Status s = id.status();
+  if (s.ok()) {
+    listen_id_ = std::move(*id);
+    sockaddr_in sa = addr->addr;
+    if (Verbs().bind_addr(listen_id_.get(), reinterpret_cast<sockaddr*>(&sa)) != 0) {
+      s = ErrnoToStatus("rdma_bind_addr", errno);
+      if (s.code() != absl::StatusCode::kInvalidArgument) {
+        s = absl::UnavailableError(absl::StrCat("cannot bind ", addr->name, ": ", s.message()));
+      }
+    } else if (absl::Status probe = ProbeRegistration(); !probe.ok()) {
+      s = probe;
+    } else if (Verbs().listen(listen_id_.get(), 128) != 0) {
+      s = absl::UnavailableError(absl::StrCat(
+          "cannot listen on ", addr->name, ": ", ErrnoToStatus("rdma_listen", errno).message()));
+    }
+  }
+  if (!s.ok()) {
+    acceptor_->Stop([this] { listen_id_.reset(); });
+    for (auto& w : workers_) w->engine->Stop();
+    workers_.clear();
+    absl::MutexLock lock(&mu_);
+    state_ = State::kStopped;
+    return s;
+  }
+  port_ = ntohs(Verbs().get_src_port(listen_id_.get()));
+  accepting_.store(true);
+  absl::MutexLock lock(&mu_);
+  state_ = State::kRunning;
+  LOG(INFO) << "rdmarpc server listening on " << addr->name << " (port " << port_ << ", "
+            << Verbs().provider_name << ")";
+  return absl::OkStatus();
+}
+
+absl::Status ServerImpl::ProbeRegistration() {
+  // When binding picked the device already (a specific address), register
+  // one connection's receive ring now so that a memlock limit shows at
+  // Start rather than on the first client.
+  ibv_context* verbs = listen_id_->verbs;
+  if (verbs == nullptr) return absl::OkStatus();
+  absl::StatusOr<ibv_pd*> pd = device_->GetPd(verbs);
+  if (!pd.ok()) return pd.status();
+  absl::StatusOr<std::unique_ptr<BufferSlab>> probe =
+      BufferSlab::Create(*pd, options_.recv_depth, options_.recv_buffer_bytes, kLocalAccess);
+  if (!probe.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot register receive buffers: ", probe.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+void ServerImpl::Reject(rdma_cm_id* id, uint32_t reason) {
+  HandshakeData h;
+  h.version = ServerProtocolVersion();
+  h.reject_reason = reason;
+  char pd[kHandshakeBytes];
+  EncodeHandshake(h, pd);
+  Verbs().reject(id, pd, kHandshakeBytes);
+  Verbs().destroy_id(id);
+}
+
+void ServerImpl::OnCmEvent(const CmEvent& ev) {
+  if (ev.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+    OnConnectRequest(ev);
+    return;
+  }
+  VLOG(1) << "listener: ignoring " << rdma_event_str(ev.type);
+}
+
+void ServerImpl::OnConnectRequest(const CmEvent& ev) {
+  rdma_cm_id* id = ev.id;
+  if (!accepting_.load()) {
+    Reject(id, kRejectShuttingDown);
+    return;
+  }
+  absl::StatusOr<HandshakeData> h = DecodeHandshake(ev.private_data.data(), ev.private_data.size());
+  if (!h.ok()) {
+    LOG(WARNING) << "rejecting connection: " << h.status();
+    Reject(id, 0);
+    return;
+  }
+  if (h->version != ServerProtocolVersion()) {
+    LOG(WARNING) << "rejecting client speaking protocol version " << h->version
+                 << "; this server speaks " << ServerProtocolVersion();
+    Reject(id, kRejectVersion);
+    return;
+  }
+  if (h->recv_depth < 2 || h->recv_buffer_bytes < 256) {
+    LOG(WARNING) << "rejecting client with recv_depth " << h->recv_depth << " and buffers of "
+                 << h->recv_buffer_bytes << " bytes";
+    Reject(id, 0);
+    return;
+  }
+  Worker* w = workers_[next_worker_.fetch_add(1) % workers_.size()].get();
+  // Until the worker adopts it, events of this id go nowhere.
+  id->context = nullptr;
+  if (Verbs().migrate_id(id, w->engine->event_channel()) != 0) {
+    LOG(ERROR) << ErrnoToStatus("rdma_migrate_id", errno);
+    Reject(id, 0);
+    return;
+  }
+  ConnectionOptions copts;
+  copts.eager_limit_bytes = options_.eager_limit_bytes;
+  copts.recv_buffer_bytes = options_.recv_buffer_bytes;
+  copts.recv_depth = options_.recv_depth;
+  copts.max_message_bytes = options_.max_message_bytes;
+  copts.request_read_delay = &TakeServerRequestReadDelay;
+  const HandshakeData peer = *h;
+  w->engine->Post([this, w, id, peer, copts] {
+    absl::StatusOr<Connection*> c =
+        Connection::Accept(w->engine.get(), device_.get(), id, peer, copts, w);
+    if (!c.ok()) {
+      LOG(WARNING) << "accepting a connection failed: " << c.status();
+      return;
+    }
+    w->conns.insert(*c);
+  });
+}
+
+void ServerImpl::Worker::OnRequest(Connection* conn, const IncomingRequest& req) {
+  server->Dispatch(conn, req);
+}
+
+void ServerImpl::Dispatch(Connection* conn, const IncomingRequest& req) {
+  in_flight_.fetch_add(1);
+  const std::string method(req.method);
+  auto it = methods_.find(method);
+  if (it == methods_.end()) {
+    conn->SendResponse(req.token, absl::StatusCode::kUnimplemented,
+                       absl::StrCat("method ", method, " is not implemented by this server"),
+                       std::string());
+    in_flight_.fetch_sub(1);
+    return;
+  }
+  const MethodHandler* handler = it->second;
+  std::unique_ptr<google::protobuf::MessageLite> request = handler->NewRequest();
+  if (!request->ParseFromArray(req.payload.data(), static_cast<int>(req.payload.size()))) {
+    conn->SendResponse(req.token, absl::StatusCode::kInternal,
+                       absl::StrCat("request of ", req.payload.size(), " bytes to ", method,
+                                    " did not parse as ", request->GetTypeName()),
+                       std::string());
+    in_flight_.fetch_sub(1);
+    return;
+  }
+  const absl::Time deadline = req.timeout_us == kNoTimeout
+                                  ? absl::InfiniteFuture()
+                                  : absl::Now() + absl::Microseconds(req.timeout_us);
+  ServerContext context(method, conn->peer(), deadline);
+  std::unique_ptr<google::protobuf::MessageLite> response = handler->NewResponse();
+  absl::Status status = handler->Invoke(&context, *request, response.get());
+  if (status.ok()) {
+    const size_t size = response->ByteSizeLong();
+    LargeBufferPool* pool = conn->large_pool();
+    if (size + kWireHeaderBytes > conn->eager_limit() && pool != nullptr &&
+        size <= options_.max_message_bytes) {
+      // Large: serialise straight into registered memory (no extra copy).
+      absl::StatusOr<LargeBuffer*> buf = pool->Get(kRegisteredResponseOffset + size);
+      if (buf.ok()) {
+        response->SerializeWithCachedSizesToArray(
+            reinterpret_cast<uint8_t*>((*buf)->data + kRegisteredResponseOffset));
+        conn->SendRegisteredResponse(req.token, PooledBuffer(pool, *buf), size);
+        in_flight_.fetch_sub(1);
+        return;
+      }
+    }
+    std::string payload;
+    response->SerializeToString(&payload);
+    conn->SendResponse(req.token, absl::StatusCode::kOk, std::string(), std::move(payload));
+  } else {
+    conn->SendResponse(req.token, status.code(), std::string(status.message()), std::string());
+  }
+  in_flight_.fetch_sub(1);
+}
+
+void ServerImpl::Shutdown(absl::Duration grace) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ != State::kRunning) return;
+    state_ = State::kStopping;
+  }
+  // 1. Stop accepting: the listener goes with the acceptor.
+  accepting_.store(false);
+  acceptor_->Stop([this] { listen_id_.reset(); });
+  // 2. Let handlers that are running finish, up to `grace`.
+  const absl::Time until = absl::Now() + grace;
+  while (in_flight_.load() > 0 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(1));
+  // 3. Disconnect every client and join the workers; Engine::Stop destroys
+  //    the connections (QP first) after they are closed.
+  for (auto& w : workers_) {
+    Worker* wp = w.get();
+    w->engine->Stop([wp] {
+      std::vector<Connection*> conns(wp->conns.begin(), wp->conns.end());
+      for (Connection* c : conns) {
+        c->Close(absl::UnavailableError("server shutting down"));
+      }
+    });
+  }
+  absl::MutexLock lock(&mu_);
+  state_ = State::kStopped;
+}
+
+void ServerImpl::Wait() {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return state_ == State::kStopped || state_ == State::kNew;
+  };
+  mu_.Await(absl::Condition(&done));
+}
+
+}  // namespace internal
+}  // namespace rdmarpc

@@ -1,0 +1,164 @@
+// buffer_pool.cc: see buffer_pool.h.
+#include "runtime/transport/buffer_pool.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace rdmarpc {
+namespace internal {
+namespace {
+constexpr size_t kPage = 4096;
+constexpr size_t kLargeGranule = 64 * 1024;
+
+char* AllocAligned(size_t bytes) {
+  void* p = nullptr;
+  if (posix_memalign(&p, kPage, bytes == 0 ? kPage : bytes) != 0) return nullptr;
+  return static_cast<char*>(p);
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BufferSlab>> BufferSlab::Create(ibv_pd* pd, int count,
+                                                               size_t buffer_bytes, int access) {
+  if (count <= 0 || buffer_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("buffer slab of ", count, " x ", buffer_bytes,
+                                                   " bytes"));
+  }
+  const size_t total = static_cast<size_t>(count) * buffer_bytes;
+  char* base = AllocAligned(total);
+  if (base == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", total, " bytes"));
+  }
+  std::memset(base, 0, total);
+  absl::StatusOr<MrPtr> mr = RegisterMemory(pd, base, total, access);
+  if (!mr.ok()) {
+    std::free(base);
+    return mr.status();
+  }
+  return std::unique_ptr<BufferSlab>(new BufferSlab(base, count, buffer_bytes, std::move(*mr)));
+}
+
+BufferSlab::BufferSlab(char* base, int count, size_t buffer_bytes, MrPtr mr)
+    : base_(base), count_(count), buffer_bytes_(buffer_bytes), mr_(std::move(mr)) {
+  free_.reserve(count);
+  for (int i = count - 1; i >= 0; --i) free_.push_back(i);
+}
+
+BufferSlab::~BufferSlab() {
+  mr_.reset();  // deregister before freeing the memory
+  std::free(base_);
+}
+
+int BufferSlab::Get() {
+  if (free_.empty()) return -1;
+  const int i = free_.back();
+  free_.pop_back();
+  return i;
+}
+
+void BufferSlab::Put(int index) { free_.push_back(index); }
+
+LargeBufferPool::LargeBufferPool(ibv_pd* pd, size_t limit_bytes, size_t keep_bytes)
+    : pd_(pd), limit_bytes_(limit_bytes), keep_bytes_(keep_bytes) {}
+
+LargeBufferPool::~LargeBufferPool() {
+  absl::MutexLock lock(&mu_);
+  LOG_IF(ERROR, outstanding_ != 0) << outstanding_ << " large buffers still in use at pool exit";
+  for (auto& [size, b] : free_) FreeLocked(b);
+  free_.clear();
+}
+
+void LargeBufferPool::FreeLocked(LargeBuffer* b) {
+  registered_bytes_ -= b->capacity;
+  b->mr.reset();
+  std::free(b->data);
+  delete b;
+}
+
+absl::StatusOr<LargeBuffer*> LargeBufferPool::Get(size_t bytes) {
+  const size_t want = (bytes + kLargeGranule - 1) / kLargeGranule * kLargeGranule;
+  absl::MutexLock lock(&mu_);
+  // Reuse the smallest free buffer that fits and wastes at most half of it.
+  auto it = free_.lower_bound(want);
+  if (it != free_.end() && it->first <= 2 * want) {
+    LargeBuffer* b = it->second;
+    free_bytes_ -= b->capacity;
+    free_.erase(it);
+    ++outstanding_;
+    return b;
+  }
+  // Make room under the limit by dropping cached buffers that did not fit.
+  while (limit_bytes_ != 0 && registered_bytes_ + want > limit_bytes_ && !free_.empty()) {
+    auto victim = free_.begin();
+    free_bytes_ -= victim->second->capacity;
+    FreeLocked(victim->second);
+    free_.erase(victim);
+  }
+  if (limit_bytes_ != 0 && registered_bytes_ + want > limit_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "large buffer of ", want, " bytes would exceed the pool limit of ", limit_bytes_,
+        " bytes (", registered_bytes_, " in use)"));
+  }
+  char* data = AllocAligned(want);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", want, " bytes"));
+  }
+  absl::StatusOr<MrPtr> mr = RegisterMemory(pd_, data, want, kRemoteAccess);
+  if (!mr.ok()) {
+    std::free(data);
+    return mr.status();
+  }
+  auto* b = new LargeBuffer;
+  b->data = data;
+  b->capacity = want;
+  b->mr = std::move(*mr);
+  registered_bytes_ += want;
+  ++outstanding_;
+  return b;
+}
+
+void LargeBufferPool::Put(LargeBuffer* b) {
+  if (b == nullptr) return;
+  absl::MutexLock lock(&mu_);
+  --outstanding_;
+  if (free_bytes_ + b->capacity > keep_bytes_) {
+    FreeLocked(b);
+    return;
+  }
+  free_bytes_ += b->capacity;
+  free_.emplace(b->capacity, b);
+}
+
+absl::Status LargeBufferPool::Rekey(LargeBuffer* b) {
+  // Deregistering invalidates the old rkey; the new MR gets a fresh one.
+  b->mr.reset();
+  absl::StatusOr<MrPtr> mr = RegisterMemory(pd_, b->data, b->capacity, kRemoteAccess);
+  if (!mr.ok()) {
+    absl::MutexLock lock(&mu_);
+    --outstanding_;
+    FreeLocked(b);
+    return mr.status();
+  }
+  b->mr = std::move(*mr);
+  return absl::OkStatus();
+}
+
+void LargeBufferPool::RekeyAndPut(LargeBuffer* b) {
+  if (b == nullptr) return;
+  absl::Status s = Rekey(b);
+  if (!s.ok()) {
+    LOG(WARNING) << "dropping a large buffer whose rkey could not be renewed: " << s;
+    return;
+  }
+  Put(b);
+}
+
+size_t LargeBufferPool::registered_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return registered_bytes_;
+}
+
+}  // namespace internal
+}  // namespace rdmarpc

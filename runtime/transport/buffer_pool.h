@@ -1,0 +1,147 @@
+// buffer_pool.h: registered memory, registered once and reused.
+//
+//  * BufferSlab: `count` buffers of `buffer_bytes` in one allocation and one
+//    MR — a connection's receive ring or send buffers. get/put are for one
+//    thread (the connection's engine).
+//  * LargeBufferPool: buffers for rendezvous payloads, each with its own MR
+//    so that one buffer's remote access can be revoked (Rekey) without
+//    touching the others. Buffers are kept for reuse; registration happens
+//    only when the pool grows or on Rekey (a call ended while the buffer was
+//    exposed). Thread-safe.
+#ifndef RDMARPC_RUNTIME_TRANSPORT_BUFFER_POOL_H_
+#define RDMARPC_RUNTIME_TRANSPORT_BUFFER_POOL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/verbs/verbs.h"
+
+namespace rdmarpc {
+namespace internal {
+
+inline constexpr int kLocalAccess = IBV_ACCESS_LOCAL_WRITE;
+inline constexpr int kRemoteAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+
+class BufferSlab {
+ public:
+  // Registers count × buffer_bytes with `access`. RESOURCE_EXHAUSTED (with
+  // RLIMIT_MEMLOCK) when registration fails for lack of memory.
+  static absl::StatusOr<std::unique_ptr<BufferSlab>> Create(ibv_pd* pd, int count,
+                                                            size_t buffer_bytes, int access);
+  ~BufferSlab();
+
+  int count() const { return count_; }
+  size_t buffer_bytes() const { return buffer_bytes_; }
+  char* data(int index) const { return base_ + static_cast<size_t>(index) * buffer_bytes_; }
+  uint32_t lkey() const { return mr_->lkey; }
+
+  // Free-list for send buffers. Get returns -1 when all are in use.
+  int Get();
+  void Put(int index);
+  int free_count() const { return static_cast<int>(free_.size()); }
+
+ private:
+  BufferSlab(char* base, int count, size_t buffer_bytes, MrPtr mr);
+  char* base_;
+  int count_;
+  size_t buffer_bytes_;
+  MrPtr mr_;
+  std::vector<int> free_;
+};
+
+struct LargeBuffer {
+  char* data = nullptr;
+  size_t capacity = 0;  // bytes
+  MrPtr mr;
+  uint32_t lkey() const { return mr->lkey; }
+  uint32_t rkey() const { return mr->rkey; }
+  uint64_t addr() const { return reinterpret_cast<uint64_t>(data); }
+};
+
+class LargeBufferPool {
+ public:
+  // `limit_bytes`: most memory registered at once (0 = no limit).
+  // `keep_bytes`: most memory kept in the free lists when unused.
+  LargeBufferPool(ibv_pd* pd, size_t limit_bytes, size_t keep_bytes);
+  ~LargeBufferPool();  // all buffers must have been Put back
+
+  // A buffer of at least `bytes` (rounded up to 64 KiB), registered for
+  // remote read and write. RESOURCE_EXHAUSTED when the limit would be passed
+  // (message names request, in-use and limit bytes) or registration fails.
+  absl::StatusOr<LargeBuffer*> Get(size_t bytes);
+  // Returns a buffer for reuse. The caller guarantees no peer may still
+  // access it through its current rkey (else call Rekey first).
+  void Put(LargeBuffer* buffer);
+  // Revokes every rkey handed out for `buffer` by re-registering it. Slow
+  // path: only for a buffer exposed by a call that ended early. On failure
+  // the buffer is freed (it must not be reused) and the error returned.
+  absl::Status Rekey(LargeBuffer* buffer);
+  // Rekey then Put (or free on Rekey failure).
+  void RekeyAndPut(LargeBuffer* buffer);
+
+  size_t registered_bytes() const;
+
+ private:
+  void FreeLocked(LargeBuffer* buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ibv_pd* const pd_;
+  const size_t limit_bytes_;
+  const size_t keep_bytes_;
+  mutable absl::Mutex mu_;
+  std::multimap<size_t, LargeBuffer*> free_ ABSL_GUARDED_BY(mu_);
+  size_t free_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t registered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Owns one LargeBuffer on loan from a pool; returns it on destruction (no
+// rekey: only for buffers never exposed, or whose exposure ended normally).
+class PooledBuffer {
+ public:
+  PooledBuffer() = default;
+  PooledBuffer(LargeBufferPool* pool, LargeBuffer* buffer) : pool_(pool), buffer_(buffer) {}
+  PooledBuffer(PooledBuffer&& o) noexcept : pool_(o.pool_), buffer_(o.buffer_) {
+    o.buffer_ = nullptr;
+  }
+  PooledBuffer& operator=(PooledBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      pool_ = o.pool_;
+      buffer_ = o.buffer_;
+      o.buffer_ = nullptr;
+    }
+    return *this;
+  }
+  PooledBuffer(const PooledBuffer&) = delete;
+  PooledBuffer& operator=(const PooledBuffer&) = delete;
+  ~PooledBuffer() { reset(); }
+
+  LargeBuffer* get() const { return buffer_; }
+  LargeBuffer* operator->() const { return buffer_; }
+  explicit operator bool() const { return buffer_ != nullptr; }
+  LargeBuffer* release() {
+    LargeBuffer* b = buffer_;
+    buffer_ = nullptr;
+    return b;
+  }
+  void reset() {
+    if (buffer_ != nullptr) pool_->Put(buffer_);
+    buffer_ = nullptr;
+  }
+
+ private:
+  LargeBufferPool* pool_ = nullptr;
+  LargeBuffer* buffer_ = nullptr;
+};
+
+}  // namespace internal
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_RUNTIME_TRANSPORT_BUFFER_POOL_H_

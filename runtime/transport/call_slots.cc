@@ -1,0 +1,106 @@
+// call_slots.cc: the client's table of calls in flight on one connection.
+// A slot's index and generation travel in imm_data, so a response finds its
+// call without parsing, and a response for a retired slot (deadline) is
+// recognised as stale by its generation.
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "runtime/transport/connection.h"
+
+namespace rdmarpc {
+namespace internal {
+
+uint32_t Connection::StartCall(OutgoingRequest request, ResponseSink* sink) {
+  if (!usable()) {
+    sink->OnFailure(close_reason_.ok() ? absl::UnavailableError("connection closed")
+                                       : absl::UnavailableError(close_reason_.message()));
+    return 0;
+  }
+  uint16_t idx;
+  if (!free_slots_.empty()) {
+    idx = free_slots_.back();
+    free_slots_.pop_back();
+  } else if (slots_.size() < static_cast<size_t>(kMaxSlots)) {
+    idx = static_cast<uint16_t>(slots_.size());
+    slots_.emplace_back();
+  } else {
+    sink->OnFailure(absl::ResourceExhaustedError(
+        absl::StrCat("connection to ", peer_name_, " has ", kMaxSlots, " calls in flight")));
+    return 0;
+  }
+  Slot& s = slots_[idx];
+  s.busy = true;
+  s.sent = false;
+  s.sink = sink;
+  s.request = std::move(request);
+  ++busy_slots_;
+  // Generation 0 is never used so that handle 0 means "no call".
+  const uint32_t handle = (static_cast<uint32_t>(s.generation) << 16) | idx;
+  OutItem item;
+  item.kind = OutKind::kRequest;
+  item.handle = handle;
+  out_queue_.push_back(std::move(item));
+  sink->OnQueued(handle);
+  // Sent at the end of the engine step, with whatever else became ready.
+  if (state_ == ConnState::kEstablished) Touch();
+  return handle;
+}
+
+Connection::Slot* Connection::LiveSlot(uint16_t slot, uint16_t gen) {
+  if (slot >= slots_.size()) return nullptr;
+  Slot& s = slots_[slot];
+  if (!s.busy || s.generation != gen) return nullptr;
+  return &s;
+}
+
+void Connection::FinishSlot(uint16_t idx, bool rekey) {
+  Slot& s = slots_[idx];
+  if (pool_ != nullptr) {
+    // A buffer the server could still read or write (call ended without its
+    // response) gets a new rkey before anyone reuses it.
+    const bool exposed = rekey && s.sent;
+    if (s.request_buffer != nullptr) {
+      exposed ? pool_->RekeyAndPut(s.request_buffer) : pool_->Put(s.request_buffer);
+    }
+    if (s.reply_buffer != nullptr) {
+      if (exposed && usable()) {
+        // The server may still WRITE its (late) response here. Re-keying
+        // would turn that WRITE into a remote access error that kills the
+        // connection for every other call on it, so the buffer is instead
+        // kept out of use until that response (or the connection's end)
+        // shows the server is done with it.
+        quarantine_[(static_cast<uint32_t>(s.generation) << 16) | idx] = s.reply_buffer;
+      } else {
+        exposed ? pool_->RekeyAndPut(s.reply_buffer) : pool_->Put(s.reply_buffer);
+      }
+    }
+  }
+  s.request_buffer = nullptr;
+  s.reply_buffer = nullptr;
+  s.busy = false;
+  s.sent = false;
+  s.sink = nullptr;
+  s.request = OutgoingRequest();
+  s.generation = static_cast<uint16_t>((s.generation + 1) & kGenerationMask);
+  if (s.generation == 0) s.generation = 1;
+  --busy_slots_;
+  free_slots_.push_back(idx);
+}
+
+void Connection::ReleaseQuarantined(uint16_t slot, uint16_t gen) {
+  if (quarantine_.empty()) return;
+  auto it = quarantine_.find((static_cast<uint32_t>(gen) << 16) | slot);
+  if (it == quarantine_.end()) return;
+  // The server answered this retired call: it will not write here again.
+  if (pool_ != nullptr) pool_->Put(it->second);
+  quarantine_.erase(it);
+}
+
+void Connection::CancelCall(uint32_t handle) {
+  const uint16_t idx = static_cast<uint16_t>(handle & 0xFFFF);
+  const uint16_t gen = static_cast<uint16_t>(handle >> 16);
+  if (LiveSlot(idx, gen) == nullptr) return;
+  FinishSlot(idx, /*rekey=*/true);
+}
+
+}  // namespace internal
+}  // namespace rdmarpc

@@ -1,0 +1,368 @@
+// completion_poller.cc: the Engine loop (see completion_poller.h).
+#include "runtime/transport/completion_poller.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+#include "runtime/transport/connection.h"
+#include "runtime/transport/transport.h"
+
+DEFINE_int64(rdmarpc_busy_poll_us, absl::ToInt64Microseconds(rdmarpc::internal::kBusyPoll),
+             "Microseconds an rdmarpc engine keeps polling its CQ after the last completion "
+             "before sleeping on the completion channel. More cuts latency when cores are "
+             "free; less saves CPU.");
+
+namespace rdmarpc {
+namespace internal {
+namespace {
+
+absl::Status SetNonBlocking(int fd, absl::string_view what) {
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    return ErrnoToStatus(absl::StrCat("fcntl(O_NONBLOCK) on ", what), errno);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Engine::Engine(std::string name) : name_(std::move(name)), cq_free_(kCqDepth) {}
+
+absl::Status Engine::ReserveCqEntries(int n) {
+  if (n > cq_free_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        name_, ": completion queue has room for ", cq_free_, " more entries of ", kCqDepth,
+        "; a connection needs ", n));
+  }
+  cq_free_ -= n;
+  return absl::OkStatus();
+}
+
+Engine::~Engine() { Stop(); }
+
+absl::Status Engine::Start() {
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) return ErrnoToStatus("epoll_create1", errno);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) return ErrnoToStatus("eventfd", errno);
+  absl::StatusOr<EventChannelPtr> ch = CreateEventChannel();
+  if (!ch.ok()) return ch.status();
+  event_channel_ = std::move(*ch);
+  if (absl::Status s = SetNonBlocking(event_channel_->fd, "rdma_cm event channel"); !s.ok()) {
+    return s;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = wake_fd_;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) {
+    return ErrnoToStatus("epoll_ctl(eventfd)", errno);
+  }
+  rdma_event_channel* channel = event_channel_.get();
+  fd_handlers_[channel->fd] = [channel] { DispatchOneCmEvent(channel); };
+  ev.data.fd = channel->fd;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, channel->fd, &ev) != 0) {
+    return ErrnoToStatus("epoll_ctl(cm channel)", errno);
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void Engine::Stop(absl::AnyInvocable<void()> before_exit) {
+  // An engine cannot join itself: e.g. the last reference to a Channel
+  // dropped inside one of its own call callbacks.
+  CHECK(!thread_.joinable() || !InEngineThread())
+      << name_ << ": a Channel or Server must not be destroyed on its own engine thread "
+      << "(from a call's callback or a handler)";
+  if (!thread_.joinable()) {
+    // Never started (or already stopped): release what Start made.
+    if (!stopped_) Teardown();
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    before_exit_ = std::move(before_exit);
+  }
+  stop_.store(true);
+  Wake();
+  thread_.join();
+}
+
+void Engine::Post(absl::AnyInvocable<void()> task) {
+  tasks_.Push(std::move(task));
+  if (sleeping_.load()) Wake();
+}
+
+void Engine::Wake() {
+  const uint64_t one = 1;
+  if (wake_fd_ >= 0 && write(wake_fd_, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+    PLOG(ERROR) << "eventfd write";
+  }
+}
+
+Engine::TimerId Engine::AddTimer(absl::Time when, absl::AnyInvocable<void()> fn) {
+  const TimerId id = next_timer_++;
+  timers_.emplace(std::make_pair(when, id), std::move(fn));
+  timer_when_[id] = when;
+  return id;
+}
+
+void Engine::CancelTimer(TimerId id) {
+  auto it = timer_when_.find(id);
+  if (it == timer_when_.end()) return;
+  timers_.erase(std::make_pair(it->second, id));
+  timer_when_.erase(it);
+}
+
+absl::StatusOr<ibv_cq*> Engine::EnsureCq(ibv_context* context) {
+  if (cq_ != nullptr) {
+    if (cq_->context != context) {
+      return absl::UnimplementedError("one engine serves one RDMA device");
+    }
+    return cq_.get();
+  }
+  absl::StatusOr<CompChannelPtr> ch = CreateCompChannel(context);
+  if (!ch.ok()) return ch.status();
+  if (absl::Status s = SetNonBlocking((*ch)->fd, "completion channel"); !s.ok()) return s;
+  absl::StatusOr<CqPtr> cq = CreateCq(context, kCqDepth, ch->get());
+  if (!cq.ok()) return cq.status();
+  comp_channel_ = std::move(*ch);
+  cq_ = std::move(*cq);
+  if (int rc = ibv_req_notify_cq(cq_.get(), 0); rc != 0) {
+    return ErrnoToStatus("ibv_req_notify_cq", rc);
+  }
+  ibv_comp_channel* comp = comp_channel_.get();
+  ibv_cq* cqp = cq_.get();
+  fd_handlers_[comp->fd] = [comp, cqp] {
+    ibv_cq* ev_cq = nullptr;
+    void* ev_ctx = nullptr;
+    if (Verbs().get_cq_event(comp, &ev_cq, &ev_ctx) == 0) {
+      Verbs().ack_cq_events(ev_cq, 1);
+    }
+    ibv_req_notify_cq(cqp, 0);
+  };
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = comp->fd;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, comp->fd, &ev) != 0) {
+    return ErrnoToStatus("epoll_ctl(completion channel)", errno);
+  }
+  return cq_.get();
+}
+
+absl::Status Engine::WatchFd(int fd, absl::AnyInvocable<void()> on_readable) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) return ErrnoToStatus("epoll_ctl", errno);
+  fd_handlers_[fd] = std::move(on_readable);
+  return absl::OkStatus();
+}
+
+void Engine::UnwatchFd(int fd) {
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  fd_handlers_.erase(fd);
+}
+
+Connection* Engine::Adopt(std::unique_ptr<Connection> conn) {
+  Connection* raw = conn.get();
+  conns_[raw] = std::move(conn);
+  return raw;
+}
+
+void Engine::Retire(Connection* conn) {
+  auto it = conns_.find(conn);
+  if (it == conns_.end()) return;
+  graveyard_.push_back(std::move(it->second));
+  conns_.erase(it);
+}
+
+bool Engine::DispatchOneCmEvent(rdma_event_channel* channel) {
+  rdma_cm_event* raw = nullptr;
+  if (Verbs().get_cm_event(channel, &raw) != 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK) PLOG(ERROR) << "rdma_get_cm_event";
+    return false;
+  }
+  CmEvent ev;
+  ev.type = raw->event;
+  ev.status = raw->status;
+  ev.id = raw->id;
+  ev.listen_id = raw->listen_id;
+  if (raw->param.conn.private_data != nullptr && raw->param.conn.private_data_len > 0) {
+    ev.private_data.assign(static_cast<const char*>(raw->param.conn.private_data),
+                           raw->param.conn.private_data_len);
+  }
+  auto* handler = static_cast<CmEventHandler*>(raw->id != nullptr ? raw->id->context : nullptr);
+  // Ack first: rdma_destroy_id waits for every event of its id to be acked,
+  // and handlers may destroy ids.
+  Verbs().ack_cm_event(raw);
+  VLOG(1) << "cm event " << rdma_event_str(ev.type) << " status " << ev.status;
+  if (handler != nullptr) handler->OnCmEvent(ev);
+  return true;
+}
+
+bool Engine::RunTasks() {
+  // Bounded, so timers and completions are not starved by a flood of posts.
+  int ran = 0;
+  while (ran < 256 && tasks_.RunOne()) ++ran;
+  return ran > 0;
+}
+
+void Engine::RunDueTimers() {
+  if (timers_.empty()) return;
+  const absl::Time now = absl::Now();
+  while (!timers_.empty() && timers_.begin()->first.first <= now) {
+    auto node = timers_.extract(timers_.begin());
+    timer_when_.erase(node.key().second);
+    std::move(node.mapped())();
+  }
+}
+
+int Engine::PollCq() {
+  if (cq_ == nullptr) return 0;
+  ibv_wc wcs[kPollBatch];
+  const int n = ibv_poll_cq(cq_.get(), kPollBatch, wcs);
+  if (n < 0) {
+    LOG(ERROR) << "ibv_poll_cq failed: " << n;
+    return 0;
+  }
+  for (int i = 0; i < n; ++i) {
+    auto it = qp_map_.find(wcs[i].qp_num);
+    if (it == qp_map_.end()) continue;  // a connection already destroyed
+    Connection* c = it->second;
+    c->OnCompletion(wcs[i]);
+    c->Touch();
+  }
+  FlushTouched();
+  return n;
+}
+
+void Engine::FlushTouched() {
+  // AfterPollBatch may touch connections again (a response sent from an
+  // upcall); loop until quiet.
+  while (!touched_.empty()) {
+    std::vector<Connection*> batch;
+    batch.swap(touched_);
+    for (Connection* c : batch) {
+      if (!conns_.contains(c)) continue;  // retired meanwhile
+      c->touched = false;
+      c->AfterPollBatch();
+    }
+  }
+}
+
+void Engine::Sleep() {
+  int timeout_ms = -1;
+  if (!timers_.empty()) {
+    const absl::Duration d = timers_.begin()->first.first - absl::Now();
+    timeout_ms = d <= absl::ZeroDuration()
+                     ? 0
+                     : static_cast<int>(absl::ToInt64Milliseconds(d + absl::Milliseconds(1)));
+  }
+  sleeping_.store(true);
+  if (tasks_.size() > 0 || stop_.load()) {
+    sleeping_.store(false);
+    return;
+  }
+  epoll_event events[8];
+  const int n = epoll_wait(epoll_fd_, events, 8, timeout_ms);
+  sleeping_.store(false);
+  for (int i = 0; i < n; ++i) {
+    const int fd = events[i].data.fd;
+    if (fd == wake_fd_) {
+      uint64_t v;
+      while (read(wake_fd_, &v, sizeof(v)) > 0) {
+      }
+      continue;
+    }
+    auto it = fd_handlers_.find(fd);
+    if (it != fd_handlers_.end()) it->second();
+  }
+  FlushTouched();
+}
+
+void Engine::Loop() {
+  thread_id_ = std::this_thread::get_id();
+  absl::Time last_work = absl::Now();
+  const absl::Duration busy_poll = absl::Microseconds(FLAGS_rdmarpc_busy_poll_us);
+  while (!stop_.load()) {
+    bool worked = RunTasks();
+    RunDueTimers();
+    FlushTouched();
+    worked |= PollCq() > 0;
+    graveyard_.clear();
+    if (worked || tasks_.size() > 0) {
+      last_work = absl::Now();
+      continue;
+    }
+    if (absl::Now() - last_work < busy_poll) {
+      // Spin politely: a software device (softrdma) or the peer may need
+      // this core to make the very progress we are waiting for.
+      std::this_thread::yield();
+      continue;
+    }
+    if (cq_ != nullptr) {
+      ibv_req_notify_cq(cq_.get(), 0);
+      if (PollCq() > 0) {
+        last_work = absl::Now();
+        continue;
+      }
+    }
+    // cm events are only looked at when the channel fd is ready, so drain
+    // them here too in case several arrived at once (level-triggered anyway).
+    Sleep();
+    graveyard_.clear();
+  }
+  RunTasks();
+  FlushTouched();
+  absl::AnyInvocable<void()> before_exit;
+  {
+    absl::MutexLock lock(&mu_);
+    before_exit = std::move(before_exit_);
+  }
+  if (before_exit) std::move(before_exit)();
+  RunTasks();
+  FlushTouched();
+  Teardown();
+}
+
+void Engine::Teardown() {
+  stopped_ = true;
+  // Destroy connections: each destroys its QP first, so the device stops
+  // touching its buffers, then its id and buffers. Tasks posted late (a call
+  // started while the channel is being destroyed) still run, so that their
+  // callbacks fire (UNAVAILABLE); loop until both are exhausted.
+  do {
+    while (tasks_.RunOne()) {
+    }
+    while (!conns_.empty()) {
+      Connection* c = conns_.begin()->first;
+      c->ForceDestroy();
+      if (conns_.contains(c)) Retire(c);
+    }
+    touched_.clear();
+    graveyard_.clear();
+  } while (tasks_.size() > 0);
+  timers_.clear();
+  timer_when_.clear();
+  qp_map_.clear();
+  if (comp_channel_ != nullptr) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, comp_channel_->fd, nullptr);
+  cq_.reset();  // every CQ event was acked as it was read
+  comp_channel_.reset();
+  event_channel_.reset();
+  fd_handlers_.clear();
+  if (wake_fd_ >= 0) close(wake_fd_);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  wake_fd_ = epoll_fd_ = -1;
+}
+
+}  // namespace internal
+}  // namespace rdmarpc

@@ -1,0 +1,399 @@
+// connection.cc: connection set-up (rdma_cm handshake), close and teardown.
+// The message protocol is in eager.cc and rendezvous.cc.
+#include "runtime/transport/connection.h"
+
+#include <arpa/inet.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+
+namespace rdmarpc {
+namespace internal {
+namespace {
+
+int ToMs(absl::Duration d) {
+  const int64_t ms = absl::ToInt64Milliseconds(d);
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ms, 1 << 30)));
+}
+
+}  // namespace
+
+const char* ConnStateName(ConnState s) {
+  switch (s) {
+    case ConnState::kResolvingAddr: return "resolving-address";
+    case ConnState::kResolvingRoute: return "resolving-route";
+    case ConnState::kConnecting: return "connecting";
+    case ConnState::kAccepting: return "accepting";
+    case ConnState::kEstablished: return "established";
+    case ConnState::kClosing: return "closing";
+    case ConnState::kClosed: return "closed";
+  }
+  return "?";
+}
+
+Connection::Connection(Engine* engine, DeviceResources* device, const ConnectionOptions& options,
+                       ConnectionHandler* handler, std::string peer_name, bool is_client)
+    : engine_(engine),
+      device_(device),
+      options_(options),
+      handler_(handler),
+      peer_name_(std::move(peer_name)),
+      is_client_(is_client),
+      state_(ConnState::kResolvingAddr),
+      sq_ring_(kSendQueueDepth) {}
+
+Connection::~Connection() {
+  for (Engine::TimerId t : timers_) engine_->CancelTimer(t);
+  if (state_ != ConnState::kClosed) Destroy();
+}
+
+absl::StatusOr<Connection*> Connection::Connect(Engine* engine, DeviceResources* device,
+                                                const sockaddr_in& dst, std::string peer_name,
+                                                const ConnectionOptions& options,
+                                                ConnectionHandler* handler) {
+  std::unique_ptr<Connection> c(
+      new Connection(engine, device, options, handler, peer_name, /*is_client=*/true));
+  absl::StatusOr<CmIdPtr> id =
+      CreateCmId(engine->event_channel(), static_cast<CmEventHandler*>(c.get()));
+  if (!id.ok()) return id.status();
+  c->id_ = std::move(*id);
+  sockaddr_in addr = dst;
+  if (Verbs().resolve_addr(c->id_.get(), nullptr, reinterpret_cast<sockaddr*>(&addr),
+                           ToMs(options.connect_timeout)) != 0) {
+    absl::Status s = ErrnoToStatus("rdma_resolve_addr", errno);
+    return absl::UnavailableError(absl::StrCat("connecting to ", peer_name, ": ", s.message()));
+  }
+  Connection* raw = engine->Adopt(std::move(c));
+  raw->connect_timer_ = engine->AddTimer(absl::Now() + options.connect_timeout, [raw] {
+    raw->connect_timer_ = 0;
+    raw->Close(absl::UnavailableError(
+        absl::StrCat("connecting to ", raw->peer_name_, " timed out after ",
+                     absl::FormatDuration(raw->options_.connect_timeout), " in state ",
+                     ConnStateName(raw->state_))));
+  });
+  raw->timers_.push_back(raw->connect_timer_);
+  return raw;
+}
+
+absl::StatusOr<Connection*> Connection::Accept(Engine* engine, DeviceResources* device,
+                                               rdma_cm_id* id, const HandshakeData& peer,
+                                               const ConnectionOptions& options,
+                                               ConnectionHandler* handler) {
+  std::string peer_name = "unknown";
+  if (sockaddr* sa = Verbs().get_peer_addr(id); sa != nullptr && sa->sa_family == AF_INET) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(sa);
+    char buf[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf));
+    peer_name = absl::StrCat(buf, ":", ntohs(sin->sin_port));
+  }
+  std::unique_ptr<Connection> c(
+      new Connection(engine, device, options, handler, peer_name, /*is_client=*/false));
+  c->id_.reset(id);
+  id->context = static_cast<CmEventHandler*>(c.get());
+  c->state_ = ConnState::kAccepting;
+  c->peer_ = peer;
+  absl::Status s = c->SetupQp();
+  if (s.ok()) s = c->PostInitialReceives();
+  if (!s.ok()) {
+    Verbs().reject(id, nullptr, 0);
+    c->Destroy();  // unmaps and destroys the QP, then the id
+    return s;
+  }
+  c->credits_.emplace(peer.recv_depth, options.recv_depth);
+  HandshakeData mine;
+  mine.version = kProtocolVersion;
+  mine.recv_depth = static_cast<uint16_t>(options.recv_depth);
+  mine.recv_buffer_bytes = static_cast<uint32_t>(options.recv_buffer_bytes);
+  char pd[kHandshakeBytes];
+  EncodeHandshake(mine, pd);
+  rdma_conn_param param{};
+  param.private_data = pd;
+  param.private_data_len = kHandshakeBytes;
+  param.responder_resources = 4;
+  param.initiator_depth = 4;
+  param.rnr_retry_count = 7;
+  Connection* raw = engine->Adopt(std::move(c));
+  if (Verbs().accept(id, &param) != 0) {
+    raw->Close(ErrnoToStatus("rdma_accept", errno));
+    return absl::UnavailableError(absl::StrCat("rdma_accept from ", peer_name, " failed"));
+  }
+  return raw;
+}
+
+absl::Status Connection::SetupQp() {
+  rdma_cm_id* id = id_.get();
+  absl::StatusOr<ibv_pd*> pd = device_->GetPd(id->verbs);
+  if (!pd.ok()) return pd.status();
+  pool_ = device_->large_pool();
+  absl::StatusOr<ibv_cq*> cq = engine_->EnsureCq(id->verbs);
+  if (!cq.ok()) return cq.status();
+  const int cqe = kSendQueueDepth + options_.recv_depth;
+  if (absl::Status s = engine_->ReserveCqEntries(cqe); !s.ok()) return s;
+  cq_entries_ = cqe;
+  ibv_qp_init_attr attr{};
+  attr.qp_type = IBV_QPT_RC;
+  attr.send_cq = *cq;
+  attr.recv_cq = *cq;
+  attr.sq_sig_all = 0;
+  attr.cap.max_send_wr = kSendQueueDepth;
+  attr.cap.max_recv_wr = static_cast<uint32_t>(options_.recv_depth);
+  attr.cap.max_send_sge = 1;
+  attr.cap.max_recv_sge = 1;
+  attr.cap.max_inline_data = 128;
+  absl::StatusOr<QpOwner> qp = CreateQp(id, *pd, &attr);
+  if (!qp.ok()) {
+    // Some devices cap inline data lower; retry without.
+    attr.cap.max_inline_data = 0;
+    qp = CreateQp(id, *pd, &attr);
+    if (!qp.ok()) return qp.status();
+  }
+  qp_ = std::move(*qp);
+  qp_num_ = qp_.get()->qp_num;
+  max_inline_ = attr.cap.max_inline_data;
+  engine_->MapQp(qp_num_, this);
+  absl::StatusOr<std::unique_ptr<BufferSlab>> recv =
+      BufferSlab::Create(*pd, options_.recv_depth, options_.recv_buffer_bytes, kLocalAccess);
+  if (!recv.ok()) return recv.status();
+  recv_slab_ = std::move(*recv);
+  absl::StatusOr<std::unique_ptr<BufferSlab>> send =
+      BufferSlab::Create(*pd, kSendQueueDepth, options_.eager_limit_bytes, kLocalAccess);
+  if (!send.ok()) return send.status();
+  send_slab_ = std::move(*send);
+  return absl::OkStatus();
+}
+
+absl::Status Connection::PostInitialReceives() {
+  for (int i = 0; i < recv_slab_->count(); ++i) to_repost_.push_back(i);
+  std::vector<ibv_recv_wr> wrs(to_repost_.size());
+  std::vector<ibv_sge> sges(to_repost_.size());
+  for (size_t i = 0; i < to_repost_.size(); ++i) {
+    const int idx = to_repost_[i];
+    sges[i].addr = reinterpret_cast<uint64_t>(recv_slab_->data(idx));
+    sges[i].length = static_cast<uint32_t>(recv_slab_->buffer_bytes());
+    sges[i].lkey = recv_slab_->lkey();
+    wrs[i].wr_id = (uint64_t{1} << 63) | static_cast<uint64_t>(idx);
+    wrs[i].sg_list = &sges[i];
+    wrs[i].num_sge = 1;
+    wrs[i].next = i + 1 < wrs.size() ? &wrs[i + 1] : nullptr;
+  }
+  ibv_recv_wr* bad = nullptr;
+  const int rc = ibv_post_recv(qp_.get(), wrs.data(), &bad);
+  if (rc != 0) return ErrnoToStatus("ibv_post_recv", rc);
+  recv_posted_ = static_cast<int>(to_repost_.size());
+  to_repost_.clear();
+  return absl::OkStatus();
+}
+
+void Connection::OnCmEvent(const CmEvent& ev) {
+  switch (ev.type) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+      if (state_ != ConnState::kResolvingAddr) return;
+      state_ = ConnState::kResolvingRoute;
+      if (Verbs().resolve_route(id_.get(), ToMs(options_.connect_timeout)) != 0) {
+        Close(absl::UnavailableError(absl::StrCat(
+            "connecting to ", peer_name_, ": ",
+            ErrnoToStatus("rdma_resolve_route", errno).message())));
+      }
+      return;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+      if (state_ != ConnState::kResolvingRoute) return;
+      absl::Status s = SetupQp();
+      if (s.ok()) s = PostInitialReceives();
+      if (!s.ok()) {
+        Close(absl::Status(s.code(), absl::StrCat("connecting to ", peer_name_, ": ",
+                                                  s.message())));
+        return;
+      }
+      HandshakeData mine;
+      mine.version = kProtocolVersion;
+      mine.recv_depth = static_cast<uint16_t>(options_.recv_depth);
+      mine.recv_buffer_bytes = static_cast<uint32_t>(options_.recv_buffer_bytes);
+      char pd[kHandshakeBytes];
+      EncodeHandshake(mine, pd);
+      rdma_conn_param param{};
+      param.private_data = pd;
+      param.private_data_len = kHandshakeBytes;
+      param.responder_resources = 4;
+      param.initiator_depth = 4;
+      param.retry_count = 7;
+      param.rnr_retry_count = 7;
+      state_ = ConnState::kConnecting;
+      if (Verbs().connect(id_.get(), &param) != 0) {
+        Close(absl::UnavailableError(absl::StrCat(
+            "connecting to ", peer_name_, ": ", ErrnoToStatus("rdma_connect", errno).message())));
+      }
+      return;
+    }
+    case RDMA_CM_EVENT_ESTABLISHED:
+      OnEstablished(ev.private_data);
+      return;
+    case RDMA_CM_EVENT_REJECTED: {
+      absl::StatusOr<HandshakeData> h = DecodeHandshake(ev.private_data.data(),
+                                                        ev.private_data.size());
+      if (h.ok() && h->reject_reason == kRejectVersion) {
+        Close(absl::FailedPreconditionError(absl::StrCat(
+            "server ", peer_name_, " speaks rdmarpc protocol version ", h->version,
+            ", this client speaks version ", kProtocolVersion)));
+      } else if (h.ok() && h->reject_reason == kRejectShuttingDown) {
+        Close(absl::UnavailableError(absl::StrCat("server ", peer_name_, " is shutting down")));
+      } else {
+        Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
+                                                  " rejected (no server listening?), status ",
+                                                  ev.status)));
+      }
+      return;
+    }
+    case RDMA_CM_EVENT_ADDR_ERROR:
+    case RDMA_CM_EVENT_ROUTE_ERROR:
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+    case RDMA_CM_EVENT_UNREACHABLE:
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+      Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_, ": ",
+                                                rdma_event_str(ev.type), " (status ", ev.status,
+                                                ") in state ", ConnStateName(state_))));
+      return;
+    case RDMA_CM_EVENT_DISCONNECTED:
+      Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
+                                                " lost: peer disconnected")));
+      return;
+    default:
+      return;
+  }
+}
+
+void Connection::OnEstablished(const std::string& private_data) {
+  if (state_ == ConnState::kAccepting) {
+    state_ = ConnState::kEstablished;
+    Flush();
+    return;
+  }
+  if (state_ != ConnState::kConnecting) return;
+  absl::StatusOr<HandshakeData> h = DecodeHandshake(private_data.data(), private_data.size());
+  if (!h.ok()) {
+    Close(absl::UnavailableError(absl::StrCat("handshake with ", peer_name_, ": ",
+                                              h.status().message())));
+    return;
+  }
+  if (h->version != kProtocolVersion) {
+    Close(absl::FailedPreconditionError(absl::StrCat(
+        "server ", peer_name_, " speaks rdmarpc protocol version ", h->version,
+        ", this client speaks version ", kProtocolVersion)));
+    return;
+  }
+  if (h->recv_depth < 2 || h->recv_buffer_bytes < 256) {
+    Close(absl::UnavailableError(absl::StrCat("server ", peer_name_, " advertised recv_depth ",
+                                              h->recv_depth, " and recv_buffer_bytes ",
+                                              h->recv_buffer_bytes, "; need >= 2 and >= 256")));
+    return;
+  }
+  peer_ = *h;
+  credits_.emplace(peer_.recv_depth, options_.recv_depth);
+  state_ = ConnState::kEstablished;
+  if (connect_timer_ != 0) {
+    engine_->CancelTimer(connect_timer_);
+    connect_timer_ = 0;
+  }
+  VLOG(1) << "connected to " << peer_name_ << " (peer recv " << peer_.recv_depth << " x "
+          << peer_.recv_buffer_bytes << " bytes)";
+  if (handler_ != nullptr) handler_->OnEstablished(this);
+  Flush();
+}
+
+void Connection::Close(absl::Status reason) {
+  if (!usable()) return;
+  const bool had_qp = static_cast<bool>(qp_);
+  const bool was_connected =
+      state_ == ConnState::kEstablished || state_ == ConnState::kAccepting ||
+      state_ == ConnState::kConnecting;
+  state_ = ConnState::kClosing;
+  close_reason_ = reason;
+  VLOG(1) << "closing connection to " << peer_name_ << ": " << reason;
+  if (connect_timer_ != 0) {
+    engine_->CancelTimer(connect_timer_);
+    connect_timer_ = 0;
+  }
+  // Fail every call; their exposed buffers are re-keyed since the peer may
+  // still hold their rkeys.
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (!s.busy) continue;
+    ResponseSink* sink = s.sink;
+    FinishSlot(static_cast<uint16_t>(i), /*rekey=*/true);
+    sink->OnFailure(reason.code() == absl::StatusCode::kFailedPrecondition ||
+                            reason.code() == absl::StatusCode::kUnavailable ||
+                            reason.code() == absl::StatusCode::kResourceExhausted
+                        ? reason
+                        : absl::UnavailableError(reason.message()));
+  }
+  out_queue_.clear();
+  ConnectionHandler* h = handler_;
+  handler_ = nullptr;
+  if (h != nullptr) h->OnClosed(this, reason);
+  if (was_connected && id_ != nullptr) Verbs().disconnect(id_.get());
+  if (!had_qp) {
+    Destroy();
+    return;
+  }
+  // Wait for the flushes of everything posted, bounded by kFlushWait.
+  timers_.push_back(engine_->AddTimer(absl::Now() + kFlushWait, [this] { Destroy(); }));
+  MaybeFinishClose();
+}
+
+void Connection::MaybeFinishClose() {
+  if (state_ == ConnState::kClosing && recv_posted_ == 0 && sq_head_ == sq_tail_) Destroy();
+}
+
+void Connection::ForceDestroy() {
+  if (usable()) {
+    Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
+                                              " closed: engine stopping")));
+  }
+  Destroy();
+}
+
+void Connection::Destroy() {
+  if (state_ == ConnState::kClosed) return;
+  state_ = ConnState::kClosed;
+  for (Engine::TimerId t : timers_) engine_->CancelTimer(t);
+  timers_.clear();
+  if (qp_num_ != 0) engine_->UnmapQp(qp_num_);
+  batch_.clear();
+  qp_.reset();  // the device stops touching our buffers here
+  id_.reset();
+  engine_->ReleaseCqEntries(cq_entries_);
+  cq_entries_ = 0;
+  for (auto& [seq, ctx] : reads_) {
+    if (pool_ != nullptr) pool_->Put(ctx.buffer);
+  }
+  reads_.clear();
+  for (ReadCtx& ctx : pending_reads_) {
+    if (pool_ != nullptr) pool_->Put(ctx.buffer);
+  }
+  pending_reads_.clear();
+  for (auto& [id, ctx] : delayed_reads_) {
+    if (pool_ != nullptr) pool_->Put(ctx.buffer);
+  }
+  delayed_reads_.clear();
+  for (SqEntry& e : sq_ring_) {
+    if (e.large != nullptr && pool_ != nullptr) pool_->Put(e.large);
+    e = SqEntry{};
+  }
+  for (auto& [handle, buf] : quarantine_) {
+    if (pool_ != nullptr) pool_->RekeyAndPut(buf);
+  }
+  quarantine_.clear();
+  for (auto& [ref, buf] : exposed_) {
+    if (pool_ != nullptr) pool_->RekeyAndPut(buf);
+  }
+  exposed_.clear();
+  recv_slab_.reset();
+  send_slab_.reset();
+  engine_->Retire(this);
+}
+
+}  // namespace internal
+}  // namespace rdmarpc

@@ -1,0 +1,326 @@
+// connection.h: one RC connection (QP + cm id + registered rings) and the
+// message protocol on it, for either role.
+//
+// Client role: StartCall/CancelCall; responses reach the call's ResponseSink.
+// Server role: requests reach ConnectionHandler::OnRequest; the handler
+// answers with SendResponse (then or later, on the engine thread).
+//
+// Threads: everything here runs on the owning Engine's thread; other threads
+// use Engine::Post. Lifetime: the Engine owns the Connection. After
+// ConnectionHandler::OnClosed the handler must forget the pointer.
+#ifndef RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
+#define RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "runtime/transport/buffer_pool.h"
+#include "runtime/transport/completion_poller.h"
+#include "runtime/transport/credits.h"
+#include "runtime/transport/device.h"
+#include "runtime/transport/header.h"
+#include "runtime/transport/transport.h"
+#include "runtime/verbs/verbs.h"
+
+namespace rdmarpc {
+namespace internal {
+
+struct ConnectionOptions {
+  size_t eager_limit_bytes = 8 * 1024;
+  size_t recv_buffer_bytes = 8 * 1024;  // our receive buffers (advertised)
+  int recv_depth = 64;                  // our receives (credits we grant)
+  size_t max_message_bytes = 64 * 1024 * 1024;
+  absl::Duration connect_timeout = absl::Seconds(5);
+  // Test hook (server): asked once per rendezvous request; a positive result
+  // delays posting its RDMA READ by that much (timer, engine keeps running).
+  absl::Duration (*request_read_delay)() = nullptr;
+};
+
+// Handshake steps, as in brpc's RDMA endpoint.
+enum class ConnState {
+  kResolvingAddr,   // client: rdma_resolve_addr posted
+  kResolvingRoute,  // client: rdma_resolve_route posted
+  kConnecting,      // client: rdma_connect posted, waiting for ESTABLISHED
+  kAccepting,       // server: rdma_accept posted
+  kEstablished,
+  kClosing,         // disconnected; waiting for flushes
+  kClosed,          // QP and id destroyed
+};
+const char* ConnStateName(ConnState s);
+
+// The client call waiting on a response. Engine thread.
+class ResponseSink {
+ public:
+  virtual ~ResponseSink() = default;
+  // The call's handle (for CancelCall), given before anything is sent.
+  virtual void OnQueued(uint32_t /*handle*/) {}
+  // `message` and `payload` are valid during the call only.
+  virtual void OnResponse(absl::StatusCode code, absl::string_view message,
+                          absl::string_view payload) = 0;
+  // The call failed in the transport (UNAVAILABLE, RESOURCE_EXHAUSTED, ...).
+  virtual void OnFailure(absl::Status status) = 0;
+};
+
+// What a server needs to answer one request.
+struct RequestToken {
+  uint16_t slot = 0;
+  uint16_t generation = 0;
+  bool has_reply_buffer = false;
+  RemoteBuffer reply_buffer;
+};
+
+struct IncomingRequest {
+  absl::string_view method;
+  absl::string_view payload;  // valid during OnRequest only
+  uint64_t timeout_us = kNoTimeout;
+  RequestToken token;
+};
+
+class ConnectionHandler {
+ public:
+  virtual ~ConnectionHandler() = default;
+  virtual void OnEstablished(Connection*) {}
+  virtual void OnRequest(Connection*, const IncomingRequest&) {}
+  // The connection failed or closed; every call on it already got OnFailure.
+  virtual void OnClosed(Connection*, const absl::Status&) {}
+};
+
+struct OutgoingRequest {
+  std::string method;
+  // The serialised request: in `payload`, or — to save a copy of a large
+  // one — already in registered memory: `registered` bytes [0, registered_len).
+  std::string payload;
+  PooledBuffer registered;
+  size_t registered_len = 0;
+  uint64_t timeout_us = kNoTimeout;
+  size_t payload_size() const { return registered ? registered_len : payload.size(); }
+  absl::string_view payload_view() const {
+    return registered ? absl::string_view(registered->data, registered_len)
+                      : absl::string_view(payload);
+  }
+};
+
+// Where a large response must be serialised to be sent without a copy: at
+// this offset of a LargeBuffer (room for the header in front).
+inline constexpr size_t kRegisteredResponseOffset = kWireHeaderBytes;
+
+class Connection final : public CmEventHandler {
+ public:
+  // Client: starts resolving `dst`; the connection is adopted by `engine`.
+  // Returns the connection (in kResolvingAddr) or why it could not start.
+  static absl::StatusOr<Connection*> Connect(Engine* engine, DeviceResources* device,
+                                             const sockaddr_in& dst, std::string peer_name,
+                                             const ConnectionOptions& options,
+                                             ConnectionHandler* handler);
+  // Server: `id` (a connect request already migrated to engine's event
+  // channel) is set up and accepted. On error the id is rejected/destroyed.
+  static absl::StatusOr<Connection*> Accept(Engine* engine, DeviceResources* device,
+                                            rdma_cm_id* id, const HandshakeData& peer,
+                                            const ConnectionOptions& options,
+                                            ConnectionHandler* handler);
+  ~Connection() override;
+
+  // --- client role ---
+  // Queues the request (sent once established and credits allow). Tells the
+  // sink its handle (OnQueued) first; the sink may get OnFailure/OnResponse
+  // before this returns, so callers must not touch it afterwards. Returns the
+  // handle, or 0 when it failed at once.
+  uint32_t StartCall(OutgoingRequest request, ResponseSink* sink);
+  // Retires the call: its sink is never called again; buffers it exposed are
+  // re-keyed before reuse. No-op for a finished call.
+  void CancelCall(uint32_t handle);
+
+  // --- server role ---
+  void SendResponse(const RequestToken& token, absl::StatusCode code, std::string message,
+                    std::string payload);
+  // An OK response already serialised into registered memory at
+  // kRegisteredResponseOffset of `buffer` (`len` bytes); saves a copy.
+  void SendRegisteredResponse(const RequestToken& token, PooledBuffer buffer, size_t len);
+  // Largest message sent eagerly to this peer (0 before the handshake).
+  size_t eager_limit() const { return credits_.has_value() ? EagerLimit() : 0; }
+  // The pool large buffers come from (nullptr before the QP exists).
+  LargeBufferPool* large_pool() const { return pool_; }
+
+  // Fails every call with `reason` (code UNAVAILABLE recommended), tells the
+  // handler, disconnects and frees everything once the device is done.
+  void Close(absl::Status reason);
+  // Destroys at once (engine stopping). QP first, so the device stops.
+  void ForceDestroy();
+
+  bool usable() const { return state_ != ConnState::kClosing && state_ != ConnState::kClosed; }
+  ConnState state() const { return state_; }
+  const std::string& peer() const { return peer_name_; }
+  // The rdma_cm id (for fault injection in tests); nullptr once destroyed.
+  rdma_cm_id* cm_id() const { return id_.get(); }
+  size_t calls_in_flight() const { return busy_slots_; }
+
+  // Engine upcalls.
+  void OnCmEvent(const CmEvent& event) override;
+  void OnCompletion(const ibv_wc& wc);
+  void AfterPollBatch();
+  // Schedules AfterPollBatch for the end of the engine's current step.
+  void Touch() {
+    if (!touched) {
+      touched = true;
+      engine_->MarkTouched(this);
+    }
+  }
+  bool touched = false;
+
+ private:
+  struct Slot {
+    uint16_t generation = 1;  // never 0, so handle 0 means "no call"
+    bool busy = false;
+    bool sent = false;
+    ResponseSink* sink = nullptr;
+    OutgoingRequest request;
+    LargeBuffer* request_buffer = nullptr;
+    LargeBuffer* reply_buffer = nullptr;
+  };
+  enum class OutKind { kRequest, kResponse, kRelease };
+  struct OutItem {
+    OutKind kind = OutKind::kRequest;
+    uint32_t handle = 0;  // kRequest
+    RequestToken token;   // kResponse
+    absl::StatusCode code = absl::StatusCode::kOk;
+    std::string message;
+    std::string payload;
+    PooledBuffer registered;  // kResponse: payload at kRegisteredResponseOffset
+    size_t registered_len = 0;
+    uint32_t ref = 0;  // kRelease
+  };
+  struct ReadCtx {
+    bool is_request = false;
+    LargeBuffer* buffer = nullptr;
+    RemoteBuffer remote;
+    // request pull (server)
+    RequestToken token;
+    std::string method;
+    uint64_t timeout_us = kNoTimeout;
+    // response pull (client)
+    uint32_t handle = 0;
+    uint32_t ref = 0;
+    absl::StatusCode code = absl::StatusCode::kOk;
+    std::string message;
+  };
+  struct SqEntry {
+    int send_buffer = -1;
+    LargeBuffer* large = nullptr;  // WRITE_WITH_IMM source, put back on completion
+    bool is_read = false;
+  };
+
+  Connection(Engine* engine, DeviceResources* device, const ConnectionOptions& options,
+             ConnectionHandler* handler, std::string peer_name, bool is_client);
+
+  // Handshake (connection.cc).
+  absl::Status SetupQp();
+  absl::Status PostInitialReceives();
+  void OnEstablished(const std::string& private_data);
+  void Destroy();
+  void MaybeFinishClose();
+
+  // Sending (eager.cc).
+  size_t EagerLimit() const;
+  bool CanPostMessage() const;
+  void Flush();
+  bool SendOne(OutItem& item);  // false: leave it queued (out of resources)
+  bool SendRequest(uint32_t handle);
+  bool SendResponseItem(OutItem& item);
+  void PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader h, absl::string_view aux,
+                 const RemoteBuffer& payload_remote, const RemoteBuffer& reply,
+                 absl::string_view payload);
+  // Queues one WR (accounting, selective signalling); Doorbell posts the
+  // queued chain with one ibv_post_send.
+  void PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal);
+  void Doorbell();
+  void SendCreditMessage();
+  void OnSendCompletion(const ibv_wc& wc);
+  void OnRecvCompletion(const ibv_wc& wc);
+  void HandleMessage(const Imm& imm, const ParsedMessage& m);
+  void HandleResponse(const Imm& imm, const ParsedMessage& m);
+  Slot* LiveSlot(uint16_t slot, uint16_t gen);
+  void FinishSlot(uint16_t slot, bool rekey);
+  void ReleaseQuarantined(uint16_t slot, uint16_t gen);
+
+  // Rendezvous (rendezvous.cc).
+  void StartRequestPull(const Imm& imm, const ParsedMessage& m);
+  void StartResponsePull(uint32_t handle, const ParsedMessage& m);
+  void PostRead(ReadCtx ctx);
+  void FlushReads();
+  void OnReadCompletion(uint64_t seq, const ibv_wc& wc);
+  void OnRelease(uint32_t ref);
+  void DeliverRequest(const RequestToken& token, absl::string_view method,
+                      absl::string_view payload, uint64_t timeout_us);
+
+  Engine* const engine_;
+  DeviceResources* const device_;
+  const ConnectionOptions options_;
+  ConnectionHandler* handler_;
+  const std::string peer_name_;
+  const bool is_client_;
+  ConnState state_;
+  absl::Status close_reason_;
+
+  CmIdPtr id_;
+  QpOwner qp_;
+  uint32_t qp_num_ = 0;
+  uint32_t max_inline_ = 0;
+  int cq_entries_ = 0;  // reserved on the engine's CQ
+  LargeBufferPool* pool_ = nullptr;
+  std::unique_ptr<BufferSlab> recv_slab_;
+  std::unique_ptr<BufferSlab> send_slab_;
+  HandshakeData peer_;
+  std::optional<CreditWindow> credits_;
+  int recv_posted_ = 0;
+  std::vector<int> to_repost_;
+
+  // Send queue accounting (see transport.h).
+  std::vector<SqEntry> sq_ring_;
+  uint64_t sq_head_ = 0;  // next sequence number
+  uint64_t sq_tail_ = 0;  // oldest not retired
+  uint64_t last_signalled_ = 0;
+
+  struct PendingWr {
+    ibv_send_wr wr;
+    ibv_sge sge;
+  };
+  std::vector<PendingWr> batch_;  // WRs waiting for the doorbell
+
+  std::deque<OutItem> out_queue_;
+  std::deque<ReadCtx> pending_reads_;
+  absl::flat_hash_map<uint64_t, ReadCtx> reads_;  // by sq sequence
+  // READs held back by the test hook, by a local id.
+  absl::flat_hash_map<uint64_t, ReadCtx> delayed_reads_;
+  uint64_t next_delayed_ = 1;
+
+  // Client slots.
+  std::vector<Slot> slots_;
+  std::vector<uint16_t> free_slots_;
+  // Reply buffers of calls retired before their response, by (gen << 16 |
+  // slot): kept out of use until the late response arrives.
+  absl::flat_hash_map<uint32_t, LargeBuffer*> quarantine_;
+  size_t busy_slots_ = 0;
+
+  // Server: response buffers exposed to the client until kRelease.
+  absl::flat_hash_map<uint32_t, LargeBuffer*> exposed_;
+  uint32_t next_ref_ = 1;
+
+  std::vector<Engine::TimerId> timers_;
+  Engine::TimerId connect_timer_ = 0;
+};
+
+}  // namespace internal
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_

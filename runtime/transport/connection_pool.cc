@@ -1,0 +1,33 @@
+// connection_pool.cc: see connection_pool.h.
+#include "runtime/transport/connection_pool.h"
+
+namespace rdmarpc {
+namespace internal {
+
+ConnectionPool::ConnectionPool(sockaddr_in address, std::string name, int size,
+                               const std::vector<Engine*>& engines, DeviceResources* device,
+                               const ConnectionOptions& options)
+    : address_(address), name_(std::move(name)), device_(device), options_(options) {
+  for (int i = 0; i < size; ++i) {
+    auto slot = std::make_unique<Slot>();
+    slot->engine = engines[static_cast<size_t>(i) % engines.size()];
+    slots_.push_back(std::move(slot));
+  }
+}
+
+int ConnectionPool::PickSlot() {
+  return static_cast<int>(next_.fetch_add(1, std::memory_order_relaxed) % slots_.size());
+}
+
+absl::StatusOr<Connection*> ConnectionPool::Get(int slot) {
+  Slot& s = *slots_[slot];
+  if (s.conn != nullptr && s.conn->usable()) return s.conn;
+  absl::StatusOr<Connection*> c =
+      Connection::Connect(s.engine, device_, address_, name_, options_, &s);
+  if (!c.ok()) return c.status();
+  s.conn = *c;
+  return s.conn;
+}
+
+}  // namespace internal
+}  // namespace rdmarpc

@@ -1,0 +1,50 @@
+// credits.h: receiver-granted send credits (one credit = one receive the peer
+// has posted and not yet consumed), so a SEND never meets an empty receive
+// queue and RNR never happens.
+//
+// Used by one engine thread only (no locking).
+#ifndef RDMARPC_RUNTIME_TRANSPORT_CREDITS_H_
+#define RDMARPC_RUNTIME_TRANSPORT_CREDITS_H_
+
+#include <cstdint>
+
+namespace rdmarpc {
+namespace internal {
+
+class CreditWindow {
+ public:
+  // `peer_recv_depth`: receives the peer pre-posted (from its handshake).
+  // `local_recv_depth`: receives we post, for the explicit-return threshold.
+  CreditWindow(int peer_recv_depth, int local_recv_depth);
+
+  // Sending side. A message (request/response/release, or WRITE_WITH_IMM)
+  // needs a credit while keeping one in reserve for a kCredit message, so the
+  // two sides can always return credits to each other (no deadlock).
+  bool CanSendMessage() const { return credits_ > 1; }
+  bool CanSendCreditMessage() const { return credits_ >= 1; }
+  // Takes one credit. Precondition: the matching CanSend* was true.
+  void Consume();
+  // The peer returned `n` credits (from a received header).
+  void OnReturned(int n) { credits_ += n; }
+  int available() const { return credits_; }
+
+  // Receiving side: `n` receives were re-posted; they are owed to the peer.
+  void OnReposted(int n) { owed_ += n; }
+  // Credits to put in an outgoing header; resets the owed count.
+  uint16_t TakeOwed();
+  int owed() const { return owed_; }
+  // True when owed credits should go back in an explicit kCredit message
+  // because no other traffic will carry them soon: half the ring, at least 2
+  // (a kCredit costs the peer one receive, so a threshold of 1 would ping-pong).
+  bool ShouldSendCreditMessage() const { return owed_ >= threshold_ && CanSendCreditMessage(); }
+
+ private:
+  int credits_;
+  int owed_ = 0;
+  int threshold_;
+};
+
+}  // namespace internal
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_RUNTIME_TRANSPORT_CREDITS_H_

@@ -1,0 +1,45 @@
+// device.h: the protection domain and large-buffer pool shared by all
+// connections of one Channel or Server.
+//
+// rdma_cm picks the device (ibv_context) when it resolves an address, so the
+// PD is made lazily from the first connection's id->verbs. A second device is
+// not supported yet: GetPd returns UNIMPLEMENTED for it.
+//
+// Thread-safe.
+#ifndef RDMARPC_RUNTIME_TRANSPORT_DEVICE_H_
+#define RDMARPC_RUNTIME_TRANSPORT_DEVICE_H_
+
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/transport/buffer_pool.h"
+#include "runtime/verbs/verbs.h"
+
+namespace rdmarpc {
+namespace internal {
+
+class DeviceResources {
+ public:
+  // `large_limit_bytes`: most registered memory for rendezvous (0 = none).
+  DeviceResources(size_t large_limit_bytes, size_t large_keep_bytes);
+  ~DeviceResources();  // every connection using the PD must be gone
+
+  absl::StatusOr<ibv_pd*> GetPd(ibv_context* context);
+  // nullptr until GetPd succeeded once.
+  LargeBufferPool* large_pool() const;
+
+ private:
+  const size_t large_limit_bytes_;
+  const size_t large_keep_bytes_;
+  mutable absl::Mutex mu_;
+  ibv_context* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  PdPtr pd_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<LargeBufferPool> pool_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace internal
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_RUNTIME_TRANSPORT_DEVICE_H_

@@ -1,0 +1,478 @@
+// eager.cc: the eager path — SEND_WITH_IMM of header + payload into a
+// pre-posted receive — plus the send queue (selective signalling, doorbell
+// batching) and the receive side's message decoding. Credit return is in
+// credit_return.cc, the client's call table in call_slots.cc, large payloads
+// in rendezvous.cc.
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "runtime/transport/connection.h"
+
+namespace rdmarpc {
+namespace internal {
+namespace {
+constexpr uint64_t kRecvTag = uint64_t{1} << 63;
+constexpr size_t kMaxStatusMessage = 1024;  // keeps every response prefix eager
+}  // namespace
+
+size_t Connection::EagerLimit() const {
+  return std::min<size_t>(options_.eager_limit_bytes, peer_.recv_buffer_bytes);
+}
+
+bool Connection::CanPostMessage() const {
+  return credits_.has_value() && credits_->CanSendMessage() &&
+         sq_head_ - sq_tail_ < static_cast<uint64_t>(kSendQueueDepth) &&
+         send_slab_ != nullptr && send_slab_->free_count() > 0;
+}
+
+void Connection::SendResponse(const RequestToken& token, absl::StatusCode code,
+                              std::string message, std::string payload) {
+  if (!usable()) return;
+  if (message.size() > kMaxStatusMessage) message.resize(kMaxStatusMessage);
+  if (payload.size() > options_.max_message_bytes) {
+    message = absl::StrCat("response of ", payload.size(), " bytes exceeds max_message_bytes ",
+                           options_.max_message_bytes);
+    code = absl::StatusCode::kResourceExhausted;
+    payload.clear();
+  }
+  OutItem item;
+  item.kind = OutKind::kResponse;
+  item.token = token;
+  item.code = code;
+  item.message = std::move(message);
+  item.payload = std::move(payload);
+  out_queue_.push_back(std::move(item));
+  Touch();
+}
+
+void Connection::Flush() {
+  if (state_ != ConnState::kEstablished && state_ != ConnState::kAccepting) return;
+  FlushReads();
+  while (!out_queue_.empty() && CanPostMessage()) {
+    if (!SendOne(out_queue_.front())) break;
+    out_queue_.pop_front();
+  }
+  Doorbell();
+}
+
+bool Connection::SendOne(OutItem& item) {
+  switch (item.kind) {
+    case OutKind::kRequest:
+      return SendRequest(item.handle);
+    case OutKind::kResponse:
+      return SendResponseItem(item);
+    case OutKind::kRelease: {
+      WireHeader h;
+      h.kind = MsgKind::kRelease;
+      h.ref = item.ref;
+      PostEager(MsgKind::kRelease, 0, 0, h, {}, {}, {}, {});
+      return true;
+    }
+  }
+  return true;
+}
+
+bool Connection::SendRequest(uint32_t handle) {
+  const uint16_t idx = static_cast<uint16_t>(handle & 0xFFFF);
+  const uint16_t gen = static_cast<uint16_t>(handle >> 16);
+  Slot* s = LiveSlot(idx, gen);
+  if (s == nullptr) return true;  // cancelled while queued
+  OutgoingRequest& r = s->request;
+  const size_t payload_size = r.payload_size();
+  WireHeader h;
+  h.kind = MsgKind::kRequest;
+  h.aux_len = static_cast<uint16_t>(r.method.size());
+  h.payload_len = static_cast<uint32_t>(payload_size);
+  h.timeout_us = r.timeout_us;
+  const size_t eager_total = kWireHeaderBytes + r.method.size() + payload_size;
+  if (eager_total <= EagerLimit()) {
+    PostEager(MsgKind::kRequest, idx, gen, h, r.method, {}, {}, r.payload_view());
+    s->sent = true;
+    r.payload = std::string();
+    r.registered.reset();
+    return true;
+  }
+  // Rendezvous: expose the payload, and a reply buffer sized like the
+  // request (rule in transport.h).
+  h.flags = kFlagPayloadRemote | kFlagReplyBuffer;
+  if (EncodedPrefixBytes(h) > EagerLimit() || pool_ == nullptr) {
+    ResponseSink* sink = s->sink;
+    FinishSlot(idx, false);
+    sink->OnFailure(absl::InvalidArgumentError(absl::StrCat(
+        "method name of ", h.aux_len, " bytes does not fit the eager limit ", EagerLimit())));
+    return true;
+  }
+  PooledBuffer req = std::move(r.registered);
+  if (!req) {
+    absl::StatusOr<LargeBuffer*> got = pool_->Get(payload_size);
+    if (!got.ok()) {
+      ResponseSink* sink = s->sink;
+      FinishSlot(idx, false);
+      sink->OnFailure(got.status());
+      return true;
+    }
+    req = PooledBuffer(pool_, *got);
+    std::memcpy(req->data, r.payload.data(), payload_size);
+  }
+  absl::StatusOr<LargeBuffer*> reply = pool_->Get(eager_total);
+  if (!reply.ok()) {
+    ResponseSink* sink = s->sink;
+    FinishSlot(idx, false);
+    sink->OnFailure(reply.status());
+    return true;
+  }
+  s->request_buffer = req.release();
+  s->reply_buffer = *reply;
+  RemoteBuffer pr{s->request_buffer->addr(), s->request_buffer->rkey(), h.payload_len};
+  RemoteBuffer rb{(*reply)->addr(), (*reply)->rkey(),
+                  static_cast<uint32_t>(std::min<size_t>((*reply)->capacity, UINT32_MAX))};
+  PostEager(MsgKind::kRequest, idx, gen, h, r.method, pr, rb, {});
+  s->sent = true;
+  r.payload = std::string();
+  return true;
+}
+
+void Connection::SendRegisteredResponse(const RequestToken& token, PooledBuffer buffer,
+                                        size_t len) {
+  if (!usable()) return;
+  if (len > options_.max_message_bytes) {
+    SendResponse(token, absl::StatusCode::kResourceExhausted,
+                 absl::StrCat("response of ", len, " bytes exceeds max_message_bytes ",
+                              options_.max_message_bytes),
+                 std::string());
+    return;
+  }
+  OutItem item;
+  item.kind = OutKind::kResponse;
+  item.token = token;
+  item.registered = std::move(buffer);
+  item.registered_len = len;
+  out_queue_.push_back(std::move(item));
+  Touch();
+}
+
+bool Connection::SendResponseItem(OutItem& item) {
+  // The status message rides in the eager header even when the payload is
+  // large, so it must leave room for the header and a descriptor.
+  const size_t max_message = EagerLimit() - kWireHeaderBytes - 2 * kRemoteBufferBytes;
+  if (item.message.size() > max_message) item.message.resize(max_message);
+  const size_t payload_size = item.registered ? item.registered_len : item.payload.size();
+  const absl::string_view payload =
+      item.registered
+          ? absl::string_view(item.registered->data + kRegisteredResponseOffset, payload_size)
+          : absl::string_view(item.payload);
+  WireHeader h;
+  h.kind = MsgKind::kResponse;
+  h.status_code = static_cast<uint32_t>(item.code);
+  h.aux_len = static_cast<uint16_t>(item.message.size());
+  h.payload_len = static_cast<uint32_t>(payload_size);
+  const size_t total = kWireHeaderBytes + item.message.size() + payload_size;
+  if (total <= EagerLimit()) {
+    PostEager(MsgKind::kResponse, item.token.slot, item.token.generation, h, item.message, {}, {},
+              payload);
+    return true;
+  }
+  // Large: the payload must sit in registered memory with room for the
+  // header in front (so one WRITE_WITH_IMM carries both).
+  PooledBuffer b;
+  if (item.registered && item.message.empty()) {
+    b = std::move(item.registered);
+  } else {
+    absl::StatusOr<LargeBuffer*> got =
+        pool_ != nullptr ? pool_->Get(kRegisteredResponseOffset + item.message.size() + payload_size)
+                         : absl::StatusOr<LargeBuffer*>(absl::InternalError("no buffer pool"));
+    if (!got.ok()) {
+      h.status_code = static_cast<uint32_t>(got.status().code());
+      std::string msg(got.status().message().substr(0, kMaxStatusMessage));
+      h.aux_len = static_cast<uint16_t>(msg.size());
+      h.payload_len = 0;
+      PostEager(MsgKind::kResponse, item.token.slot, item.token.generation, h, msg, {}, {}, {});
+      return true;
+    }
+    b = PooledBuffer(pool_, *got);
+    std::memmove(b->data + kWireHeaderBytes + item.message.size(), payload.data(), payload_size);
+  }
+  if (item.token.has_reply_buffer && total <= item.token.reply_buffer.length) {
+    // Push: header + payload straight into the client's reply buffer.
+    // No credits in this header: a client whose call already ended ignores
+    // it, and credits must never be lost.
+    h.credits = 0;
+    EncodePrefix(h, item.message, {}, {}, b->data);
+    ibv_sge sge{b->addr(), static_cast<uint32_t>(total), b->lkey()};
+    ibv_send_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data = htonl(EncodeImm({MsgKind::kResponseWritten, item.token.generation,
+                                   item.token.slot}));
+    wr.wr.rdma.remote_addr = item.token.reply_buffer.addr;
+    wr.wr.rdma.rkey = item.token.reply_buffer.rkey;
+    credits_->Consume();
+    SqEntry e;
+    e.large = b.release();
+    PostWr(&wr, e, /*force_signal=*/true);
+    return true;
+  }
+  // Expose: the client pulls with RDMA READ and sends kRelease.
+  const uint32_t ref = next_ref_++;
+  LargeBuffer* exposed = b.release();
+  exposed_[ref] = exposed;
+  h.flags = kFlagPayloadRemote;
+  h.ref = ref;
+  RemoteBuffer pr{exposed->addr() + kWireHeaderBytes + item.message.size(), exposed->rkey(),
+                  h.payload_len};
+  PostEager(MsgKind::kResponse, item.token.slot, item.token.generation, h, item.message, pr, {},
+            {});
+  return true;
+}
+
+void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader h,
+                           absl::string_view aux, const RemoteBuffer& payload_remote,
+                           const RemoteBuffer& reply, absl::string_view payload) {
+  const int buf = send_slab_->Get();
+  CHECK_GE(buf, 0) << "caller checks CanPostMessage";
+  char* out = send_slab_->data(buf);
+  h.credits = credits_->TakeOwed();
+  h.aux_len = static_cast<uint16_t>(aux.size());
+  const size_t prefix = EncodePrefix(h, aux, payload_remote, reply, out);
+  if (!payload.empty()) std::memcpy(out + prefix, payload.data(), payload.size());
+  const size_t len = prefix + payload.size();
+  DCHECK_LE(len, EagerLimit());
+  ibv_sge sge{reinterpret_cast<uint64_t>(out), static_cast<uint32_t>(len), send_slab_->lkey()};
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = htonl(EncodeImm({kind, gen, slot}));
+  if (len <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
+  credits_->Consume();
+  SqEntry e;
+  e.send_buffer = buf;
+  PostWr(&wr, e, /*force_signal=*/false);
+}
+
+void Connection::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
+  const uint64_t seq = sq_head_++;
+  // Signal every kSignalInterval-th WR so buffers of the unsignalled ones
+  // before it are recycled by its completion.
+  if (force_signal || seq - last_signalled_ >= static_cast<uint64_t>(kSignalInterval - 1) ||
+      send_slab_->free_count() < kSignalInterval) {
+    wr->send_flags |= IBV_SEND_SIGNALED;
+    last_signalled_ = seq;
+  }
+  wr->wr_id = seq;
+  sq_ring_[seq % kSendQueueDepth] = entry;
+  // Queued for the next doorbell: WRs made ready together go to the device
+  // in one ibv_post_send chain.
+  PendingWr p;
+  p.wr = *wr;
+  p.sge = *wr->sg_list;
+  p.wr.next = nullptr;
+  batch_.push_back(p);
+}
+
+void Connection::Doorbell() {
+  if (batch_.empty()) return;
+  if (!qp_) {  // destroyed meanwhile: nothing can be posted any more
+    batch_.clear();
+    return;
+  }
+  const size_t n = batch_.size();
+  for (size_t i = 0; i < n; ++i) {
+    batch_[i].wr.sg_list = &batch_[i].sge;
+    batch_[i].wr.next = i + 1 < n ? &batch_[i + 1].wr : nullptr;
+  }
+  ibv_send_wr* bad = nullptr;
+  const int rc = ibv_post_send(qp_.get(), &batch_[0].wr, &bad);
+  if (rc != 0) {
+    // WRs from `bad` on never entered the queue: undo their accounting, then
+    // fail the connection (a post error means the QP is unusable).
+    size_t first_bad = 0;
+    while (first_bad < n && &batch_[first_bad].wr != bad) ++first_bad;
+    for (size_t i = n; i > first_bad; --i) {
+      const uint64_t seq = --sq_head_;
+      SqEntry& e = sq_ring_[seq % kSendQueueDepth];
+      if (e.send_buffer >= 0) send_slab_->Put(e.send_buffer);
+      if (e.large != nullptr && pool_ != nullptr) pool_->Put(e.large);
+      e = SqEntry{};
+      if (auto it = reads_.find(seq); it != reads_.end()) {
+        if (pool_ != nullptr) pool_->Put(it->second.buffer);
+        reads_.erase(it);
+      }
+    }
+    batch_.clear();
+    Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_, ": ",
+                                              ErrnoToStatus("ibv_post_send", rc).message())));
+    return;
+  }
+  batch_.clear();
+}
+
+void Connection::OnCompletion(const ibv_wc& wc) {
+  if (wc.wr_id & kRecvTag) {
+    OnRecvCompletion(wc);
+  } else {
+    OnSendCompletion(wc);
+  }
+}
+
+void Connection::OnSendCompletion(const ibv_wc& wc) {
+  const uint64_t seq = wc.wr_id;
+  if (seq < sq_tail_ || seq >= sq_head_) return;
+  if (reads_.contains(seq)) OnReadCompletion(seq, wc);
+  if (wc.status != IBV_WC_SUCCESS && wc.status != IBV_WC_WR_FLUSH_ERR) {
+    Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_, " failed: ",
+                                              ibv_wc_status_str(wc.status))));
+  }
+  // In-order SQ completion: this one retires every WR up to it.
+  for (; sq_tail_ <= seq; ++sq_tail_) {
+    SqEntry& e = sq_ring_[sq_tail_ % kSendQueueDepth];
+    if (e.send_buffer >= 0 && send_slab_ != nullptr) send_slab_->Put(e.send_buffer);
+    if (e.large != nullptr && pool_ != nullptr) pool_->Put(e.large);
+    e = SqEntry{};
+  }
+  MaybeFinishClose();
+}
+
+void Connection::OnRecvCompletion(const ibv_wc& wc) {
+  --recv_posted_;
+  const int idx = static_cast<int>(wc.wr_id & ~kRecvTag);
+  if (wc.status != IBV_WC_SUCCESS) {
+    if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+      Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
+                                                " failed on receive: ",
+                                                ibv_wc_status_str(wc.status))));
+    }
+    MaybeFinishClose();
+    return;
+  }
+  if (!usable()) {
+    MaybeFinishClose();
+    return;
+  }
+  to_repost_.push_back(idx);
+  if (!(wc.wc_flags & IBV_WC_WITH_IMM)) {
+    Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_,
+                                              ": message without imm_data")));
+    return;
+  }
+  absl::StatusOr<Imm> imm = DecodeImm(ntohl(wc.imm_data));
+  if (!imm.ok()) {
+    Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_, ": ",
+                                              imm.status().message())));
+    return;
+  }
+  if (state_ == ConnState::kAccepting) state_ = ConnState::kEstablished;
+  absl::string_view bytes;
+  if (imm->kind == MsgKind::kResponseWritten) {
+    Slot* s = LiveSlot(imm->slot, imm->generation);
+    if (s == nullptr || s->reply_buffer == nullptr) {
+      // Stale: the call ended (deadline) before the data landed in its
+      // quarantined reply buffer, which may now be reused. (This header
+      // carries no credits, see SendResponseItem.)
+      ReleaseQuarantined(imm->slot, imm->generation);
+      return;
+    }
+    if (wc.byte_len > s->reply_buffer->capacity) return;
+    bytes = absl::string_view(s->reply_buffer->data, wc.byte_len);
+  } else {
+    bytes = absl::string_view(recv_slab_->data(idx), wc.byte_len);
+  }
+  absl::StatusOr<ParsedMessage> m = DecodeMessage(bytes);
+  if (!m.ok()) {
+    Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_, ": ",
+                                              m.status().message())));
+    return;
+  }
+  HandleMessage(*imm, *m);
+}
+
+void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
+  credits_->OnReturned(m.header.credits);
+  if (m.header.kind != imm.kind && imm.kind != MsgKind::kResponseWritten) {
+    Close(absl::UnavailableError(absl::StrCat(
+        "protocol error from ", peer_name_, ": imm_data kind ", static_cast<int>(imm.kind),
+        " disagrees with header kind ", static_cast<int>(m.header.kind))));
+    return;
+  }
+  // Requests and releases only go client → server, responses the other way.
+  const bool wrong_way =
+      is_client_ ? (m.header.kind == MsgKind::kRequest || m.header.kind == MsgKind::kRelease)
+                 : (m.header.kind == MsgKind::kResponse ||
+                    m.header.kind == MsgKind::kResponseWritten);
+  if (wrong_way) {
+    Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_,
+                                              ": unexpected message kind ",
+                                              static_cast<int>(m.header.kind))));
+    return;
+  }
+  switch (m.header.kind) {
+    case MsgKind::kCredit:
+      return;
+    case MsgKind::kRelease:
+      OnRelease(m.header.ref);
+      return;
+    case MsgKind::kRequest: {
+      if (m.header.flags & kFlagPayloadRemote) {
+        StartRequestPull(imm, m);
+        return;
+      }
+      RequestToken token;
+      token.slot = imm.slot;
+      token.generation = imm.generation;
+      token.has_reply_buffer = (m.header.flags & kFlagReplyBuffer) != 0;
+      token.reply_buffer = m.reply_buffer;
+      DeliverRequest(token, m.aux, m.payload, m.header.timeout_us);
+      return;
+    }
+    case MsgKind::kResponse:
+    case MsgKind::kResponseWritten:
+      HandleResponse(imm, m);
+      return;
+  }
+}
+
+void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
+  Slot* s = LiveSlot(imm.slot, imm.generation);
+  if (s == nullptr) ReleaseQuarantined(imm.slot, imm.generation);
+  if (m.header.flags & kFlagPayloadRemote) {
+    if (s == nullptr) {
+      // Late response to a retired call: let the server free its buffer.
+      OutItem rel;
+      rel.kind = OutKind::kRelease;
+      rel.ref = m.header.ref;
+      out_queue_.push_back(std::move(rel));
+      return;
+    }
+    StartResponsePull((static_cast<uint32_t>(imm.generation) << 16) | imm.slot, m);
+    return;
+  }
+  if (s == nullptr) return;  // stale: the call was retired by its deadline
+  ResponseSink* sink = s->sink;
+  const auto code = static_cast<absl::StatusCode>(m.header.status_code);
+  if (m.header.payload_len > options_.max_message_bytes) {
+    FinishSlot(imm.slot, false);
+    sink->OnFailure(absl::ResourceExhaustedError(
+        absl::StrCat("response of ", m.header.payload_len, " bytes exceeds max_message_bytes ",
+                     options_.max_message_bytes)));
+    return;
+  }
+  if (imm.kind == MsgKind::kResponseWritten) {
+    // The payload lives in the reply buffer: deliver before recycling it.
+    LargeBuffer* reply = s->reply_buffer;
+    s->reply_buffer = nullptr;
+    FinishSlot(imm.slot, false);
+    sink->OnResponse(code, m.aux, m.payload);
+    if (pool_ != nullptr) pool_->Put(reply);
+    return;
+  }
+  FinishSlot(imm.slot, false);
+  sink->OnResponse(code, m.aux, m.payload);
+}
+
+}  // namespace internal
+}  // namespace rdmarpc

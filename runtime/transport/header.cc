@@ -1,0 +1,187 @@
+// header.cc: encode/decode of the fixed wire formats in header.h.
+#include "runtime/transport/header.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace rdmarpc {
+namespace internal {
+namespace {
+
+// Little-endian stores/loads; the hosts we run on are little-endian, so these
+// compile to plain moves, but the wire format does not depend on it.
+template <typename T>
+void Put(char* out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
+}
+template <typename T>
+T Get(const char* in) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    v |= static_cast<T>(static_cast<T>(static_cast<unsigned char>(in[i])) << (8 * i));
+  }
+  return v;
+}
+
+void PutRemote(char* out, const RemoteBuffer& b) {
+  Put<uint64_t>(out, b.addr);
+  Put<uint32_t>(out + 8, b.rkey);
+  Put<uint32_t>(out + 12, b.length);
+}
+RemoteBuffer GetRemote(const char* in) {
+  RemoteBuffer b;
+  b.addr = Get<uint64_t>(in);
+  b.rkey = Get<uint32_t>(in + 8);
+  b.length = Get<uint32_t>(in + 12);
+  return b;
+}
+
+}  // namespace
+
+bool IsValidKind(uint8_t kind) { return kind >= 1 && kind <= 5; }
+
+uint32_t EncodeImm(const Imm& imm) {
+  return (static_cast<uint32_t>(imm.kind) << 28) |
+         (static_cast<uint32_t>(imm.generation & kGenerationMask) << 16) | imm.slot;
+}
+
+absl::StatusOr<Imm> DecodeImm(uint32_t v) {
+  const uint8_t kind = static_cast<uint8_t>(v >> 28);
+  if (!IsValidKind(kind)) {
+    return absl::InvalidArgumentError(absl::StrCat("imm_data 0x", absl::Hex(v),
+                                                   " has unknown message kind ", kind));
+  }
+  Imm imm;
+  imm.kind = static_cast<MsgKind>(kind);
+  imm.generation = static_cast<uint16_t>((v >> 16) & kGenerationMask);
+  imm.slot = static_cast<uint16_t>(v & 0xFFFF);
+  return imm;
+}
+
+size_t EncodedPrefixBytes(const WireHeader& h) {
+  size_t n = kWireHeaderBytes + h.aux_len;
+  if (h.flags & kFlagPayloadRemote) n += kRemoteBufferBytes;
+  if (h.flags & kFlagReplyBuffer) n += kRemoteBufferBytes;
+  return n;
+}
+
+size_t EncodePrefix(const WireHeader& h, absl::string_view aux, const RemoteBuffer& payload_remote,
+                    const RemoteBuffer& reply_buffer, char* out) {
+  Put<uint16_t>(out, kHeaderMagic);
+  out[2] = static_cast<char>(h.kind);
+  out[3] = static_cast<char>(h.flags);
+  Put<uint16_t>(out + 4, h.credits);
+  Put<uint16_t>(out + 6, static_cast<uint16_t>(aux.size()));
+  Put<uint32_t>(out + 8, h.status_code);
+  Put<uint32_t>(out + 12, h.payload_len);
+  Put<uint64_t>(out + 16, h.timeout_us);
+  Put<uint32_t>(out + 24, h.ref);
+  Put<uint32_t>(out + 28, 0);
+  size_t off = kWireHeaderBytes;
+  if (!aux.empty()) std::memcpy(out + off, aux.data(), aux.size());
+  off += aux.size();
+  if (h.flags & kFlagPayloadRemote) {
+    PutRemote(out + off, payload_remote);
+    off += kRemoteBufferBytes;
+  }
+  if (h.flags & kFlagReplyBuffer) {
+    PutRemote(out + off, reply_buffer);
+    off += kRemoteBufferBytes;
+  }
+  return off;
+}
+
+absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
+  if (bytes.size() < kWireHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("message of ", bytes.size(),
+                                                   " bytes is shorter than the ",
+                                                   kWireHeaderBytes, "-byte header"));
+  }
+  const char* p = bytes.data();
+  const uint16_t magic = Get<uint16_t>(p);
+  if (magic != kHeaderMagic) {
+    return absl::InvalidArgumentError(absl::StrCat("header magic 0x", absl::Hex(magic),
+                                                   " is not 0x", absl::Hex(kHeaderMagic)));
+  }
+  const uint8_t kind = static_cast<uint8_t>(p[2]);
+  if (!IsValidKind(kind)) {
+    return absl::InvalidArgumentError(absl::StrCat("header has unknown message kind ", kind));
+  }
+  ParsedMessage m;
+  WireHeader& h = m.header;
+  h.kind = static_cast<MsgKind>(kind);
+  h.flags = static_cast<uint8_t>(p[3]);
+  if (h.flags & ~(kFlagPayloadRemote | kFlagReplyBuffer)) {
+    return absl::InvalidArgumentError(absl::StrCat("header has unknown flags 0x",
+                                                   absl::Hex(h.flags)));
+  }
+  h.credits = Get<uint16_t>(p + 4);
+  h.aux_len = Get<uint16_t>(p + 6);
+  h.status_code = Get<uint32_t>(p + 8);
+  h.payload_len = Get<uint32_t>(p + 12);
+  h.timeout_us = Get<uint64_t>(p + 16);
+  h.ref = Get<uint32_t>(p + 24);
+  const size_t prefix = EncodedPrefixBytes(h);
+  if (prefix > bytes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("header announces ", prefix,
+                                                   " bytes of header, aux and descriptors but the "
+                                                   "message has ", bytes.size()));
+  }
+  size_t off = kWireHeaderBytes;
+  m.aux = bytes.substr(off, h.aux_len);
+  off += h.aux_len;
+  if (h.flags & kFlagPayloadRemote) {
+    m.payload_remote = GetRemote(p + off);
+    off += kRemoteBufferBytes;
+    if (m.payload_remote.length != h.payload_len) {
+      return absl::InvalidArgumentError(absl::StrCat("remote payload descriptor of ",
+                                                     m.payload_remote.length,
+                                                     " bytes disagrees with payload_len ",
+                                                     h.payload_len));
+    }
+  }
+  if (h.flags & kFlagReplyBuffer) {
+    m.reply_buffer = GetRemote(p + off);
+    off += kRemoteBufferBytes;
+  }
+  if (!(h.flags & kFlagPayloadRemote)) {
+    if (bytes.size() - off != h.payload_len) {
+      return absl::InvalidArgumentError(absl::StrCat("header announces a payload of ",
+                                                     h.payload_len, " bytes but ",
+                                                     bytes.size() - off, " follow"));
+    }
+    m.payload = bytes.substr(off);
+  }
+  return m;
+}
+
+void EncodeHandshake(const HandshakeData& h, char out[kHandshakeBytes]) {
+  Put<uint16_t>(out, h.version);
+  Put<uint16_t>(out + 2, h.recv_depth);
+  Put<uint32_t>(out + 4, h.recv_buffer_bytes);
+  Put<uint32_t>(out + 8, h.features);
+  Put<uint32_t>(out + 12, h.reject_reason);
+  Put<uint32_t>(out + 16, 0x52444d41);  // "RDMA" marker: private data is ours
+}
+
+absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len) {
+  if (data == nullptr || len < kHandshakeBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("handshake private data of ", len,
+                                                   " bytes; need ", kHandshakeBytes));
+  }
+  const char* p = static_cast<const char*>(data);
+  if (Get<uint32_t>(p + 16) != 0x52444d41) {
+    return absl::InvalidArgumentError("handshake private data is not from rdmarpc");
+  }
+  HandshakeData h;
+  h.version = Get<uint16_t>(p);
+  h.recv_depth = Get<uint16_t>(p + 2);
+  h.recv_buffer_bytes = Get<uint32_t>(p + 4);
+  h.features = Get<uint32_t>(p + 8);
+  h.reject_reason = Get<uint32_t>(p + 12);
+  return h;
+}
+
+}  // namespace internal
+}  // namespace rdmarpc

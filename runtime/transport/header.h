@@ -1,0 +1,108 @@
+// header.h: the wire formats — imm_data, the compact message header, rendezvous
+// descriptors and the rdma_cm handshake private data. All integers are
+// little-endian on the wire (imm_data itself is carried in network order).
+#ifndef RDMARPC_RUNTIME_TRANSPORT_HEADER_H_
+#define RDMARPC_RUNTIME_TRANSPORT_HEADER_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace rdmarpc {
+namespace internal {
+
+enum class MsgKind : uint8_t {
+  kRequest = 1,          // client → server, SEND_WITH_IMM
+  kResponse = 2,         // server → client, SEND_WITH_IMM
+  kCredit = 3,           // either way: only returns credits
+  kRelease = 4,          // client → server: done pulling an exposed response
+  kResponseWritten = 5,  // server → client, WRITE_WITH_IMM into the reply buffer
+};
+bool IsValidKind(uint8_t kind);
+
+// The 32 bits of imm_data: kind (4) | generation (12) | slot (16).
+struct Imm {
+  MsgKind kind = MsgKind::kCredit;
+  uint16_t generation = 0;  // 12 bits used
+  uint16_t slot = 0;
+};
+inline constexpr uint16_t kGenerationMask = 0x0FFF;
+uint32_t EncodeImm(const Imm& imm);  // host order; caller applies htonl
+absl::StatusOr<Imm> DecodeImm(uint32_t host_order);
+
+// Remote buffer descriptor: where a peer may READ or WRITE.
+struct RemoteBuffer {
+  uint64_t addr = 0;
+  uint32_t rkey = 0;
+  uint32_t length = 0;  // bytes
+};
+inline constexpr size_t kRemoteBufferBytes = 16;
+
+enum HeaderFlags : uint8_t {
+  kFlagPayloadRemote = 1,  // payload not inline: a RemoteBuffer follows aux
+  kFlagReplyBuffer = 2,    // request advertises a reply buffer (RemoteBuffer)
+};
+
+inline constexpr uint16_t kHeaderMagic = 0x5252;  // "RR"
+inline constexpr size_t kWireHeaderBytes = 32;
+inline constexpr uint64_t kNoTimeout = ~uint64_t{0};
+
+// Decoded header; the encoded layout is fixed at kWireHeaderBytes:
+//  0 u16 magic | 2 u8 kind | 3 u8 flags | 4 u16 credits | 6 u16 aux_len |
+//  8 u32 status_code | 12 u32 payload_len | 16 u64 timeout_us | 24 u32 ref |
+//  28 u32 reserved (0)
+// followed by aux_len bytes of aux (method name in a request, status message
+// in a response), then the RemoteBuffers the flags announce (payload first,
+// then reply buffer), then payload_len bytes of payload unless it is remote.
+struct WireHeader {
+  MsgKind kind = MsgKind::kCredit;
+  uint8_t flags = 0;
+  uint16_t credits = 0;      // receive buffers re-posted since the last return
+  uint16_t aux_len = 0;
+  uint32_t status_code = 0;  // absl::StatusCode of a response
+  uint32_t payload_len = 0;  // protobuf bytes
+  uint64_t timeout_us = kNoTimeout;
+  uint32_t ref = 0;          // id of a server-exposed response buffer (kRelease)
+};
+
+// A parsed message as it lies in a buffer; views point into that buffer.
+struct ParsedMessage {
+  WireHeader header;
+  absl::string_view aux;
+  RemoteBuffer payload_remote;  // valid with kFlagPayloadRemote
+  RemoteBuffer reply_buffer;    // valid with kFlagReplyBuffer
+  absl::string_view payload;    // empty when the payload is remote
+};
+
+// Bytes Encode writes before the payload.
+size_t EncodedPrefixBytes(const WireHeader& h);
+// Writes header, aux and descriptors into `out` (capacity >= EncodedPrefixBytes).
+// Returns bytes written. header.aux_len must equal aux.size().
+size_t EncodePrefix(const WireHeader& h, absl::string_view aux, const RemoteBuffer& payload_remote,
+                    const RemoteBuffer& reply_buffer, char* out);
+// Parses `bytes` (one received message). INVALID_ARGUMENT (naming the field
+// and values) for a bad magic, unknown kind, unknown flags, or lengths that
+// overrun `bytes`.
+absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes);
+
+// rdma_cm private data of connect, accept and reject (16 bytes; rdma_cm
+// allows 56 on connect, 196 on accept).
+struct HandshakeData {
+  uint16_t version = 0;
+  uint16_t recv_depth = 0;          // receives pre-posted = initial credits
+  uint32_t recv_buffer_bytes = 0;   // largest SEND the peer may post to us
+  uint32_t features = 0;
+  uint32_t reject_reason = 0;       // in a reject: 1 = version mismatch
+};
+inline constexpr size_t kHandshakeBytes = 20;
+inline constexpr uint32_t kRejectVersion = 1;
+inline constexpr uint32_t kRejectShuttingDown = 2;
+void EncodeHandshake(const HandshakeData& h, char out[kHandshakeBytes]);
+absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len);
+
+}  // namespace internal
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_RUNTIME_TRANSPORT_HEADER_H_

@@ -1,0 +1,181 @@
+// rendezvous.cc: large payloads. The server pulls a large request with RDMA
+// READ; the client pulls a large response the server exposed (then sends
+// kRelease). Pushes (WRITE_WITH_IMM into the advertised reply buffer) are
+// posted from eager.cc's response path.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "runtime/transport/connection.h"
+
+namespace rdmarpc {
+namespace internal {
+
+void Connection::StartRequestPull(const Imm& imm, const ParsedMessage& m) {
+  RequestToken token;
+  token.slot = imm.slot;
+  token.generation = imm.generation;
+  token.has_reply_buffer = (m.header.flags & kFlagReplyBuffer) != 0;
+  token.reply_buffer = m.reply_buffer;
+  const size_t len = m.header.payload_len;
+  if (len > options_.max_message_bytes) {
+    SendResponse(token, absl::StatusCode::kResourceExhausted,
+                 absl::StrCat("request of ", len, " bytes exceeds max_message_bytes ",
+                              options_.max_message_bytes),
+                 std::string());
+    return;
+  }
+  absl::StatusOr<LargeBuffer*> buf =
+      pool_ != nullptr ? pool_->Get(len)
+                       : absl::StatusOr<LargeBuffer*>(absl::InternalError("no buffer pool"));
+  if (!buf.ok()) {
+    SendResponse(token, buf.status().code(), std::string(buf.status().message()), std::string());
+    return;
+  }
+  ReadCtx ctx;
+  ctx.is_request = true;
+  ctx.buffer = *buf;
+  ctx.remote = m.payload_remote;
+  ctx.token = token;
+  ctx.method = std::string(m.aux);
+  ctx.timeout_us = m.header.timeout_us;
+  const absl::Duration delay = options_.request_read_delay != nullptr
+                                   ? options_.request_read_delay()
+                                   : absl::ZeroDuration();
+  if (delay > absl::ZeroDuration()) {
+    // Test hook: post the READ later without blocking this engine. The
+    // connection keeps the context, so its buffer is freed with it.
+    const uint64_t id = next_delayed_++;
+    delayed_reads_.emplace(id, std::move(ctx));
+    timers_.push_back(engine_->AddTimer(absl::Now() + delay, [this, id] {
+      auto node = delayed_reads_.extract(id);
+      if (node.empty()) return;
+      if (!usable()) {
+        if (pool_ != nullptr) pool_->Put(node.mapped().buffer);
+        return;
+      }
+      PostRead(std::move(node.mapped()));
+      Flush();
+    }));
+    return;
+  }
+  PostRead(std::move(ctx));
+}
+
+void Connection::StartResponsePull(uint32_t handle, const ParsedMessage& m) {
+  const uint16_t idx = static_cast<uint16_t>(handle & 0xFFFF);
+  const size_t len = m.header.payload_len;
+  auto release = [this, ref = m.header.ref] {
+    OutItem rel;
+    rel.kind = OutKind::kRelease;
+    rel.ref = ref;
+    out_queue_.push_back(std::move(rel));
+  };
+  ResponseSink* sink = slots_[idx].sink;
+  if (len > options_.max_message_bytes) {
+    release();
+    FinishSlot(idx, false);
+    sink->OnFailure(absl::ResourceExhaustedError(absl::StrCat(
+        "response of ", len, " bytes exceeds max_message_bytes ", options_.max_message_bytes)));
+    return;
+  }
+  absl::StatusOr<LargeBuffer*> buf =
+      pool_ != nullptr ? pool_->Get(len)
+                       : absl::StatusOr<LargeBuffer*>(absl::InternalError("no buffer pool"));
+  if (!buf.ok()) {
+    release();
+    FinishSlot(idx, false);
+    sink->OnFailure(buf.status());
+    return;
+  }
+  ReadCtx ctx;
+  ctx.is_request = false;
+  ctx.buffer = *buf;
+  ctx.remote = m.payload_remote;
+  ctx.handle = handle;
+  ctx.ref = m.header.ref;
+  ctx.code = static_cast<absl::StatusCode>(m.header.status_code);
+  ctx.message = std::string(m.aux);
+  PostRead(std::move(ctx));
+}
+
+void Connection::PostRead(ReadCtx ctx) {
+  pending_reads_.push_back(std::move(ctx));
+  FlushReads();
+}
+
+void Connection::FlushReads() {
+  // READs need send-queue room but no credit: they consume no receive.
+  while (!pending_reads_.empty() && usable() && qp_ &&
+         sq_head_ - sq_tail_ < static_cast<uint64_t>(kSendQueueDepth)) {
+    ReadCtx ctx = std::move(pending_reads_.front());
+    pending_reads_.pop_front();
+    ibv_sge sge{ctx.buffer->addr(), ctx.remote.length, ctx.buffer->lkey()};
+    ibv_send_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_READ;
+    wr.wr.rdma.remote_addr = ctx.remote.addr;
+    wr.wr.rdma.rkey = ctx.remote.rkey;
+    const uint64_t seq = sq_head_;
+    reads_.emplace(seq, std::move(ctx));
+    SqEntry e;
+    e.is_read = true;
+    PostWr(&wr, e, /*force_signal=*/true);
+  }
+  Doorbell();
+}
+
+void Connection::OnReadCompletion(uint64_t seq, const ibv_wc& wc) {
+  auto node = reads_.extract(seq);
+  ReadCtx& ctx = node.mapped();
+  if (wc.status != IBV_WC_SUCCESS) {
+    LOG_IF(WARNING, wc.status != IBV_WC_WR_FLUSH_ERR)
+        << "RDMA READ of " << ctx.remote.length << " bytes from " << peer_name_
+        << " failed: " << ibv_wc_status_str(wc.status);
+    if (pool_ != nullptr) pool_->Put(ctx.buffer);
+    return;  // OnSendCompletion closes the connection
+  }
+  if (ctx.is_request) {
+    DeliverRequest(ctx.token, ctx.method, absl::string_view(ctx.buffer->data, ctx.remote.length),
+                   ctx.timeout_us);
+    if (pool_ != nullptr) pool_->Put(ctx.buffer);
+    return;
+  }
+  OutItem rel;
+  rel.kind = OutKind::kRelease;
+  rel.ref = ctx.ref;
+  out_queue_.push_back(std::move(rel));
+  const uint16_t idx = static_cast<uint16_t>(ctx.handle & 0xFFFF);
+  const uint16_t gen = static_cast<uint16_t>(ctx.handle >> 16);
+  if (Slot* s = LiveSlot(idx, gen); s != nullptr) {
+    ResponseSink* sink = s->sink;
+    FinishSlot(idx, false);
+    sink->OnResponse(ctx.code, ctx.message,
+                     absl::string_view(ctx.buffer->data, ctx.remote.length));
+  }
+  if (pool_ != nullptr) pool_->Put(ctx.buffer);
+}
+
+void Connection::OnRelease(uint32_t ref) {
+  auto it = exposed_.find(ref);
+  if (it == exposed_.end()) return;
+  if (pool_ != nullptr) pool_->Put(it->second);
+  exposed_.erase(it);
+}
+
+void Connection::DeliverRequest(const RequestToken& token, absl::string_view method,
+                                absl::string_view payload, uint64_t timeout_us) {
+  if (handler_ == nullptr) return;
+  IncomingRequest req;
+  req.method = method;
+  req.payload = payload;
+  req.timeout_us = timeout_us;
+  req.token = token;
+  handler_->OnRequest(this, req);
+}
+
+}  // namespace internal
+}  // namespace rdmarpc

@@ -1,0 +1,92 @@
+// transport.h: the whole data-path contract of rdmarpc's RDMA transport.
+//
+// Wire protocol (one RC QP per connection, made with rdma_cm):
+//  * Handshake: rdma_cm private data carries HandshakeData (header.h): protocol
+//    version, receive-buffer size, receive-ring depth (= initial credits) and
+//    feature bits. A server that speaks another version rejects with its own
+//    version in the reject private data; the client fails FAILED_PRECONDITION
+//    naming both versions.
+//  * Eager: a message whose encoded size (WireHeader + aux + payload) is at most
+//    min(local eager limit, peer receive-buffer size) goes as ONE
+//    IBV_WR_SEND_WITH_IMM (IBV_SEND_INLINE when it fits max_inline_data). The
+//    32-bit imm_data (Imm in header.h) carries kind, call slot and slot
+//    generation, so a response reaches its call without parsing and a stale
+//    response (call retired by its deadline) is dropped.
+//  * Rendezvous request: the payload stays in a registered LargeBuffer of the
+//    client; the eager header carries {addr, len, rkey}; the server pulls it
+//    with IBV_WR_RDMA_READ. A client that sends a rendezvous request also
+//    advertises a reply buffer with capacity = encoded request size (the rule:
+//    "a large request usually has a large response, e.g. echo"); the server
+//    pushes a response that fits it with one IBV_WR_RDMA_WRITE_WITH_IMM
+//    (header at offset 0). Otherwise a large response is exposed by the
+//    server and its descriptor sent eagerly; the client pulls it with RDMA
+//    READ and then sends kRelease so the server may reuse that buffer.
+//  * Exposure ends with the call: a request buffer the client exposed for a
+//    call that ended early (deadline) is re-registered (new rkey,
+//    LargeBufferPool::Rekey) before reuse, so a late READ from the server
+//    fails with IBV_WC_REM_ACCESS_ERR instead of reading the next call's
+//    data. That is the only place we register on a call path, and only on
+//    cancellation. The reply buffer of such a call is not re-keyed (a late
+//    WRITE would then kill the connection for all its calls): it is kept
+//    out of use ("quarantined") until the late response for that slot and
+//    generation arrives, or the connection ends (then it is re-keyed).
+//  * Credits: a sender posts a SEND / WRITE_WITH_IMM only while it holds a
+//    credit for a receive the peer has posted (CreditWindow). Credits return in
+//    every WireHeader; a kCredit message carries them when traffic is
+//    one-sided. One credit is reserved for kCredit so returning credits can
+//    never deadlock. RNR is therefore never provoked.
+//  * Sends are signalled every kSignalInterval WRs (and always for READ and
+//    WRITE_WITH_IMM whose buffers must be recycled); a send buffer is recycled
+//    when a later signalled completion covers it. Receives are re-posted in
+//    one ibv_post_recv chain after each CQ poll batch.
+//
+// Threads and ownership:
+//  * Every Connection belongs to exactly one Engine (completion_poller) thread:
+//    only that thread touches its QP, buffers, credits and slot table. Other
+//    threads reach it by Engine::Post(task).
+//  * Buffers: the receive ring and send slab are owned by the Connection and
+//    registered once when it is made. A received payload view is valid only
+//    during the upcall that delivers it (the buffer is re-posted after the
+//    poll batch). LargeBuffers come from a LargeBufferPool shared by a
+//    Channel's or Server's engines (mutex inside, control plane only).
+//  * Nothing is freed while the device may still touch it: a closing
+//    connection waits for the flush of its posted work requests (bounded by
+//    kFlushWait), then destroys the QP, then the cm id, then the buffers.
+#ifndef RDMARPC_RUNTIME_TRANSPORT_TRANSPORT_H_
+#define RDMARPC_RUNTIME_TRANSPORT_TRANSPORT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/time/time.h"
+
+namespace rdmarpc {
+namespace internal {
+
+// Send queue depth per QP, in work requests.
+inline constexpr int kSendQueueDepth = 256;
+// Signal one send in this many (eRPC signals every 64th on IB; we use a
+// smaller interval to recycle send buffers sooner with small rings).
+inline constexpr int kSignalInterval = 16;
+static_assert(kSendQueueDepth >= 2 * kSignalInterval,
+              "an unsignalled run must leave room for the signalled WR that retires it");
+
+// Completion queue entries per engine: connections per engine × (recv_depth +
+// kSendQueueDepth) must stay below this.
+inline constexpr int kCqDepth = 16384;
+// Work completions taken per ibv_poll_cq call.
+inline constexpr int kPollBatch = 32;
+// Busy-poll this long after the last completion before sleeping on the
+// completion channel (default of --rdmarpc_busy_poll_us).
+inline constexpr absl::Duration kBusyPoll = absl::Microseconds(30);
+// How long a closing connection waits for its flushed completions.
+inline constexpr absl::Duration kFlushWait = absl::Milliseconds(500);
+// Slots (concurrent calls) per client connection; imm_data has 16 bits.
+inline constexpr int kMaxSlots = 65536;
+// Protocol version spoken on the wire.
+inline constexpr uint16_t kProtocolVersion = 1;
+
+}  // namespace internal
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_RUNTIME_TRANSPORT_TRANSPORT_H_

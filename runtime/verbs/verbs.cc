@@ -1,0 +1,277 @@
+// verbs.cc: binds the verbs table to rdma-core or softrdma, once.
+#include "runtime/verbs/verbs.h"
+
+#include <sys/resource.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+#include "runtime/softrdma/softrdma.h"
+
+namespace {
+const char* DefaultProvider() {
+  const char* env = std::getenv("RDMARPC_PROVIDER");
+  return env != nullptr && env[0] != '\0' ? env : "auto";
+}
+}  // namespace
+
+DEFINE_string(rdmarpc_provider, DefaultProvider(),
+              "RDMA provider: auto (rdma-core if a device exists, else softrdma), "
+              "rdma-core, or soft. Default from $RDMARPC_PROVIDER.");
+
+namespace rdmarpc {
+namespace internal {
+
+const VerbsApi& RdmaCoreVerbs() {
+  // ibv_get_device_list, ibv_reg_mr and ibv_query_port are function-like
+  // macros in verbs.h; `(&::name)` takes the real exported function.
+  static const VerbsApi api = {
+      "rdma-core",
+      (&::ibv_get_device_list),
+      &::ibv_free_device_list,
+      &::ibv_open_device,
+      &::ibv_close_device,
+      (&::ibv_query_device),
+      &::ibv_alloc_pd,
+      &::ibv_dealloc_pd,
+      (&::ibv_reg_mr),
+      &::ibv_dereg_mr,
+      &::ibv_create_comp_channel,
+      &::ibv_destroy_comp_channel,
+      &::ibv_create_cq,
+      &::ibv_destroy_cq,
+      &::ibv_get_cq_event,
+      &::ibv_ack_cq_events,
+      &::rdma_create_event_channel,
+      &::rdma_destroy_event_channel,
+      &::rdma_create_id,
+      &::rdma_destroy_id,
+      &::rdma_bind_addr,
+      &::rdma_listen,
+      &::rdma_resolve_addr,
+      &::rdma_resolve_route,
+      &::rdma_create_qp,
+      &::rdma_destroy_qp,
+      &::rdma_connect,
+      &::rdma_accept,
+      &::rdma_reject,
+      &::rdma_disconnect,
+      &::rdma_get_cm_event,
+      &::rdma_ack_cm_event,
+      &::rdma_migrate_id,
+      &::rdma_get_src_port,
+      &::rdma_get_dst_port,
+      &::rdma_get_peer_addr,
+  };
+  return api;
+}
+
+const VerbsApi& SoftVerbs() {
+  static const VerbsApi api = {
+      "soft",
+      &softrdma::get_device_list,
+      &softrdma::free_device_list,
+      &softrdma::open_device,
+      &softrdma::close_device,
+      &softrdma::query_device,
+      &softrdma::alloc_pd,
+      &softrdma::dealloc_pd,
+      &softrdma::reg_mr,
+      &softrdma::dereg_mr,
+      &softrdma::create_comp_channel,
+      &softrdma::destroy_comp_channel,
+      &softrdma::create_cq,
+      &softrdma::destroy_cq,
+      &softrdma::get_cq_event,
+      &softrdma::ack_cq_events,
+      &softrdma::create_event_channel,
+      &softrdma::destroy_event_channel,
+      &softrdma::create_id,
+      &softrdma::destroy_id,
+      &softrdma::bind_addr,
+      &softrdma::listen,
+      &softrdma::resolve_addr,
+      &softrdma::resolve_route,
+      static_cast<int (*)(rdma_cm_id*, ibv_pd*, ibv_qp_init_attr*)>(&softrdma::create_qp),
+      static_cast<void (*)(rdma_cm_id*)>(&softrdma::destroy_qp),
+      &softrdma::connect,
+      &softrdma::accept,
+      &softrdma::reject,
+      &softrdma::disconnect,
+      &softrdma::get_cm_event,
+      &softrdma::ack_cm_event,
+      &softrdma::migrate_id,
+      &softrdma::get_src_port,
+      &softrdma::get_dst_port,
+      &softrdma::get_peer_addr,
+  };
+  return api;
+}
+
+absl::StatusOr<const VerbsApi*> SelectProvider(absl::string_view name) {
+  if (name == "rdma-core") return &RdmaCoreVerbs();
+  if (name == "soft") return &SoftVerbs();
+  if (name != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rdmarpc_provider=", name, " is not one of auto, rdma-core, soft"));
+  }
+  int num = 0;
+  ibv_device** list = ::ibv_get_device_list(&num);
+  if (list != nullptr) ::ibv_free_device_list(list);
+  if (list != nullptr && num > 0) {
+    LOG(INFO) << "rdmarpc: provider auto -> rdma-core (" << num << " RDMA device(s) found)";
+    return &RdmaCoreVerbs();
+  }
+  LOG(INFO) << "rdmarpc: provider auto -> softrdma (no RDMA device found by rdma-core)";
+  return &SoftVerbs();
+}
+
+const VerbsApi& Verbs() {
+  static const VerbsApi* const api = [] {
+    absl::StatusOr<const VerbsApi*> chosen = SelectProvider(FLAGS_rdmarpc_provider);
+    if (!chosen.ok()) {
+      LOG(ERROR) << chosen.status() << "; using auto";
+      chosen = SelectProvider("auto");
+    }
+    return *chosen;
+  }();
+  return *api;
+}
+
+absl::StatusCode ErrnoToCode(int err) {
+  switch (err) {
+    case ENOMEM:
+    case ENOBUFS:
+    case ENOSPC:
+      return absl::StatusCode::kResourceExhausted;
+    case ECONNREFUSED:
+    case ETIMEDOUT:
+    case ENETUNREACH:
+    case EHOSTUNREACH:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case ENODEV:
+    case EADDRNOTAVAIL:
+      return absl::StatusCode::kUnavailable;
+    case EINVAL:
+      return absl::StatusCode::kInvalidArgument;
+    case EPERM:
+    case EACCES:
+      return absl::StatusCode::kPermissionDenied;
+    case EEXIST:
+    case EADDRINUSE:
+      return absl::StatusCode::kAlreadyExists;
+    case ENOSYS:
+    case EOPNOTSUPP:
+      return absl::StatusCode::kUnimplemented;
+    case EAGAIN:
+      return absl::StatusCode::kUnavailable;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+absl::Status ErrnoToStatus(absl::string_view call, int err) {
+  return absl::Status(ErrnoToCode(err), absl::StrCat(call, ": ", std::strerror(err)));
+}
+
+std::string MemlockLimitText() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_MEMLOCK, &lim) != 0) return "RLIMIT_MEMLOCK unknown";
+  if (lim.rlim_cur == RLIM_INFINITY) return "RLIMIT_MEMLOCK is unlimited";
+  return absl::StrCat("RLIMIT_MEMLOCK is ", lim.rlim_cur / 1024, " KiB");
+}
+
+void PdDeleter::operator()(ibv_pd* p) const {
+  if (int rc = Verbs().dealloc_pd(p); rc != 0) LOG(ERROR) << ErrnoToStatus("ibv_dealloc_pd", rc);
+}
+void MrDeleter::operator()(ibv_mr* p) const {
+  if (int rc = Verbs().dereg_mr(p); rc != 0) LOG(ERROR) << ErrnoToStatus("ibv_dereg_mr", rc);
+}
+void CqDeleter::operator()(ibv_cq* p) const {
+  if (int rc = Verbs().destroy_cq(p); rc != 0) LOG(ERROR) << ErrnoToStatus("ibv_destroy_cq", rc);
+}
+void CompChannelDeleter::operator()(ibv_comp_channel* p) const {
+  if (int rc = Verbs().destroy_comp_channel(p); rc != 0) {
+    LOG(ERROR) << ErrnoToStatus("ibv_destroy_comp_channel", rc);
+  }
+}
+void EventChannelDeleter::operator()(rdma_event_channel* p) const {
+  Verbs().destroy_event_channel(p);
+}
+void CmIdDeleter::operator()(rdma_cm_id* p) const {
+  if (Verbs().destroy_id(p) != 0) LOG(ERROR) << ErrnoToStatus("rdma_destroy_id", errno);
+}
+
+QpOwner& QpOwner::operator=(QpOwner&& o) noexcept {
+  if (this != &o) {
+    reset();
+    id_ = o.id_;
+    o.id_ = nullptr;
+  }
+  return *this;
+}
+
+void QpOwner::reset() {
+  if (id_ != nullptr && id_->qp != nullptr) Verbs().destroy_qp(id_);
+  id_ = nullptr;
+}
+
+absl::StatusOr<PdPtr> AllocPd(ibv_context* context) {
+  ibv_pd* pd = Verbs().alloc_pd(context);
+  if (pd == nullptr) return ErrnoToStatus("ibv_alloc_pd", errno);
+  return PdPtr(pd);
+}
+
+absl::StatusOr<MrPtr> RegisterMemory(ibv_pd* pd, void* addr, size_t length, int access) {
+  ibv_mr* mr = Verbs().reg_mr(pd, addr, length, access);
+  if (mr == nullptr) {
+    const int err = errno;
+    absl::Status s = ErrnoToStatus("ibv_reg_mr", err);
+    if (err == ENOMEM || err == EPERM) {
+      // Pinning fails mostly because of the memlock limit; say which.
+      return absl::ResourceExhaustedError(absl::StrCat(
+          s.message(), " (", MemlockLimitText(), "; registering ", length, " bytes)"));
+    }
+    return s;
+  }
+  return MrPtr(mr);
+}
+
+absl::StatusOr<CompChannelPtr> CreateCompChannel(ibv_context* context) {
+  ibv_comp_channel* ch = Verbs().create_comp_channel(context);
+  if (ch == nullptr) return ErrnoToStatus("ibv_create_comp_channel", errno);
+  return CompChannelPtr(ch);
+}
+
+absl::StatusOr<CqPtr> CreateCq(ibv_context* context, int cqe, ibv_comp_channel* channel) {
+  ibv_cq* cq = Verbs().create_cq(context, cqe, nullptr, channel, 0);
+  if (cq == nullptr) return ErrnoToStatus("ibv_create_cq", errno);
+  return CqPtr(cq);
+}
+
+absl::StatusOr<EventChannelPtr> CreateEventChannel() {
+  rdma_event_channel* ch = Verbs().create_event_channel();
+  if (ch == nullptr) return ErrnoToStatus("rdma_create_event_channel", errno);
+  return EventChannelPtr(ch);
+}
+
+absl::StatusOr<CmIdPtr> CreateCmId(rdma_event_channel* channel, void* context) {
+  rdma_cm_id* id = nullptr;
+  if (Verbs().create_id(channel, &id, context, RDMA_PS_TCP) != 0) {
+    return ErrnoToStatus("rdma_create_id", errno);
+  }
+  return CmIdPtr(id);
+}
+
+absl::StatusOr<QpOwner> CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
+  if (Verbs().create_qp(id, pd, attr) != 0) return ErrnoToStatus("rdma_create_qp", errno);
+  return QpOwner(id);
+}
+
+}  // namespace internal
+}  // namespace rdmarpc

@@ -1,0 +1,105 @@
+// BufferSlab and LargeBufferPool over a softrdma PD.
+#include "runtime/transport/buffer_pool.h"
+
+#include <set>
+
+#include "gtest/gtest.h"
+#include "runtime/softrdma/softrdma.h"
+#include "runtime/verbs/verbs.h"
+
+namespace rdmarpc {
+namespace internal {
+namespace {
+
+class SoftPd {
+ public:
+  SoftPd() {
+    const VerbsApi& v = SoftVerbs();
+    int n = 0;
+    list_ = v.get_device_list(&n);
+    EXPECT_GT(n, 0);
+    ctx_ = v.open_device(list_[0]);
+    EXPECT_NE(ctx_, nullptr);
+    pd_ = v.alloc_pd(ctx_);
+    EXPECT_NE(pd_, nullptr);
+  }
+  ~SoftPd() {
+    const VerbsApi& v = SoftVerbs();
+    v.dealloc_pd(pd_);
+    v.close_device(ctx_);
+    v.free_device_list(list_);
+  }
+  ibv_pd* pd() const { return pd_; }
+
+ private:
+  ibv_device** list_ = nullptr;
+  ibv_context* ctx_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+};
+
+TEST(BufferSlab, GetPutAndExhaustion) {
+  SoftPd pd;
+  absl::StatusOr<std::unique_ptr<BufferSlab>> slab = BufferSlab::Create(pd.pd(), 4, 1024, kLocalAccess);
+  ASSERT_TRUE(slab.ok()) << slab.status();
+  std::set<int> got;
+  for (int i = 0; i < 4; ++i) got.insert((*slab)->Get());
+  EXPECT_EQ(got, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ((*slab)->Get(), -1);
+  EXPECT_EQ((*slab)->data(1) - (*slab)->data(0), 1024);
+  (*slab)->Put(2);
+  EXPECT_EQ((*slab)->Get(), 2);
+}
+
+TEST(BufferSlab, RejectsEmptyShape) {
+  SoftPd pd;
+  EXPECT_EQ(BufferSlab::Create(pd.pd(), 0, 1024, kLocalAccess).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LargeBufferPool, ReusesWithoutRegistering) {
+  SoftPd pd;
+  LargeBufferPool pool(pd.pd(), 0, 1 << 30);
+  absl::StatusOr<LargeBuffer*> a = pool.Get(100000);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ((*a)->capacity, 131072u);
+  LargeBuffer* first = *a;
+  pool.Put(first);
+  const uint64_t regs = softrdma::GetStats().reg_mr;
+  absl::StatusOr<LargeBuffer*> b = pool.Get(120000);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*b, first);
+  EXPECT_EQ(softrdma::GetStats().reg_mr, regs);
+  pool.Put(*b);
+}
+
+TEST(LargeBufferPool, ExhaustionNamesTheSizes) {
+  SoftPd pd;
+  LargeBufferPool pool(pd.pd(), 256 * 1024, 256 * 1024);
+  absl::StatusOr<LargeBuffer*> a = pool.Get(200 * 1024);
+  ASSERT_TRUE(a.ok());
+  absl::StatusOr<LargeBuffer*> b = pool.Get(100 * 1024);
+  ASSERT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(b.status().message().find("262144"), absl::string_view::npos) << b.status();
+  pool.Put(*a);
+  // Freed memory can be reused for a different size under the limit.
+  absl::StatusOr<LargeBuffer*> c = pool.Get(100 * 1024);
+  ASSERT_TRUE(c.ok()) << c.status();
+  pool.Put(*c);
+}
+
+TEST(LargeBufferPool, RekeyChangesTheRkey) {
+  SoftPd pd;
+  LargeBufferPool pool(pd.pd(), 0, 1 << 30);
+  absl::StatusOr<LargeBuffer*> a = pool.Get(4096);
+  ASSERT_TRUE(a.ok());
+  const uint32_t old_rkey = (*a)->rkey();
+  char* const data = (*a)->data;
+  ASSERT_TRUE(pool.Rekey(*a).ok());
+  EXPECT_NE((*a)->rkey(), old_rkey);
+  EXPECT_EQ((*a)->data, data);
+  pool.Put(*a);
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace rdmarpc

@@ -1,0 +1,168 @@
+// Wire header, imm_data and handshake codecs.
+#include "runtime/transport/header.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace rdmarpc {
+namespace internal {
+namespace {
+
+std::string Encode(const WireHeader& h, absl::string_view aux, const RemoteBuffer& pr,
+                   const RemoteBuffer& rb, absl::string_view payload) {
+  std::string out(EncodedPrefixBytes(h) + payload.size(), '\0');
+  const size_t n = EncodePrefix(h, aux, pr, rb, out.data());
+  EXPECT_EQ(n, EncodedPrefixBytes(h));
+  out.replace(n, payload.size(), payload.data(), payload.size());
+  return out;
+}
+
+TEST(Imm, RoundTripsKindGenerationSlot) {
+  Imm imm{MsgKind::kResponseWritten, 0xABC, 0xFEDC};
+  const uint32_t v = EncodeImm(imm);
+  EXPECT_EQ(v, 0x5ABCFEDCu);
+  absl::StatusOr<Imm> back = DecodeImm(v);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->kind, MsgKind::kResponseWritten);
+  EXPECT_EQ(back->generation, 0xABC);
+  EXPECT_EQ(back->slot, 0xFEDC);
+}
+
+TEST(Imm, GenerationIsMaskedToTwelveBits) {
+  Imm imm{MsgKind::kRequest, 0x1FFF, 7};
+  absl::StatusOr<Imm> back = DecodeImm(EncodeImm(imm));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->generation, 0xFFF);
+}
+
+TEST(Imm, RejectsUnknownKind) {
+  EXPECT_EQ(DecodeImm(0x00000001u).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeImm(0xF0000001u).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WireHeader, EagerRequestRoundTrip) {
+  WireHeader h;
+  h.kind = MsgKind::kRequest;
+  h.credits = 17;
+  h.aux_len = 6;
+  h.payload_len = 5;
+  h.timeout_us = 123456789;
+  const std::string bytes = Encode(h, "/a.B/C", {}, {}, "hello");
+  EXPECT_EQ(bytes.size(), kWireHeaderBytes + 6 + 5);
+  absl::StatusOr<ParsedMessage> m = DecodeMessage(bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->header.kind, MsgKind::kRequest);
+  EXPECT_EQ(m->header.credits, 17);
+  EXPECT_EQ(m->header.timeout_us, 123456789u);
+  EXPECT_EQ(m->aux, "/a.B/C");
+  EXPECT_EQ(m->payload, "hello");
+}
+
+TEST(WireHeader, RendezvousDescriptorsRoundTrip) {
+  WireHeader h;
+  h.kind = MsgKind::kRequest;
+  h.flags = kFlagPayloadRemote | kFlagReplyBuffer;
+  h.aux_len = 1;
+  h.payload_len = 1 << 20;
+  RemoteBuffer pr{0x7f0000001000, 0x1234, 1 << 20};
+  RemoteBuffer rb{0x7f0000200000, 0x5678, 2 << 20};
+  const std::string bytes = Encode(h, "m", pr, rb, "");
+  EXPECT_EQ(bytes.size(), kWireHeaderBytes + 1 + 2 * kRemoteBufferBytes);
+  absl::StatusOr<ParsedMessage> m = DecodeMessage(bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->payload_remote.addr, pr.addr);
+  EXPECT_EQ(m->payload_remote.rkey, pr.rkey);
+  EXPECT_EQ(m->payload_remote.length, pr.length);
+  EXPECT_EQ(m->reply_buffer.addr, rb.addr);
+  EXPECT_EQ(m->reply_buffer.rkey, rb.rkey);
+  EXPECT_EQ(m->reply_buffer.length, rb.length);
+  EXPECT_TRUE(m->payload.empty());
+}
+
+TEST(WireHeader, ResponseCarriesStatus) {
+  WireHeader h;
+  h.kind = MsgKind::kResponse;
+  h.status_code = 5;
+  h.aux_len = 9;
+  const std::string bytes = Encode(h, "not found", {}, {}, "");
+  absl::StatusOr<ParsedMessage> m = DecodeMessage(bytes);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->header.status_code, 5u);
+  EXPECT_EQ(m->aux, "not found");
+}
+
+TEST(WireHeader, RejectsShortMessage) {
+  absl::StatusOr<ParsedMessage> m = DecodeMessage(std::string(31, '\0'));
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("31 bytes"), absl::string_view::npos);
+}
+
+TEST(WireHeader, RejectsBadMagic) {
+  WireHeader h;
+  h.kind = MsgKind::kCredit;
+  std::string bytes = Encode(h, "", {}, {}, "");
+  bytes[0] = 'X';
+  EXPECT_EQ(DecodeMessage(bytes).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WireHeader, RejectsUnknownKindAndFlags) {
+  WireHeader h;
+  h.kind = MsgKind::kCredit;
+  std::string bytes = Encode(h, "", {}, {}, "");
+  std::string bad_kind = bytes;
+  bad_kind[2] = 9;
+  EXPECT_EQ(DecodeMessage(bad_kind).status().code(), absl::StatusCode::kInvalidArgument);
+  std::string bad_flags = bytes;
+  bad_flags[3] = static_cast<char>(0x80);
+  EXPECT_EQ(DecodeMessage(bad_flags).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WireHeader, RejectsLengthsThatOverrunTheMessage) {
+  WireHeader h;
+  h.kind = MsgKind::kRequest;
+  h.aux_len = 3;
+  h.payload_len = 4;
+  std::string bytes = Encode(h, "abc", {}, {}, "wxyz");
+  // Payload shorter than announced.
+  EXPECT_EQ(DecodeMessage(bytes.substr(0, bytes.size() - 1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Aux longer than the message.
+  std::string long_aux = bytes;
+  long_aux[6] = static_cast<char>(0xFF);
+  long_aux[7] = static_cast<char>(0xFF);
+  EXPECT_EQ(DecodeMessage(long_aux).status().code(), absl::StatusCode::kInvalidArgument);
+  // Remote payload whose descriptor disagrees with payload_len.
+  WireHeader r;
+  r.kind = MsgKind::kRequest;
+  r.flags = kFlagPayloadRemote;
+  r.payload_len = 100;
+  const std::string rb = Encode(r, "", RemoteBuffer{1, 2, 99}, {}, "");
+  EXPECT_EQ(DecodeMessage(rb).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Handshake, RoundTripAndRejectsForeignData) {
+  HandshakeData h;
+  h.version = 3;
+  h.recv_depth = 64;
+  h.recv_buffer_bytes = 8192;
+  h.features = 0x5;
+  h.reject_reason = kRejectVersion;
+  char buf[kHandshakeBytes];
+  EncodeHandshake(h, buf);
+  absl::StatusOr<HandshakeData> back = DecodeHandshake(buf, sizeof(buf));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->version, 3);
+  EXPECT_EQ(back->recv_depth, 64);
+  EXPECT_EQ(back->recv_buffer_bytes, 8192u);
+  EXPECT_EQ(back->features, 0x5u);
+  EXPECT_EQ(back->reject_reason, kRejectVersion);
+  EXPECT_FALSE(DecodeHandshake(buf, 10).ok());
+  buf[19] = 0;
+  EXPECT_FALSE(DecodeHandshake(buf, sizeof(buf)).ok());
+  EXPECT_FALSE(DecodeHandshake(nullptr, 0).ok());
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace rdmarpc
