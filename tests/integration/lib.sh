@@ -1,0 +1,145 @@
+# lib.sh: helpers for the multi-process integration tests. Sourced, not run.
+#
+# Every test gets a private scratch directory and an EXIT trap that stops
+# whatever server it started, so a failing or interrupted test never leaves a
+# process behind. All waits are bounded.
+
+set -u
+
+# Where ctest's SKIP_RETURN_CODE expects a skipped test to exit.
+readonly SKIP=77
+
+SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/rdmarpc-it.XXXXXX")"
+SERVER_PID=""
+SERVER_ADDR=""
+# Longest a server may live, in seconds (longer than any test's TIMEOUT).
+SERVER_LIFETIME="${SERVER_LIFETIME:-600}"
+CLEANUP_HOOKS=()
+
+# The software device is the only one on CI machines; say so explicitly so a
+# host with a real NIC still runs the counters these tests check.
+export RDMARPC_PROVIDER="${RDMARPC_PROVIDER:-soft}"
+
+_cleanup() {
+  local status=$?
+  if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill -KILL "$SERVER_PID" 2>/dev/null
+    wait "$SERVER_PID" 2>/dev/null
+  fi
+  local hook
+  for hook in "${CLEANUP_HOOKS[@]+"${CLEANUP_HOOKS[@]}"}"; do
+    eval "$hook" || true
+  done
+  rm -rf "$SCRATCH"
+  exit "$status"
+}
+trap _cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Prints the files named, framed, so a failure shows what each process said.
+show() {
+  local f
+  for f in "$@"; do
+    [[ -f "$f" ]] || continue
+    echo "----- $(basename "$f") (last 40 lines) -----"
+    tail -n 40 "$f"
+  done
+}
+
+fail() {
+  echo "FAIL: $*"
+  show "$SCRATCH"/*.out "$SCRATCH"/*.err
+  exit 1
+}
+
+pass() {
+  echo "PASS: $*"
+  exit 0
+}
+
+skip() {
+  echo "SKIP: $*"
+  exit "$SKIP"
+}
+
+# start_server NAME COMMAND... (the server binary, possibly behind a prefix
+# such as `ip netns exec NS`)
+# Runs COMMAND with --listen=127.0.0.1:0 appended (unless it has --listen) and waits
+# up to 30 s for its "listening on HOST:PORT" line. Sets SERVER_PID and
+# SERVER_ADDR (HOST:PORT). Output goes to $SCRATCH/NAME.out and NAME.err.
+start_server() {
+  local name="$1"
+  shift
+  local listen="--listen=127.0.0.1:0"
+  local arg
+  for arg in "$@"; do
+    [[ "$arg" == --listen=* ]] && listen=""
+  done
+  # timeout(1) forwards our SIGTERM/SIGINT to the server and exits with its
+  # status; it also ends a server orphaned when ctest SIGKILLs this script
+  # at its TIMEOUT, so no test can leave a server running for long.
+  timeout --kill-after=5 "$SERVER_LIFETIME" "$@" ${listen:+"$listen"} \
+    >"$SCRATCH/$name.out" 2>"$SCRATCH/$name.err" &
+  SERVER_PID=$!
+  local deadline=$((SECONDS + 30))
+  while ((SECONDS < deadline)); do
+    SERVER_ADDR="$(sed -n 's/^listening on \(.*\)$/\1/p' "$SCRATCH/$name.out" | head -n 1)"
+    [[ -n "$SERVER_ADDR" ]] && return 0
+    kill -0 "$SERVER_PID" 2>/dev/null || fail "$name exited before listening"
+    sleep 0.05
+  done
+  fail "$name did not print 'listening on' within 30 s"
+}
+
+# stop_server [SIGNAL]: SIGNAL (default TERM), then up to 20 s for a clean
+# exit (its exit status must be 0: the server shuts down, waits, and returns
+# from main).
+stop_server() {
+  local signal="${1:-TERM}"
+  [[ -n "$SERVER_PID" ]] || return 0
+  kill -"$signal" "$SERVER_PID" 2>/dev/null
+  local deadline=$((SECONDS + 20))
+  while kill -0 "$SERVER_PID" 2>/dev/null && ((SECONDS < deadline)); do
+    sleep 0.05
+  done
+  if kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill -KILL "$SERVER_PID" 2>/dev/null
+    wait "$SERVER_PID" 2>/dev/null
+    SERVER_PID=""
+    fail "server did not exit within 20 s of SIG$signal"
+  fi
+  local status=0
+  wait "$SERVER_PID" || status=$?
+  SERVER_PID=""
+  ((status == 0)) || fail "server exited with status $status after SIG$signal"
+}
+
+# run_bounded SECONDS COMMAND...: runs COMMAND, killing it after SECONDS.
+# Returns COMMAND's exit status (124 on timeout, as timeout(1) does).
+run_bounded() {
+  local limit="$1"
+  shift
+  timeout --kill-after=5 "$limit" "$@"
+}
+
+# stat_sum FIELD FILE...: sum of FIELD=N over every "softrdma-stats:" line in
+# the files. Prints nothing (and returns 1) when no line has the field.
+stat_sum() {
+  local field="$1"
+  shift
+  cat "$@" 2>/dev/null | grep '^softrdma-stats:' |
+    grep -o "\(^\| \)$field=[0-9]*" | sed 's/.*=//' |
+    awk 'BEGIN { n = 0; s = 0 } { s += $1; n++ } END { if (n == 0) exit 1; print s }'
+}
+
+# stat_max FIELD FILE...: largest FIELD=N over the "softrdma-stats:" lines.
+stat_max() {
+  local field="$1"
+  shift
+  cat "$@" 2>/dev/null | grep '^softrdma-stats:' |
+    grep -o "\(^\| \)$field=[0-9]*" | sed 's/.*=//' |
+    awk 'BEGIN { n = 0; m = 0 } { if ($1 > m) m = $1; n++ } END { if (n == 0) exit 1; print m }'
+}
+
+# last_line FILE: the last line of FILE.
+last_line() { tail -n 1 "$1"; }
