@@ -45,6 +45,10 @@ void PrintCommentLines(const std::vector<std::string>& lines, Printer* printer) 
   for (const std::string& line : lines) {
     if (line.empty()) {
       printer->Print("//\n");
+    } else if (line.back() == '\\') {
+      // A `//` comment ending in a backslash continues onto the next line
+      // (and -Wcomment, in -Wall, makes that an error under -Werror).
+      printer->Print("//$line$ //\n", "line", line);
     } else {
       printer->Print("//$line$\n", "line", line);
     }

@@ -52,8 +52,17 @@ std::string CppServiceName(const google::protobuf::ServiceDescriptor* service) {
   // function named like its enclosing class is ill-formed.
   static const std::set<std::string>* const kReserved =
       new std::set<std::string>{"Service", "Stub", "NewStub", "service_full_name"};
+  // A file without a package puts S in the global namespace, where a class
+  // named like a namespace the generated code (or the .pb.h it includes)
+  // uses is ill-formed: "class rdmarpc" clashes with namespace ::rdmarpc.
+  static const std::set<std::string>* const kGlobalNamespaces =
+      new std::set<std::string>{"rdmarpc", "absl", "std", "google"};
+  const bool global = service->file()->package().empty();
   std::string name = service->name();
-  while (IsCppKeyword(name) || kReserved->count(name) > 0) name += '_';
+  while (IsCppKeyword(name) || kReserved->count(name) > 0 ||
+         (global && kGlobalNamespaces->count(name) > 0)) {
+    name += '_';
+  }
   return name;
 }
 

@@ -47,7 +47,9 @@ bool IsCppKeyword(const std::string& name);
 // service's own name, both as in the .proto and as a C++ class.
 std::set<std::string> ReservedMemberNames(const google::protobuf::ServiceDescriptor* service);
 
-// The C++ name of the class generated for `service`, after the rule above.
+// The C++ name of the class generated for `service`, after the rule above;
+// in a file without a package, also not rdmarpc, absl, std or google, the
+// global namespaces generated code names ("service rdmarpc {}" -> rdmarpc_).
 std::string CppServiceName(const google::protobuf::ServiceDescriptor* service);
 
 // The C++ names of the methods of `service`, in .proto order, after the

@@ -53,9 +53,13 @@ enum class CmState {
   kError,
 };
 
+// How long rdma_destroy_id waits for the id's returned events to be acked.
+inline constexpr absl::Duration kDestroyIdAckWait = absl::Seconds(5);
+
 struct SoftCmEvent {
   rdma_cm_event ev;  // first member
   uint8_t private_data[256];
+  uint64_t id_serial = 0;  // SoftCmId::serial of ev.id, which may die first
 };
 
 struct SoftEventChannel {
@@ -88,6 +92,9 @@ struct SoftCmId {
   // Passive side: the client vanished before accept / reject.
   bool peer_gone ABSL_GUARDED_BY(CmMutex()) = false;
   bool own_cqs ABSL_GUARDED_BY(CmMutex()) = false;  // rdma_create_qp made the CQs
+  // Events of this id that get_cm_event returned and ack_cm_event has not
+  // taken back. librdmacm's rdma_destroy_id blocks until this is 0.
+  int unacked_events ABSL_GUARDED_BY(CmMutex()) = 0;
   ConnParams local ABSL_GUARDED_BY(CmMutex());
   ConnParams remote ABSL_GUARDED_BY(CmMutex());
 };
@@ -119,6 +126,7 @@ void PostEvent(SoftCmId* id, rdma_cm_event_type type, int status,
   auto* e = new SoftCmEvent();
   std::memset(&e->ev, 0, sizeof(e->ev));
   e->ev.id = &id->id;
+  e->id_serial = id->serial;
   e->ev.listen_id = listen_id != nullptr ? &listen_id->id : nullptr;
   e->ev.event = type;
   e->ev.status = status;
@@ -156,6 +164,27 @@ void FillParams(const rdma_conn_param* p, uint32_t qp_num, ConnParams* out) {
   }
 }
 
+// What librdmacm uses where the user gave no rdma_conn_param (rnr_retry 7,
+// the device's maximum of RDMA READ / atomic resources), and the device
+// maximum for RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH (0xFF, "as many as
+// the device has").
+// librdmacm refuses more READ / atomic resources than the device has, except
+// 0xFF (RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH): EINVAL.
+bool ValidRdAtomic(const rdma_conn_param& p) {
+  auto ok = [](uint8_t v) { return v == 0xFF || v <= kMaxRdAtom; };
+  return ok(p.responder_resources) && ok(p.initiator_depth);
+}
+
+void CompleteLocalParams(const rdma_conn_param* p, ConnParams* local) {
+  if (p == nullptr) {
+    local->rnr_retry_count = 7;
+    local->responder_resources = kMaxRdAtom;
+    local->initiator_depth = kMaxRdAtom;
+  }
+  if (local->responder_resources == 0xFF) local->responder_resources = kMaxRdAtom;
+  if (local->initiator_depth == 0xFF) local->initiator_depth = kMaxRdAtom;
+}
+
 void SendControl(Conn* conn, FrameType type, const std::vector<uint8_t>& payload) {
   FrameHeader h;
   h.type = type;
@@ -168,7 +197,8 @@ void SendControl(Conn* conn, FrameType type, const std::vector<uint8_t>& payload
 void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   if (s->id.qp == nullptr || s->conn == nullptr) return;
   SoftQp* q = internal::ToSoft(s->id.qp);
-  QpAttach(q, s->conn, s->remote.qp_num, s->remote.rnr_retry_count);
+  QpAttach(q, s->conn, s->remote.qp_num, s->remote.rnr_retry_count,
+           s->local.responder_resources);
   s->conn->qp = q->self.lock();
 }
 
@@ -493,7 +523,23 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
 int destroy_id(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
-  internal::DestroyIdLocked(internal::CmIdOf(id));
+  SoftCmId* s = internal::CmIdOf(id);
+  // librdmacm's rdma_destroy_id waits until every event it returned for the
+  // id has been acked, which another thread (e.g. rping's cm thread) may
+  // still be about to do. Wait the same way, but not forever: when nobody
+  // acks, rdma-core would hang here for good, so fail loudly (fatal in debug
+  // builds, where the tests run) instead of letting such code pass.
+  const bool acked = CmMutex().AwaitWithTimeout(
+      absl::Condition(
+          +[](SoftCmId* id) ABSL_NO_THREAD_SAFETY_ANALYSIS { return id->unacked_events == 0; },
+          s),
+      internal::kDestroyIdAckWait);
+  if (!acked) {
+    LOG(DFATAL) << "softrdma: rdma_destroy_id on an id with " << s->unacked_events
+                << " event(s) not acked with rdma_ack_cm_event after "
+                << internal::kDestroyIdAckWait << "; rdma-core would block here forever";
+  }
+  internal::DestroyIdLocked(s);
   return 0;
 }
 
@@ -681,14 +727,15 @@ static int ConnectStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
   if (id == nullptr) return internal::Fail(EINVAL);
   if (conn_param != nullptr &&
       (conn_param->private_data_len > internal::kMaxConnectPrivateData ||
-       (conn_param->private_data_len > 0 && conn_param->private_data == nullptr))) {
+       (conn_param->private_data_len > 0 && conn_param->private_data == nullptr) ||
+       !internal::ValidRdAtomic(*conn_param))) {
     return internal::Fail(EINVAL);
   }
   absl::MutexLock l(&CmMutex());
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kRouteResolved) return internal::Fail(EINVAL);
   internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
-  if (conn_param == nullptr) s->local.rnr_retry_count = 7;
+  internal::CompleteLocalParams(conn_param, &s->local);
   sockaddr* dst = &id->route.addr.dst_addr;
   int fd = s->bound_fd;
   s->bound_fd = -1;
@@ -721,7 +768,8 @@ static int AcceptStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
   if (id == nullptr) return internal::Fail(EINVAL);
   if (conn_param != nullptr &&
       (conn_param->private_data_len > internal::kMaxAcceptPrivateData ||
-       (conn_param->private_data_len > 0 && conn_param->private_data == nullptr))) {
+       (conn_param->private_data_len > 0 && conn_param->private_data == nullptr) ||
+       !internal::ValidRdAtomic(*conn_param))) {
     return internal::Fail(EINVAL);
   }
   absl::MutexLock l(&CmMutex());
@@ -735,7 +783,7 @@ static int AcceptStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
     return 0;
   }
   internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
-  if (conn_param == nullptr) s->local.rnr_retry_count = 7;
+  internal::CompleteLocalParams(conn_param, &s->local);
   internal::AttachQp(s);
   internal::SendControl(s->conn.get(), internal::FrameType::kAccept,
                         internal::EncodeConnParams(s->local));
@@ -907,17 +955,29 @@ int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   SoftEventChannel* ch = internal::ChannelOf(channel);
   for (;;) {
     if (internal::WaitEventFd(channel->fd) != 0) return -1;
+    absl::MutexLock cm(&CmMutex());  // for the id's unacked_events
     absl::MutexLock l(&ch->mu);
     if (ch->events.empty()) continue;  // its id was destroyed or migrated
-    *event = &ch->events.front()->ev;
+    SoftCmEvent* e = ch->events.front();
     ch->events.pop_front();
+    auto it = internal::LiveIds().find(e->id_serial);
+    if (it != internal::LiveIds().end()) it->second->unacked_events++;
+    *event = &e->ev;
     return 0;
   }
 }
 
 int ack_cm_event(rdma_cm_event* event) {
   if (event == nullptr) return internal::Fail(EINVAL);
-  delete reinterpret_cast<SoftCmEvent*>(event);
+  auto* e = reinterpret_cast<SoftCmEvent*>(event);
+  {
+    absl::MutexLock cm(&CmMutex());
+    auto it = internal::LiveIds().find(e->id_serial);
+    if (it != internal::LiveIds().end() && it->second->unacked_events > 0) {
+      it->second->unacked_events--;
+    }
+  }
+  delete e;
   return 0;
 }
 

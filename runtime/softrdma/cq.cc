@@ -13,7 +13,7 @@
 namespace softrdma {
 namespace internal {
 
-void CqPush(ibv_cq* cq, const ibv_wc& wc) {
+void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots) {
   SoftCq* c = ToSoft(cq);
   bool notify = false;
   bool overrun_now = false;
@@ -26,7 +26,9 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc) {
       c->overrun = true;
       overrun_now = true;
     } else {
-      c->ring[(c->head + c->count) % c->ring.size()] = wc;
+      const size_t at = (c->head + c->count) % c->ring.size();
+      c->ring[at] = wc;
+      c->release[at] = std::move(slots);
       ++c->count;
       if (c->armed && cq->channel != nullptr) {
         c->armed = false;  // one event per arm, as hardware
@@ -52,18 +54,40 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc) {
   }
 }
 
+namespace {
+
+// Gives back `r.count` slots of a QP's SQ or RQ, unless the QP is gone or was
+// reset since the CQE was made.
+void ReleaseSlots(const SlotRelease& r) {
+  if (r.count == 0) return;
+  std::shared_ptr<SoftQp> q = r.qp.lock();
+  if (q == nullptr || q->slot_generation.load() != r.generation) return;
+  std::atomic<uint32_t>& unpolled = r.recv ? q->rq_unpolled : q->sq_unpolled;
+  // Saturating: a RESET racing with this poll may have zeroed the count.
+  uint32_t cur = unpolled.load();
+  while (!unpolled.compare_exchange_weak(cur, cur >= r.count ? cur - r.count : 0)) {
+  }
+}
+
+}  // namespace
+
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   SoftCq* c = ToSoft(cq);
   int n = 0;
+  std::vector<SlotRelease> freed;
   {
     absl::MutexLock l(&c->mu);
     while (n < num_entries && c->count > 0) {
       wc[n++] = c->ring[c->head];
+      if (c->release[c->head].count > 0) freed.push_back(std::move(c->release[c->head]));
+      c->release[c->head] = SlotRelease();
       c->head = (c->head + 1) % c->ring.size();
       --c->count;
     }
     if (n == 0 && c->overrun) return -EIO;
   }
+  // Outside SoftCq::mu: nothing here needs it, and QPs are not ours to lock.
+  for (const SlotRelease& r : freed) ReleaseSlots(r);
   for (int i = 0; i < n; ++i) {
     if (wc[i].status == IBV_WC_REM_ACCESS_ERR) Stat().rem_access_errors++;
   }
@@ -132,6 +156,7 @@ ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context,
   {
     absl::MutexLock l(&c->mu);
     c->ring.resize(static_cast<size_t>(cqe));
+    c->release.resize(static_cast<size_t>(cqe));
   }
   if (channel != nullptr) {
     auto* ch = reinterpret_cast<SoftCompChannel*>(channel);

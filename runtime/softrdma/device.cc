@@ -70,9 +70,19 @@ Counters& Stat() {
   return *c;
 }
 
+ScopedMrAccess::ScopedMrAccess() ABSL_NO_THREAD_SAFETY_ANALYSIS { Keys().mu.ReaderLock(); }
+ScopedMrAccess::~ScopedMrAccess() ABSL_NO_THREAD_SAFETY_ANALYSIS { Keys().mu.ReaderUnlock(); }
+
+void LockKeyTableForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { Keys().mu.Lock(); }
+void UnlockKeyTableForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { Keys().mu.Unlock(); }
+
 bool LookupKey(uint32_t key, bool remote, MrView* view) {
+  ScopedMrAccess access;
+  return LookupKeyHeld(key, remote, view);
+}
+
+bool LookupKeyHeld(uint32_t key, bool remote, MrView* view) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   KeyTable& t = Keys();
-  absl::ReaderMutexLock l(&t.mu);
   auto& map = remote ? t.rkeys : t.lkeys;
   auto it = map.find(key);
   if (it == map.end()) return false;
@@ -265,6 +275,7 @@ ibv_pd* alloc_pd(ibv_context* context) {
 
 int dealloc_pd(ibv_pd* pd) {
   if (pd == nullptr) return EINVAL;
+  if (internal::ToSoft(pd)->refs.load() > 0) return EBUSY;
   delete reinterpret_cast<SoftPd*>(pd);
   Stat().live_pds--;
   return 0;
@@ -309,6 +320,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
   m->mr.addr = addr;
   m->mr.length = length;
   m->access = access;
+  internal::ToSoft(pd)->refs++;
   internal::KeyTable& t = internal::Keys();
   {
     absl::MutexLock l(&t.mu);
@@ -331,6 +343,7 @@ int dereg_mr(ibv_mr* mr) {
     t.lkeys.erase(mr->lkey);
     t.rkeys.erase(mr->rkey);
   }
+  internal::ToSoft(mr->pd)->refs--;
   delete reinterpret_cast<SoftMr*>(mr);
   Stat().live_mrs--;
   return 0;

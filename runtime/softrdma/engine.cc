@@ -55,11 +55,17 @@ std::atomic<Engine*> g_engine{nullptr};
 ABSL_CONST_INIT absl::Mutex g_engine_mu(absl::kConstInit);
 
 void AtForkPrepare() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  // No frame is half-dispatched while the address space is copied.
+  // No frame is half-dispatched while the address space is copied, and no
+  // thread is inside a ScopedMrAccess (CmMutex first: the lock order).
   CmMutex().Lock();
+  LockKeyTableForFork();
 }
-void AtForkParent() ABSL_NO_THREAD_SAFETY_ANALYSIS { CmMutex().Unlock(); }
+void AtForkParent() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  UnlockKeyTableForFork();
+  CmMutex().Unlock();
+}
 void AtForkChild() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  UnlockKeyTableForFork();
   CmMutex().Unlock();
   g_engine.store(nullptr);
 }

@@ -8,6 +8,9 @@
 //   CmMutex()  ->  SoftQp::mu  ->  { SoftSrq::mu, SoftCq::mu -> SoftCompChannel::mu,
 //                                    Conn::write_mu_, key table mutex,
 //                                    SoftContext::mu, SoftEventChannel::mu }
+// The key table mutex is innermost: it is held (shared, ScopedMrAccess) across
+// an access check and the copy it vouches for, with no other lock taken inside.
+// The fork handlers take CmMutex() and then the key table.
 // CmMutex() guards all rdma_cm state and the Conn -> (id, QP) attachments; the
 // progress thread holds it while it dispatches a received frame, so frames of
 // one process are handled one at a time, in arrival order per connection.
@@ -75,7 +78,12 @@ ibv_context* CmContext();
 
 struct SoftPd {
   ibv_pd pd;  // first member
+  // MRs, QPs and SRQs made on this PD. dealloc_pd fails with EBUSY while any
+  // is alive, as ibv_dealloc_pd does; freeing it anyway would leave MRs whose
+  // `pd` could match a later PD allocated at the same address.
+  std::atomic<int> refs{0};
 };
+inline SoftPd* ToSoft(ibv_pd* p) { return reinterpret_cast<SoftPd*>(p); }
 
 struct SoftMr {
   ibv_mr mr;  // first member
@@ -93,6 +101,27 @@ struct MrView {
 // Looks up a key; `remote` selects the rkey namespace. False when unknown.
 bool LookupKey(uint32_t key, bool remote, MrView* view);
 
+// Holds the key table's lock shared, so no MR can be deregistered until it
+// ends: memory a lookup vouched for stays registered (and, for a well-behaved
+// user, allocated) while the device copies into or out of it. A NIC likewise
+// never touches an MR's memory once ibv_dereg_mr has returned; without this a
+// dereg_mr + free racing with the progress thread's memcpy would write into
+// freed memory instead of failing the access with REM_ACCESS_ERR.
+// The key table lock is innermost: take no other lock while holding it.
+class ScopedMrAccess {
+ public:
+  ScopedMrAccess();
+  ~ScopedMrAccess();
+  ScopedMrAccess(const ScopedMrAccess&) = delete;
+  ScopedMrAccess& operator=(const ScopedMrAccess&) = delete;
+};
+// LookupKey for a caller inside a ScopedMrAccess.
+bool LookupKeyHeld(uint32_t key, bool remote, MrView* view);
+// For the fork handlers: a child must not inherit the key table locked by a
+// thread (e.g. one copying a send's payload) that does not exist in it.
+void LockKeyTableForFork();
+void UnlockKeyTableForFork();
+
 // ---- completion queues ---------------------------------------------------------
 struct SoftCompChannel {
   ibv_comp_channel ch;  // first member; ch.fd is an eventfd in semaphore mode
@@ -101,10 +130,26 @@ struct SoftCompChannel {
   int attached_cqs ABSL_GUARDED_BY(mu) = 0;
 };
 
+struct SoftQp;
+
+// Which work-queue slots a CQE gives back when the user polls it. A NIC frees
+// a WQE's slot only when ibv_poll_cq consumes a CQE that covers it (mlx5
+// advances its SQ/RQ tail in poll_cq): an unsignalled send's slot stays taken
+// until a later signalled send's CQE is polled, and a receive's slot until its
+// CQE is polled. Without this a QP that never signals, or a poller that falls
+// behind, would work on softrdma and hit ENOMEM on hardware.
+struct SlotRelease {
+  std::weak_ptr<SoftQp> qp;  // empty: the CQE frees nothing
+  uint32_t count = 0;        // slots freed
+  uint32_t generation = 0;   // SoftQp::slot_generation when pushed
+  bool recv = false;         // RQ slots, else SQ slots
+};
+
 struct SoftCq {
   ibv_cq cq;  // first member
   absl::Mutex mu;
   std::vector<ibv_wc> ring ABSL_GUARDED_BY(mu);
+  std::vector<SlotRelease> release ABSL_GUARDED_BY(mu);  // parallel to ring
   size_t head ABSL_GUARDED_BY(mu) = 0;
   size_t count ABSL_GUARDED_BY(mu) = 0;
   bool armed ABSL_GUARDED_BY(mu) = false;
@@ -115,7 +160,8 @@ inline SoftCq* ToSoft(ibv_cq* c) { return reinterpret_cast<SoftCq*>(c); }
 
 // Adds one CQE; raises the channel event when armed. On overrun the CQ enters
 // the error state (poll_cq then fails) and IBV_EVENT_CQ_ERR is posted.
-void CqPush(ibv_cq* cq, const ibv_wc& wc);
+// `slots` names the work-queue slots the CQE frees once polled.
+void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots = SlotRelease());
 
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int ReqNotifyCq(ibv_cq* cq, int solicited_only);
@@ -173,7 +219,22 @@ struct SoftQp {
   bool rnr_wait ABSL_GUARDED_BY(mu) = false;  // waiting to retransmit after RNR
   bool sq_blocked ABSL_GUARDED_BY(mu) = false;  // an errored WR is queued
   uint32_t dest_qpn ABSL_GUARDED_BY(mu) = 0;
+  // Incoming RDMA READs / atomics this QP may have outstanding as responder.
+  // 0 (rdma_conn_param.responder_resources = 0) means it takes none: a NIC
+  // NAKs them with "invalid request", the requester sees REM_INV_REQ_ERR.
+  uint8_t max_dest_rd_atomic ABSL_GUARDED_BY(mu) = kMaxRdAtom;
   std::shared_ptr<Conn> conn ABSL_GUARDED_BY(mu);
+  // Slots of WRs that completed but whose CQE the user has not polled yet
+  // (see SlotRelease): post_send / post_recv count them as taken. Atomic
+  // because poll_cq gives them back without taking `mu` (it holds SoftCq::mu,
+  // which comes after `mu` in the lock order).
+  std::atomic<uint32_t> sq_unpolled{0};
+  std::atomic<uint32_t> rq_unpolled{0};
+  // Successful unsignalled sends since the last send CQE; the next send CQE
+  // frees their slots too.
+  uint32_t unsignaled_done ABSL_GUARDED_BY(mu) = 0;
+  // Bumped by RESET, which frees every slot: CQEs pushed before it free none.
+  std::atomic<uint32_t> slot_generation{0};
 
   SoftCmId* cm_id ABSL_GUARDED_BY(CmMutex()) = nullptr;
 };
@@ -183,8 +244,10 @@ int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
 int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 
 // Connects a QP to a TCP connection and moves it to RTS (rdma_cm did RTR/RTS).
+// `responder_resources`: this side's rdma_conn_param.responder_resources,
+// which rdma_cm makes the QP's max_dest_rd_atomic.
 void QpAttach(SoftQp* qp, std::shared_ptr<Conn> conn, uint32_t dest_qpn,
-              uint8_t rnr_retry);
+              uint8_t rnr_retry, uint8_t responder_resources);
 // Moves a QP to ERROR, flushing every outstanding WR with IBV_WC_WR_FLUSH_ERR,
 // and forgets its connection.
 void QpFlushToError(SoftQp* qp);

@@ -60,7 +60,18 @@ ibv_wc_opcode WcOpcode(ibv_wr_opcode op) {
 
 void CompleteSendLocked(SoftQp* q, const SendWqe& w, ibv_wc_status status)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
-  if (status == IBV_WC_SUCCESS && !w.signaled) return;
+  // The WR has left the SQ, but its slot stays taken until the user polls a
+  // CQE that covers it (SlotRelease in internal.h).
+  q->sq_unpolled++;
+  if (status == IBV_WC_SUCCESS && !w.signaled) {
+    q->unsignaled_done++;
+    return;
+  }
+  SlotRelease slots;
+  slots.qp = q->self;
+  slots.count = q->unsignaled_done + 1;
+  slots.generation = q->slot_generation.load();
+  q->unsignaled_done = 0;
   ibv_wc wc{};
   wc.wr_id = w.wr_id;
   wc.status = status;
@@ -68,7 +79,7 @@ void CompleteSendLocked(SoftQp* q, const SendWqe& w, ibv_wc_status status)
   wc.byte_len = w.byte_len;
   wc.qp_num = q->qp.qp_num;
   wc.src_qp = q->dest_qpn;
-  CqPush(q->qp.send_cq, wc);
+  CqPush(q->qp.send_cq, wc, std::move(slots));
 }
 
 void CompleteRecvLocked(SoftQp* q, const RecvWqe& r, ibv_wc_status status,
@@ -85,7 +96,15 @@ void CompleteRecvLocked(SoftQp* q, const RecvWqe& r, ibv_wc_status status,
     wc.wc_flags = IBV_WC_WITH_IMM;
     wc.imm_data = imm;  // already big-endian, carried verbatim
   }
-  CqPush(q->qp.recv_cq, wc);
+  SlotRelease slots;
+  if (q->qp.srq == nullptr) {  // an SRQ receive's slot is the SRQ's, not ours
+    q->rq_unpolled++;
+    slots.qp = q->self;
+    slots.count = 1;
+    slots.generation = q->slot_generation.load();
+    slots.recv = true;
+  }
+  CqPush(q->qp.recv_cq, wc, std::move(slots));
 }
 
 // The QP enters ERROR: every outstanding WR completes with WR_FLUSH_ERR.
@@ -105,13 +124,14 @@ void MoveToErrorLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
 
 // Checks SGEs against the local key table: known lkey, same PD, inside the
 // MR, and LOCAL_WRITE when the device writes into them. Sums their lengths.
+// The caller holds a ScopedMrAccess until it has copied.
 bool CheckLocal(ibv_pd* pd, const ibv_sge* sg, size_t n, bool write, uint64_t* total) {
   uint64_t sum = 0;
   for (size_t i = 0; i < n; ++i) {
     sum += sg[i].length;
     if (sg[i].length == 0) continue;
     MrView v;
-    if (!LookupKey(sg[i].lkey, /*remote=*/false, &v) || v.pd != pd) return false;
+    if (!LookupKeyHeld(sg[i].lkey, /*remote=*/false, &v) || v.pd != pd) return false;
     if (sg[i].addr < v.addr || sg[i].addr + sg[i].length > v.addr + v.length) return false;
     if (write && !(v.access & IBV_ACCESS_LOCAL_WRITE)) return false;
   }
@@ -119,10 +139,11 @@ bool CheckLocal(ibv_pd* pd, const ibv_sge* sg, size_t n, bool write, uint64_t* t
   return true;
 }
 
+// The caller holds a ScopedMrAccess until it has copied.
 bool CheckRemote(ibv_pd* pd, uint32_t rkey, uint64_t addr, uint64_t len, int need) {
   if (len == 0) return true;  // a zero-length access checks no key (IB spec)
   MrView v;
-  if (!LookupKey(rkey, /*remote=*/true, &v) || v.pd != pd) return false;
+  if (!LookupKeyHeld(rkey, /*remote=*/true, &v) || v.pd != pd) return false;
   if (addr < v.addr || addr + len > v.addr + v.length || addr + len < addr) return false;
   return (v.access & need) == need;
 }
@@ -130,6 +151,7 @@ bool CheckRemote(ibv_pd* pd, uint32_t rkey, uint64_t addr, uint64_t len, int nee
 void Scatter(const std::vector<ibv_sge>& sges, const uint8_t* data, size_t len) {
   for (const ibv_sge& s : sges) {
     if (len == 0) break;
+    if (s.length == 0) continue;  // skipped, as at post (address may be NULL)
     size_t take = std::min<size_t>(len, s.length);
     std::memcpy(reinterpret_cast<void*>(s.addr), data, take);
     data += take;
@@ -215,6 +237,11 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
   w.signaled = q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
   w.byte_len = static_cast<uint32_t>(total);
 
+  // Completed WRs whose CQE is not yet polled still hold their slots.
+  if (q->state != IBV_QPS_RESET &&
+      q->sq.size() + q->sq_unpolled.load() >= q->cap.max_send_wr) {
+    return ENOMEM;
+  }
   if (q->state == IBV_QPS_ERR) {
     // Hardware accepts WRs on an errored QP and flushes them.
     CountPosted(wr->opcode, total);
@@ -223,60 +250,66 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
   }
   if (q->state != IBV_QPS_RTS) return EINVAL;
   if (q->conn == nullptr) return EINVAL;  // RTS without rdma_cm: no transport
-  if (q->sq.size() >= q->cap.max_send_wr) return ENOMEM;
 
   w.psn = q->next_psn++;
-  uint64_t checked = 0;
-  if (!is_inline &&
-      !CheckLocal(q->qp.pd, wr->sg_list, static_cast<size_t>(wr->num_sge), is_read, &checked)) {
-    w.local_error = IBV_WC_LOC_PROT_ERR;
-  }
-  if (w.local_error == IBV_WC_SUCCESS) {
-    FrameHeader h;
-    h.psn = w.psn;
-    const bool with_imm =
-        wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
-    if (with_imm) {
-      h.flags |= kHasImm;
-      h.imm = wr->imm_data;
+  {
+    // The payload is copied out below while no MR can be deregistered.
+    ScopedMrAccess access;
+    uint64_t checked = 0;
+    if (!is_inline &&
+        !CheckLocal(q->qp.pd, wr->sg_list, static_cast<size_t>(wr->num_sge), is_read, &checked)) {
+      w.local_error = IBV_WC_LOC_PROT_ERR;
     }
-    if (is_atomic) {
-      h.type = FrameType::kAtomic;
-      h.flags = wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? kFetchAdd : kCmpSwap;
-      h.addr = wr->wr.atomic.remote_addr;
-      h.rkey = wr->wr.atomic.rkey;
-      auto buf = NewFrame(h, 16);
-      PutU64(buf->data() + kHeaderSize, wr->wr.atomic.compare_add);
-      PutU64(buf->data() + kHeaderSize + 8, wr->wr.atomic.swap);
-      w.read_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
-      w.frame = std::move(buf);
-    } else if (is_read) {
-      h.type = FrameType::kReadReq;
-      h.addr = wr->wr.rdma.remote_addr;
-      h.rkey = wr->wr.rdma.rkey;
-      h.read_len = static_cast<uint32_t>(total);
-      w.read_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
-      w.frame = NewFrame(h, 0);
-    } else {
-      if (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM) {
-        h.type = FrameType::kSend;
-      } else {
-        h.type = FrameType::kWrite;
+    if (w.local_error == IBV_WC_SUCCESS) {
+      FrameHeader h;
+      h.psn = w.psn;
+      const bool with_imm =
+          wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+      if (with_imm) {
+        h.flags |= kHasImm;
+        h.imm = wr->imm_data;
+      }
+      if (is_atomic) {
+        h.type = FrameType::kAtomic;
+        h.flags = wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? kFetchAdd : kCmpSwap;
+        h.addr = wr->wr.atomic.remote_addr;
+        h.rkey = wr->wr.atomic.rkey;
+        auto buf = NewFrame(h, 16);
+        PutU64(buf->data() + kHeaderSize, wr->wr.atomic.compare_add);
+        PutU64(buf->data() + kHeaderSize + 8, wr->wr.atomic.swap);
+        w.read_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+        w.frame = std::move(buf);
+      } else if (is_read) {
+        h.type = FrameType::kReadReq;
         h.addr = wr->wr.rdma.remote_addr;
         h.rkey = wr->wr.rdma.rkey;
+        h.read_len = static_cast<uint32_t>(total);
+        w.read_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+        w.frame = NewFrame(h, 0);
+      } else {
+        if (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM) {
+          h.type = FrameType::kSend;
+        } else {
+          h.type = FrameType::kWrite;
+          h.addr = wr->wr.rdma.remote_addr;
+          h.rkey = wr->wr.rdma.rkey;
+        }
+        // The payload is copied now (inline or not); the WR's buffers are free
+        // for reuse earlier than on hardware, which is allowed.
+        auto buf = NewFrame(h, static_cast<uint32_t>(total));
+        uint8_t* out = buf->data() + kHeaderSize;
+        for (int i = 0; i < wr->num_sge; ++i) {
+          // A zero-length SGE is skipped, as mlx5 does: its address (often
+          // NULL) and lkey mean nothing, and memcpy from NULL is UB even for 0.
+          if (wr->sg_list[i].length == 0) continue;
+          std::memcpy(out, reinterpret_cast<const void*>(wr->sg_list[i].addr),
+                      wr->sg_list[i].length);
+          out += wr->sg_list[i].length;
+        }
+        w.frame = std::move(buf);
       }
-      // The payload is copied now (inline or not); the WR's buffers are free
-      // for reuse earlier than on hardware, which is allowed.
-      auto buf = NewFrame(h, static_cast<uint32_t>(total));
-      uint8_t* out = buf->data() + kHeaderSize;
-      for (int i = 0; i < wr->num_sge; ++i) {
-        std::memcpy(out, reinterpret_cast<const void*>(wr->sg_list[i].addr),
-                    wr->sg_list[i].length);
-        out += wr->sg_list[i].length;
-      }
-      w.frame = std::move(buf);
     }
-  }
+  }  // ScopedMrAccess
   CountPosted(wr->opcode, total);
   const bool errored = w.local_error != IBV_WC_SUCCESS;
   const bool transmit = !errored && CanTransmitLocked(q);
@@ -348,18 +381,23 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
         MoveToErrorLocked(q);
         return;
       }
-      if (!CheckLocal(q->qp.pd, w.read_sges.data(), w.read_sges.size(), /*write=*/true,
-                      &room)) {
+      bool local_ok;
+      {
+        ScopedMrAccess access;  // the destination stays registered while we copy
+        local_ok = CheckLocal(q->qp.pd, w.read_sges.data(), w.read_sges.size(),
+                              /*write=*/true, &room);
+        if (local_ok && atomic_resp) {
+          // The original value lands in local memory in host order, as rxe.
+          const uint64_t original = GetU64(f.payload.get());
+          std::memcpy(reinterpret_cast<void*>(w.read_sges[0].addr), &original, 8);
+        } else if (local_ok) {
+          Scatter(w.read_sges, f.payload.get(), f.h.length);
+        }
+      }
+      if (!local_ok) {
         CompleteSendLocked(q, w, IBV_WC_LOC_PROT_ERR);
         MoveToErrorLocked(q);
         return;
-      }
-      if (atomic_resp) {
-        // The original value lands in local memory in host order, as rxe.
-        const uint64_t original = GetU64(f.payload.get());
-        std::memcpy(reinterpret_cast<void*>(w.read_sges[0].addr), &original, 8);
-      } else {
-        Scatter(w.read_sges, f.payload.get(), f.h.length);
       }
       CompleteSendLocked(q, w, IBV_WC_SUCCESS);
       break;
@@ -452,7 +490,13 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
       RecvWqe r;
       if (!TakeRecvLocked(q, &r)) return NakLocked(q, f.h.psn, Syndrome::kRnr);
       uint64_t room = 0;
-      if (!CheckLocal(q->qp.pd, r.sges.data(), r.sges.size(), /*write=*/true, &room)) {
+      bool local_ok;
+      {
+        ScopedMrAccess access;  // the receive buffer stays registered while we copy
+        local_ok = CheckLocal(q->qp.pd, r.sges.data(), r.sges.size(), /*write=*/true, &room);
+        if (local_ok && room >= f.h.length) Scatter(r.sges, f.payload.get(), f.h.length);
+      }
+      if (!local_ok) {
         CompleteRecvLocked(q, r, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, false, 0);
         return ResponderFailLocked(q, f.h.psn, Syndrome::kRemOp);
       }
@@ -460,21 +504,33 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
         CompleteRecvLocked(q, r, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0, false, 0);
         return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
       }
-      Scatter(r.sges, f.payload.get(), f.h.length);
       CompleteRecvLocked(q, r, IBV_WC_SUCCESS, IBV_WC_RECV, f.h.length, has_imm, f.h.imm);
       q->epsn++;
       return AckLocked(q, f.h.psn);
     }
     case FrameType::kWrite: {
-      if (!CheckRemote(q->qp.pd, f.h.rkey, f.h.addr, f.h.length, IBV_ACCESS_REMOTE_WRITE)) {
-        return ResponderFailLocked(q, f.h.psn, Syndrome::kRemAccess);
+      bool remote_ok;
+      {
+        ScopedMrAccess access;
+        remote_ok = CheckRemote(q->qp.pd, f.h.rkey, f.h.addr, f.h.length,
+                                IBV_ACCESS_REMOTE_WRITE);
       }
+      if (!remote_ok) return ResponderFailLocked(q, f.h.psn, Syndrome::kRemAccess);
       // Check for a receive before writing, so the retransmit after RNR
       // finds memory unchanged (not that rewriting would differ).
       if (has_imm && !HasRecvLocked(q)) return NakLocked(q, f.h.psn, Syndrome::kRnr);
-      if (f.h.length > 0) {
-        std::memcpy(reinterpret_cast<void*>(f.h.addr), f.payload.get(), f.h.length);
+      {
+        // Checked again with the copy, under one hold of the key table: the MR
+        // may have been deregistered since (HasRecvLocked takes the SRQ lock,
+        // which may not nest inside the key table's).
+        ScopedMrAccess access;
+        remote_ok = CheckRemote(q->qp.pd, f.h.rkey, f.h.addr, f.h.length,
+                                IBV_ACCESS_REMOTE_WRITE);
+        if (remote_ok && f.h.length > 0) {
+          std::memcpy(reinterpret_cast<void*>(f.h.addr), f.payload.get(), f.h.length);
+        }
       }
+      if (!remote_ok) return ResponderFailLocked(q, f.h.psn, Syndrome::kRemAccess);
       if (has_imm) {
         RecvWqe r;
         TakeRecvLocked(q, &r);  // cannot fail: checked above, and only we take
@@ -486,38 +542,47 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
       return AckLocked(q, f.h.psn);
     }
     case FrameType::kReadReq: {
-      if (!CheckRemote(q->qp.pd, f.h.rkey, f.h.addr, f.h.read_len, IBV_ACCESS_REMOTE_READ)) {
-        return ResponderFailLocked(q, f.h.psn, Syndrome::kRemAccess);
-      }
+      if (q->max_dest_rd_atomic == 0) return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
       FrameHeader h;
       h.type = FrameType::kReadResp;
       h.psn = f.h.psn;
-      auto buf = NewFrame(h, f.h.read_len);
-      if (f.h.read_len > 0) {
-        std::memcpy(buf->data() + kHeaderSize, reinterpret_cast<const void*>(f.h.addr),
-                    f.h.read_len);
+      std::shared_ptr<std::vector<uint8_t>> buf;
+      {
+        ScopedMrAccess access;  // the source stays registered while we copy
+        if (CheckRemote(q->qp.pd, f.h.rkey, f.h.addr, f.h.read_len, IBV_ACCESS_REMOTE_READ)) {
+          buf = NewFrame(h, f.h.read_len);
+          if (f.h.read_len > 0) {
+            std::memcpy(buf->data() + kHeaderSize, reinterpret_cast<const void*>(f.h.addr),
+                        f.h.read_len);
+          }
+        }
       }
+      if (buf == nullptr) return ResponderFailLocked(q, f.h.psn, Syndrome::kRemAccess);
       q->epsn++;
       q->conn->Send(std::move(buf));
       return;
     }
     case FrameType::kAtomic: {
+      if (q->max_dest_rd_atomic == 0) return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
       if (f.h.length != 16) return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
       if (f.h.addr % 8 != 0) return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
-      if (!CheckRemote(q->qp.pd, f.h.rkey, f.h.addr, 8, IBV_ACCESS_REMOTE_ATOMIC)) {
-        return ResponderFailLocked(q, f.h.psn, Syndrome::kRemAccess);
-      }
       const uint64_t compare_add = GetU64(f.payload.get());
       const uint64_t swap = GetU64(f.payload.get() + 8);
       auto* target = reinterpret_cast<uint64_t*>(f.h.addr);
-      uint64_t original;
-      if (f.h.flags & kFetchAdd) {
-        original = __atomic_fetch_add(target, compare_add, __ATOMIC_SEQ_CST);
-      } else {
-        original = compare_add;
-        __atomic_compare_exchange_n(target, &original, swap, false, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_SEQ_CST);  // `original` gets the old value
+      uint64_t original = 0;
+      bool remote_ok;
+      {
+        ScopedMrAccess access;  // the target stays registered while we update it
+        remote_ok = CheckRemote(q->qp.pd, f.h.rkey, f.h.addr, 8, IBV_ACCESS_REMOTE_ATOMIC);
+        if (remote_ok && (f.h.flags & kFetchAdd)) {
+          original = __atomic_fetch_add(target, compare_add, __ATOMIC_SEQ_CST);
+        } else if (remote_ok) {
+          original = compare_add;
+          __atomic_compare_exchange_n(target, &original, swap, false, __ATOMIC_SEQ_CST,
+                                      __ATOMIC_SEQ_CST);  // `original` gets the old value
+        }
       }
+      if (!remote_ok) return ResponderFailLocked(q, f.h.psn, Syndrome::kRemAccess);
       FrameHeader h;
       h.type = FrameType::kAtomicResp;
       h.psn = f.h.psn;
@@ -558,7 +623,8 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       err = EINVAL;
     } else if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > q->cap.max_recv_sge) {
       err = EINVAL;
-    } else if (q->state != IBV_QPS_ERR && q->rq.size() >= q->cap.max_recv_wr) {
+    } else if (q->rq.size() + q->rq_unpolled.load() >= q->cap.max_recv_wr) {
+      // Includes received messages whose CQE is not polled yet, as on a NIC.
       err = ENOMEM;
     }
     if (err != 0) {
@@ -578,9 +644,11 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return 0;
 }
 
-void QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, uint32_t dest_qpn, uint8_t rnr_retry) {
+void QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, uint32_t dest_qpn, uint8_t rnr_retry,
+              uint8_t responder_resources) {
   absl::MutexLock l(&q->mu);
   if (q->state == IBV_QPS_ERR) return;
+  q->max_dest_rd_atomic = std::min<uint8_t>(responder_resources, kMaxRdAtom);
   q->conn = std::move(conn);
   q->dest_qpn = dest_qpn;
   q->rnr_retry = rnr_retry > 7 ? 7 : rnr_retry;
@@ -662,6 +730,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     q->qp.handle = q->qp.qp_num;
     r.qps[q->qp.qp_num] = q;
   }
+  internal::ToSoft(pd)->refs++;
   internal::ToSoft(attr->send_cq)->qp_refs++;
   internal::ToSoft(attr->recv_cq)->qp_refs++;
   if (attr->srq != nullptr) internal::ToSoft(attr->srq)->qp_refs++;
@@ -701,6 +770,10 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
     }
     if (!ok) return EINVAL;
   }
+  if ((attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC) && attr->max_dest_rd_atomic > internal::kMaxRdAtom) {
+    return EINVAL;
+  }
+  if (attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC) q->max_dest_rd_atomic = attr->max_dest_rd_atomic;
   if (attr_mask & IBV_QP_RNR_RETRY) q->rnr_retry = attr->rnr_retry;
   if (attr_mask & IBV_QP_MIN_RNR_TIMER) q->min_rnr_timer = attr->min_rnr_timer;
   if (attr_mask & IBV_QP_DEST_QPN) q->dest_qpn = attr->dest_qp_num;
@@ -716,6 +789,10 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
       q->rnr_wait = false;
       q->sq_blocked = false;
       q->conn.reset();
+      q->unsignaled_done = 0;
+      q->slot_generation++;  // unpolled CQEs of before free nothing now
+      q->sq_unpolled = 0;
+      q->rq_unpolled = 0;
       q->state = IBV_QPS_RESET;
     } else {
       q->state = next;
@@ -742,7 +819,7 @@ int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr*
   attr->rnr_retry = q->rnr_retry;
   attr->min_rnr_timer = q->min_rnr_timer;
   attr->max_rd_atomic = internal::kMaxRdAtom;
-  attr->max_dest_rd_atomic = internal::kMaxRdAtom;
+  attr->max_dest_rd_atomic = q->max_dest_rd_atomic;
   attr->port_num = 1;
   attr->timeout = 14;
   attr->retry_cnt = 7;
@@ -774,6 +851,7 @@ int destroy_qp(ibv_qp* qp) {
     q->state = IBV_QPS_ERR;
     q->conn.reset();
   }
+  internal::ToSoft(qp->pd)->refs--;
   internal::ToSoft(qp->send_cq)->qp_refs--;
   internal::ToSoft(qp->recv_cq)->qp_refs--;
   if (qp->srq != nullptr) internal::ToSoft(qp->srq)->qp_refs--;

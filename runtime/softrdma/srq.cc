@@ -66,6 +66,7 @@ ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   s->srq.context = pd->context;
   s->srq.srq_context = attr->srq_context;
   s->srq.pd = pd;
+  internal::ToSoft(pd)->refs++;
   pthread_mutex_init(&s->srq.mutex, nullptr);
   pthread_cond_init(&s->srq.cond, nullptr);
   {
@@ -99,6 +100,7 @@ int destroy_srq(ibv_srq* srq) {
   if (srq == nullptr) return EINVAL;
   internal::SoftSrq* s = internal::ToSoft(srq);
   if (s->qp_refs.load() > 0) return EBUSY;
+  internal::ToSoft(srq->pd)->refs--;
   pthread_cond_destroy(&srq->cond);
   pthread_mutex_destroy(&srq->mutex);
   delete s;

@@ -92,7 +92,10 @@ TEST(ForkChild, Client) {
   destroy_qp(id);
   destroy_id(id);
   destroy_cq(cq);
-  dealloc_pd(pd);
+  // The MR goes before its PD: ibv_dealloc_pd fails with EBUSY otherwise.
+  ASSERT_EQ(dereg_mr(buf.mr), 0);
+  buf.mr = nullptr;
+  EXPECT_EQ(dealloc_pd(pd), 0);
   destroy_event_channel(ch);
 }
 

@@ -81,17 +81,21 @@ TEST(Stress, TeardownWithTrafficInFlightIsClean) {
   for (int round = 0; round < 5; ++round) {
     auto p = std::make_unique<ConnectedPair>();
     ASSERT_TRUE(p->ok());
-    Buffer sb(p->server_pd, 1 << 20, kAll);
-    Buffer cb(p->client_pd, 1 << 20, kAll);
-    for (int i = 0; i < 8; ++i) ASSERT_EQ(PostRecv(p->server->qp, i, sb, 0, 1 << 20), 0);
+    auto sb = std::make_unique<Buffer>(p->server_pd, 1 << 20, kAll);
+    auto cb = std::make_unique<Buffer>(p->client_pd, 1 << 20, kAll);
+    for (int i = 0; i < 8; ++i) ASSERT_EQ(PostRecv(p->server->qp, i, *sb, 0, 1 << 20), 0);
     for (int i = 0; i < 8; ++i) {
-      ASSERT_EQ(PostSend(p->client->qp, IBV_WR_SEND, i, cb, 0, 1 << 20), 0);
+      ASSERT_EQ(PostSend(p->client->qp, IBV_WR_SEND, i, *cb, 0, 1 << 20), 0);
     }
-    ASSERT_EQ(PostSend(p->client->qp, IBV_WR_RDMA_READ, 99, cb, 0, 1 << 20, 0, sb.addr(),
-                       sb.mr->rkey),
+    ASSERT_EQ(PostSend(p->client->qp, IBV_WR_RDMA_READ, 99, *cb, 0, 1 << 20, 0, sb->addr(),
+                       sb->mr->rkey),
               0);
-    // Tear everything down at once, mid-transfer; the progress thread must
-    // not touch freed memory (ASan) or hang.
+    // Tear everything down at once, mid-transfer, MRs first (a PD outlives
+    // its MRs: ibv_dealloc_pd is EBUSY otherwise). Once dereg_mr returns the
+    // device must not touch that memory, which is then freed: the progress
+    // thread must not write into it (ASan) or hang.
+    sb.reset();
+    cb.reset();
     p.reset();
   }
   Stats s = GetStats();

@@ -151,7 +151,7 @@ ConnectedPair::ConnectedPair(const PairOptions& opt) {
   rdma_conn_param ap{};
   ap.private_data = opt.server_private_data.data();
   ap.private_data_len = static_cast<uint8_t>(opt.server_private_data.size());
-  ap.responder_resources = 4;
+  ap.responder_resources = opt.server_responder_resources;
   ap.initiator_depth = 4;
   ap.rnr_retry_count = opt.rnr_retry;
   if (softrdma::accept(server, &ap) != 0) return;

@@ -43,6 +43,7 @@ struct PairOptions {
   uint8_t rnr_retry = 7;
   int cqe = 256;
   uint32_t server_srq_wr = 0;  // > 0: the server QP takes receives from an SRQ
+  uint8_t server_responder_resources = 4;  // rdma_accept's; 0 refuses READs
   std::string client_private_data;
   std::string server_private_data;
 };
