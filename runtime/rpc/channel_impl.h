@@ -63,6 +63,15 @@ class ChannelImpl {
   LargeBufferPool* large_pool() const { return device_->large_pool(); }
   // Any thread: sends `call` to the next server round robin.
   void Start(ClientCall* call);
+  // True on one of this channel's engine threads, i.e. inside a completion
+  // callback of its calls: a blocking call there would wait for the very
+  // thread it blocks.
+  bool OnEngineThread() const {
+    for (const auto& engine : engines_) {
+      if (engine->InEngineThread()) return true;
+    }
+    return false;
+  }
 
  private:
   ChannelImpl(std::string target, const ChannelOptions& options);

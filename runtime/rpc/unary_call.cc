@@ -63,6 +63,13 @@ void AsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* c
 absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method, ClientContext* context,
                                const google::protobuf::MessageLite& request,
                                google::protobuf::MessageLite* response) {
+  if (channel->impl()->OnEngineThread()) {
+    // The response could only be delivered by this thread; waiting would
+    // hang past any deadline (the deadline timer runs here too).
+    return absl::FailedPreconditionError(absl::StrCat(
+        "blocking call to ", method,
+        " from a completion callback of the same channel would deadlock; use stub->async()"));
+  }
   absl::Notification finished;
   absl::Status result;
   AsyncUnaryCall(channel, method, context, request, response, [&](absl::Status s) {

@@ -360,6 +360,10 @@ struct AccessCase {
   uint32_t length;
 };
 
+// ctest names a parameterised case after what gtest prints for its value;
+// print the case name so the names are readable and stable across builds.
+void PrintTo(const AccessCase& c, std::ostream* os) { *os << c.name; }
+
 class QpRemoteAccess : public ::testing::TestWithParam<AccessCase> {};
 
 TEST_P(QpRemoteAccess, ViolationIsRemAccessErrThenFlush) {

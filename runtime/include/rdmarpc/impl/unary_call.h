@@ -25,7 +25,10 @@ namespace internal {
 //   RESOURCE_EXHAUSTED the request or response is larger than
 //                      max_message_bytes (message names both sizes);
 //   UNIMPLEMENTED      the server has no such method;
-//   INTERNAL           a payload did not parse.
+//   INTERNAL           a payload did not parse;
+//   FAILED_PRECONDITION called from a completion callback of a call on the
+//                      same channel (it runs on the channel's engine thread,
+//                      which would have to deliver this call's response).
 RDMARPC_EXPORT absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method,
                                               ClientContext* context,
                                               const google::protobuf::MessageLite& request,
