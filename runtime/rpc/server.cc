@@ -174,9 +174,9 @@ void ServerImpl::OnConnectRequest(const CmEvent& ev) {
     Reject(id, kRejectVersion);
     return;
   }
-  if (h->recv_depth < 2 || h->recv_buffer_bytes < 256) {
+  if (h->recv_depth < kMinRecvDepth || h->recv_buffer_bytes < 256) {
     LOG(WARNING) << "rejecting client with recv_depth " << h->recv_depth << " and buffers of "
-                 << h->recv_buffer_bytes << " bytes";
+                 << h->recv_buffer_bytes << " bytes (need >= " << kMinRecvDepth << " and >= 256)";
     Reject(id, 0);
     return;
   }

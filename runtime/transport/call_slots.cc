@@ -11,8 +11,10 @@ namespace internal {
 
 uint32_t Connection::StartCall(OutgoingRequest request, ResponseSink* sink) {
   if (!usable()) {
-    sink->OnFailure(close_reason_.ok() ? absl::UnavailableError("connection closed")
-                                       : absl::UnavailableError(close_reason_.message()));
+    sink->OnFailure(close_reason_.ok()
+                        ? absl::UnavailableError(
+                              absl::StrCat("connection to ", peer_name_, " is closed"))
+                        : absl::UnavailableError(close_reason_.message()));
     return 0;
   }
   uint16_t idx;

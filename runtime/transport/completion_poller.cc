@@ -6,6 +6,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -263,9 +264,11 @@ void Engine::Sleep() {
   int timeout_ms = -1;
   if (!timers_.empty()) {
     const absl::Duration d = timers_.begin()->first.first - absl::Now();
+    // Capped: a timer weeks away (a long deadline) must not overflow int.
     timeout_ms = d <= absl::ZeroDuration()
                      ? 0
-                     : static_cast<int>(absl::ToInt64Milliseconds(d + absl::Milliseconds(1)));
+                     : static_cast<int>(std::min<int64_t>(
+                           absl::ToInt64Milliseconds(d + absl::Milliseconds(1)), 1 << 30));
   }
   sleeping_.store(true);
   if (tasks_.size() > 0 || stop_.load()) {

@@ -20,6 +20,13 @@ int ToMs(absl::Duration d) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ms, 1 << 30)));
 }
 
+// Raises recv_depth to kMinRecvDepth (see transport.h for why fewer
+// receives could deadlock the credit exchange).
+ConnectionOptions WithMinRecvDepth(ConnectionOptions o) {
+  o.recv_depth = std::max(o.recv_depth, kMinRecvDepth);
+  return o;
+}
+
 }  // namespace
 
 const char* ConnStateName(ConnState s) {
@@ -39,7 +46,7 @@ Connection::Connection(Engine* engine, DeviceResources* device, const Connection
                        ConnectionHandler* handler, std::string peer_name, bool is_client)
     : engine_(engine),
       device_(device),
-      options_(options),
+      options_(WithMinRecvDepth(options)),
       handler_(handler),
       peer_name_(std::move(peer_name)),
       is_client_(is_client),
@@ -103,10 +110,10 @@ absl::StatusOr<Connection*> Connection::Accept(Engine* engine, DeviceResources* 
     c->Destroy();  // unmaps and destroys the QP, then the id
     return s;
   }
-  c->credits_.emplace(peer.recv_depth, options.recv_depth);
+  c->credits_.emplace(peer.recv_depth, c->options_.recv_depth);
   HandshakeData mine;
   mine.version = kProtocolVersion;
-  mine.recv_depth = static_cast<uint16_t>(options.recv_depth);
+  mine.recv_depth = static_cast<uint16_t>(c->options_.recv_depth);
   mine.recv_buffer_bytes = static_cast<uint32_t>(options.recv_buffer_bytes);
   char pd[kHandshakeBytes];
   EncodeHandshake(mine, pd);
@@ -284,10 +291,11 @@ void Connection::OnEstablished(const std::string& private_data) {
         ", this client speaks version ", kProtocolVersion)));
     return;
   }
-  if (h->recv_depth < 2 || h->recv_buffer_bytes < 256) {
+  if (h->recv_depth < kMinRecvDepth || h->recv_buffer_bytes < 256) {
     Close(absl::UnavailableError(absl::StrCat("server ", peer_name_, " advertised recv_depth ",
                                               h->recv_depth, " and recv_buffer_bytes ",
-                                              h->recv_buffer_bytes, "; need >= 2 and >= 256")));
+                                              h->recv_buffer_bytes, "; need >= ", kMinRecvDepth,
+                                              " and >= 256")));
     return;
   }
   peer_ = *h;

@@ -377,7 +377,14 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
       ReleaseQuarantined(imm->slot, imm->generation);
       return;
     }
-    if (wc.byte_len > s->reply_buffer->capacity) return;
+    if (wc.byte_len > s->reply_buffer->capacity) {
+      // Cannot happen with a correct peer (the device bounds the WRITE by
+      // our rkey's region); never leave the call waiting silently.
+      Close(absl::UnavailableError(absl::StrCat(
+          "protocol error from ", peer_name_, ": response of ", wc.byte_len,
+          " bytes written into a reply buffer of ", s->reply_buffer->capacity)));
+      return;
+    }
     bytes = absl::string_view(s->reply_buffer->data, wc.byte_len);
   } else {
     bytes = absl::string_view(recv_slab_->data(idx), wc.byte_len);

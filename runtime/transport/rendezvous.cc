@@ -73,7 +73,17 @@ void Connection::StartResponsePull(uint32_t handle, const ParsedMessage& m) {
     rel.ref = ref;
     out_queue_.push_back(std::move(rel));
   };
-  ResponseSink* sink = slots_[idx].sink;
+  Slot& slot = slots_[idx];
+  ResponseSink* sink = slot.sink;
+  // The server exposed its response instead of writing it into our reply
+  // buffer, so it will never write there for this call: recycle it now.
+  // (Were it kept until the READ ends, a deadline passing during the READ
+  // would quarantine it for the rest of the connection's life: no later
+  // response comes to release it.)
+  if (slot.reply_buffer != nullptr) {
+    if (pool_ != nullptr) pool_->Put(slot.reply_buffer);
+    slot.reply_buffer = nullptr;
+  }
   if (len > options_.max_message_bytes) {
     release();
     FinishSlot(idx, false);

@@ -83,6 +83,15 @@ inline constexpr absl::Duration kBusyPoll = absl::Microseconds(30);
 inline constexpr absl::Duration kFlushWait = absl::Milliseconds(500);
 // Slots (concurrent calls) per client connection; imm_data has 16 bits.
 inline constexpr int kMaxSlots = 65536;
+// Fewest receives a connection posts (a smaller recv_depth is raised to
+// this). One credit is held in reserve for kCredit, and owed credits go back
+// explicitly once they reach CreditWindow's threshold of at least 2; a peer
+// left with one credit (blocked) implies recv_depth - 1 owed here, so
+// liveness needs recv_depth - 1 >= 2. With 2, a WRITE_WITH_IMM response
+// (which carries no credits) or a kRelease leaves each side holding one
+// credit and owing one, and both wait forever
+// (Credits.TwoReceivesEachWayMixedSizesNeverDeadlock in rpc_limits_test).
+inline constexpr int kMinRecvDepth = 3;
 // Protocol version spoken on the wire.
 inline constexpr uint16_t kProtocolVersion = 1;
 

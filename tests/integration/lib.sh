@@ -78,7 +78,9 @@ start_server() {
   # timeout(1) forwards our SIGTERM/SIGINT to the server and exits with its
   # status; it also ends a server orphaned when ctest SIGKILLs this script
   # at its TIMEOUT, so no test can leave a server running for long.
-  timeout --kill-after=5 "$SERVER_LIFETIME" "$@" ${listen:+"$listen"} \
+  # --kill-after also bounds the exit after a forwarded SIGTERM: leave the
+  # sanitizer build time to tear down (stop_server waits up to 20 s).
+  timeout --kill-after=15 "$SERVER_LIFETIME" "$@" ${listen:+"$listen"} \
     >"$SCRATCH/$name.out" 2>"$SCRATCH/$name.err" &
   SERVER_PID=$!
   local deadline=$((SECONDS + 30))

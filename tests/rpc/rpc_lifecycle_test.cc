@@ -98,6 +98,15 @@ TEST(ConnectionPool, ReplacesAFailedConnection) {
   ChannelOptions co;
   co.pool_size = 1;
   EchoFixture f(ServerOptions(), co);
+  {
+    // Connect first: the 50 ms deadline below must pass after the big
+    // request is sent, not while a slow (loaded) connect is still going on.
+    EchoRequest warm;
+    EchoResponse r;
+    ClientContext c;
+    c.set_timeout(absl::Seconds(30));
+    ASSERT_TRUE(Echo(f.channel.get(), &c, warm, &r).ok());
+  }
   // Kill the only connection: a delayed READ that finds its rkey revoked.
   internal::SetServerRequestReadDelay(absl::Milliseconds(200), 1);
   EchoRequest big;

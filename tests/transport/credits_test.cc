@@ -2,6 +2,7 @@
 #include "runtime/transport/credits.h"
 
 #include "gtest/gtest.h"
+#include "runtime/transport/transport.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -61,6 +62,23 @@ TEST(CreditWindow, NoCreditMessageWithoutACredit) {
   w.Consume();
   w.OnReposted(4);
   EXPECT_FALSE(w.ShouldSendCreditMessage());
+}
+
+// Liveness: a peer blocked from sending (one credit left, its reserve, and
+// nothing in flight) means we have re-posted recv_depth - 1 receives whose
+// credits we owe; they must go back in a kCredit even if we have nothing else
+// to send. That holds from kMinRecvDepth up; with 2 receives it would not
+// (threshold 2 > 1 owed), which deadlocked calls whose response went by
+// WRITE_WITH_IMM (it carries no credits).
+TEST(CreditWindow, BlockedPeerAlwaysGetsItsCreditsBack) {
+  for (int depth = kMinRecvDepth; depth <= 128; ++depth) {
+    CreditWindow w(/*peer_recv_depth=*/depth, /*local_recv_depth=*/depth);
+    w.OnReposted(depth - 1);
+    EXPECT_TRUE(w.ShouldSendCreditMessage()) << "recv_depth " << depth;
+  }
+  CreditWindow two(2, 2);
+  two.OnReposted(1);
+  EXPECT_FALSE(two.ShouldSendCreditMessage());  // why kMinRecvDepth is 3
 }
 
 }  // namespace

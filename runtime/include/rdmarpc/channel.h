@@ -39,7 +39,9 @@ struct RDMARPC_EXPORT ChannelOptions {
   // with RESOURCE_EXHAUSTED before anything is sent.
   size_t max_message_bytes = 64 * 1024 * 1024;
   // Receive buffers pre-posted per connection = initial credits granted to
-  // the server.
+  // the server. Accepted range 2..65535; 2 is raised to 3, because one
+  // receive is held in reserve for credit returns and with only two the
+  // peers could each wait for the other's credit.
   int recv_depth = 64;
   // Time allowed to set up one connection (address and route resolution,
   // connect, handshake). A call fails with UNAVAILABLE when it runs out.
@@ -50,6 +52,10 @@ struct RDMARPC_EXPORT ChannelOptions {
 
 class RDMARPC_EXPORT Channel {
  public:
+  // Fails every call still in flight with UNAVAILABLE (their callbacks run
+  // before this returns), closes the connections and joins the engine
+  // threads. Must not run on an engine thread, i.e. the last reference must
+  // not be dropped inside a call's callback (CHECK failure).
   ~Channel();
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;

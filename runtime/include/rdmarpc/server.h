@@ -40,7 +40,8 @@ struct RDMARPC_EXPORT ServerOptions {
   // in the rdma_cm private data; they never SEND more than this. At least
   // eager_limit_bytes is typical; smaller forces rendezvous above it.
   size_t recv_buffer_bytes = 8 * 1024;
-  // Receive buffers pre-posted per connection (= credits granted to a client).
+  // Receive buffers pre-posted per connection (= credits granted to a
+  // client). Accepted range 2..65535; 2 is raised to 3 (see ChannelOptions).
   int recv_depth = 64;
   // Largest request or response, in bytes; larger fail RESOURCE_EXHAUSTED.
   size_t max_message_bytes = 64 * 1024 * 1024;
@@ -73,7 +74,9 @@ class RDMARPC_EXPORT Server {
   int port() const;
 
   // Stops accepting connections, lets calls in progress finish (up to
-  // `grace`), then disconnects every client. Idempotent.
+  // `grace`), then disconnects every client; blocks until all that is done.
+  // Idempotent. Must not be called from a service method: it joins the
+  // worker threads, and a worker cannot join itself (CHECK failure).
   void Shutdown(absl::Duration grace = absl::Seconds(5));
 
   // Blocks until Shutdown has completed.
