@@ -36,12 +36,13 @@ absl::Status SetNonBlocking(int fd, absl::string_view what) {
 
 }  // namespace
 
-Engine::Engine(std::string name) : name_(std::move(name)), cq_free_(kCqDepth) {}
+Engine::Engine(std::string name)
+    : name_(std::move(name)), cq_free_(kCqDepth), cq_depth_(kCqDepth) {}
 
 absl::Status Engine::ReserveCqEntries(int n) {
   if (n > cq_free_) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        name_, ": completion queue has room for ", cq_free_, " more entries of ", kCqDepth,
+        name_, ": completion queue has room for ", cq_free_, " more entries of ", cq_depth_,
         "; a connection needs ", n));
   }
   cq_free_ -= n;
@@ -133,8 +134,16 @@ absl::StatusOr<ibv_cq*> Engine::EnsureCq(ibv_context* context) {
   absl::StatusOr<CompChannelPtr> ch = CreateCompChannel(context);
   if (!ch.ok()) return ch.status();
   if (absl::Status s = SetNonBlocking((*ch)->fd, "completion channel"); !s.ok()) return s;
-  absl::StatusOr<CqPtr> cq = CreateCq(context, kCqDepth, ch->get());
+  int depth = kCqDepth;
+  ibv_device_attr attr{};
+  if (Verbs().query_device(context, &attr) == 0 && attr.max_cqe > 0 && attr.max_cqe < depth) {
+    depth = attr.max_cqe;
+  }
+  absl::StatusOr<CqPtr> cq = CreateCq(context, depth, ch->get());
   if (!cq.ok()) return cq.status();
+  // Reservations made before the CQ existed count against the smaller depth.
+  cq_free_ -= cq_depth_ - depth;
+  cq_depth_ = depth;
   comp_channel_ = std::move(*ch);
   cq_ = std::move(*cq);
   if (int rc = ibv_req_notify_cq(cq_.get(), 0); rc != 0) {

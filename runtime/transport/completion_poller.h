@@ -128,6 +128,7 @@ class Engine {
   absl::flat_hash_map<TimerId, absl::Time> timer_when_;
   TimerId next_timer_ = 1;
   int cq_free_;
+  int cq_depth_;  // entries of cq_ (kCqDepth until the CQ is made)
   absl::flat_hash_map<Connection*, std::unique_ptr<Connection>> conns_;
   std::vector<std::unique_ptr<Connection>> graveyard_;
   absl::flat_hash_map<uint32_t, Connection*> qp_map_;

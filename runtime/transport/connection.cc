@@ -15,6 +15,10 @@ namespace rdmarpc {
 namespace internal {
 namespace {
 
+// rdma_cm's REJECTED status when nothing listens on the port: the IB CM's
+// "invalid service ID" (IBTA spec table 112); RoCE reports the same.
+constexpr int kCmRejectInvalidServiceId = 8;
+
 int ToMs(absl::Duration d) {
   const int64_t ms = absl::ToInt64Milliseconds(d);
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ms, 1 << 30)));
@@ -106,7 +110,12 @@ absl::StatusOr<Connection*> Connection::Accept(Engine* engine, DeviceResources* 
   absl::Status s = c->SetupQp();
   if (s.ok()) s = c->PostInitialReceives();
   if (!s.ok()) {
-    Verbs().reject(id, nullptr, 0);
+    HandshakeData why;
+    why.version = kProtocolVersion;
+    why.reject_reason = absl::IsResourceExhausted(s) ? kRejectNoResources : 0;
+    char pd[kHandshakeBytes];
+    EncodeHandshake(why, pd);
+    Verbs().reject(id, pd, kHandshakeBytes);
     c->Destroy();  // unmaps and destroys the QP, then the id
     return s;
   }
@@ -247,10 +256,18 @@ void Connection::OnCmEvent(const CmEvent& ev) {
             ", this client speaks version ", kProtocolVersion)));
       } else if (h.ok() && h->reject_reason == kRejectShuttingDown) {
         Close(absl::UnavailableError(absl::StrCat("server ", peer_name_, " is shutting down")));
+      } else if (h.ok() && h->reject_reason == kRejectNoResources) {
+        Close(absl::ResourceExhaustedError(absl::StrCat(
+            "server ", peer_name_,
+            " has no room for another connection (completion queue or registered memory full)")));
+      } else if (ev.status == kCmRejectInvalidServiceId) {
+        Close(absl::UnavailableError(
+            absl::StrCat("no server listening on ", peer_name_, " (rdma_cm reject status ",
+                         ev.status, ")")));
       } else {
         Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
-                                                  " rejected (no server listening?), status ",
-                                                  ev.status)));
+                                                  " rejected by the server (rdma_cm reject status ",
+                                                  ev.status, ")")));
       }
       return;
     }

@@ -99,6 +99,8 @@ struct HandshakeData {
 inline constexpr size_t kHandshakeBytes = 20;
 inline constexpr uint32_t kRejectVersion = 1;
 inline constexpr uint32_t kRejectShuttingDown = 2;
+// The server could not set the connection up (CQ full, registration refused).
+inline constexpr uint32_t kRejectNoResources = 3;
 void EncodeHandshake(const HandshakeData& h, char out[kHandshakeBytes]);
 absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len);
 

@@ -240,6 +240,9 @@ TEST(Unavailable, NoListenerFailsBeforeDeadlineAndLeavesNothingBehind) {
     const absl::Time start = absl::Now();
     absl::Status s = Echo(ch->get(), &ctx, req, &resp);
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_NE(s.message().find(absl::StrCat("no server listening on 127.0.0.1:", port)),
+              absl::string_view::npos)
+        << s;
     EXPECT_LT(absl::Now(), start + absl::Seconds(3));
     EXPECT_EQ(ctx.peer(), "");  // no server served it
   }
