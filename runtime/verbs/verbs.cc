@@ -4,8 +4,10 @@
 #include <sys/resource.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gflags/gflags.h"
@@ -22,6 +24,18 @@ const char* DefaultProvider() {
 DEFINE_string(rdmarpc_provider, DefaultProvider(),
               "RDMA provider: auto (rdma-core if a device exists, else softrdma), "
               "rdma-core, or soft. Default from $RDMARPC_PROVIDER.");
+
+namespace {
+// A mistyped provider on the command line stops the program at flag parsing
+// (gflags prints the message) rather than silently running on another device.
+bool ValidateProvider(const char* flag, const std::string& value) {
+  if (value == "auto" || value == "rdma-core" || value == "soft") return true;
+  std::fprintf(stderr, "--%s=%s is not one of auto, rdma-core, soft\n", flag, value.c_str());
+  return false;
+}
+[[maybe_unused]] const bool provider_validator_registered =
+    gflags::RegisterFlagValidator(&FLAGS_rdmarpc_provider, &ValidateProvider);
+}  // namespace
 
 namespace rdmarpc {
 namespace internal {
@@ -117,7 +131,8 @@ absl::StatusOr<const VerbsApi*> SelectProvider(absl::string_view name) {
   if (name == "soft") return &SoftVerbs();
   if (name != "auto") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--rdmarpc_provider=", name, " is not one of auto, rdma-core, soft"));
+        "--rdmarpc_provider (or $RDMARPC_PROVIDER) is \"", name,
+        "\", not one of auto, rdma-core, soft"));
   }
   int num = 0;
   ibv_device** list = ::ibv_get_device_list(&num);

@@ -2,10 +2,14 @@
 #include "runtime/verbs/verbs.h"
 
 #include <cerrno>
+#include <string>
 
+#include "gflags/gflags.h"
 #include "gtest/gtest.h"
 #include "runtime/softrdma/faults.h"
 #include "runtime/softrdma/softrdma.h"
+
+DECLARE_string(rdmarpc_provider);
 
 namespace rdmarpc {
 namespace internal {
@@ -25,6 +29,18 @@ TEST(SelectProvider, UnknownNameIsInvalidArgument) {
   absl::StatusOr<const VerbsApi*> p = SelectProvider("mlx5");
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(p.status().message().find("mlx5"), absl::string_view::npos);
+}
+
+TEST(SelectProvider, MistypedFlagIsRefusedAtParseTime) {
+  // A typo must not silently run on another device: gflags' validator
+  // refuses it and the flag keeps its value.
+  const std::string before = FLAGS_rdmarpc_provider;
+  EXPECT_EQ(gflags::SetCommandLineOption("rdmarpc_provider", "rdma_core"), "");
+  EXPECT_EQ(FLAGS_rdmarpc_provider, before);
+  EXPECT_EQ(gflags::SetCommandLineOption("rdmarpc_provider", "soft"),
+            "rdmarpc_provider set to soft\n");
+  EXPECT_EQ(FLAGS_rdmarpc_provider, "soft");
+  gflags::SetCommandLineOption("rdmarpc_provider", before.c_str());
 }
 
 TEST(SelectProvider, AutoPicksSoftWithoutDevices) {
