@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "runtime/transport/connection.h"
+#include "runtime/transport/transport_stats.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -117,6 +118,7 @@ bool Connection::SendRequest(uint32_t handle) {
     }
     req = PooledBuffer(pool_, *got);
     std::memcpy(req->data, r.payload.data(), payload_size);
+    CountPayloadCopy(payload_size);
   }
   absl::StatusOr<LargeBuffer*> reply = pool_->Get(eager_total);
   if (!reply.ok()) {
@@ -239,7 +241,10 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
   h.credits = credits_->TakeOwed();
   h.aux_len = static_cast<uint16_t>(aux.size());
   const size_t prefix = EncodePrefix(h, aux, payload_remote, reply, out);
-  if (!payload.empty()) std::memcpy(out + prefix, payload.data(), payload.size());
+  if (!payload.empty()) {
+    std::memcpy(out + prefix, payload.data(), payload.size());
+    CountPayloadCopy(payload.size());
+  }
   const size_t len = prefix + payload.size();
   DCHECK_LE(len, EagerLimit());
   ibv_sge sge{reinterpret_cast<uint64_t>(out), static_cast<uint32_t>(len), send_slab_->lkey()};

@@ -1,0 +1,33 @@
+// transport_stats.h: process-wide counters of work the transport does per
+// call that the verbs counters cannot see, read by bench/rpc_bench for the
+// per-call budget (issue 4: "bytes the runtime copied, serialisation aside").
+//
+// Counters are relaxed atomics, safe to read and bump from any thread; a read
+// is a snapshot, not a consistent cut across counters.
+#ifndef RDMARPC_RUNTIME_TRANSPORT_TRANSPORT_STATS_H_
+#define RDMARPC_RUNTIME_TRANSPORT_TRANSPORT_STATS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rdmarpc::internal {
+
+struct TransportStats {
+  // Payload bytes (request or response message bodies) the runtime memcpy'd
+  // between buffers after serialisation and before parsing, in bytes: e.g. a
+  // serialised message copied into a registered send buffer. Zero-copy paths
+  // (serialising straight into registered memory, RDMA READ/WRITE by the
+  // NIC) add nothing.
+  uint64_t payload_bytes_copied = 0;
+};
+
+// Snapshot of the counters since process start or the last Reset.
+TransportStats GetTransportStats();
+void ResetTransportStats();
+
+// Records `bytes` of payload copied by the runtime. Any thread.
+void CountPayloadCopy(size_t bytes);
+
+}  // namespace rdmarpc::internal
+
+#endif  // RDMARPC_RUNTIME_TRANSPORT_TRANSPORT_STATS_H_
