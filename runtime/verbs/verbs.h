@@ -56,6 +56,12 @@ struct VerbsApi {
   int (*get_cq_event)(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context);
   void (*ack_cq_events)(ibv_cq* cq, unsigned int nevents);
 
+  // Shared receive queues (ibv_post_srq_recv is a verbs.h inline) and the
+  // query of a QP's attributes and caps as the provider granted them.
+  ibv_srq* (*create_srq)(ibv_pd* pd, ibv_srq_init_attr* init_attr);
+  int (*destroy_srq)(ibv_srq* srq);
+  int (*query_qp)(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
+
   // rdma_cm.
   rdma_event_channel* (*create_event_channel)();
   void (*destroy_event_channel)(rdma_event_channel* channel);
