@@ -13,7 +13,7 @@
 namespace softrdma {
 namespace internal {
 
-void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots) {
+void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots, bool solicited) {
   SoftCq* c = ToSoft(cq);
   bool notify = false;
   bool overrun_now = false;
@@ -30,7 +30,11 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots) {
       c->ring[at] = wc;
       c->release[at] = std::move(slots);
       ++c->count;
-      if (c->armed && cq->channel != nullptr) {
+      // Solicited-only arming fires for a solicited receive or any error
+      // CQE (ibv_req_notify_cq(3); IBA's solicited-event rules).
+      const bool wanted =
+          !c->armed_solicited_only || solicited || wc.status != IBV_WC_SUCCESS;
+      if (c->armed && wanted && cq->channel != nullptr) {
         c->armed = false;  // one event per arm, as hardware
         notify = true;
       }
@@ -94,11 +98,12 @@ int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   return n;
 }
 
-int ReqNotifyCq(ibv_cq* cq, int /*solicited_only*/) {
-  // Every CQE we generate is treated as solicited, so solicited_only arms the
-  // same way (an event may come a little earlier than hardware would give it).
+int ReqNotifyCq(ibv_cq* cq, int solicited_only) {
   SoftCq* c = ToSoft(cq);
   absl::MutexLock l(&c->mu);
+  // Arming for any CQE while armed solicited-only widens the arm; the
+  // reverse does not narrow it (the pending request stays the wider one).
+  c->armed_solicited_only = (c->armed ? c->armed_solicited_only : true) && solicited_only != 0;
   c->armed = true;
   return 0;
 }

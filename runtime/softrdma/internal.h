@@ -153,6 +153,7 @@ struct SoftCq {
   size_t head ABSL_GUARDED_BY(mu) = 0;
   size_t count ABSL_GUARDED_BY(mu) = 0;
   bool armed ABSL_GUARDED_BY(mu) = false;
+  bool armed_solicited_only ABSL_GUARDED_BY(mu) = false;  // ibv_req_notify_cq(cq, 1)
   bool overrun ABSL_GUARDED_BY(mu) = false;  // CQ error: a CQE found no room
   std::atomic<int> qp_refs{0};
 };
@@ -160,8 +161,11 @@ inline SoftCq* ToSoft(ibv_cq* c) { return reinterpret_cast<SoftCq*>(c); }
 
 // Adds one CQE; raises the channel event when armed. On overrun the CQ enters
 // the error state (poll_cq then fails) and IBV_EVENT_CQ_ERR is posted.
-// `slots` names the work-queue slots the CQE frees once polled.
-void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots = SlotRelease());
+// `slots` names the work-queue slots the CQE frees once polled. `solicited`:
+// a receive of a message sent with IBV_SEND_SOLICITED; a CQ armed
+// solicited-only raises its event only for such a CQE or an error CQE.
+void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots = SlotRelease(),
+            bool solicited = false);
 
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int ReqNotifyCq(ibv_cq* cq, int solicited_only);

@@ -84,7 +84,8 @@ void CompleteSendLocked(SoftQp* q, const SendWqe& w, ibv_wc_status status)
 
 void CompleteRecvLocked(SoftQp* q, const RecvWqe& r, ibv_wc_status status,
                         ibv_wc_opcode opcode, uint32_t byte_len, bool has_imm,
-                        uint32_t imm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+                        uint32_t imm, bool solicited = false)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   ibv_wc wc{};
   wc.wr_id = r.wr_id;
   wc.status = status;
@@ -104,7 +105,7 @@ void CompleteRecvLocked(SoftQp* q, const RecvWqe& r, ibv_wc_status status,
     slots.generation = q->slot_generation.load();
     slots.recv = true;
   }
-  CqPush(q->qp.recv_cq, wc, std::move(slots));
+  CqPush(q->qp.recv_cq, wc, std::move(slots), solicited);
 }
 
 // The QP enters ERROR: every outstanding WR completes with WR_FLUSH_ERR.
@@ -268,6 +269,13 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
       if (with_imm) {
         h.flags |= kHasImm;
         h.imm = wr->imm_data;
+      }
+      // Only a SEND or WRITE_WITH_IMM consumes a receive, so only they carry
+      // the Solicited Event bit to the responder's CQ.
+      if ((wr->send_flags & IBV_SEND_SOLICITED) &&
+          (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM ||
+           wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) {
+        h.flags |= kSolicited;
       }
       if (is_atomic) {
         h.type = FrameType::kAtomic;
@@ -504,7 +512,8 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
         CompleteRecvLocked(q, r, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0, false, 0);
         return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
       }
-      CompleteRecvLocked(q, r, IBV_WC_SUCCESS, IBV_WC_RECV, f.h.length, has_imm, f.h.imm);
+      CompleteRecvLocked(q, r, IBV_WC_SUCCESS, IBV_WC_RECV, f.h.length, has_imm, f.h.imm,
+                         (f.h.flags & kSolicited) != 0);
       q->epsn++;
       return AckLocked(q, f.h.psn);
     }
@@ -536,7 +545,7 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
         TakeRecvLocked(q, &r);  // cannot fail: checked above, and only we take
         // The receive's SGEs are not touched by WRITE_WITH_IMM.
         CompleteRecvLocked(q, r, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, f.h.length,
-                           true, f.h.imm);
+                           true, f.h.imm, (f.h.flags & kSolicited) != 0);
       }
       q->epsn++;
       return AckLocked(q, f.h.psn);

@@ -24,8 +24,8 @@ enum class FrameType : uint8_t {
   kReject = 3,      // payload: private data
   kRtu = 4,         // "ready to use": the active side is established
   kDisconnect = 5,
-  kSend = 6,     // flags kHasImm; payload: message
-  kWrite = 7,    // flags kHasImm; addr, rkey; payload: data
+  kSend = 6,     // flags kHasImm, kSolicited; payload: message
+  kWrite = 7,    // flags kHasImm, kSolicited; addr, rkey; payload: data
   kReadReq = 8,  // addr, rkey, read_len
   kReadResp = 9, // payload: data
   kAck = 10,     // psn: the request accepted (acks all before it too)
@@ -34,7 +34,8 @@ enum class FrameType : uint8_t {
   kAtomicResp = 13,  // payload: the original u64, LE
 };
 
-enum FrameFlags : uint8_t { kHasImm = 1, kFetchAdd = 2, kCmpSwap = 4 };
+// kSolicited: the Solicited Event bit of the request (IBV_SEND_SOLICITED).
+enum FrameFlags : uint8_t { kHasImm = 1, kFetchAdd = 2, kCmpSwap = 4, kSolicited = 8 };
 
 enum class Syndrome : uint8_t {
   kNone = 0,

@@ -1,7 +1,7 @@
 // Error completions of RC QPs: remote access violations, bad local keys and
 // short receives, and the flush of everything posted after the failed WR.
 //
-// IBA vol. 1 ch. 10.8 (QP error handling) and ibv_poll_cq(3): an error
+// IBA vol. 1 ch. 10 (QP states and error handling) and ibv_poll_cq(3): an error
 // completion moves the QP to ERROR; every WR still on it, and any posted
 // later, completes with IBV_WC_WR_FLUSH_ERR, in order. On an error WC only
 // wr_id, status, qp_num and vendor_err are valid, so opcode and byte_len are
@@ -41,7 +41,7 @@ class ErrorConformance : public ConformanceTest {
     EXPECT_TRUE(DrainFor(client_cq(), absl::Milliseconds(50)).empty());
     EXPECT_EQ(QpState(client_qp()), IBV_QPS_ERR);
 
-    // A WR posted to a QP in ERROR is accepted and flushed (IBA 10.8.3.1;
+    // A WR posted to a QP in ERROR is accepted and flushed (IBA vol. 1 ch. 10,
     // ibv_post_send succeeds on mlx5 and rxe alike).
     ASSERT_EQ(PostSend(client_qp(), IBV_WR_SEND, 3, *small, 0, 8), 0);
     absl::StatusOr<ibv_wc> late = PollOne(client_cq());
@@ -172,7 +172,7 @@ TEST_F(ErrorConformance, ReceiveTooSmallIsLocLenErrAtResponderRemInvReqAtRequest
   ASSERT_EQ(PostSend(client_qp(), IBV_WR_SEND, 63, *src, 0, 8), 0);
 
   // Responder: the 100-byte message overflows the 32-byte receive: Local
-  // Length Error there (IBA 10.8.3.3 class B -> responder QP to ERROR), which
+  // Length Error there (a responder error: its QP goes to ERROR, as rxe and mlx5 do), which
   // then flushes its other receive.
   absl::StatusOr<std::vector<ibv_wc>> recvs = PollN(server_cq(), 2);
   ASSERT_TRUE(recvs.ok()) << recvs.status();
@@ -193,6 +193,30 @@ TEST_F(ErrorConformance, ReceiveTooSmallIsLocLenErrAtResponderRemInvReqAtRequest
   EXPECT_EQ(QpState(client_qp()), IBV_QPS_ERR);
 }
 
+TEST_F(ErrorConformance, ReceiveWithBadLkeyIsLocProtErrAtResponderRemOpErrAtRequester) {
+  std::unique_ptr<Region> src = NewRegion(client_pd(), 4096, IBV_ACCESS_LOCAL_WRITE);
+  std::unique_ptr<Region> dst = NewRegion(server_pd(), 4096, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(src && dst);
+  ibv_sge sge{dst->addr(), 64, dst->lkey() ^ 0x00ffff00};
+  ibv_recv_wr rwr{};
+  rwr.wr_id = 80;
+  rwr.sg_list = &sge;
+  rwr.num_sge = 1;
+  ibv_recv_wr* rbad = nullptr;
+  ASSERT_EQ(ibv_post_recv(server_qp(), &rwr, &rbad), 0);  // keys are checked on use
+  ASSERT_EQ(PostSend(client_qp(), IBV_WR_SEND, 81, *src, 0, 32), 0);
+  // The responder cannot write its receive buffer: Local Protection Error
+  // there, and a NAK Remote Operational Error to the requester.
+  absl::StatusOr<ibv_wc> recv = PollOne(server_cq());
+  ASSERT_TRUE(recv.ok()) << recv.status();
+  EXPECT_EQ(recv->wr_id, 80u);
+  EXPECT_EQ(recv->status, IBV_WC_LOC_PROT_ERR) << WcStatusName(recv->status);
+  absl::StatusOr<ibv_wc> send = PollOne(client_cq());
+  ASSERT_TRUE(send.ok()) << send.status();
+  EXPECT_EQ(send->wr_id, 81u);
+  EXPECT_EQ(send->status, IBV_WC_REM_OP_ERR) << WcStatusName(send->status);
+}
+
 TEST_F(ErrorConformance, RemoteAccessErrorMovesResponderToErrorToo) {
   std::unique_ptr<Region> src = NewRegion(client_pd(), 4096, IBV_ACCESS_LOCAL_WRITE);
   std::unique_ptr<Region> dst = NewRegion(server_pd(), 4096, kRemoteRw);
@@ -204,7 +228,7 @@ TEST_F(ErrorConformance, RemoteAccessErrorMovesResponderToErrorToo) {
   absl::StatusOr<ibv_wc> wc = PollOne(client_cq());
   ASSERT_TRUE(wc.ok()) << wc.status();
   EXPECT_EQ(wc->status, IBV_WC_REM_ACCESS_ERR) << WcStatusName(wc->status);
-  // IBA 10.8.3.3: a remote access violation is a responder class C error:
+  // A remote access violation is a responder error (IBA vol. 1 ch. 9-10):
   // the responder's QP goes to ERROR as well, flushing its receive.
   absl::StatusOr<ibv_wc> flushed = PollOne(server_cq());
   ASSERT_TRUE(flushed.ok()) << flushed.status();

@@ -1,5 +1,5 @@
 // RDMA WRITE, WRITE_WITH_IMM and READ: data placement and completion fields
-// (ibv_post_send(3), ibv_poll_cq(3), IBA vol. 1 9.4.3-9.4.4).
+// (ibv_post_send(3), ibv_poll_cq(3), IBA vol. 1 ch. 9, RDMA WRITE and READ).
 #include <arpa/inet.h>
 
 #include <cstring>

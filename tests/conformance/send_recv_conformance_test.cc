@@ -124,7 +124,7 @@ TEST_F(SendRecvConformance, GatherSendScatterReceive) {
   Fill(src->data(), 4096, 1);
 
   // Receive: 10 bytes at 0, 10 at 100, 10 at 200 -> a 23-byte message fills
-  // the first two and 3 bytes of the third, in SGE order (IBA 10.7.2.2).
+  // the first two and 3 bytes of the third, in SGE order (ibv_post_recv(3) scatter list).
   ibv_sge rsge[3] = {{dst->addr(0), 10, dst->lkey()},
                      {dst->addr(100), 10, dst->lkey()},
                      {dst->addr(200), 10, dst->lkey()}};
@@ -175,7 +175,7 @@ TEST_F(SendRecvConformance, ZeroLengthSendConsumesAReceive) {
   ASSERT_EQ(PostRecv(server_qp(), 21, *dst, 0, 64), 0);
   ASSERT_EQ(PostRecv(server_qp(), 22, *dst, 64, 64), 0);
 
-  // No SGE at all (num_sge 0): a message of 0 bytes, legal for SEND (IBA 9.4.1).
+  // No SGE at all (num_sge 0): a message of 0 bytes, legal for SEND (IBA vol. 1 ch. 9).
   ibv_send_wr wr{};
   wr.wr_id = 20;
   wr.opcode = IBV_WR_SEND;

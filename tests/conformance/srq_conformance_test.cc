@@ -37,6 +37,7 @@ class SrqConformance : public ConformanceTest {
     attr.attr.max_sge = max_sge;
     srq_ = Verbs().create_srq(server_pd(), &attr);
     EXPECT_NE(srq_, nullptr) << "ibv_create_srq: " << std::strerror(errno);
+    granted_ = attr.attr;  // ibv_create_srq(3) writes back the actual sizes
     return srq_;
   }
 
@@ -52,6 +53,7 @@ class SrqConformance : public ConformanceTest {
   }
 
   ibv_srq* srq_ = nullptr;
+  ibv_srq_attr granted_{};
   std::unique_ptr<Connection> first_;
   std::unique_ptr<Connection> second_;
 };
@@ -109,6 +111,27 @@ TEST_F(SrqConformance, TwoQpsReceiveThroughOneSrq) {
   for (const ibv_wc& wc : *sends) {
     EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << WcStatusName(wc.status);
   }
+}
+
+TEST_F(SrqConformance, FullSrqIsEnomemAtTheFirstRefusedWr) {
+  ibv_srq* srq = CreateSrq(8, 1);
+  ASSERT_NE(srq, nullptr);
+  ASSERT_GE(granted_.max_wr, 8u);
+  ASSERT_LE(granted_.max_wr, 4096u);
+  std::unique_ptr<Region> dst = NewRegion(server_pd(), 4096, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(dst);
+  const uint32_t depth = granted_.max_wr;
+  std::vector<ibv_sge> sges(depth + 1, ibv_sge{dst->addr(), 16, dst->lkey()});
+  std::vector<ibv_recv_wr> wrs(depth + 1);
+  for (uint32_t i = 0; i <= depth; ++i) {
+    wrs[i].wr_id = i;
+    wrs[i].sg_list = &sges[i];
+    wrs[i].num_sge = 1;
+    wrs[i].next = i < depth ? &wrs[i + 1] : nullptr;
+  }
+  ibv_recv_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_srq_recv(srq, &wrs[0], &bad), ENOMEM);
+  EXPECT_EQ(bad, &wrs[depth]);
 }
 
 TEST_F(SrqConformance, SrqReceiveTooManySgesIsRefused) {
