@@ -217,6 +217,25 @@ TEST_F(ErrorConformance, ReceiveWithBadLkeyIsLocProtErrAtResponderRemOpErrAtRequ
   EXPECT_EQ(send->status, IBV_WC_REM_OP_ERR) << WcStatusName(send->status);
 }
 
+TEST_F(ErrorConformance, ReceiveIntoMrWithoutLocalWriteIsLocProtErr) {
+  // A receive writes local memory, so its SGE needs IBV_ACCESS_LOCAL_WRITE
+  // (ibv_reg_mr(3)); the check happens when a message arrives.
+  std::unique_ptr<Region> src = NewRegion(client_pd(), 4096, IBV_ACCESS_LOCAL_WRITE);
+  std::unique_ptr<Region> dst = NewRegion(server_pd(), 4096, 0);
+  ASSERT_TRUE(src && dst);
+  ASSERT_EQ(PostRecv(server_qp(), 85, *dst, 0, 64), 0);
+  ASSERT_EQ(PostSend(client_qp(), IBV_WR_SEND, 86, *src, 0, 32), 0);
+  absl::StatusOr<ibv_wc> recv = PollOne(server_cq());
+  ASSERT_TRUE(recv.ok()) << recv.status();
+  EXPECT_EQ(recv->wr_id, 85u);
+  EXPECT_EQ(recv->status, IBV_WC_LOC_PROT_ERR) << WcStatusName(recv->status);
+  absl::StatusOr<ibv_wc> send = PollOne(client_cq());
+  ASSERT_TRUE(send.ok()) << send.status();
+  EXPECT_EQ(send->wr_id, 86u);
+  EXPECT_EQ(send->status, IBV_WC_REM_OP_ERR) << WcStatusName(send->status);
+  EXPECT_EQ(dst->data()[0], 0);
+}
+
 TEST_F(ErrorConformance, RemoteAccessErrorMovesResponderToErrorToo) {
   std::unique_ptr<Region> src = NewRegion(client_pd(), 4096, IBV_ACCESS_LOCAL_WRITE);
   std::unique_ptr<Region> dst = NewRegion(server_pd(), 4096, kRemoteRw);

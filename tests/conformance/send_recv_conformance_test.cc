@@ -210,6 +210,25 @@ TEST_F(SendRecvConformance, ZeroLengthSendConsumesAReceive) {
   EXPECT_EQ(dst->data()[0], 0x5a);  // nothing written
 }
 
+TEST_F(SendRecvConformance, SendSourceNeedsNoLocalWriteAccess) {
+  // Gathering only reads local memory: an MR registered with no access flag
+  // at all (local read is always allowed, ibv_reg_mr(3)) is a valid source.
+  std::unique_ptr<Region> src = NewRegion(client_pd(), 4096, 0);
+  std::unique_ptr<Region> dst = NewRegion(server_pd(), 4096, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(src && dst);
+  Fill(src->data(), 128, 77);
+  ASSERT_EQ(PostRecv(server_qp(), 1, *dst, 0, 4096), 0);
+  ASSERT_EQ(PostSend(client_qp(), IBV_WR_SEND, 2, *src, 0, 128), 0);
+  absl::StatusOr<ibv_wc> send = PollOne(client_cq());
+  ASSERT_TRUE(send.ok()) << send.status();
+  EXPECT_EQ(send->status, IBV_WC_SUCCESS) << WcStatusName(send->status);
+  absl::StatusOr<ibv_wc> recv = PollOne(server_cq());
+  ASSERT_TRUE(recv.ok()) << recv.status();
+  EXPECT_EQ(recv->status, IBV_WC_SUCCESS) << WcStatusName(recv->status);
+  EXPECT_EQ(recv->byte_len, 128u);
+  EXPECT_EQ(std::memcmp(dst->data(), src->data(), 128), 0);
+}
+
 TEST_F(SendRecvConformance, MessagesArriveInOrderIntoReceivesInOrder) {
   std::unique_ptr<Region> src = NewRegion(client_pd(), 4096, IBV_ACCESS_LOCAL_WRITE);
   std::unique_ptr<Region> dst = NewRegion(server_pd(), 4096, IBV_ACCESS_LOCAL_WRITE);
