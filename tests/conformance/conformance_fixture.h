@@ -135,6 +135,11 @@ class Region {
 
 class ConformanceTest : public ::testing::Test {
  protected:
+  // Skips the test (GTEST_SKIP, with the reason) when the provider has no
+  // device; otherwise builds the default pair, or fails the test saying
+  // which call failed. A subclass overriding SetUp calls this first and
+  // returns if IsSkipped() || HasFatalFailure(). TearDown destroys the pair,
+  // listener, CQs, channels and PDs, in that order.
   void SetUp() override;
   void TearDown() override;
 
@@ -142,8 +147,13 @@ class ConformanceTest : public ::testing::Test {
   virtual QpOptions DefaultOptions() const { return QpOptions(); }
 
   // Another connected pair through the fixture's listener, PDs and CQs,
-  // owned by the caller. Errors name the rdma_cm / verbs call that failed;
-  // DEADLINE_EXCEEDED when a cm event did not come within 5 s.
+  // owned by the caller (destroy it before the fixture's TearDown, or keep
+  // it in a member reset there). Errors: the errno of the rdma_cm / verbs
+  // call that failed, mapped by internal::ErrnoToStatus and naming the call
+  // (e.g. INVALID_ARGUMENT "rdma_create_qp: Invalid argument" for caps
+  // beyond the device's); DEADLINE_EXCEEDED when an expected cm event did
+  // not come within 5 s; FAILED_PRECONDITION when another event came, or
+  // an id resolved to another device than the first one.
   absl::StatusOr<std::unique_ptr<Connection>> Connect(const QpOptions& options);
 
   // The default pair and the objects it is made of.

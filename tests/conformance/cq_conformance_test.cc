@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/time/clock.h"
 #include "tests/conformance/conformance_fixture.h"
 
 namespace rdmarpc {
@@ -96,6 +97,9 @@ TEST_F(CqConformance, ArmingWithWcsAlreadyQueuedWaitsForTheNextOne) {
   ASSERT_TRUE(dst);
   for (int i = 0; i < 2; ++i) ASSERT_EQ(PostRecv(server_qp(), 70 + i, *dst, i * 64, 64), 0);
   SendOne(1, 0);
+  // The sender's WC means the message was acknowledged; a NIC may still be
+  // writing the receiver's WC, so give it time to land before arming.
+  absl::SleepFor(absl::Milliseconds(50));
   ASSERT_EQ(ibv_req_notify_cq(server_cq(), 0), 0);
   EXPECT_FALSE(ChannelReadable(server_comp(), absl::Milliseconds(100)));
   SendOne(2, 0);
