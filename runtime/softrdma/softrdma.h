@@ -39,6 +39,9 @@
 //  - destroy_qp discards its WRs without completions, as hardware does (a CQ
 //    shared with other QPs never sees wr_ids of a destroyed QP); the peer is
 //    told and flushes, with RDMA_CM_EVENT_DISCONNECTED.
+//  - Completion events: one per ibv_req_notify_cq, for the next CQE added.
+//    IBV_SEND_SOLICITED travels with a SEND / WRITE_WITH_IMM, so a CQ armed
+//    solicited-only fires for a solicited receive or an error CQE only.
 //  - CQ overrun puts the CQ in error: poll_cq returns what it holds, then
 //    -EIO; IBV_EVENT_CQ_ERR is posted on the context's async_fd.
 //  - get_src_port / get_dst_port return network byte order, as librdmacm's.
