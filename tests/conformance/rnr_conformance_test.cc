@@ -68,6 +68,31 @@ TEST_F(RnrNoRetryConformance, PlainWriteNeedsNoReceive) {
   EXPECT_EQ(dst->data()[0], 0x77);
 }
 
+class RnrLowRetryConformance : public ConformanceTest {
+ protected:
+  QpOptions DefaultOptions() const override {
+    QpOptions o;
+    o.client_rnr_retry = 2;
+    return o;
+  }
+};
+
+TEST_F(RnrLowRetryConformance, SendWithoutReceiveFailsAfterItsRetries) {
+  std::unique_ptr<Region> src = NewRegion(client_pd(), 4096, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(src);
+  ASSERT_EQ(PostSend(client_qp(), IBV_WR_SEND, 5, *src, 0, 32), 0);
+  // 2 retries, each after the responder's min_rnr_timer (up to 655 ms on IB
+  // when rdma_cm leaves it at its 0 encoding), then the WR fails.
+  absl::StatusOr<ibv_wc> wc = PollOne(client_cq(), absl::Seconds(10));
+  ASSERT_TRUE(wc.ok()) << wc.status();
+  EXPECT_EQ(wc->wr_id, 5u);
+  EXPECT_EQ(wc->status, IBV_WC_RNR_RETRY_EXC_ERR) << WcStatusName(wc->status);
+  EXPECT_EQ(QpState(client_qp()), IBV_QPS_ERR);
+  // No receive was consumed at the responder, which is still usable.
+  EXPECT_TRUE(DrainFor(server_cq(), absl::Milliseconds(50)).empty());
+  EXPECT_EQ(QpState(server_qp()), IBV_QPS_RTS);
+}
+
 class RnrForeverConformance : public ConformanceTest {};  // rnr_retry 7 (default)
 
 TEST_F(RnrForeverConformance, SendWaitsForAReceivePostedLater) {
