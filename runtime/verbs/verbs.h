@@ -78,6 +78,20 @@ struct VerbsApi {
   uint16_t (*get_src_port)(rdma_cm_id* id);
   uint16_t (*get_dst_port)(rdma_cm_id* id);
   sockaddr* (*get_peer_addr)(rdma_cm_id* id);
+
+  // Added with issue 3 (SRQs, async events, QP state, QPs without rdma_cm),
+  // for the conformance tests. Memory windows need no entries: ibv_alloc_mw,
+  // ibv_bind_mw and ibv_dealloc_mw are verbs.h inlines through context ops.
+  int (*get_async_event)(ibv_context* context, ibv_async_event* event);
+  void (*ack_async_event)(ibv_async_event* event);
+  ibv_srq* (*create_srq)(ibv_pd* pd, ibv_srq_init_attr* attr);
+  int (*modify_srq)(ibv_srq* srq, ibv_srq_attr* attr, int attr_mask);
+  int (*query_srq)(ibv_srq* srq, ibv_srq_attr* attr);
+  int (*destroy_srq)(ibv_srq* srq);
+  ibv_qp* (*create_verbs_qp)(ibv_pd* pd, ibv_qp_init_attr* attr);  // ibv_create_qp
+  int (*modify_qp)(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask);
+  int (*query_qp)(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
+  int (*destroy_verbs_qp)(ibv_qp* qp);  // ibv_destroy_qp
 };
 
 // The table for this process, chosen on first use (see file comment).
