@@ -234,6 +234,35 @@ TEST(AsyncEvent, DestroyQpWaitsUntilItsEventIsAcked) {
   EXPECT_EQ(p.server->qp, nullptr);
 }
 
+TEST(AsyncEvent, DestroySrqWaitsUntilItsEventIsAcked) {
+  PairOptions opt;
+  opt.server_srq_wr = 4;
+  ConnectedPair p(opt);
+  ASSERT_TRUE(p.ok());
+  Buffer rbuf(p.server_pd, 64, kAll);
+  Buffer sbuf(p.client_pd, 64, kAll);
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(PostSrqRecv(p.server_srq, i, rbuf, 64), 0);
+  ibv_srq_attr attr{};
+  attr.srq_limit = 2;
+  ASSERT_EQ(modify_srq(p.server_srq, &attr, IBV_SRQ_LIMIT), 0);
+  ASSERT_EQ(PostSend(p.client->qp, IBV_WR_SEND, 1, sbuf, 0, 8), 0);
+  ibv_async_event ev{};
+  ASSERT_TRUE(WaitAsyncEvent(p.server->verbs, IBV_EVENT_SRQ_LIMIT_REACHED, &ev));
+  ASSERT_EQ(ev.element.srq, p.server_srq);
+  destroy_qp(p.server);  // the SRQ's only QP: now destroy_srq may proceed
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    EXPECT_EQ(destroy_srq(p.server_srq), 0);
+    destroyed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // see DestroyQp... above
+  EXPECT_FALSE(destroyed.load());
+  ack_async_event(&ev);
+  destroyer.join();
+  EXPECT_TRUE(destroyed.load());
+  p.server_srq = nullptr;  // destroyed here, not by the pair
+}
+
 TEST(AsyncEvent, EventsNotYetReadDieWithTheirQp) {
   ConnectedPair p;
   ASSERT_TRUE(p.ok());
