@@ -263,6 +263,40 @@ TEST(AsyncEvent, DestroySrqWaitsUntilItsEventIsAcked) {
   p.server_srq = nullptr;  // destroyed here, not by the pair
 }
 
+TEST(AsyncEvent, DestroyCqWaitsUntilItsCqErrIsAcked) {
+  PairOptions opt;
+  opt.cqe = 2;
+  ConnectedPair p(opt);
+  ASSERT_TRUE(p.ok());
+  Buffer rbuf(p.server_pd, 64, kAll);
+  Buffer sbuf(p.client_pd, 64, kAll);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(PostRecv(p.server->qp, i, rbuf, 0, 64), 0);
+  for (int i = 0; i < 3; ++i) {
+    ibv_sge sge{sbuf.addr(), 8, sbuf.mr->lkey};
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND;  // unsignalled: only the server's CQ overruns
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(p.client->qp, &wr, &bad), 0);
+  }
+  ibv_async_event ev{};
+  ASSERT_TRUE(WaitAsyncEvent(p.server->verbs, IBV_EVENT_CQ_ERR, &ev));
+  ASSERT_EQ(ev.element.cq, p.server_cq);
+  destroy_qp(p.server);  // the CQ's only QP
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    EXPECT_EQ(destroy_cq(p.server_cq), 0);
+    destroyed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // as DestroyQp... above
+  EXPECT_FALSE(destroyed.load());
+  ack_async_event(&ev);
+  destroyer.join();
+  EXPECT_TRUE(destroyed.load());
+  p.server_cq = nullptr;  // destroyed here, not by the pair
+}
+
 TEST(AsyncEvent, EventsNotYetReadDieWithTheirQp) {
   ConnectedPair p;
   ASSERT_TRUE(p.ok());

@@ -220,6 +220,29 @@ TEST(MemoryWindow, Type1UnbindRetiresTheRkey) {
   EXPECT_EQ(ibv_dealloc_mw(mw), 0);
 }
 
+TEST(MemoryWindow, Type1RebindMovesTheWindowAndItsRkey) {
+  ConnectedPair p;
+  ASSERT_TRUE(p.ok());
+  Buffer target(p.server_pd, 128, kMwMr);
+  Buffer src(p.client_pd, 64, kAll);
+  std::memcpy(src.data.data(), "rebound!", 8);
+  ibv_mw* mw = ibv_alloc_mw(p.server_pd, IBV_MW_TYPE_1);
+  ASSERT_NE(mw, nullptr);
+  ASSERT_EQ(BindType1(p.server->qp, mw, Info(target.mr, target.addr(), 64,
+                                             IBV_ACCESS_REMOTE_WRITE), 1),
+            0);
+  const uint32_t first = mw->rkey;
+  ASSERT_EQ(BindType1(p.server->qp, mw, Info(target.mr, target.addr() + 64, 64,
+                                             IBV_ACCESS_REMOTE_WRITE), 2),
+            0);
+  EXPECT_EQ(mw->rkey, ibv_inc_rkey(first));
+  EXPECT_EQ(Write8(p, src, target.addr() + 64, mw->rkey, 1), IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(&target.data[64], "rebound!", 8), 0);
+  // The first binding's rkey died with the rebind.
+  EXPECT_EQ(Write8(p, src, target.addr(), first, 2), IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(ibv_dealloc_mw(mw), 0);
+}
+
 TEST(MemoryWindow, DeallocatedWindowsRkeyIsRemoteAccessError) {
   ConnectedPair p;
   ASSERT_TRUE(p.ok());
