@@ -197,8 +197,10 @@ void SendControl(Conn* conn, FrameType type, const std::vector<uint8_t>& payload
 void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   if (s->id.qp == nullptr || s->conn == nullptr) return;
   SoftQp* q = internal::ToSoft(s->id.qp);
+  const bool passive =
+      s->state == CmState::kConnectReqRcvd || s->state == CmState::kAccepting;
   QpAttach(q, s->conn, s->remote.qp_num, s->remote.rnr_retry_count,
-           s->local.responder_resources);
+           s->local.responder_resources, passive);
   s->conn->qp = q->self.lock();
 }
 
@@ -323,6 +325,9 @@ void CmOnClosed(Conn* conn) {
   if (s == nullptr) return;
   switch (s->state) {
     case CmState::kEstablished:
+      // The TCP connection broke without a DISCONNECT: a transport failure,
+      // which the QP reports as IBV_EVENT_QP_FATAL before it flushes.
+      if (s->id.qp != nullptr) QpTransportFailed(internal::ToSoft(s->id.qp));
       EndConnection(s);
       break;
     case CmState::kConnecting:

@@ -177,6 +177,9 @@ int destroy_cq(ibv_cq* cq) {
   if (cq == nullptr) return EINVAL;
   SoftCq* c = internal::ToSoft(cq);
   if (c->qp_refs.load() > 0) return EBUSY;
+  // With no QP on it, no CQE and so no IBV_EVENT_CQ_ERR can come: wait until
+  // the user acked those it got.
+  internal::DrainAsyncEvents(cq);
   if (cq->channel != nullptr) {
     auto* ch = reinterpret_cast<SoftCompChannel*>(cq->channel);
     absl::MutexLock l(&ch->mu);

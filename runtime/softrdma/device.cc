@@ -37,28 +37,51 @@ ibv_device* TheDevice() {
 
 constexpr uint64_t kNodeGuid = 0x5f7f'0000'0000'0001ull;
 
-// The key table: lkeys and rkeys of live MRs. Keys come from getrandom(2) so
-// a peer cannot guess an rkey, and are never issued twice in a process so a
-// stale rkey can never reach a later registration.
+// SetIwarpMode: -1 = not set (SOFTRDMA_IWARP decides), 0 = off, 1 = on.
+std::atomic<int> g_iwarp_mode{-1};
+
+bool IwarpModeNow() {
+  const int m = g_iwarp_mode.load();
+  if (m >= 0) return m == 1;
+  const char* v = std::getenv("SOFTRDMA_IWARP");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+// The key table: lkeys and rkeys of live MRs, and rkeys of bound memory
+// windows. Keys come from getrandom(2) so a peer cannot guess an rkey (nor an
+// rkey from its MR's lkey: the two are independent draws), and are never
+// issued twice in a process so a stale rkey can never reach a later
+// registration. A window owns all 256 keys of its 24-bit index (the low byte
+// is the consumer "key" that ibv_inc_rkey / type-2 binds change), so indexes
+// of windows are kept apart from every MR key.
 struct KeyTable {
   absl::Mutex mu;
   absl::flat_hash_map<uint32_t, SoftMr*> lkeys ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<uint32_t, SoftMr*> rkeys ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<uint32_t, SoftMw*> mw_rkeys ABSL_GUARDED_BY(mu);  // bound windows
   absl::flat_hash_set<uint32_t> ever_issued ABSL_GUARDED_BY(mu);
+  absl::flat_hash_set<uint32_t> ever_issued_index ABSL_GUARDED_BY(mu);  // key >> 8, all keys
+  absl::flat_hash_set<uint32_t> mw_index ABSL_GUARDED_BY(mu);           // key >> 8, windows
 };
 KeyTable& Keys() {
   static KeyTable* t = new KeyTable();
   return *t;
 }
 
+uint32_t RandomU32() {
+  uint32_t k = 0;
+  if (::getrandom(&k, sizeof(k), 0) != sizeof(k)) {
+    PLOG(FATAL) << "softrdma: getrandom";
+  }
+  return k;
+}
+
 uint32_t FreshKeyLocked(KeyTable& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
   for (;;) {
-    uint32_t k = 0;
-    if (::getrandom(&k, sizeof(k), 0) != sizeof(k)) {
-      PLOG(FATAL) << "softrdma: getrandom";
-    }
-    if (k == 0 || t.ever_issued.contains(k)) continue;
+    const uint32_t k = RandomU32();
+    if (k == 0 || t.ever_issued.contains(k) || t.mw_index.contains(k >> 8)) continue;
     t.ever_issued.insert(k);
+    t.ever_issued_index.insert(k >> 8);
     return k;
   }
 }
@@ -85,22 +108,99 @@ bool LookupKeyHeld(uint32_t key, bool remote, MrView* view) ABSL_NO_THREAD_SAFET
   KeyTable& t = Keys();
   auto& map = remote ? t.rkeys : t.lkeys;
   auto it = map.find(key);
-  if (it == map.end()) return false;
+  if (it == map.end()) {
+    if (!remote) return false;
+    auto w = t.mw_rkeys.find(key);
+    if (w == t.mw_rkeys.end()) return false;
+    const SoftMw* mw = w->second;
+    // The binding lives only as long as the MR under it.
+    if (!t.lkeys.contains(mw->mr_lkey)) return false;
+    view->pd = mw->mw.pd;
+    view->addr = mw->addr;
+    view->length = mw->length;
+    view->access = mw->access;
+    view->qp_num = mw->mw.type == IBV_MW_TYPE_2 ? mw->qp_num : 0;
+    return true;
+  }
   const SoftMr* m = it->second;
   view->pd = m->mr.pd;
   view->addr = reinterpret_cast<uintptr_t>(m->mr.addr);
   view->length = m->mr.length;
   view->access = m->access;
+  view->qp_num = 0;
   return true;
 }
 
-void PostAsyncEvent(ibv_context* context, const ibv_async_event& event) {
-  SoftContext* c = ToSoft(context);
-  {
-    absl::MutexLock l(&c->mu);
-    c->async_events.push_back(event);
+uint32_t NewMwRkey() {
+  KeyTable& t = Keys();
+  absl::MutexLock l(&t.mu);
+  for (;;) {
+    const uint32_t k = RandomU32();
+    if (k == 0 || t.ever_issued_index.contains(k >> 8)) continue;
+    t.ever_issued_index.insert(k >> 8);
+    t.mw_index.insert(k >> 8);
+    return k;
   }
-  SignalEventFd(context->async_fd);
+}
+
+ibv_wc_status MwBind(SoftMw* mw, ibv_qp* qp, uint32_t new_rkey, const ibv_mw_bind_info& info) {
+  constexpr int kBindable = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                            IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
+  KeyTable& t = Keys();
+  absl::MutexLock l(&t.mu);
+  const bool unbind = info.mr == nullptr || info.length == 0;
+  // A type-2 window binds only from the free state (IB spec 10.6.7.2.1).
+  if (mw->mw.type == IBV_MW_TYPE_2 && (mw->bound || unbind)) return IBV_WC_MW_BIND_ERR;
+  // Either type: a QP of the window's PD, and the window's index kept.
+  if (qp->pd != mw->mw.pd || (new_rkey >> 8) != (mw->mw.rkey >> 8)) return IBV_WC_MW_BIND_ERR;
+  if (!unbind) {
+    auto it = t.lkeys.find(info.mr->lkey);
+    if (it == t.lkeys.end() || &it->second->mr != info.mr) return IBV_WC_MW_BIND_ERR;
+    const SoftMr* m = it->second;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(m->mr.addr);
+    if (m->mr.pd != mw->mw.pd || !(m->access & IBV_ACCESS_MW_BIND) ||
+        (info.mw_access_flags & ~kBindable) != 0 || info.addr < base ||
+        info.addr + info.length < info.addr || info.addr + info.length > base + m->mr.length) {
+      return IBV_WC_MW_BIND_ERR;
+    }
+    // Remote write or atomic through a window needs local write on the MR.
+    if ((info.mw_access_flags & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+        !(m->access & IBV_ACCESS_LOCAL_WRITE)) {
+      return IBV_WC_MW_BIND_ERR;
+    }
+  }
+  if (mw->bound) t.mw_rkeys.erase(mw->mw.rkey);
+  mw->mw.rkey = new_rkey;
+  mw->bound = !unbind;
+  if (mw->bound) {
+    mw->mr_lkey = info.mr->lkey;
+    mw->addr = static_cast<uintptr_t>(info.addr);
+    mw->length = info.length;
+    mw->access = static_cast<int>(info.mw_access_flags) & ~IBV_ACCESS_LOCAL_WRITE;
+    mw->qp_num = qp->qp_num;
+    t.mw_rkeys[new_rkey] = mw;
+  }
+  return IBV_WC_SUCCESS;
+}
+
+bool MwInvalidate(uint32_t rkey, ibv_qp* qp, bool require_qp) {
+  KeyTable& t = Keys();
+  absl::MutexLock l(&t.mu);
+  auto it = t.mw_rkeys.find(rkey);
+  if (it == t.mw_rkeys.end()) return false;
+  SoftMw* mw = it->second;
+  if (mw->mw.type != IBV_MW_TYPE_2 || mw->mw.pd != qp->pd) return false;
+  if (require_qp && mw->qp_num != qp->qp_num) return false;
+  t.mw_rkeys.erase(it);
+  mw->bound = false;
+  return true;
+}
+
+void MwForget(SoftMw* mw) {
+  KeyTable& t = Keys();
+  absl::MutexLock l(&t.mu);
+  if (mw->bound) t.mw_rkeys.erase(mw->mw.rkey);
+  mw->bound = false;
 }
 
 ibv_context* CmContext() {
@@ -138,12 +238,21 @@ ibv_context* open_device(ibv_device* device) {
   }
   auto* c = new SoftContext();
   std::memset(&c->ctx, 0, sizeof(c->ctx));
+  c->iwarp = internal::IwarpModeNow();
+  // The one device struct describes the kind of device last opened.
+  device->node_type = c->iwarp ? IBV_NODE_RNIC : IBV_NODE_CA;
+  device->transport_type = c->iwarp ? IBV_TRANSPORT_IWARP : IBV_TRANSPORT_IB;
   c->ctx.device = device;
   c->ctx.ops.poll_cq = internal::PollCq;
   c->ctx.ops.req_notify_cq = internal::ReqNotifyCq;
   c->ctx.ops.post_send = internal::PostSend;
   c->ctx.ops.post_recv = internal::PostRecv;
   c->ctx.ops.post_srq_recv = internal::PostSrqRecv;
+  // verbs.h's ibv_alloc_mw / ibv_bind_mw / ibv_dealloc_mw are inlines that call
+  // these ops.
+  c->ctx.ops.alloc_mw = internal::AllocMw;
+  c->ctx.ops.bind_mw = internal::BindMwVerb;
+  c->ctx.ops.dealloc_mw = internal::DeallocMw;
   c->ctx.cmd_fd = -1;  // no kernel uverbs device behind us
   c->ctx.async_fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
   if (c->ctx.async_fd < 0) {
@@ -188,7 +297,8 @@ int query_device(ibv_context* context, ibv_device_attr* a) {
   a->hw_ver = 1;
   a->max_qp = 65536;
   a->max_qp_wr = internal::kMaxQpWr;
-  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT;
+  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
+                        IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_sge = internal::kMaxSge;
   a->max_sge_rd = internal::kMaxSge;
   a->max_cq = 65536;
@@ -201,18 +311,30 @@ int query_device(ibv_context* context, ibv_device_attr* a) {
   // Atomics are applied by the one progress thread with CPU atomics, so they
   // are atomic with respect to other CPU accesses too (IBV_ATOMIC_GLOB).
   a->atomic_cap = IBV_ATOMIC_GLOB;
+  const bool iwarp = internal::ToSoft(context)->iwarp;
+  if (iwarp) {
+    // iWARP (RFC 5040) has no immediate data and no IB atomics; RNICs report
+    // none (siw, cxgb4, irdma in iWARP mode).
+    a->atomic_cap = IBV_ATOMIC_NONE;
+  }
   a->max_srq = 65536;
   a->max_srq_wr = internal::kMaxQpWr;
   a->max_srq_sge = internal::kMaxSge;
+  a->max_mw = internal::kMaxMw;
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;
   return 0;
 }
 
+void SetIwarpMode(bool on) { internal::g_iwarp_mode = on ? 1 : 0; }
+
 int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* a) {
   if (context == nullptr || a == nullptr || port_num != 1) return EINVAL;
   std::memset(a, 0, sizeof(*a));
+  // In iWARP mode the port reads the same: RNICs (siw, cxgb4) also report an
+  // Ethernet link layer; what tells iWARP apart is the device's transport_type
+  // (IBV_TRANSPORT_IWARP) and node_type (IBV_NODE_RNIC), set at open.
   a->state = IBV_PORT_ACTIVE;
   a->max_mtu = IBV_MTU_4096;
   a->active_mtu = IBV_MTU_4096;
@@ -239,24 +361,6 @@ int query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
   gid->raw[15] = 1;
   return 0;
 }
-
-int get_async_event(ibv_context* context, ibv_async_event* event) {
-  if (context == nullptr || event == nullptr) {
-    errno = EINVAL;
-    return -1;
-  }
-  SoftContext* c = internal::ToSoft(context);
-  for (;;) {
-    if (internal::WaitEventFd(context->async_fd) != 0) return -1;
-    absl::MutexLock l(&c->mu);
-    if (c->async_events.empty()) continue;
-    *event = c->async_events.front();
-    c->async_events.pop_front();
-    return 0;
-  }
-}
-
-void ack_async_event(ibv_async_event*) {}
 
 // ---- protection domains and memory regions ---------------------------------------
 
@@ -303,7 +407,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
   }
   constexpr int kSupported = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                             IBV_ACCESS_RELAXED_ORDERING;
+                             IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING;
   if (pd == nullptr || (addr == nullptr && length > 0) || (access & ~kSupported) != 0) {
     errno = EINVAL;
     return nullptr;

@@ -44,6 +44,7 @@ inline constexpr int kMaxCqe = 65536;
 inline constexpr uint32_t kMaxInlineData = 256;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;  // bytes, per WR
 inline constexpr int kMaxRdAtom = 16;
+inline constexpr int kMaxMw = 1 << 20;  // memory windows per process
 // Receiver-not-ready back-off between retries. IB encodes min_rnr_timer
 // (0.01 ms .. 655 ms); we use a fixed 1 ms so tests that exercise RNR stay fast.
 inline constexpr int kRnrDelayMicros = 1000;
@@ -67,11 +68,28 @@ struct SoftContext {
   absl::Mutex mu;
   ibv_pd* default_pd ABSL_GUARDED_BY(mu) = nullptr;  // for rdma_create_qp(pd=NULL)
   std::deque<ibv_async_event> async_events ABSL_GUARDED_BY(mu);
+  // iWARP-like device (SetIwarpMode / SOFTRDMA_IWARP=1 when it was opened).
+  bool iwarp = false;
 };
 inline SoftContext* ToSoft(ibv_context* c) { return reinterpret_cast<SoftContext*>(c); }
 
-// Posts an async event (e.g. IBV_EVENT_CQ_ERR) and makes async_fd readable.
+// Async events (async_events.cc). Posts an event (e.g. IBV_EVENT_CQ_ERR) and
+// makes async_fd readable.
 void PostAsyncEvent(ibv_context* context, const ibv_async_event& event);
+// Events get_async_event returned for one QP, SRQ or CQ; ack_async_event
+// counts them back in the object's own rdma-core field (events_completed /
+// async_events_completed) under its pthread mutex and signals its cond.
+struct AsyncEventCount {
+  std::atomic<uint32_t> reported{0};  // written under SoftContext::mu
+};
+// For destroy_qp / destroy_srq / destroy_cq, once nothing can raise another
+// event for the object: drops its events that get_async_event has not returned
+// yet (their `element` would dangle, as the kernel drops them), then blocks
+// until every event already returned for it was acknowledged, as rdma-core's
+// destroy verbs wait for events_completed to reach events_reported.
+void DrainAsyncEvents(ibv_qp* qp);
+void DrainAsyncEvents(ibv_srq* srq);
+void DrainAsyncEvents(ibv_cq* cq);
 
 // The context that rdma_cm ids use (librdmacm likewise opens each device once).
 ibv_context* CmContext();
@@ -90,15 +108,30 @@ struct SoftMr {
   int access = 0;
 };
 
-// A snapshot of a registered region, taken under the key table's lock so the
-// data path does not hold the lock while it copies.
+// A memory window (mw.cc). Its binding is guarded by the key table's mutex so
+// that a remote access sees a binding and its MR consistently.
+struct SoftMw {
+  ibv_mw mw;  // first member; mw.rkey is the current rkey
+  bool bound = false;
+  uint32_t mr_lkey = 0;  // the MR bound to; the binding dies with the MR
+  uintptr_t addr = 0;
+  size_t length = 0;
+  int access = 0;        // IBV_ACCESS_REMOTE_* of the bind
+  uint32_t qp_num = 0;   // type 2: the QP it was bound through
+};
+inline SoftMw* ToSoft(ibv_mw* m) { return reinterpret_cast<SoftMw*>(m); }
+
+// A snapshot of a registered region (or a bound memory window), taken under
+// the key table's lock so the data path does not hold the lock while it copies.
 struct MrView {
   ibv_pd* pd = nullptr;
   uintptr_t addr = 0;
   size_t length = 0;
   int access = 0;
+  uint32_t qp_num = 0;  // a type-2 window: only this QP may use the rkey; else 0
 };
-// Looks up a key; `remote` selects the rkey namespace. False when unknown.
+// Looks up a key; `remote` selects the rkey namespace (MR rkeys and the rkeys
+// of bound memory windows). False when unknown.
 bool LookupKey(uint32_t key, bool remote, MrView* view);
 
 // Holds the key table's lock shared, so no MR can be deregistered until it
@@ -121,6 +154,28 @@ bool LookupKeyHeld(uint32_t key, bool remote, MrView* view);
 // thread (e.g. one copying a send's payload) that does not exist in it.
 void LockKeyTableForFork();
 void UnlockKeyTableForFork();
+
+// Memory-window keys (device.cc, under the key table's lock).
+// A fresh MW rkey: its upper 24 bits (the window's index) were never part of
+// any key issued in this process, and no MR key will ever use them, so the 256
+// rkeys a window cycles through (ibv_inc_rkey) never name anything else.
+uint32_t NewMwRkey();
+// Binds or unbinds a window. Returns IBV_WC_SUCCESS or the completion status a
+// NIC reports for the failed bind (IBV_WC_MW_BIND_ERR). `mr` NULL or
+// `length` 0 unbinds (type 1). `qp` is the QP the bind was posted on.
+ibv_wc_status MwBind(SoftMw* mw, ibv_qp* qp, uint32_t new_rkey, const ibv_mw_bind_info& info);
+// Invalidates the type-2 window whose rkey is `rkey` (LOCAL_INV, or
+// SEND_WITH_INV at the responder `qp`, which must be the QP it is bound to
+// when `require_qp`). False when no such window (an MR rkey or a type-1
+// window cannot be invalidated).
+bool MwInvalidate(uint32_t rkey, ibv_qp* qp, bool require_qp);
+// Removes a window's rkey from the table (dealloc_mw).
+void MwForget(SoftMw* mw);
+// Type-1 bind verb: posts an IBV_WR_BIND_MW on `qp` (qp.cc).
+int BindMwVerb(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
+// ibv_context_ops entries for windows (mw.cc).
+ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type type);
+int DeallocMw(ibv_mw* mw);
 
 // ---- completion queues ---------------------------------------------------------
 struct SoftCompChannel {
@@ -156,6 +211,7 @@ struct SoftCq {
   bool armed_solicited_only ABSL_GUARDED_BY(mu) = false;  // ibv_req_notify_cq(cq, 1)
   bool overrun ABSL_GUARDED_BY(mu) = false;  // CQ error: a CQE found no room
   std::atomic<int> qp_refs{0};
+  AsyncEventCount events;
 };
 inline SoftCq* ToSoft(ibv_cq* c) { return reinterpret_cast<SoftCq*>(c); }
 
@@ -178,6 +234,9 @@ struct SendWqe {
   uint64_t wr_id = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
   bool signaled = false;
+  // A local operation (BIND_MW, LOCAL_INV): done at post, sends nothing and
+  // completes when it reaches the head of the SQ, in order with the others.
+  bool local_op = false;
   uint32_t psn = 0;
   uint32_t byte_len = 0;
   ibv_wc_status local_error = IBV_WC_SUCCESS;  // found at post; completes in order
@@ -197,6 +256,7 @@ struct SoftSrq {
   ibv_srq_attr attr ABSL_GUARDED_BY(mu) = {};  // srq_limit 0 = limit event disarmed
   std::deque<RecvWqe> rq ABSL_GUARDED_BY(mu);
   std::atomic<int> qp_refs{0};
+  AsyncEventCount events;
 };
 inline SoftSrq* ToSoft(ibv_srq* s) { return reinterpret_cast<SoftSrq*>(s); }
 
@@ -241,6 +301,10 @@ struct SoftQp {
   std::atomic<uint32_t> slot_generation{0};
 
   SoftCmId* cm_id ABSL_GUARDED_BY(CmMutex()) = nullptr;
+  // A passive (accepted) QP that has not yet received a request: the first
+  // one raises IBV_EVENT_COMM_EST.
+  bool awaiting_first_request ABSL_GUARDED_BY(mu) = false;
+  AsyncEventCount events;
 };
 inline SoftQp* ToSoft(ibv_qp* q) { return reinterpret_cast<SoftQp*>(q); }
 
@@ -250,8 +314,13 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 // Connects a QP to a TCP connection and moves it to RTS (rdma_cm did RTR/RTS).
 // `responder_resources`: this side's rdma_conn_param.responder_resources,
 // which rdma_cm makes the QP's max_dest_rd_atomic.
+// `passive`: the accepting side, whose first incoming request raises
+// IBV_EVENT_COMM_EST.
 void QpAttach(SoftQp* qp, std::shared_ptr<Conn> conn, uint32_t dest_qpn,
-              uint8_t rnr_retry, uint8_t responder_resources);
+              uint8_t rnr_retry, uint8_t responder_resources, bool passive = false);
+// The transport under a connected QP failed (the TCP connection broke without
+// a DISCONNECT): the QP goes to ERROR and IBV_EVENT_QP_FATAL is raised.
+void QpTransportFailed(SoftQp* qp);
 // Moves a QP to ERROR, flushing every outstanding WR with IBV_WC_WR_FLUSH_ERR,
 // and forgets its connection.
 void QpFlushToError(SoftQp* qp);

@@ -53,8 +53,12 @@ ibv_wc_opcode WcOpcode(ibv_wr_opcode op) {
       return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       return IBV_WC_FETCH_ADD;
+    case IBV_WR_BIND_MW:
+      return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV:
+      return IBV_WC_LOCAL_INV;
     default:
-      return IBV_WC_SEND;
+      return IBV_WC_SEND;  // SEND, SEND_WITH_IMM, SEND_WITH_INV
   }
 }
 
@@ -82,9 +86,17 @@ void CompleteSendLocked(SoftQp* q, const SendWqe& w, ibv_wc_status status)
   CqPush(q->qp.send_cq, wc, std::move(slots));
 }
 
+void RaiseQpEventLocked(SoftQp* q, ibv_event_type type) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  ibv_async_event ev{};
+  ev.element.qp = &q->qp;
+  ev.event_type = type;
+  PostAsyncEvent(q->qp.context, ev);
+}
+
+// `invalidated_rkey` != 0: a SEND_WITH_INV that invalidated it (IBV_WC_WITH_INV).
 void CompleteRecvLocked(SoftQp* q, const RecvWqe& r, ibv_wc_status status,
                         ibv_wc_opcode opcode, uint32_t byte_len, bool has_imm,
-                        uint32_t imm, bool solicited = false)
+                        uint32_t imm, bool solicited = false, uint32_t invalidated_rkey = 0)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   ibv_wc wc{};
   wc.wr_id = r.wr_id;
@@ -96,6 +108,9 @@ void CompleteRecvLocked(SoftQp* q, const RecvWqe& r, ibv_wc_status status,
   if (has_imm) {
     wc.wc_flags = IBV_WC_WITH_IMM;
     wc.imm_data = imm;  // already big-endian, carried verbatim
+  } else if (invalidated_rkey != 0) {
+    wc.wc_flags = IBV_WC_WITH_INV;
+    wc.invalidated_rkey = invalidated_rkey;  // host order, as rdma-core's field
   }
   SlotRelease slots;
   if (q->qp.srq == nullptr) {  // an SRQ receive's slot is the SRQ's, not ours
@@ -109,7 +124,11 @@ void CompleteRecvLocked(SoftQp* q, const RecvWqe& r, ibv_wc_status status,
 }
 
 // The QP enters ERROR: every outstanding WR completes with WR_FLUSH_ERR.
+// A QP on an SRQ then raises IBV_EVENT_QP_LAST_WQE_REACHED: it will take no
+// more receives from the SRQ (IB spec 11.6.3.1; the consumer may now destroy
+// it without losing SRQ receives).
 void MoveToErrorLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  const bool entering = q->state != IBV_QPS_ERR;
   q->state = IBV_QPS_ERR;
   q->qp.state = IBV_QPS_ERR;
   for (const SendWqe& w : q->sq) CompleteSendLocked(q, w, IBV_WC_WR_FLUSH_ERR);
@@ -121,6 +140,8 @@ void MoveToErrorLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   q->rnr_wait = false;
   q->sq_blocked = false;
   q->conn.reset();
+  q->awaiting_first_request = false;
+  if (entering && q->qp.srq != nullptr) RaiseQpEventLocked(q, IBV_EVENT_QP_LAST_WQE_REACHED);
 }
 
 // Checks SGEs against the local key table: known lkey, same PD, inside the
@@ -140,11 +161,14 @@ bool CheckLocal(ibv_pd* pd, const ibv_sge* sg, size_t n, bool write, uint64_t* t
   return true;
 }
 
-// The caller holds a ScopedMrAccess until it has copied.
-bool CheckRemote(ibv_pd* pd, uint32_t rkey, uint64_t addr, uint64_t len, int need) {
+// Checks a remote access at the responder `q`: a known rkey (of an MR or a
+// bound window) of q's PD, a type-2 window bound to q itself, the range inside
+// it and the access flags. The caller holds a ScopedMrAccess until it has copied.
+bool CheckRemote(SoftQp* q, uint32_t rkey, uint64_t addr, uint64_t len, int need) {
   if (len == 0) return true;  // a zero-length access checks no key (IB spec)
   MrView v;
-  if (!LookupKeyHeld(rkey, /*remote=*/true, &v) || v.pd != pd) return false;
+  if (!LookupKeyHeld(rkey, /*remote=*/true, &v) || v.pd != q->qp.pd) return false;
+  if (v.qp_num != 0 && v.qp_num != q->qp.qp_num) return false;
   if (addr < v.addr || addr + len > v.addr + v.length || addr + len < addr) return false;
   return (v.access & need) == need;
 }
@@ -170,8 +194,15 @@ bool CanTransmitLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   return q->state == IBV_QPS_RTS && q->conn != nullptr && !q->rnr_wait && !q->sq_blocked;
 }
 
-// A WR that failed local checks at post completes once it reaches the head.
+// Local operations (BIND_MW, LOCAL_INV) at the head complete; a WR that
+// failed local checks at post completes once it reaches the head.
 void ProcessSqHeadLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  while (!q->sq.empty() && q->sq.front().local_op &&
+         q->sq.front().local_error == IBV_WC_SUCCESS) {
+    SendWqe w = std::move(q->sq.front());
+    q->sq.pop_front();
+    CompleteSendLocked(q, w, IBV_WC_SUCCESS);
+  }
   if (q->sq.empty() || q->sq.front().local_error == IBV_WC_SUCCESS) return;
   SendWqe w = std::move(q->sq.front());
   q->sq.pop_front();
@@ -190,6 +221,10 @@ void CountPosted(ibv_wr_opcode op, uint64_t bytes) {
       c.send_with_imm++;
       UpdateMax(c.max_send_bytes, bytes);
       break;
+    case IBV_WR_SEND_WITH_INV:
+      c.send++;
+      UpdateMax(c.max_send_bytes, bytes);
+      break;
     case IBV_WR_RDMA_WRITE:
       c.rdma_write++;
       break;
@@ -205,29 +240,59 @@ void CountPosted(ibv_wr_opcode op, uint64_t bytes) {
   c.bytes_sent += bytes;
 }
 
-int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+// Runs a local operation (BIND_MW, LOCAL_INV) at post time; the result is
+// the status its completion will carry.
+ibv_wc_status RunLocalOpLocked(SoftQp* q, const ibv_send_wr* wr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (wr->opcode == IBV_WR_BIND_MW) {
+    if (wr->bind_mw.mw == nullptr) return IBV_WC_MW_BIND_ERR;
+    return MwBind(ToSoft(wr->bind_mw.mw), &q->qp, wr->bind_mw.rkey, wr->bind_mw.bind_info);
+  }
+  // LOCAL_INV of anything but a bound type-2 window of this PD (we have no
+  // fast-register MRs) fails as rxe fails it: IBV_WC_LOC_QP_OP_ERR.
+  return MwInvalidate(wr->invalidate_rkey, &q->qp, /*require_qp=*/false)
+             ? IBV_WC_SUCCESS
+             : IBV_WC_LOC_QP_OP_ERR;
+}
+
+// `bind_verb`: the WR comes from the ibv_bind_mw verb, whose invalid binds
+// fail at once with EINVAL (nothing posted) rather than with a completion.
+int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  const bool iwarp = ToSoft(q->qp.context)->iwarp;
   switch (wr->opcode) {
     case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
     case IBV_WR_RDMA_READ:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_BIND_MW:
+    case IBV_WR_LOCAL_INV:
+      break;
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      // iWARP has no immediate data and no atomics: RNICs refuse these at
+      // post (EINVAL, as siw and cxgb4 do).
+      if (iwarp) return EINVAL;
       break;
     default:
-      return EINVAL;  // send-with-invalidate, bind-MW, TSO...: not supported
+      return EINVAL;  // TSO, DRIVER1, ...: not supported
   }
   if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > q->cap.max_send_sge) {
     return EINVAL;
   }
   const bool is_atomic =
       wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  const bool local_op = wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV;
   // Like a READ, an atomic writes its result (the original value) locally.
   const bool is_read = wr->opcode == IBV_WR_RDMA_READ || is_atomic;
-  const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) && !is_read;
+  const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0;
+  // Inline data exists only for requests that carry data out: SEND and WRITE.
+  if (is_inline && (is_read || local_op)) return EINVAL;
   uint64_t total = 0;
-  for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
+  if (!local_op) {  // a bind or invalidate carries no data; its SGEs are ignored
+    for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
+  }
   if (is_atomic && (wr->num_sge != 1 || total != 8)) return EINVAL;  // one 8-byte SGE
   if (is_inline && total > q->cap.max_inline_data) return EINVAL;
   if (total > kMaxMsgSize) return EINVAL;
@@ -237,6 +302,7 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
   w.opcode = wr->opcode;
   w.signaled = q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
   w.byte_len = static_cast<uint32_t>(total);
+  w.local_op = local_op;
 
   // Completed WRs whose CQE is not yet polled still hold their slots.
   if (q->state != IBV_QPS_RESET &&
@@ -250,6 +316,18 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
     return 0;
   }
   if (q->state != IBV_QPS_RTS) return EINVAL;
+  if (local_op) {
+    // Done now unless an earlier WR failed (then it is flushed with the rest).
+    if (!q->sq_blocked) {
+      w.local_error = RunLocalOpLocked(q, wr);
+      if (bind_verb && w.local_error != IBV_WC_SUCCESS) return EINVAL;
+    }
+    CountPosted(wr->opcode, 0);
+    q->sq.push_back(std::move(w));
+    if (q->sq.back().local_error != IBV_WC_SUCCESS) q->sq_blocked = true;
+    ProcessSqHeadLocked(q);
+    return 0;
+  }
   if (q->conn == nullptr) return EINVAL;  // RTS without rdma_cm: no transport
 
   w.psn = q->next_psn++;
@@ -297,6 +375,10 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
       } else {
         if (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM) {
           h.type = FrameType::kSend;
+        } else if (wr->opcode == IBV_WR_SEND_WITH_INV) {
+          h.type = FrameType::kSend;
+          h.flags |= kHasInv;
+          h.rkey = wr->invalidate_rkey;
         } else {
           h.type = FrameType::kWrite;
           h.addr = wr->wr.rdma.remote_addr;
@@ -335,6 +417,7 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
 // Finds the queued WR with `psn`; -1 if none (a stale answer).
 int FindPsnLocked(SoftQp* q, uint32_t psn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   for (size_t i = 0; i < q->sq.size(); ++i) {
+    if (q->sq[i].local_op && q->sq[i].local_error == IBV_WC_SUCCESS) continue;  // no PSN
     if (q->sq[i].psn == psn && q->sq[i].local_error == IBV_WC_SUCCESS) {
       return static_cast<int>(i);
     }
@@ -360,6 +443,7 @@ void RetransmitFrom(SoftQp* q, uint32_t psn) {
   if (idx < 0) return;
   for (size_t i = static_cast<size_t>(idx); i < q->sq.size(); ++i) {
     if (q->sq[i].local_error != IBV_WC_SUCCESS) break;
+    if (q->sq[i].local_op) continue;
     q->conn->Send(q->sq[i].frame);
   }
 }
@@ -477,10 +561,24 @@ void AckLocked(SoftQp* q, uint32_t psn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
 }
 
 // A fatal responder error: NAK the request, then the responder QP goes to
-// ERROR too (as rxe does).
+// ERROR too (as rxe does). The error is reported by the receive's CQE.
 void ResponderFailLocked(SoftQp* q, uint32_t psn, Syndrome s)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   NakLocked(q, psn, s);
+  MoveToErrorLocked(q);
+}
+
+// The same for a request that consumed no receive (WRITE, READ, atomic), so no
+// CQE at the responder says what happened: the IB spec's affiliated async
+// error (11.6.3.1) tells it. A bad rkey / range / access is a "local access
+// violation work queue error" (IBV_EVENT_QP_ACCESS_ERR); an invalid request
+// (no responder resources, misaligned atomic) an "invalid request local work
+// queue error" (IBV_EVENT_QP_REQ_ERR).
+void ResponderFailNoCqeLocked(SoftQp* q, uint32_t psn, Syndrome s)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  NakLocked(q, psn, s);
+  RaiseQpEventLocked(q, s == Syndrome::kRemAccess ? IBV_EVENT_QP_ACCESS_ERR
+                                                  : IBV_EVENT_QP_REQ_ERR);
   MoveToErrorLocked(q);
 }
 
@@ -492,6 +590,10 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   // After an RNR NAK every later request is dropped until the NAKed PSN is
   // retransmitted; TCP never loses or reorders, so nothing else differs.
   if (f.h.psn != q->epsn) return;
+  if (q->awaiting_first_request) {
+    q->awaiting_first_request = false;
+    RaiseQpEventLocked(q, IBV_EVENT_COMM_EST);
+  }
   const bool has_imm = f.h.flags & kHasImm;
   switch (f.h.type) {
     case FrameType::kSend: {
@@ -512,8 +614,19 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
         CompleteRecvLocked(q, r, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0, false, 0);
         return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
       }
+      uint32_t invalidated = 0;
+      if (f.h.flags & kHasInv) {
+        // SEND_WITH_INV: the named type-2 window, bound to this QP, is freed.
+        // Anything else is an invalid request; the receive completes with
+        // IBV_WC_REM_INV_REQ_ERR, as rxe's responder reports it.
+        if (!MwInvalidate(f.h.rkey, &q->qp, /*require_qp=*/true)) {
+          CompleteRecvLocked(q, r, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0, false, 0);
+          return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
+        }
+        invalidated = f.h.rkey;
+      }
       CompleteRecvLocked(q, r, IBV_WC_SUCCESS, IBV_WC_RECV, f.h.length, has_imm, f.h.imm,
-                         (f.h.flags & kSolicited) != 0);
+                         (f.h.flags & kSolicited) != 0, invalidated);
       q->epsn++;
       return AckLocked(q, f.h.psn);
     }
@@ -521,10 +634,10 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
       bool remote_ok;
       {
         ScopedMrAccess access;
-        remote_ok = CheckRemote(q->qp.pd, f.h.rkey, f.h.addr, f.h.length,
+        remote_ok = CheckRemote(q, f.h.rkey, f.h.addr, f.h.length,
                                 IBV_ACCESS_REMOTE_WRITE);
       }
-      if (!remote_ok) return ResponderFailLocked(q, f.h.psn, Syndrome::kRemAccess);
+      if (!remote_ok) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kRemAccess);
       // Check for a receive before writing, so the retransmit after RNR
       // finds memory unchanged (not that rewriting would differ).
       if (has_imm && !HasRecvLocked(q)) return NakLocked(q, f.h.psn, Syndrome::kRnr);
@@ -533,13 +646,13 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
         // may have been deregistered since (HasRecvLocked takes the SRQ lock,
         // which may not nest inside the key table's).
         ScopedMrAccess access;
-        remote_ok = CheckRemote(q->qp.pd, f.h.rkey, f.h.addr, f.h.length,
+        remote_ok = CheckRemote(q, f.h.rkey, f.h.addr, f.h.length,
                                 IBV_ACCESS_REMOTE_WRITE);
         if (remote_ok && f.h.length > 0) {
           std::memcpy(reinterpret_cast<void*>(f.h.addr), f.payload.get(), f.h.length);
         }
       }
-      if (!remote_ok) return ResponderFailLocked(q, f.h.psn, Syndrome::kRemAccess);
+      if (!remote_ok) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kRemAccess);
       if (has_imm) {
         RecvWqe r;
         TakeRecvLocked(q, &r);  // cannot fail: checked above, and only we take
@@ -551,14 +664,14 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
       return AckLocked(q, f.h.psn);
     }
     case FrameType::kReadReq: {
-      if (q->max_dest_rd_atomic == 0) return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
+      if (q->max_dest_rd_atomic == 0) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kInvReq);
       FrameHeader h;
       h.type = FrameType::kReadResp;
       h.psn = f.h.psn;
       std::shared_ptr<std::vector<uint8_t>> buf;
       {
         ScopedMrAccess access;  // the source stays registered while we copy
-        if (CheckRemote(q->qp.pd, f.h.rkey, f.h.addr, f.h.read_len, IBV_ACCESS_REMOTE_READ)) {
+        if (CheckRemote(q, f.h.rkey, f.h.addr, f.h.read_len, IBV_ACCESS_REMOTE_READ)) {
           buf = NewFrame(h, f.h.read_len);
           if (f.h.read_len > 0) {
             std::memcpy(buf->data() + kHeaderSize, reinterpret_cast<const void*>(f.h.addr),
@@ -566,15 +679,15 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
           }
         }
       }
-      if (buf == nullptr) return ResponderFailLocked(q, f.h.psn, Syndrome::kRemAccess);
+      if (buf == nullptr) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kRemAccess);
       q->epsn++;
       q->conn->Send(std::move(buf));
       return;
     }
     case FrameType::kAtomic: {
-      if (q->max_dest_rd_atomic == 0) return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
-      if (f.h.length != 16) return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
-      if (f.h.addr % 8 != 0) return ResponderFailLocked(q, f.h.psn, Syndrome::kInvReq);
+      if (q->max_dest_rd_atomic == 0) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kInvReq);
+      if (f.h.length != 16) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kInvReq);
+      if (f.h.addr % 8 != 0) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kInvReq);
       const uint64_t compare_add = GetU64(f.payload.get());
       const uint64_t swap = GetU64(f.payload.get() + 8);
       auto* target = reinterpret_cast<uint64_t*>(f.h.addr);
@@ -582,7 +695,7 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
       bool remote_ok;
       {
         ScopedMrAccess access;  // the target stays registered while we update it
-        remote_ok = CheckRemote(q->qp.pd, f.h.rkey, f.h.addr, 8, IBV_ACCESS_REMOTE_ATOMIC);
+        remote_ok = CheckRemote(q, f.h.rkey, f.h.addr, 8, IBV_ACCESS_REMOTE_ATOMIC);
         if (remote_ok && (f.h.flags & kFetchAdd)) {
           original = __atomic_fetch_add(target, compare_add, __ATOMIC_SEQ_CST);
         } else if (remote_ok) {
@@ -591,7 +704,7 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
                                       __ATOMIC_SEQ_CST);  // `original` gets the old value
         }
       }
-      if (!remote_ok) return ResponderFailLocked(q, f.h.psn, Syndrome::kRemAccess);
+      if (!remote_ok) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kRemAccess);
       FrameHeader h;
       h.type = FrameType::kAtomicResp;
       h.psn = f.h.psn;
@@ -654,9 +767,10 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 }
 
 void QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, uint32_t dest_qpn, uint8_t rnr_retry,
-              uint8_t responder_resources) {
+              uint8_t responder_resources, bool passive) {
   absl::MutexLock l(&q->mu);
   if (q->state == IBV_QPS_ERR) return;
+  q->awaiting_first_request = passive;
   q->max_dest_rd_atomic = std::min<uint8_t>(responder_resources, kMaxRdAtom);
   q->conn = std::move(conn);
   q->dest_qpn = dest_qpn;
@@ -668,6 +782,30 @@ void QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, uint32_t dest_qpn, uint8_t 
 void QpFlushToError(SoftQp* q) {
   absl::MutexLock l(&q->mu);
   MoveToErrorLocked(q);
+}
+
+void QpTransportFailed(SoftQp* q) {
+  absl::MutexLock l(&q->mu);
+  if (q->state == IBV_QPS_ERR || q->state == IBV_QPS_RESET) return;
+  RaiseQpEventLocked(q, IBV_EVENT_QP_FATAL);
+  MoveToErrorLocked(q);
+}
+
+int BindMwVerb(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
+  if (qp == nullptr || mw == nullptr || mw_bind == nullptr) return EINVAL;
+  // As mlx5 and rxe do: the verb posts a BIND_MW WR whose new rkey is the
+  // current one with its low byte incremented (ibv_inc_rkey).
+  ibv_send_wr wr{};
+  wr.wr_id = mw_bind->wr_id;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = mw_bind->send_flags;
+  wr.bind_mw.mw = mw;
+  wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+  wr.bind_mw.bind_info = mw_bind->bind_info;
+  SoftQp* q = ToSoft(qp);
+  Stat().post_send_calls++;
+  absl::MutexLock l(&q->mu);
+  return PostOneSendLocked(q, &wr, /*bind_verb=*/true);
 }
 
 void QpOnFrame(SoftQp* q, Frame& f) {
@@ -859,7 +997,10 @@ int destroy_qp(ibv_qp* qp) {
     q->rq.clear();
     q->state = IBV_QPS_ERR;
     q->conn.reset();
+    q->awaiting_first_request = false;
   }
+  // Nothing raises events for it now; wait until the user acked those it got.
+  internal::DrainAsyncEvents(qp);
   internal::ToSoft(qp->pd)->refs--;
   internal::ToSoft(qp->send_cq)->qp_refs--;
   internal::ToSoft(qp->recv_cq)->qp_refs--;

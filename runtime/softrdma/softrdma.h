@@ -48,7 +48,67 @@
 //  - Only RDMA_PS_TCP. Synchronous ids (NULL channel, rdma_create_ep) work.
 //  - Atomics (FETCH_ADD, CMP_AND_SWP) act on host-order u64s, as rxe; the
 //    original value lands in the local SGE in host order.
-//  - Not supported (yet): memory windows, UD/UC QPs.
+//  - RC QPs only: create_qp (and rdma_create_qp) with IBV_QPT_UC, IBV_QPT_UD
+//    or any other type fails with errno EOPNOTSUPP.
+//  - Post-time limits are exactly the QP's (SRQ's) caps as created and
+//    reported by query_qp / query_srq: more WRs outstanding than max_send_wr /
+//    max_recv_wr -> ENOMEM; num_sge above max_send_sge / max_recv_sge / the
+//    SRQ's max_sge, inline data above max_inline_data, IBV_SEND_INLINE on a
+//    READ, atomic, BIND_MW or LOCAL_INV, or an unknown opcode -> EINVAL. The
+//    refused WR is *bad_wr; the WRs before it are posted, none from it on.
+//  - Keys: lkeys and rkeys are independent 32-bit draws from getrandom(2),
+//    never issued twice in a process; a stale or guessed rkey fails with
+//    IBV_WC_REM_ACCESS_ERR at the requester.
+//  - Memory windows (ibv_alloc_mw / ibv_bind_mw / ibv_dealloc_mw, the verbs.h
+//    inlines, reach softrdma through the context's ops):
+//      type 1: ibv_bind_mw posts a BIND_MW on the QP (completes IBV_WC_BIND_MW
+//        in SQ order) and sets mw->rkey to ibv_inc_rkey(old rkey); usable by
+//        any QP of its PD; an invalid bind (MR without IBV_ACCESS_MW_BIND,
+//        range outside the MR, remote write/atomic on an MR without local
+//        write, another PD) returns EINVAL and posts nothing.
+//      type 2: IBV_WR_BIND_MW (wr.bind_mw.rkey: the window's upper 24 bits,
+//        the low 8 of the caller's choosing, e.g. ibv_inc_rkey) from the free
+//        state only; usable only through the QP that bound it; freed by
+//        IBV_WR_LOCAL_INV (IBV_WC_LOCAL_INV) or by the peer's
+//        IBV_WR_SEND_WITH_INV (receiver's WC: IBV_WC_WITH_INV,
+//        invalidated_rkey). An invalid bind completes with IBV_WC_MW_BIND_ERR,
+//        an invalid LOCAL_INV with IBV_WC_LOC_QP_OP_ERR (as rxe), and the QP
+//        goes to ERROR. A SEND_WITH_INV naming no window bound to the
+//        receiving QP: the receive completes IBV_WC_REM_INV_REQ_ERR, the
+//        sender's WR IBV_WC_REM_INV_REQ_ERR, both QPs go to ERROR.
+//      Access through an unbound, invalidated, deallocated or other-QP window,
+//      outside its range or without its access flag: IBV_WC_REM_ACCESS_ERR at
+//      the requester, as for MR rkeys. A binding ends when its MR is
+//      deregistered. dealloc_pd with a live window: EBUSY. query_device
+//      reports max_mw and IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B.
+//  - Async events (get_async_event / ack_async_event on the context's
+//    async_fd); each event returned must be acked, and destroy_qp /
+//    destroy_srq / destroy_cq block until it is (as rdma-core); events not yet
+//    returned for an object are dropped when it is destroyed.
+//      IBV_EVENT_COMM_EST: the first request an accepted (passive) QP
+//        receives. (The IB spec ties it to a QP in RTR; librdmacm moves QPs to
+//        RTS at rdma_accept, so softrdma raises it at the passive side's first
+//        packet, once per connection.)
+//      IBV_EVENT_QP_ACCESS_ERR / IBV_EVENT_QP_REQ_ERR: at the responder, for a
+//        WRITE / READ / atomic refused for its rkey, range or access
+//        (ACCESS_ERR) or as an invalid request (REQ_ERR: no responder
+//        resources, misaligned atomic) — errors no responder CQE reports
+//        (IB spec 11.6.3.1). Errors reported by a receive CQE raise none.
+//      IBV_EVENT_QP_FATAL: the transport under an established QP broke (the
+//        TCP connection ended without a DISCONNECT: the peer process died, or
+//        DropConnection); then the QP flushes.
+//      IBV_EVENT_QP_LAST_WQE_REACHED: a QP on an SRQ entered ERROR.
+//      IBV_EVENT_SRQ_LIMIT_REACHED: modify_srq(IBV_SRQ_LIMIT) armed a limit and
+//        the SRQ's posted receives fell below it; fires once, then the limit
+//        reads 0 (disarmed) in query_srq.
+//      IBV_EVENT_CQ_ERR: CQ overrun (above).
+//  - iWARP-like mode (SetIwarpMode, or SOFTRDMA_IWARP=1 in the environment,
+//    read when a context is opened): the device reports transport_type
+//    IBV_TRANSPORT_IWARP and node_type IBV_NODE_RNIC, query_device reports
+//    atomic_cap IBV_ATOMIC_NONE, and post_send refuses IBV_WR_SEND_WITH_IMM,
+//    IBV_WR_RDMA_WRITE_WITH_IMM and atomics with EINVAL and *bad_wr set, as
+//    RNICs do. rdma_cm ids share one context, opened on first use, so set the
+//    mode before the first rdma_cm call.
 //  - Wire: little-endian frames on the connection's TCP socket (see wire.h).
 // Fault injection for tests: see faults.h.
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
@@ -94,6 +154,20 @@ ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* srq_init_attr);
 int modify_srq(ibv_srq* srq, ibv_srq_attr* srq_attr, int srq_attr_mask);
 int query_srq(ibv_srq* srq, ibv_srq_attr* srq_attr);
 int destroy_srq(ibv_srq* srq);
+
+// --- memory windows (added with issue 3) -----------------------------------------
+// The same as the verbs.h inlines ibv_alloc_mw / ibv_dealloc_mw / ibv_bind_mw,
+// which reach these through the context's ops (see the notes above).
+// alloc_mw: NULL/EINVAL for a type other than IBV_MW_TYPE_1/2. bind_mw: 0, or
+// EINVAL (not type 1, invalid bind), EPERM (MR of another PD).
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
+int dealloc_mw(ibv_mw* mw);
+int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
+
+// --- device mode --------------------------------------------------------------------
+// Makes contexts opened from now on iWARP-like (see above); overrides
+// SOFTRDMA_IWARP. Thread-safe; takes effect at the next open_device.
+void SetIwarpMode(bool on);
 
 // --- queue pairs (RC only) --------------------------------------------------------
 ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);

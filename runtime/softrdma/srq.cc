@@ -100,6 +100,9 @@ int destroy_srq(ibv_srq* srq) {
   if (srq == nullptr) return EINVAL;
   internal::SoftSrq* s = internal::ToSoft(srq);
   if (s->qp_refs.load() > 0) return EBUSY;
+  // No QP takes from it any more, so no limit event can come: wait until the
+  // user acked those it got.
+  internal::DrainAsyncEvents(srq);
   internal::ToSoft(srq->pd)->refs--;
   pthread_cond_destroy(&srq->cond);
   pthread_mutex_destroy(&srq->mutex);

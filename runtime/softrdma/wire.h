@@ -24,7 +24,7 @@ enum class FrameType : uint8_t {
   kReject = 3,      // payload: private data
   kRtu = 4,         // "ready to use": the active side is established
   kDisconnect = 5,
-  kSend = 6,     // flags kHasImm, kSolicited; payload: message
+  kSend = 6,     // flags kHasImm, kSolicited, or kHasInv (rkey); payload: message
   kWrite = 7,    // flags kHasImm, kSolicited; addr, rkey; payload: data
   kReadReq = 8,  // addr, rkey, read_len
   kReadResp = 9, // payload: data
@@ -35,7 +35,14 @@ enum class FrameType : uint8_t {
 };
 
 // kSolicited: the Solicited Event bit of the request (IBV_SEND_SOLICITED).
-enum FrameFlags : uint8_t { kHasImm = 1, kFetchAdd = 2, kCmpSwap = 4, kSolicited = 8 };
+// kHasInv: a SEND_WITH_INV; `rkey` is the rkey to invalidate at the responder.
+enum FrameFlags : uint8_t {
+  kHasImm = 1,
+  kFetchAdd = 2,
+  kCmpSwap = 4,
+  kSolicited = 8,
+  kHasInv = 16,
+};
 
 enum class Syndrome : uint8_t {
   kNone = 0,

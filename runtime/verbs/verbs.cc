@@ -60,9 +60,6 @@ const VerbsApi& RdmaCoreVerbs() {
       &::ibv_destroy_cq,
       &::ibv_get_cq_event,
       &::ibv_ack_cq_events,
-      &::ibv_create_srq,
-      &::ibv_destroy_srq,
-      &::ibv_query_qp,
       &::rdma_create_event_channel,
       &::rdma_destroy_event_channel,
       &::rdma_create_id,
@@ -83,6 +80,16 @@ const VerbsApi& RdmaCoreVerbs() {
       &::rdma_get_src_port,
       &::rdma_get_dst_port,
       &::rdma_get_peer_addr,
+      &::ibv_get_async_event,
+      &::ibv_ack_async_event,
+      &::ibv_create_srq,
+      &::ibv_modify_srq,
+      &::ibv_query_srq,
+      &::ibv_destroy_srq,
+      &::ibv_create_qp,
+      &::ibv_modify_qp,
+      &::ibv_query_qp,
+      &::ibv_destroy_qp,
   };
   return api;
 }
@@ -105,9 +112,6 @@ const VerbsApi& SoftVerbs() {
       &softrdma::destroy_cq,
       &softrdma::get_cq_event,
       &softrdma::ack_cq_events,
-      &softrdma::create_srq,
-      &softrdma::destroy_srq,
-      &softrdma::query_qp,
       &softrdma::create_event_channel,
       &softrdma::destroy_event_channel,
       &softrdma::create_id,
@@ -128,6 +132,16 @@ const VerbsApi& SoftVerbs() {
       &softrdma::get_src_port,
       &softrdma::get_dst_port,
       &softrdma::get_peer_addr,
+      &softrdma::get_async_event,
+      &softrdma::ack_async_event,
+      &softrdma::create_srq,
+      &softrdma::modify_srq,
+      &softrdma::query_srq,
+      &softrdma::destroy_srq,
+      static_cast<ibv_qp* (*)(ibv_pd*, ibv_qp_init_attr*)>(&softrdma::create_qp),
+      &softrdma::modify_qp,
+      &softrdma::query_qp,
+      static_cast<int (*)(ibv_qp*)>(&softrdma::destroy_qp),
   };
   return api;
 }

@@ -56,12 +56,6 @@ struct VerbsApi {
   int (*get_cq_event)(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context);
   void (*ack_cq_events)(ibv_cq* cq, unsigned int nevents);
 
-  // Shared receive queues (ibv_post_srq_recv is a verbs.h inline) and the
-  // query of a QP's attributes and caps as the provider granted them.
-  ibv_srq* (*create_srq)(ibv_pd* pd, ibv_srq_init_attr* init_attr);
-  int (*destroy_srq)(ibv_srq* srq);
-  int (*query_qp)(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
-
   // rdma_cm.
   rdma_event_channel* (*create_event_channel)();
   void (*destroy_event_channel)(rdma_event_channel* channel);
@@ -84,6 +78,21 @@ struct VerbsApi {
   uint16_t (*get_src_port)(rdma_cm_id* id);
   uint16_t (*get_dst_port)(rdma_cm_id* id);
   sockaddr* (*get_peer_addr)(rdma_cm_id* id);
+
+  // Added with issue 3 (SRQs, async events, QP state, QPs without rdma_cm),
+  // for the conformance tests (ibv_post_srq_recv is a verbs.h inline; query_qp
+  // reports the caps the provider granted). Memory windows need no entries: ibv_alloc_mw,
+  // ibv_bind_mw and ibv_dealloc_mw are verbs.h inlines through context ops.
+  int (*get_async_event)(ibv_context* context, ibv_async_event* event);
+  void (*ack_async_event)(ibv_async_event* event);
+  ibv_srq* (*create_srq)(ibv_pd* pd, ibv_srq_init_attr* attr);
+  int (*modify_srq)(ibv_srq* srq, ibv_srq_attr* attr, int attr_mask);
+  int (*query_srq)(ibv_srq* srq, ibv_srq_attr* attr);
+  int (*destroy_srq)(ibv_srq* srq);
+  ibv_qp* (*create_verbs_qp)(ibv_pd* pd, ibv_qp_init_attr* attr);  // ibv_create_qp
+  int (*modify_qp)(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask);
+  int (*query_qp)(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
+  int (*destroy_verbs_qp)(ibv_qp* qp);  // ibv_destroy_qp
 };
 
 // The table for this process, chosen on first use (see file comment).

@@ -248,7 +248,7 @@ TEST(QpLimits, InlineOverCapIsEinval) {
   EXPECT_EQ(ibv_post_send(p.client->qp, &wr, &bad), EINVAL);
   EXPECT_EQ(bad, &wr);
   wr.num_sge = 1;
-  wr.opcode = IBV_WR_LOCAL_INV;  // not supported
+  wr.opcode = IBV_WR_TSO;  // not supported (a UD opcode)
   EXPECT_EQ(ibv_post_send(p.client->qp, &wr, &bad), EINVAL);
 }
 

@@ -64,11 +64,10 @@ TEST(Srq, OverflowIsEnomemAndLimitEventFires) {
   ASSERT_EQ(PostSend(p.client->qp, IBV_WR_SEND, 1, sbuf, 0, 8), 0);
   ibv_wc wc;
   ASSERT_TRUE(PollOne(p.server_cq, &wc));
-  SetNonBlocking(p.server->verbs->async_fd);
   ibv_async_event ev{};
-  ASSERT_EQ(get_async_event(p.server->verbs, &ev), 0);
-  EXPECT_EQ(ev.event_type, IBV_EVENT_SRQ_LIMIT_REACHED);
+  ASSERT_TRUE(WaitAsyncEvent(p.server->verbs, IBV_EVENT_SRQ_LIMIT_REACHED, &ev));
   EXPECT_EQ(ev.element.srq, p.server_srq);
+  ack_async_event(&ev);  // destroy_srq waits for it
   ASSERT_EQ(query_srq(p.server_srq, &attr), 0);
   EXPECT_EQ(attr.srq_limit, 0u);  // disarmed after firing
   EXPECT_EQ(attr.max_wr, 2u);

@@ -67,6 +67,28 @@ std::vector<ibv_wc> Drain(ibv_cq* cq, int timeout_ms) {
   return out;
 }
 
+bool WaitAsyncEvent(ibv_context* ctx, ibv_event_type type, ibv_async_event* out,
+                    int timeout_ms) {
+  SetNonBlocking(ctx->async_fd);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    ibv_async_event ev{};
+    if (get_async_event(ctx, &ev) == 0) {
+      if (ev.event_type == type) {
+        *out = ev;
+        return true;
+      }
+      ack_async_event(&ev);
+      continue;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{ctx->async_fd, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(left.count()));
+  }
+}
+
 int CountOpenFds() {
   int n = 0;
   DIR* d = opendir("/proc/self/fd");
@@ -135,7 +157,8 @@ ConnectedPair::ConnectedPair(const PairOptions& opt) {
                                 e->param.conn.private_data_len);
   ack_cm_event(e);
 
-  server_pd = alloc_pd(server->verbs);
+  server_pd = opt.shared_server_pd != nullptr ? opt.shared_server_pd : alloc_pd(server->verbs);
+  owns_server_pd_ = opt.shared_server_pd == nullptr;
   server_comp = create_comp_channel(server->verbs);
   server_cq = create_cq(server->verbs, opt.cqe, nullptr, server_comp, 0);
   qa.send_cq = server_cq;
@@ -185,7 +208,7 @@ ConnectedPair::~ConnectedPair() {
   if (client_comp) destroy_comp_channel(client_comp);
   if (server_comp) destroy_comp_channel(server_comp);
   if (client_pd) dealloc_pd(client_pd);
-  if (server_pd) dealloc_pd(server_pd);
+  if (server_pd && owns_server_pd_) dealloc_pd(server_pd);
   destroy_event_channel(client_ch);
   destroy_event_channel(server_ch);
 }

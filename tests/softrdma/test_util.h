@@ -32,6 +32,12 @@ bool PollOne(ibv_cq* cq, ibv_wc* wc, int timeout_ms = 5000);
 // Polls `cq` for `timeout_ms` and returns whatever arrived.
 std::vector<ibv_wc> Drain(ibv_cq* cq, int timeout_ms);
 
+// Waits up to `timeout_ms` for an async event of `type` on `ctx`; events of
+// other types (e.g. IBV_EVENT_COMM_EST of the pair's passive QP) are acked and
+// skipped. The caller acks the event returned. False on timeout.
+bool WaitAsyncEvent(ibv_context* ctx, ibv_event_type type, ibv_async_event* out,
+                    int timeout_ms = 5000);
+
 // Number of open fds of this process.
 int CountOpenFds();
 
@@ -44,6 +50,9 @@ struct PairOptions {
   int cqe = 256;
   uint32_t server_srq_wr = 0;  // > 0: the server QP takes receives from an SRQ
   uint8_t server_responder_resources = 4;  // rdma_accept's; 0 refuses READs
+  // Non-null: the server QP is made on this PD (owned by the caller), so two
+  // pairs can share one server PD.
+  ibv_pd* shared_server_pd = nullptr;
   std::string client_private_data;
   std::string server_private_data;
 };
@@ -73,6 +82,7 @@ class ConnectedPair {
 
  private:
   bool ok_ = false;
+  bool owns_server_pd_ = true;
 };
 
 // A registered buffer.
