@@ -65,13 +65,14 @@ if [[ -z "$port" || -z "$grpc_port" ]]; then
 fi
 echo "run.sh: server on 127.0.0.1 rdmarpc :$port, gRPC :$grpc_port (${server_pin[*]:-unpinned})"
 
+started=$SECONDS
 "${client_pin[@]}" "$bench" --mode=client --systems=rdmarpc,grpc --host=127.0.0.1 \
   --port="$port" --grpc_port="$grpc_port" --json_out="$json" --plot_dir="$work" "$@" \
   | tee "$work/table.txt"
 
 # Plots: both systems on each. "NaN" rows (a figure one system lacks) are skipped.
 gnuplot <<GNUPLOT
-set terminal pngcairo size 900,600 font ",10"
+set terminal pngcairo size 900,600 font ",10" noenhanced
 set output "$results/latency_vs_size.png"
 set title "Echo latency, one call at a time (RDMARPC_PROVIDER=$RDMARPC_PROVIDER)"
 set logscale xy
@@ -102,6 +103,6 @@ unset multiplot
 GNUPLOT
 
 echo
-echo "run.sh: wrote $json, $results/latency_vs_size.png, $results/throughput.png"
+echo "run.sh: measured for $((SECONDS - started)) s; wrote $json, $results/latency_vs_size.png, $results/throughput.png"
 echo "run.sh: summary (ratio = rdmarpc/gRPC: < 1 is better for latency, > 1 for rates)"
 sed -n '/^figure/,$p' "$work/table.txt"

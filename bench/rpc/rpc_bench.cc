@@ -257,6 +257,9 @@ class ClosedLoop {
       : client_(client), max_calls_(max_calls), slots_(static_cast<size_t>(in_flight)) {
     for (Slot& slot : slots_) slot.request = MakeRequest(size);
   }
+  // Waits for the last Done() to leave mu_ (as absl::Notification's
+  // destructor does): Wait() can return while it is still unlocking.
+  ~ClosedLoop() { absl::MutexLock lock(&mu_); }
 
   void Start() {
     for (size_t i = 0; i < slots_.size(); ++i) {
@@ -329,11 +332,11 @@ class ClosedLoop {
 // `clients.size()` client threads (each a client with its own channel), each
 // keeping `in_flight` calls of `size` bytes going; counts completions over
 // `seconds` after `warmup` seconds.
-absl::StatusOr<ThroughputResult> MeasureThroughput(std::vector<std::unique_ptr<EchoClient>>& clients,
+absl::StatusOr<ThroughputResult> MeasureThroughput(const std::vector<EchoClient*>& clients,
                                                    size_t size, int in_flight, double seconds) {
   std::vector<std::unique_ptr<ClosedLoop>> loops;
-  for (auto& client : clients) {
-    loops.push_back(std::make_unique<ClosedLoop>(client.get(), size, in_flight,
+  for (EchoClient* client : clients) {
+    loops.push_back(std::make_unique<ClosedLoop>(client, size, in_flight,
                                                  std::numeric_limits<uint64_t>::max()));
   }
   auto total = [&loops] {
@@ -434,15 +437,31 @@ absl::StatusOr<SystemResults> RunSystem(const std::string& system,
                                         const std::vector<BudgetRun>& budget_runs) {
   SystemResults results;
   results.system = system;
-  absl::StatusOr<std::unique_ptr<EchoClient>> client = NewClient(system);
-  if (!client.ok()) return client.status();
   auto fail = [&system](absl::string_view what, const absl::Status& status) {
     return absl::Status(status.code(), absl::StrCat(system, " ", what, ": ", status.message()));
   };
+  // Clients (each with its own channel) live until every workload of this
+  // system is done and are reused across workloads: gRPC 1.51 double-frees
+  // in grpc_cq_internal_unref (ASan) when a channel that used the callback
+  // API is destroyed and another one later uses it again.
+  std::vector<std::unique_ptr<EchoClient>> pool;
+  auto clients = [&](int n) -> absl::StatusOr<std::vector<EchoClient*>> {
+    while (static_cast<int>(pool.size()) < n) {
+      absl::StatusOr<std::unique_ptr<EchoClient>> c = NewClient(system);
+      if (!c.ok()) return fail("client", c.status());
+      pool.push_back(*std::move(c));
+    }
+    std::vector<EchoClient*> out;
+    for (int i = 0; i < n; ++i) out.push_back(pool[static_cast<size_t>(i)].get());
+    return out;
+  };
+  absl::StatusOr<std::vector<EchoClient*>> first = clients(1);
+  if (!first.ok()) return first.status();
+  EchoClient* const client = (*first)[0];
   if (Has(modes, "latency")) {
     for (size_t size : sizes) {
       fprintf(stderr, "rpc_bench: %s latency %zu B\n", system.c_str(), size);
-      absl::StatusOr<LatencyResult> r = MeasureLatency(**client, size);
+      absl::StatusOr<LatencyResult> r = MeasureLatency(*client, size);
       if (!r.ok()) return fail(absl::StrCat("latency ", size, " B"), r.status());
       results.latency.push_back(*r);
     }
@@ -450,14 +469,10 @@ absl::StatusOr<SystemResults> RunSystem(const std::string& system,
   if (Has(modes, "rate")) {
     fprintf(stderr, "rpc_bench: %s rate %ld B x %d in flight x %d threads\n", system.c_str(),
             static_cast<long>(FLAGS_rate_size), FLAGS_concurrency, FLAGS_threads);
-    std::vector<std::unique_ptr<EchoClient>> clients;
-    for (int t = 0; t < FLAGS_threads; ++t) {
-      absl::StatusOr<std::unique_ptr<EchoClient>> c = NewClient(system);
-      if (!c.ok()) return fail("rate client", c.status());
-      clients.push_back(*std::move(c));
-    }
+    absl::StatusOr<std::vector<EchoClient*>> rate_clients = clients(FLAGS_threads);
+    if (!rate_clients.ok()) return rate_clients.status();
     absl::StatusOr<ThroughputResult> r =
-        MeasureThroughput(clients, static_cast<size_t>(FLAGS_rate_size), FLAGS_concurrency,
+        MeasureThroughput(*rate_clients, static_cast<size_t>(FLAGS_rate_size), FLAGS_concurrency,
                           FLAGS_rate_seconds);
     if (!r.ok()) return fail("rate", r.status());
     results.rate = *r;
@@ -466,13 +481,8 @@ absl::StatusOr<SystemResults> RunSystem(const std::string& system,
     for (size_t size : bandwidth_sizes) {
       fprintf(stderr, "rpc_bench: %s bandwidth %zu B x %d in flight\n", system.c_str(), size,
               FLAGS_bandwidth_concurrency);
-      std::vector<std::unique_ptr<EchoClient>> clients;
-      clients.push_back(nullptr);
-      absl::StatusOr<std::unique_ptr<EchoClient>> c = NewClient(system);
-      if (!c.ok()) return fail("bandwidth client", c.status());
-      clients[0] = *std::move(c);
       absl::StatusOr<ThroughputResult> r =
-          MeasureThroughput(clients, size, FLAGS_bandwidth_concurrency, FLAGS_bandwidth_seconds);
+          MeasureThroughput({client}, size, FLAGS_bandwidth_concurrency, FLAGS_bandwidth_seconds);
       if (!r.ok()) return fail(absl::StrCat("bandwidth ", size, " B"), r.status());
       results.bandwidth.push_back(*r);
     }
@@ -484,7 +494,7 @@ absl::StatusOr<SystemResults> RunSystem(const std::string& system,
       for (const BudgetRun& run : budget_runs) {
         fprintf(stderr, "rpc_bench: %s budget %zu B x %d in flight\n", system.c_str(),
                 run.size_bytes, run.in_flight);
-        absl::StatusOr<BudgetResult> r = MeasureBudget(**client, run);
+        absl::StatusOr<BudgetResult> r = MeasureBudget(*client, run);
         if (!r.ok()) return fail("budget", r.status());
         if (r->client.post_send_calls == 0) {
           // softrdma counts; rdma-core has no such counters.

@@ -62,4 +62,11 @@ grep -q '"send_wrs_per_call": \([2-9]\|[1-9][0-9]\)' <<<"$json" || fail "send_wr
 grep -q '^32 [0-9.e+-]* [0-9.e+-]* NaN NaN$' "$dir/latency.dat" || fail "latency.dat: $(cat "$dir/latency.dat")"
 grep -q 'rdmarpc/' "$dir/client.log" && fail "ratio column printed with one system"
 grep -q '^latency 32 B p50' "$dir/client.log" || fail "no table in the client output"
+# The server stops cleanly at SIGTERM (exit 0; under ASan, no report).
+kill -TERM "$server_pid"
+server_rc=0
+wait "$server_pid" || server_rc=$?
+server_pid=""
+((server_rc == 0)) || fail "server exited $server_rc after SIGTERM"
+grep -q '^rpc_bench: server stopped$' "$dir/server.err.log" || fail "server did not report its stop"
 echo "rpc_bench_smoke: ok (port $port)"
