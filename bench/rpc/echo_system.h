@@ -1,5 +1,5 @@
 // echo_system.h: what rpc_bench needs of an RPC system, so the same workload
-// code drives rdmarpc (rdmarpc_system.cc) and gRPC (grpc_system.cc).
+// code drives rdmarpc (rdmarpc_system.cc) and gRPC (bench/peers/grpc_system.cc).
 //
 // An EchoClient makes RpcBench.Echo calls, blocking or asynchronous; an
 // EchoServer serves them until destroyed. The bench pays one virtual call per

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -66,8 +67,10 @@ DEFINE_double(latency_seconds, 2.0,
               "Latency: time budget per size and system, in s (stops before --latency_calls)");
 DEFINE_int64(warmup_calls, 20, "Untimed calls before each latency size (connect, pools)");
 DEFINE_int64(rate_size, 32, "Rate: payload bytes");
-DEFINE_int32(concurrency, 32, "Rate: calls in flight per client thread (async API)");
-DEFINE_int32(threads, 1, "Rate: client threads, each with its own channel");
+DEFINE_int32(concurrency, 32, "Rate: calls in flight per client channel (async API)");
+DEFINE_int32(threads, 1,
+             "Rate: client channels, each keeping --concurrency calls in flight from its own "
+             "completion thread (rdmarpc: the channel's engine; gRPC: its callback executor)");
 DEFINE_double(rate_seconds, 3.0, "Rate: measured seconds (after --warmup_seconds)");
 DEFINE_string(bandwidth_sizes, "1048576,16777216", "Bandwidth: payload sizes in bytes");
 DEFINE_int32(bandwidth_concurrency, 4, "Bandwidth: calls in flight");
@@ -329,8 +332,8 @@ class ClosedLoop {
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
 };
 
-// `clients.size()` client threads (each a client with its own channel), each
-// keeping `in_flight` calls of `size` bytes going; counts completions over
+// `clients.size()` clients (each with its own channel and completion thread),
+// each keeping `in_flight` calls of `size` bytes going; counts completions over
 // `seconds` after `warmup` seconds.
 absl::StatusOr<ThroughputResult> MeasureThroughput(const std::vector<EchoClient*>& clients,
                                                    size_t size, int in_flight, double seconds) {
@@ -344,7 +347,7 @@ absl::StatusOr<ThroughputResult> MeasureThroughput(const std::vector<EchoClient*
     for (auto& loop : loops) n += loop->completed();
     return n;
   };
-  // Completion threads carry the loops; the starting threads only start them.
+  // The completion threads carry the loops; this thread only starts them.
   for (auto& loop : loops) loop->Start();
   absl::SleepFor(absl::Seconds(FLAGS_warmup_seconds));
   const uint64_t before = total();

@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "echo_system.h"
+#include "bench/rpc/echo_system.h"
 
 #ifdef RDMARPC_BENCH_WITH_GRPC
 #include <chrono>
@@ -126,8 +126,8 @@ absl::StatusOr<std::unique_ptr<EchoClient>> NewGrpcClient(const ClientConfig& co
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  // Each client thread gets its own TCP connection, as each rdmarpc client
-  // thread gets its own Channel; gRPC would otherwise share one subchannel.
+  // Each client (--threads) gets its own TCP connection, as each rdmarpc
+  // client gets its own Channel; gRPC would otherwise share one subchannel.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(config.address, grpc::InsecureChannelCredentials(), args);
