@@ -47,6 +47,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+: >"$work/server.out"  # the background job opens it only when it runs
 "${server_pin[@]}" "$bench" --mode=server --systems=rdmarpc,grpc --host=127.0.0.1 \
   --port=0 --grpc_port=0 >"$work/server.out" 2>"$work/server.err" &
 server_pid=$!
@@ -70,39 +71,60 @@ started=$SECONDS
   --port="$port" --grpc_port="$grpc_port" --json_out="$json" --plot_dir="$work" "$@" \
   | tee "$work/table.txt"
 
-# Plots: both systems on each. "NaN" rows (a figure one system lacks) are skipped.
-gnuplot <<GNUPLOT
-set terminal pngcairo size 900,600 font ",10" noenhanced
-set output "$results/latency_vs_size.png"
-set title "Echo latency, one call at a time (RDMARPC_PROVIDER=$RDMARPC_PROVIDER)"
+# Plots: both systems on each; "NaN" (a figure one system lacks) is skipped.
+# A plot or panel whose workload did not run (--modes) is left out.
+has_data() { grep -qv '^#' "$1" 2>/dev/null; }
+written=("$json")
+plot="set terminal pngcairo size 900,600 font \",10\" noenhanced"
+if has_data "$work/latency.dat"; then
+  written+=("$results/latency_vs_size.png")
+  plot+="
+set output \"$results/latency_vs_size.png\"
+set title \"Echo latency, one call at a time (RDMARPC_PROVIDER=$RDMARPC_PROVIDER)\"
 set logscale xy
-set xlabel "payload bytes (request = response)"
-set ylabel "latency, us"
+set xlabel \"payload bytes (request = response)\"
+set ylabel \"latency, us\"
 set grid
 set key top left
-plot "$work/latency.dat" using 1:2 with linespoints lw 2 pt 7 title "rdmarpc p50", \
-     "$work/latency.dat" using 1:3 with linespoints lw 1 pt 6 dt 2 title "rdmarpc p99", \
-     "$work/latency.dat" using 1:4 with linespoints lw 2 pt 5 title "gRPC p50", \
-     "$work/latency.dat" using 1:5 with linespoints lw 1 pt 4 dt 2 title "gRPC p99"
-set output "$results/throughput.png"
-unset logscale
-set multiplot layout 1,2 title "Throughput (RDMARPC_PROVIDER=$RDMARPC_PROVIDER)"
+plot \"$work/latency.dat\" using 1:2 with linespoints lw 2 pt 7 title \"rdmarpc p50\", \\
+     \"\" using 1:3 with linespoints lw 1 pt 6 dt 2 title \"rdmarpc p99\", \\
+     \"\" using 1:4 with linespoints lw 2 pt 5 title \"gRPC p50\", \\
+     \"\" using 1:5 with linespoints lw 1 pt 4 dt 2 title \"gRPC p99\"
+unset logscale"
+fi
+panels=0
+has_data "$work/rate.dat" && panels=$((panels + 1))
+has_data "$work/bandwidth.dat" && panels=$((panels + 1))
+if ((panels > 0)); then
+  written+=("$results/throughput.png")
+  plot+="
+set output \"$results/throughput.png\"
+set multiplot layout 1,$panels title \"Throughput (RDMARPC_PROVIDER=$RDMARPC_PROVIDER)\"
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
 set yrange [0:*]
+set grid
 set key top right
-set xlabel "payload x calls in flight"
-set ylabel "RPC/s"
-set title "message rate"
-plot "$work/rate.dat" using 2:xtic(1) title "rdmarpc", "" using 3 title "gRPC"
-set ylabel "GB/s (10^9 B/s, request + response)"
-set title "bandwidth"
-plot "$work/bandwidth.dat" using 2:xtic(1) title "rdmarpc", "" using 3 title "gRPC"
-unset multiplot
-GNUPLOT
+set xlabel \"payload x calls in flight\""
+  if has_data "$work/rate.dat"; then
+    plot+="
+set ylabel \"RPC/s\"
+set title \"message rate\"
+plot \"$work/rate.dat\" using 2:xtic(1) title \"rdmarpc\", \"\" using 3 title \"gRPC\""
+  fi
+  if has_data "$work/bandwidth.dat"; then
+    plot+="
+set ylabel \"GB/s (10^9 B/s, request + response)\"
+set title \"bandwidth\"
+plot \"$work/bandwidth.dat\" using 2:xtic(1) title \"rdmarpc\", \"\" using 3 title \"gRPC\""
+  fi
+  plot+="
+unset multiplot"
+fi
+gnuplot <<<"$plot"
 
 echo
-echo "run.sh: measured for $((SECONDS - started)) s; wrote $json, $results/latency_vs_size.png, $results/throughput.png"
+echo "run.sh: measured for $((SECONDS - started)) s; wrote ${written[*]}"
 echo "run.sh: summary (ratio = rdmarpc/gRPC: < 1 is better for latency, > 1 for rates)"
 sed -n '/^figure/,$p' "$work/table.txt"
