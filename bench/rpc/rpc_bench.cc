@@ -76,7 +76,9 @@ DEFINE_double(rate_seconds, 3.0, "Rate: measured seconds (after --warmup_seconds
 DEFINE_string(bandwidth_sizes, "1048576,16777216", "Bandwidth: payload sizes in bytes");
 DEFINE_int32(bandwidth_concurrency, 4, "Bandwidth: calls in flight");
 DEFINE_double(bandwidth_seconds, 3.0, "Bandwidth: measured seconds per size");
-DEFINE_double(warmup_seconds, 0.5, "Rate and bandwidth: untimed seconds before measuring");
+DEFINE_double(warmup_seconds, 0.5,
+              "Rate and bandwidth: untimed seconds before measuring (and until every "
+              "client has finished a call)");
 DEFINE_string(budget_runs, "32x1,32x32,1048576x1",
               "Budget (rdmarpc only): SIZExIN_FLIGHT runs, each of --budget_calls calls");
 DEFINE_int64(budget_calls, 2000, "Budget: calls per run");
@@ -272,6 +274,7 @@ class ClosedLoop {
   }
   uint64_t completed() const { return completed_.load(std::memory_order_relaxed); }
   void Stop() { stop_.store(true, std::memory_order_relaxed); }
+  bool stopped() const { return stop_.load(std::memory_order_relaxed); }
 
   // Waits until no call is in flight (after Stop or max_calls); returns the
   // first failure.
@@ -351,6 +354,15 @@ absl::StatusOr<ThroughputResult> MeasureThroughput(const std::vector<EchoClient*
   // The completion threads carry the loops; this thread only starts them.
   for (auto& loop : loops) loop->Start();
   absl::SleepFor(absl::Seconds(FLAGS_warmup_seconds));
+  // The warm-up also lasts until every client finished a call (connection
+  // set-up, rendezvous pools growing), up to 10 s more; a failed loop has
+  // stopped and its error shows at Wait below.
+  const Clock::time_point warm_limit = Clock::now() + std::chrono::seconds(10);
+  for (auto& loop : loops) {
+    while (loop->completed() == 0 && !loop->stopped() && Clock::now() < warm_limit) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
   const uint64_t before = total();
   const Clock::time_point begin = Clock::now();
   absl::SleepFor(absl::Seconds(seconds));

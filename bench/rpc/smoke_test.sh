@@ -34,7 +34,7 @@ done
 timeout 40 "$bench" --mode=client --systems=rdmarpc --host=127.0.0.1 --port="$port" \
   --modes=latency,rate,bandwidth,budget --sizes=32 --latency_calls=25 --warmup_calls=2 \
   --rate_seconds=0.2 --warmup_seconds=0.05 --concurrency=4 \
-  --bandwidth_sizes=65536 --bandwidth_seconds=0.2 --bandwidth_concurrency=2 \
+  --bandwidth_sizes=65536 --bandwidth_seconds=0.3 --bandwidth_concurrency=2 \
   --budget_runs=32x1,32x4 --budget_calls=40 \
   --json_out="$dir/out.json" --plot_dir="$dir" >"$dir/client.log" 2>"$dir/client.err.log" \
   || fail "client failed"
