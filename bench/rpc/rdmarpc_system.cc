@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "echo_system.h"
+#include "bench/rpc/echo_system.h"
 #include "rdmarpc/rdmarpc.h"
 #include "rpc_bench.rdmarpc.pb.h"
 #include "runtime/transport/transport_stats.h"
