@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages rdmarpc needs, if any is missing.
 # Runs as root, or through sudo when not root. Only Debian's archive is used.
+#   install-deps.sh          what building and testing rdmarpc needs
+#   install-deps.sh --bench  that, plus the benchmark-only packages bench/run.sh
+#                            uses: the gRPC peer (libgrpc++-dev,
+#                            protobuf-compiler-grpc) and gnuplot-nox for plots
 set -euo pipefail
+
+bench=0
+for arg in "$@"; do
+  case "$arg" in
+    --bench) bench=1 ;;
+    *) echo "install-deps: unknown argument '$arg' (expected --bench)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   build-essential cmake pkg-config git
@@ -11,6 +23,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 procps
 )
+if ((bench)); then
+  packages+=(libgrpc++-dev protobuf-compiler-grpc gnuplot-nox)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

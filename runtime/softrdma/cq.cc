@@ -92,6 +92,8 @@ int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   }
   // Outside SoftCq::mu: nothing here needs it, and QPs are not ours to lock.
   for (const SlotRelease& r : freed) ReleaseSlots(r);
+  Stat().poll_cq_calls++;
+  if (n > 0) Stat().wc_polled += static_cast<uint64_t>(n);
   for (int i = 0; i < n; ++i) {
     if (wc[i].status == IBV_WC_REM_ACCESS_ERR) Stat().rem_access_errors++;
   }

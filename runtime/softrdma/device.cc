@@ -471,6 +471,9 @@ Stats GetStats() {
   s.reg_mr = c.reg_mr;
   s.max_send_bytes = c.max_send_bytes;
   s.rem_access_errors = c.rem_access_errors;
+  s.signaled_sends = c.signaled_sends;
+  s.wc_polled = c.wc_polled;
+  s.poll_cq_calls = c.poll_cq_calls;
   s.live_cm_ids = c.live_cm_ids;
   s.live_qps = c.live_qps;
   s.live_cqs = c.live_cqs;
@@ -495,6 +498,9 @@ void ResetStats() {
   c.reg_mr = 0;
   c.max_send_bytes = 0;
   c.rem_access_errors = 0;
+  c.signaled_sends = 0;
+  c.wc_polled = 0;
+  c.poll_cq_calls = 0;
 }
 
 namespace internal {

@@ -210,8 +210,9 @@ void ProcessSqHeadLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   MoveToErrorLocked(q);
 }
 
-void CountPosted(ibv_wr_opcode op, uint64_t bytes) {
+void CountPosted(ibv_wr_opcode op, uint64_t bytes, bool signaled) {
   Counters& c = Stat();
+  if (signaled) c.signaled_sends++;
   switch (op) {
     case IBV_WR_SEND:
       c.send++;
@@ -311,7 +312,7 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
   }
   if (q->state == IBV_QPS_ERR) {
     // Hardware accepts WRs on an errored QP and flushes them.
-    CountPosted(wr->opcode, total);
+    CountPosted(wr->opcode, total, w.signaled);
     CompleteSendLocked(q, w, IBV_WC_WR_FLUSH_ERR);
     return 0;
   }
@@ -400,7 +401,7 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
       }
     }
   }  // ScopedMrAccess
-  CountPosted(wr->opcode, total);
+  CountPosted(wr->opcode, total, w.signaled);
   const bool errored = w.local_error != IBV_WC_SUCCESS;
   const bool transmit = !errored && CanTransmitLocked(q);
   std::shared_ptr<const std::vector<uint8_t>> frame = w.frame;

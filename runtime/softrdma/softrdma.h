@@ -223,6 +223,9 @@ struct Stats {
   uint64_t reg_mr = 0;            // successful ibv_reg_mr calls
   uint64_t max_send_bytes = 0;    // largest SEND / SEND_WITH_IMM payload posted, in bytes
   uint64_t rem_access_errors = 0; // completions with IBV_WC_REM_ACCESS_ERR polled by this process
+  uint64_t signaled_sends = 0;    // send-queue WRs posted signalled (IBV_SEND_SIGNALED or sq_sig_all)
+  uint64_t wc_polled = 0;         // work completions returned by ibv_poll_cq
+  uint64_t poll_cq_calls = 0;     // ibv_poll_cq calls, empty ones included
   // Gauges: objects alive now (to check that nothing leaks).
   int64_t live_cm_ids = 0;
   int64_t live_qps = 0;

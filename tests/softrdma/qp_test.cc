@@ -591,6 +591,43 @@ TEST(Stats, CountWorkRequestsByOpcode) {
   EXPECT_EQ(s.rnr_retries, 0u);
 }
 
+// The counters bench/rpc_bench reads for the per-call verbs budget.
+TEST(SoftrdmaStats, CountsSignalledSendsAndPolledCompletions) {
+  ConnectedPair p;
+  ASSERT_TRUE(p.ok());
+  Buffer rbuf(p.server_pd, 256, kAll);
+  Buffer sbuf(p.client_pd, 256, kAll);
+  ASSERT_EQ(PostRecv(p.server->qp, 1, rbuf, 0, 64), 0);
+  ASSERT_EQ(PostRecv(p.server->qp, 2, rbuf, 64, 64), 0);
+  ResetStats();
+  ASSERT_EQ(PostSend(p.client->qp, IBV_WR_SEND, 10, sbuf, 0, 16), 0);  // signalled
+  ibv_sge sge{sbuf.addr() + 16, 16, sbuf.mr->lkey};
+  ibv_send_wr wr = {};
+  wr.wr_id = 11;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = 0;  // unsignalled: no CQE on the client
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(p.client->qp, &wr, &bad), 0);
+  ibv_wc wc;
+  ASSERT_TRUE(PollOne(p.server_cq, &wc));
+  ASSERT_TRUE(PollOne(p.server_cq, &wc));
+  EXPECT_EQ(wc.wr_id, 2u);
+  ASSERT_TRUE(PollOne(p.client_cq, &wc));
+  EXPECT_EQ(wc.wr_id, 10u);
+  Stats s = GetStats();
+  EXPECT_EQ(s.send, 2u);
+  EXPECT_EQ(s.signaled_sends, 1u);
+  EXPECT_EQ(s.wc_polled, 3u);
+  EXPECT_GE(s.poll_cq_calls, 3u);
+  // An empty poll counts as a call and polls nothing.
+  EXPECT_EQ(ibv_poll_cq(p.client_cq, 1, &wc), 0);
+  Stats after = GetStats();
+  EXPECT_EQ(after.poll_cq_calls, s.poll_cq_calls + 1);
+  EXPECT_EQ(after.wc_polled, 3u);
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace softrdma

@@ -1,0 +1,165 @@
+// Tests of rpc_bench's pure parts: flag parsing, percentiles, the JSON, the
+// table and the gnuplot data, on hand-made results with known values.
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "bench/rpc/parse.h"
+#include "bench/rpc/report.h"
+#include "bench/rpc/results.h"
+#include "bench/rpc/workloads.h"
+#include "gtest/gtest.h"
+
+namespace rdmarpc {
+namespace rpcbench {
+namespace {
+
+TEST(RpcBenchParse, BudgetRunsAndTheirErrors) {
+  absl::StatusOr<std::vector<BudgetRun>> runs = ParseBudgetRuns("32x1,1048576x8");
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  ASSERT_EQ(runs->size(), 2u);
+  EXPECT_EQ((*runs)[0].size_bytes, 32u);
+  EXPECT_EQ((*runs)[0].in_flight, 1);
+  EXPECT_EQ((*runs)[1].size_bytes, 1048576u);
+  EXPECT_EQ((*runs)[1].in_flight, 8);
+
+  absl::StatusOr<std::vector<BudgetRun>> zero = ParseBudgetRuns("32x0");
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(zero.status().message(), "--budget_runs: '32x0' needs SIZExIN_FLIGHT with IN_FLIGHT >= 1");
+  EXPECT_EQ(ParseBudgetRuns("32").status().message(), "--budget_runs: want SIZExIN_FLIGHT");
+  EXPECT_EQ(ParseBudgetRuns("").status().message(), "--budget_runs is empty");
+}
+
+TEST(RpcBenchParse, SizesAreBoundedByTheMessageLimit) {
+  absl::StatusOr<std::vector<size_t>> sizes = ParseSizes("sizes", "32,,4096");
+  ASSERT_TRUE(sizes.ok());
+  EXPECT_EQ(*sizes, (std::vector<size_t>{32, 4096}));
+  EXPECT_EQ(ParseSizes("sizes", "67108864").status().message(),
+            "--sizes: '67108864' is not a size in bytes from 0 to 67104768");
+  EXPECT_EQ(ParseSizes("sizes", "1k").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RpcBenchParse, ListRejectsUnknownItems) {
+  absl::StatusOr<std::vector<std::string>> modes =
+      ParseList("modes", "rate,latency", {"latency", "rate"});
+  ASSERT_TRUE(modes.ok());
+  EXPECT_EQ(*modes, (std::vector<std::string>{"rate", "latency"}));
+  EXPECT_EQ(ParseList("modes", "rate,speed", {"latency", "rate"}).status().message(),
+            "--modes: unknown 'speed', expected one of latency,rate");
+}
+
+TEST(RpcBenchWorkloads, PercentileIsNearestRank) {
+  std::vector<double> sorted;
+  for (int i = 1; i <= 1000; ++i) sorted.push_back(i);
+  EXPECT_EQ(Percentile(sorted, 0.50), 500);
+  EXPECT_EQ(Percentile(sorted, 0.99), 990);
+  EXPECT_EQ(Percentile(sorted, 0.999), 999);
+  EXPECT_EQ(Percentile(sorted, 1.0), 1000);
+  EXPECT_EQ(Percentile({7}, 0.999), 7);
+  EXPECT_EQ(Percentile({}, 0.5), 0);
+}
+
+TEST(RpcBenchWorkloads, RequestPayloadIsSizedAndNotConstant) {
+  EchoRequest request = MakeRequest(4096);
+  ASSERT_EQ(request.payload().size(), 4096u);
+  EXPECT_NE(request.payload()[0], request.payload()[8]);
+  EXPECT_EQ(MakeRequest(0).payload().size(), 0u);
+}
+
+// Two systems with known figures.
+std::vector<SystemResults> TwoSystems() {
+  SystemResults r;
+  r.system = "rdmarpc";
+  r.latency.push_back({32, 100, 10.0, 20.0, 40.0, 50.0, 12.5});
+  ThroughputResult rate;
+  rate.size_bytes = 32;
+  rate.in_flight_per_thread = 32;
+  rate.calls = 300000;
+  rate.seconds = 3;
+  rate.rpc_per_s = 100000;
+  rate.gb_per_s = 0.0064;
+  r.rate = rate;
+  BudgetResult budget;
+  budget.size_bytes = 32;
+  budget.calls = 100;
+  budget.client.send_with_imm = 100;
+  budget.client.post_send_calls = 100;
+  budget.client.signaled_sends = 5;
+  budget.client.recv = 100;
+  budget.client.post_recv_calls = 10;
+  budget.server = budget.client;
+  budget.server.payload_bytes_copied = 3400;
+  r.budget.push_back(budget);
+
+  SystemResults g;
+  g.system = "grpc";
+  g.latency.push_back({32, 100, 40.0, 80.0, 80.0, 100.0, 45.0});
+  rate.rpc_per_s = 25000;
+  g.rate = rate;
+  g.budget_note = "no verbs: gRPC runs over TCP sockets";
+  return {r, g};
+}
+
+TEST(RpcBenchReport, JsonHasUnitsRatiosAndBudgetPerCall) {
+  std::vector<SystemResults> all = TwoSystems();
+  std::string json = Json(all, Figures(all), "2026-11-30T07:00:00Z", "{\"host\": \"h\"}");
+  EXPECT_NE(json.find("\"time_utc\": \"2026-11-30T07:00:00Z\""), std::string::npos);
+  EXPECT_NE(json.find("\"config\": {\"host\": \"h\"},"), std::string::npos);
+  EXPECT_NE(json.find("{\"size_bytes\": 32, \"calls\": 100, \"p50_us\": 10, \"p99_us\": 20, "
+                      "\"p999_us\": 40, \"max_us\": 50, \"mean_us\": 12.5}"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"rpc_per_s\": 100000"), std::string::npos);
+  // Per call over both processes: 2 sends of 100 calls, 10 signalled.
+  EXPECT_NE(json.find("\"post_send_calls_per_call\": 2, \"post_send_calls_per_message\": 1, "
+                      "\"send_wrs_per_call\": 2, \"signaled_sends_per_call\": 0.1, "
+                      "\"send_wrs_per_signaled_send\": 20"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"recv_wrs_per_post_recv_call\": 10"), std::string::npos);
+  EXPECT_NE(json.find("\"payload_bytes_copied_per_call\": 34"), std::string::npos);
+  EXPECT_NE(json.find("\"budget_note\": \"no verbs: gRPC runs over TCP sockets\""),
+            std::string::npos);
+  // rdmarpc / gRPC.
+  EXPECT_NE(json.find("\"latency_32_B_p50\": 0.25,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"latency_32_B_p99\": 0.25,"), std::string::npos);
+  EXPECT_NE(json.find("\"latency_32_B_p999\": 0.5,"), std::string::npos);
+  EXPECT_NE(json.find("\"rate_rpc_per_s\": 4\n"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"ratio_of\": \"rdmarpc/grpc\""), std::string::npos);
+}
+
+TEST(RpcBenchReport, TableHasRatioColumnOnlyWithTwoSystems) {
+  std::vector<SystemResults> all = TwoSystems();
+  std::string table = FormatTable(all, Figures(all));
+  EXPECT_NE(table.find("rdmarpc/grpc"), std::string::npos);
+  EXPECT_NE(table.find("latency 32 B p50               us              10.00          40.00"
+                       "            0.250\n"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("grpc budget: no verbs"), std::string::npos);
+  all.pop_back();
+  std::string one = FormatTable(all, Figures(all));
+  EXPECT_EQ(one.find("rdmarpc/grpc"), std::string::npos);
+}
+
+TEST(RpcBenchReport, PlotDataMarksMissingValuesNaN) {
+  std::vector<SystemResults> all = TwoSystems();
+  all.pop_back();  // rdmarpc only
+  PlotData plot = MakePlotData(all);
+  EXPECT_EQ(plot.latency,
+            "# size_bytes rdmarpc_p50_us rdmarpc_p99_us grpc_p50_us grpc_p99_us\n"
+            "32 10 20 NaN NaN\n");
+  EXPECT_EQ(plot.rate, "# label rdmarpc_rpc_per_s grpc_rpc_per_s\n\"32 B x32\" 100000 NaN\n");
+  EXPECT_EQ(plot.bandwidth, "# label rdmarpc_gb_per_s grpc_gb_per_s\n");
+}
+
+TEST(RpcBenchReport, SizeLabels) {
+  EXPECT_EQ(SizeLabel(32), "32 B");
+  EXPECT_EQ(SizeLabel(4096), "4 KiB");
+  EXPECT_EQ(SizeLabel(16 << 20), "16 MiB");
+  EXPECT_EQ(SizeLabel(1000), "1000 B");
+}
+
+}  // namespace
+}  // namespace rpcbench
+}  // namespace rdmarpc

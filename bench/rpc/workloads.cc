@@ -1,0 +1,262 @@
+// workloads.cc: latency, closed-loop throughput and verbs budget
+// (workloads.h).
+#include "bench/rpc/workloads.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace rdmarpc {
+namespace rpcbench {
+
+EchoRequest MakeRequest(size_t size) {
+  EchoRequest request;
+  std::string payload(size, '\0');
+  // Not constant, so a reply from a shifted or stale buffer cannot match.
+  for (size_t i = 0; i < size; ++i) payload[i] = static_cast<char>((i * 131 + 7) >> 3);
+  request.set_payload(std::move(payload));
+  return request;
+}
+
+// Nearest-rank percentile of sorted samples, p in (0, 1].
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(sorted.size())));
+  return sorted[std::max<size_t>(rank, 1) - 1];
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+absl::StatusOr<LatencyResult> MeasureLatency(EchoClient& client, size_t size,
+                                             const LatencyOptions& options) {
+  EchoRequest request = MakeRequest(size);
+  EchoResponse response;
+  for (int64_t i = 0; i < options.warmup_calls; ++i) {
+    absl::Status status = client.Echo(request, &response);
+    if (!status.ok()) return status;
+  }
+  std::vector<double> samples_us;
+  samples_us.reserve(static_cast<size_t>(std::min<int64_t>(options.max_calls, 1 << 20)));
+  const Clock::time_point begin = Clock::now();
+  while (static_cast<int64_t>(samples_us.size()) < options.max_calls &&
+         (samples_us.empty() || SecondsSince(begin) < options.max_seconds)) {
+    response.Clear();
+    const Clock::time_point start = Clock::now();
+    absl::Status status = client.Echo(request, &response);
+    const Clock::time_point end = Clock::now();
+    if (!status.ok()) return status;
+    if (response.payload() != request.payload()) {
+      return absl::DataLossError(absl::StrCat("echo of ", size, " bytes came back as ",
+                                              response.payload().size(), " different bytes"));
+    }
+    samples_us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+  }
+  LatencyResult r;
+  r.size_bytes = size;
+  r.calls = samples_us.size();
+  double sum = 0;
+  for (double s : samples_us) sum += s;
+  std::sort(samples_us.begin(), samples_us.end());
+  r.p50_us = Percentile(samples_us, 0.50);
+  r.p99_us = Percentile(samples_us, 0.99);
+  r.p999_us = Percentile(samples_us, 0.999);
+  r.max_us = samples_us.back();
+  r.mean_us = sum / static_cast<double>(samples_us.size());
+  return r;
+}
+
+namespace {
+
+// Keeps `in_flight` calls of `size` bytes going on one client with the async
+// API: each completion starts the next call from the completion thread (a
+// closed loop), until Stop() or `max_calls` calls were started.
+class ClosedLoop {
+ public:
+  ClosedLoop(EchoClient* client, size_t size, int in_flight, uint64_t max_calls)
+      : client_(client), max_calls_(max_calls), slots_(static_cast<size_t>(in_flight)) {
+    for (Slot& slot : slots_) slot.request = MakeRequest(size);
+  }
+  // Waits for the last Done() to leave mu_ (as absl::Notification's
+  // destructor does): Wait() can return while it is still unlocking.
+  ~ClosedLoop() { absl::MutexLock lock(&mu_); }
+
+  void Start() {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (!Issue(i)) break;
+    }
+  }
+  uint64_t completed() const { return completed_.load(std::memory_order_relaxed); }
+  void Stop() { stop_.store(true, std::memory_order_relaxed); }
+  bool stopped() const { return stop_.load(std::memory_order_relaxed); }
+
+  // Waits until no call is in flight (after Stop or max_calls); returns the
+  // first failure.
+  absl::Status Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* in_flight) { return *in_flight == 0; }, &in_flight_));
+    return first_error_;
+  }
+
+ private:
+  struct Slot {
+    EchoRequest request;
+    EchoResponse response;
+  };
+
+  // Starts a call on slot i unless stopped or out of calls; false when not.
+  bool Issue(size_t i) {
+    if (stop_.load(std::memory_order_relaxed) ||
+        started_.fetch_add(1, std::memory_order_relaxed) >= max_calls_) {
+      return false;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      ++in_flight_;
+    }
+    slots_[i].response.Clear();
+    client_->AsyncEcho(slots_[i].request, &slots_[i].response,
+                       [this, i](absl::Status status) { Done(i, std::move(status)); });
+    return true;
+  }
+
+  void Done(size_t i, absl::Status status) {
+    if (status.ok() && slots_[i].response.payload().size() != slots_[i].request.payload().size()) {
+      status = absl::DataLossError(absl::StrCat("sent ", slots_[i].request.payload().size(),
+                                                " bytes, echo has ",
+                                                slots_[i].response.payload().size()));
+    }
+    if (status.ok()) {
+      completed_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      stop_.store(true, std::memory_order_relaxed);
+      absl::MutexLock lock(&mu_);
+      if (first_error_.ok()) first_error_ = status;
+    }
+    Issue(i);
+    absl::MutexLock lock(&mu_);
+    --in_flight_;
+  }
+
+  EchoClient* const client_;
+  const uint64_t max_calls_;
+  std::vector<Slot> slots_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> started_{0};
+  std::atomic<uint64_t> completed_{0};
+  absl::Mutex mu_;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status first_error_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<ThroughputResult> MeasureThroughput(const std::vector<EchoClient*>& clients,
+                                                   size_t size, int in_flight, double seconds,
+                                                   double warmup_seconds) {
+  std::vector<std::unique_ptr<ClosedLoop>> loops;
+  for (EchoClient* client : clients) {
+    loops.push_back(std::make_unique<ClosedLoop>(client, size, in_flight,
+                                                 std::numeric_limits<uint64_t>::max()));
+  }
+  auto total = [&loops] {
+    uint64_t n = 0;
+    for (auto& loop : loops) n += loop->completed();
+    return n;
+  };
+  // The completion threads carry the loops; this thread only starts them.
+  for (auto& loop : loops) loop->Start();
+  absl::SleepFor(absl::Seconds(warmup_seconds));
+  // The warm-up also lasts until every client finished a call (connection
+  // set-up, rendezvous pools growing), up to 10 s more; a failed loop has
+  // stopped and its error shows at Wait below.
+  const Clock::time_point warm_limit = Clock::now() + std::chrono::seconds(10);
+  for (auto& loop : loops) {
+    while (loop->completed() == 0 && !loop->stopped() && Clock::now() < warm_limit) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
+  const uint64_t before = total();
+  const Clock::time_point begin = Clock::now();
+  absl::SleepFor(absl::Seconds(seconds));
+  const uint64_t after = total();
+  const double elapsed = SecondsSince(begin);
+  absl::Status status;
+  for (auto& loop : loops) loop->Stop();
+  for (auto& loop : loops) {
+    absl::Status s = loop->Wait();
+    if (status.ok()) status = s;
+  }
+  if (!status.ok()) return status;
+  ThroughputResult r;
+  r.size_bytes = size;
+  r.threads = static_cast<int>(clients.size());
+  r.in_flight_per_thread = in_flight;
+  r.calls = after - before;
+  r.seconds = elapsed;
+  r.rpc_per_s = static_cast<double>(r.calls) / elapsed;
+  r.gb_per_s = r.rpc_per_s * 2.0 * static_cast<double>(size) / 1e9;
+  return r;
+}
+
+absl::StatusOr<BudgetResult> MeasureBudget(EchoClient& client, const BudgetRun& run,
+                                           uint64_t calls) {
+  // Warm up first, so connection set-up and pool growth are not counted.
+  {
+    EchoRequest request = MakeRequest(run.size_bytes);
+    EchoResponse response;
+    for (int i = 0; i < 10; ++i) {
+      absl::Status status = client.Echo(request, &response);
+      if (!status.ok()) return status;
+    }
+  }
+  absl::StatusOr<VerbsCounters> server_before = client.ServerCounters();
+  if (!server_before.ok()) return server_before.status();
+  const VerbsCounters client_before = LocalCounters();
+  if (run.in_flight == 1) {
+    EchoRequest request = MakeRequest(run.size_bytes);
+    EchoResponse response;
+    for (uint64_t i = 0; i < calls; ++i) {
+      absl::Status status = client.Echo(request, &response);
+      if (!status.ok()) return status;
+    }
+  } else {
+    ClosedLoop loop(&client, run.size_bytes, run.in_flight, calls);
+    loop.Start();
+    absl::Status status = loop.Wait();
+    if (!status.ok()) return status;
+  }
+  const VerbsCounters client_after = LocalCounters();
+  absl::StatusOr<VerbsCounters> server_after = client.ServerCounters();
+  if (!server_after.ok()) return server_after.status();
+  BudgetResult r;
+  r.size_bytes = run.size_bytes;
+  r.in_flight = run.in_flight;
+  r.calls = calls;
+  r.client = client_after - client_before;
+  r.server = *server_after - *server_before;
+  return r;
+}
+
+}  // namespace rpcbench
+}  // namespace rdmarpc

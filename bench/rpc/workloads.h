@@ -1,0 +1,56 @@
+// workloads.h: the four things rpc_bench measures on an EchoClient. Each
+// runs on the calling thread (the closed loops run on the system's
+// completion threads) and returns the client's first failed call status, or
+// DATA_LOSS when an echo does not match what was sent.
+#ifndef RDMARPC_BENCH_RPC_WORKLOADS_H_
+#define RDMARPC_BENCH_RPC_WORKLOADS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/rpc/echo_system.h"
+#include "bench/rpc/results.h"
+
+namespace rdmarpc {
+namespace rpcbench {
+
+// A request of `size` payload bytes, not all equal (so a reply from a
+// shifted or stale buffer cannot match).
+EchoRequest MakeRequest(size_t size);
+
+// Nearest-rank percentile of ascending `sorted`, p in (0, 1]; 0 when empty.
+double Percentile(const std::vector<double>& sorted, double p);
+
+struct LatencyOptions {
+  int64_t warmup_calls = 20;  // untimed calls first (connect, pools)
+  int64_t max_calls = 10000;  // timed calls at most
+  double max_seconds = 2.0;   // stop after this long (at least one call)
+};
+
+// One blocking call at a time of `size` bytes; each echo compared byte for
+// byte outside the timed part. Latencies in µs.
+absl::StatusOr<LatencyResult> MeasureLatency(EchoClient& client, size_t size,
+                                             const LatencyOptions& options);
+
+// Each of `clients` keeps `in_flight` calls of `size` bytes going with the
+// async API, each completion starting the next call (closed loop).
+// Completions are counted over `seconds`, after `warmup_seconds` and after
+// every client has finished a call (up to 10 s more).
+absl::StatusOr<ThroughputResult> MeasureThroughput(const std::vector<EchoClient*>& clients,
+                                                   size_t size, int in_flight, double seconds,
+                                                   double warmup_seconds);
+
+// `calls` calls of run.size_bytes with run.in_flight in flight (blocking
+// calls when 1), after 10 untimed ones; the verbs counters of this process
+// and of the server (EchoClient::ServerCounters) are read just before and
+// after. The second GetStats call adds one request/response to the window.
+// UNIMPLEMENTED for a system without counters.
+absl::StatusOr<BudgetResult> MeasureBudget(EchoClient& client, const BudgetRun& run,
+                                           uint64_t calls);
+
+}  // namespace rpcbench
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_BENCH_RPC_WORKLOADS_H_
