@@ -323,7 +323,7 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
       w.local_error = RunLocalOpLocked(q, wr);
       if (bind_verb && w.local_error != IBV_WC_SUCCESS) return EINVAL;
     }
-    CountPosted(wr->opcode, 0);
+    CountPosted(wr->opcode, 0, w.signaled);
     q->sq.push_back(std::move(w));
     if (q->sq.back().local_error != IBV_WC_SUCCESS) q->sq_blocked = true;
     ProcessSqHeadLocked(q);
