@@ -89,6 +89,7 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots) {
     } else {
       const size_t at = (c->head + c->count) % c->ring.size();
       c->ring[at] = wc;
+      RecordCqe(wc);  // faults.h: TakeErrorCqes
       c->release[at] = std::move(slots);
       c->visible_at[at] = delay_ns > 0 ? absl::GetCurrentTimeNanos() + delay_ns : 0;
       ++c->count;

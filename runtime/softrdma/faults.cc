@@ -8,7 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <deque>
 #include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "softrdma/faults.h"
 #include "softrdma/faults_internal.h"
@@ -41,6 +45,9 @@ struct Knobs {
   // Memlock cap; UINT64_MAX = none.
   std::atomic<uint64_t> memlock_cap{UINT64_MAX};
   std::atomic<uint64_t> pinned{0};
+  std::atomic<uint64_t> acks_behind_requests{0};
+  absl::Mutex cqe_mu;
+  std::deque<ErrorCqe> error_cqes ABSL_GUARDED_BY(cqe_mu);
   // The soft RLIMIT_MEMLOCK before SetMemlockLimit lowered it.
   std::mutex rlimit_mu;
   bool rlimit_saved = false;
@@ -273,6 +280,21 @@ bool PinPages(const void* addr, size_t length, uint64_t* pinned) {
 
 void UnpinPages(uint64_t pinned) { K().pinned.fetch_sub(pinned); }
 
+void RecordErrorCqe(const ibv_wc& wc) {
+  constexpr size_t kKeep = 65536;
+  ErrorCqe e;
+  e.qp_num = wc.qp_num;
+  e.wr_id = wc.wr_id;
+  e.status = wc.status;
+  e.recv = (wc.opcode & IBV_WC_RECV) != 0;
+  Knobs& k = K();
+  absl::MutexLock l(&k.cqe_mu);
+  if (k.error_cqes.size() == kKeep) k.error_cqes.pop_front();
+  k.error_cqes.push_back(e);
+}
+
+void CountAckBehindRequest() { K().acks_behind_requests++; }
+
 }  // namespace internal
 
 void FailNext(FaultOp op, int count, int err) {
@@ -332,6 +354,18 @@ void ResetFaults() {
   RecvBeforeSend(false);
   VanishAfterWrs(0);
   internal::ClearMemlock();
+  internal::K().acks_behind_requests = 0;
+  TakeErrorCqes();
 }
+
+std::vector<ErrorCqe> TakeErrorCqes() {
+  internal::Knobs& k = internal::K();
+  absl::MutexLock l(&k.cqe_mu);
+  std::vector<ErrorCqe> out(k.error_cqes.begin(), k.error_cqes.end());
+  k.error_cqes.clear();
+  return out;
+}
+
+uint64_t AcksSentBehindRequests() { return internal::K().acks_behind_requests.load(); }
 
 }  // namespace softrdma

@@ -45,6 +45,7 @@
 #include <rdma/rdma_cma.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace softrdma {
 
@@ -138,6 +139,23 @@ void VanishAfterWrs(uint64_t n);
 // Turns every knob above off (and restores RLIMIT_MEMLOCK). Does not affect
 // connections already dropped or vanished.
 void ResetFaults();
+
+// ---- observing the outcome ---------------------------------------------------
+// Every CQE with a status other than IBV_WC_SUCCESS that the device makes is
+// recorded (the latest 65536), so a test can check what a fault did to the
+// QPs inside a library it does not control (e.g. that a QP flushed exactly 8
+// WRITEs). Cleared by ResetFaults and TakeErrorCqes.
+struct ErrorCqe {
+  uint32_t qp_num = 0;
+  uint64_t wr_id = 0;
+  ibv_wc_status status = IBV_WC_SUCCESS;
+  bool recv = false;  // a receive-queue CQE (opcode & IBV_WC_RECV)
+};
+// The error CQEs recorded so far, in the order they were made; clears them.
+std::vector<ErrorCqe> TakeErrorCqes();
+// ACKs that RecvBeforeSend held back and sent behind a request of the
+// responder (so the reorder really happened), since the last ResetFaults.
+uint64_t AcksSentBehindRequests();
 
 }  // namespace softrdma
 

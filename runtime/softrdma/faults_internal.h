@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <infiniband/verbs.h>
+
 #include "softrdma/faults.h"
 
 namespace softrdma {
@@ -35,6 +37,15 @@ bool AckHoldEnabled(uint32_t* max_hold_micros);
 // to give back with UnpinPages when the MR goes.
 bool PinPages(const void* addr, size_t length, uint64_t* pinned);
 void UnpinPages(uint64_t pinned);
+
+// Records a CQE the device made (only errors are kept).
+inline void RecordCqe(const ibv_wc& wc);
+void RecordErrorCqe(const ibv_wc& wc);
+inline void RecordCqe(const ibv_wc& wc) {
+  if (wc.status != IBV_WC_SUCCESS) RecordErrorCqe(wc);
+}
+// RecvBeforeSend: a held ACK went out behind a request.
+void CountAckBehindRequest();
 
 }  // namespace internal
 }  // namespace softrdma

@@ -383,6 +383,7 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
     if (CountPostedSendForVanish()) q->conn->Vanish();  // VanishAfterWrs fired
     q->conn->Send(std::move(frame));
     // A held ACK rides behind our own request, as a NIC piggybacks it.
+    if (q->ack_held) CountAckBehindRequest();
     FlushHeldAckLocked(q);
     ArmAckTimerLocked(q);
   }

@@ -379,6 +379,9 @@ TEST_F(Faults, RecvBeforeSendShowsTheReplyBeforeTheRequestCompletes) {
     EXPECT_EQ(wc.wr_id, static_cast<uint64_t>(300 + round));
     EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   }
+  // Each round's request ACK rode behind its reply; the client's ACKs of the
+  // replies went at the end of their hold (the test waited for them).
+  EXPECT_EQ(AcksSentBehindRequests(), 3u);
 }
 
 // Without a reply, a held ACK still goes after max_hold_micros.
@@ -449,6 +452,7 @@ TEST_F(Faults, VanishedPeerEndsSendsThroughTheTransportTimeout) {
   Buffer sbuf(p.server_pd, 4096, kAll);
   Buffer cbuf(p.client_pd, 4096, kAll);
   for (int i = 0; i < 4; ++i) ASSERT_EQ(PostRecv(p.server->qp, 100 + i, sbuf, 0, 512), 0);
+  TakeErrorCqes();
   ibv_qp_attr a{};
   a.timeout = 10;
   a.retry_cnt = 3;
@@ -470,6 +474,15 @@ TEST_F(Faults, VanishedPeerEndsSendsThroughTheTransportTimeout) {
   EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR);
   ASSERT_EQ(query_qp(p.client->qp, &q, IBV_QP_STATE, &qi), 0);
   EXPECT_EQ(q.qp_state, IBV_QPS_ERR);
+  // The device's record of error CQEs says the same.
+  std::vector<ErrorCqe> errs = TakeErrorCqes();
+  ASSERT_EQ(errs.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(errs[i].qp_num, p.client->qp->qp_num);
+    EXPECT_EQ(errs[i].wr_id, static_cast<uint64_t>(i + 1));
+    EXPECT_FALSE(errs[i].recv);
+    EXPECT_EQ(errs[i].status, i == 0 ? IBV_WC_RETRY_EXC_ERR : IBV_WC_WR_FLUSH_ERR);
+  }
   // Nothing reached the server; no side saw a disconnect.
   ibv_wc wc;
   EXPECT_EQ(ibv_poll_cq(p.server_cq, 1, &wc), 0);
