@@ -166,6 +166,10 @@ int ReqNotifyCq(ibv_cq* cq, int /*solicited_only*/) {
   if (int err = 0; TakeInjectedFailure(FaultOp::kReqNotifyCq, &err)) return err;
   SoftCq* c = ToSoft(cq);
   absl::MutexLock l(&c->mu);
+  if (!c->ever_armed) {
+    if (int err = 0; TakeInjectedFailure(FaultOp::kArmNewCq, &err)) return err;
+    c->ever_armed = true;
+  }
   if (c->armed) return 0;
   c->armed = true;
   // CQEs made before the arm but still invisible (DelayCompletions) fire the

@@ -22,10 +22,11 @@ namespace softrdma {
 namespace internal {
 namespace {
 
-constexpr int kNumOps = 5;
+constexpr int kNumOps = 6;
 constexpr uint64_t kPageBytes = 4096;
 
 struct FailKnob {
+  std::atomic<int> after{0};  // calls still let through first
   std::atomic<int> count{0};
   std::atomic<int> err{0};
 };
@@ -107,9 +108,11 @@ bool ParseErrno(const char* s, int* out) {
   return true;
 }
 
-void SetFail(FaultOp op, int count, int err) {
+void SetFail(FaultOp op, int count, int err, int after) {
   FailKnob& f = K().fail[static_cast<int>(op)];
+  f.count = 0;  // disarmed while the others change
   f.err = err;
+  f.after = after < 0 ? 0 : after;
   f.count = count < 0 ? 0 : count;
 }
 
@@ -151,18 +154,27 @@ void LoadFromEnv() {
                 {"SOFTRDMA_FAULT_FAIL_REG_MR", FaultOp::kRegMr},
                 {"SOFTRDMA_FAULT_FAIL_CREATE_CQ", FaultOp::kCreateCq},
                 {"SOFTRDMA_FAULT_FAIL_REQ_NOTIFY_CQ", FaultOp::kReqNotifyCq},
-                {"SOFTRDMA_FAULT_FAIL_CREATE_QP", FaultOp::kCreateQp}};
+                {"SOFTRDMA_FAULT_FAIL_CREATE_QP", FaultOp::kCreateQp},
+                {"SOFTRDMA_FAULT_FAIL_ARM_NEW_CQ", FaultOp::kArmNewCq}};
   for (const auto& f : kFails) {
     const char* v = std::getenv(f.name);
     if (v == nullptr) continue;
-    const char* colon = std::strchr(v, ':');
+    // count:errno[:after]
+    const std::string text(v);
+    const size_t c1 = text.find(':');
+    const size_t c2 = c1 == std::string::npos ? c1 : text.find(':', c1 + 1);
     uint64_t count = 0;
+    uint64_t after = 0;
     int err = 0;
-    if (colon == nullptr || !ParseErrno(colon + 1, &err) ||
-        !ParseU64(std::string(v, colon).c_str(), false, &count) || count > INT32_MAX) {
-      BadEnv(f.name, v, "count:errno, e.g. 1:ENOMEM or 1:12");
+    const std::string err_text =
+        c1 == std::string::npos ? "" : text.substr(c1 + 1, c2 == std::string::npos ? c2 : c2 - c1 - 1);
+    if (c1 == std::string::npos || !ParseU64(text.substr(0, c1).c_str(), false, &count) ||
+        count > INT32_MAX || !ParseErrno(err_text.c_str(), &err) ||
+        (c2 != std::string::npos &&
+         (!ParseU64(text.substr(c2 + 1).c_str(), false, &after) || after > INT32_MAX))) {
+      BadEnv(f.name, v, "count:errno[:after], e.g. 1:ENOMEM, 1:12 or 2:ENOMEM:1");
     }
-    SetFail(f.op, static_cast<int>(count), err);
+    SetFail(f.op, static_cast<int>(count), err, static_cast<int>(after));
   }
   auto number = [](const char* name, bool sizes, std::atomic<uint64_t>* knob) {
     const char* v = std::getenv(name);
@@ -221,6 +233,10 @@ bool CrossedOnce(std::atomic<uint64_t>& threshold, std::atomic<uint64_t>& counte
 bool TakeInjectedFailure(FaultOp op, int* err) {
   EnsureLoaded();
   FailKnob& f = K().fail[static_cast<int>(op)];
+  if (f.count.load(std::memory_order_relaxed) == 0) return false;
+  for (int pass = f.after.load(); pass > 0;) {
+    if (f.after.compare_exchange_weak(pass, pass - 1)) return false;  // let this one through
+  }
   for (int left = f.count.load(std::memory_order_relaxed); left > 0;) {
     if (f.count.compare_exchange_weak(left, left - 1)) {
       *err = f.err.load();
@@ -297,9 +313,9 @@ void CountAckBehindRequest() { K().acks_behind_requests++; }
 
 }  // namespace internal
 
-void FailNext(FaultOp op, int count, int err) {
+void FailNext(FaultOp op, int count, int err, int after) {
   internal::EnsureLoaded();
-  internal::SetFail(op, count, err);
+  internal::SetFail(op, count, err, after);
 }
 
 void FailNextRegMr(int count, int err) { FailNext(FaultOp::kRegMr, count, err); }
@@ -347,7 +363,7 @@ void VanishAfterWrs(uint64_t n) {
 
 void ResetFaults() {
   internal::EnsureLoaded();
-  for (int i = 0; i < internal::kNumOps; ++i) internal::SetFail(static_cast<FaultOp>(i), 0, 0);
+  for (int i = 0; i < internal::kNumOps; ++i) internal::SetFail(static_cast<FaultOp>(i), 0, 0, 0);
   DropAfterWrs(0);
   DropAfterBytes(0);
   DelayCompletions(0);

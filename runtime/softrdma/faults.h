@@ -23,14 +23,16 @@
 // aborts the process: a fault test that silently ran without its fault would
 // pass for the wrong reason.
 //
-//   SOFTRDMA_FAULT_FAIL_ALLOC_PD=count:errno      FailNext(kAllocPd, ...)
-//   SOFTRDMA_FAULT_FAIL_REG_MR=count:errno        FailNext(kRegMr, ...)
-//   SOFTRDMA_FAULT_FAIL_CREATE_CQ=count:errno     FailNext(kCreateCq, ...)
-//   SOFTRDMA_FAULT_FAIL_REQ_NOTIFY_CQ=count:errno FailNext(kReqNotifyCq, ...)
-//   SOFTRDMA_FAULT_FAIL_CREATE_QP=count:errno     FailNext(kCreateQp, ...)
-//       count: decimal >= 0; errno: decimal (12) or a name (ENOMEM, EINVAL,
-//       EPERM, ENOSPC, EAGAIN, EBUSY, ENODEV, EIO, EFAULT, EACCES,
-//       EOPNOTSUPP), e.g. SOFTRDMA_FAULT_FAIL_REG_MR=2:ENOMEM.
+//   SOFTRDMA_FAULT_FAIL_ALLOC_PD=count:errno[:after]      FailNext(kAllocPd, ...)
+//   SOFTRDMA_FAULT_FAIL_REG_MR=count:errno[:after]        FailNext(kRegMr, ...)
+//   SOFTRDMA_FAULT_FAIL_CREATE_CQ=count:errno[:after]     FailNext(kCreateCq, ...)
+//   SOFTRDMA_FAULT_FAIL_REQ_NOTIFY_CQ=count:errno[:after] FailNext(kReqNotifyCq, ...)
+//   SOFTRDMA_FAULT_FAIL_CREATE_QP=count:errno[:after]     FailNext(kCreateQp, ...)
+//   SOFTRDMA_FAULT_FAIL_ARM_NEW_CQ=count:errno[:after]    FailNext(kArmNewCq, ...)
+//       count, after: decimal >= 0 (after defaults to 0); errno: decimal
+//       (12) or a name (ENOMEM, EINVAL, EPERM, ENOSPC, EAGAIN, EBUSY, ENODEV,
+//       EIO, EFAULT, EACCES, EOPNOTSUPP), e.g. SOFTRDMA_FAULT_FAIL_REG_MR=2:ENOMEM
+//       or SOFTRDMA_FAULT_FAIL_CREATE_QP=1:ENOMEM:1.
 //   SOFTRDMA_FAULT_DROP_AFTER_WRS=N               DropAfterWrs(N)
 //   SOFTRDMA_FAULT_DROP_AFTER_BYTES=N             DropAfterBytes(N)
 //   SOFTRDMA_FAULT_DELAY_COMPLETION_US=D          DelayCompletions(D)
@@ -56,12 +58,16 @@ enum class FaultOp {
   kCreateCq,     // ibv_create_cq: returns NULL, errno set
   kReqNotifyCq,  // ibv_req_notify_cq: returns the errno value (as rdma-core)
   kCreateQp,     // ibv_create_qp and rdma_create_qp: NULL / -1, errno set
+  kArmNewCq,     // only the FIRST ibv_req_notify_cq of each CQ (its set-up
+                 // arm); re-arms of a CQ in use neither fail nor count
 };
 
-// The next `count` calls of `op` (any thread, any object) fail with errno
-// `err` before touching anything, so they leave no object behind. count 0
-// clears the knob for `op`.
-void FailNext(FaultOp op, int count, int err);
+// After `after` more calls of `op` succeed, the next `count` calls (any
+// thread, any object) fail with errno `err` before touching anything, so they
+// leave no object behind. `after` lets a test reach past the calls another
+// party makes first (e.g. fail a server's QP when the client makes its own
+// QP first). count 0 clears the knob for `op`.
+void FailNext(FaultOp op, int count, int err, int after = 0);
 
 // Same as FailNext(FaultOp::kRegMr, count, err) (e.g. ENOMEM, as when
 // RLIMIT_MEMLOCK is exhausted).

@@ -160,6 +160,7 @@ struct SoftCq {
   // absl::GetCurrentTimeNanos() units; 0 = at once.
   std::vector<int64_t> visible_at ABSL_GUARDED_BY(mu);
   uint64_t serial = 0;  // names the CQ to the delayed-event timers
+  bool ever_armed ABSL_GUARDED_BY(mu) = false;  // for FaultOp::kArmNewCq
 };
 inline SoftCq* ToSoft(ibv_cq* c) { return reinterpret_cast<SoftCq*>(c); }
 

@@ -179,6 +179,22 @@ TEST_F(Faults, FailNextEachVerbFailsExactlyCountTimesAndLeavesNothing) {
   EXPECT_EQ(destroy_cq(cq), 0);
 }
 
+TEST_F(Faults, FailNextAfterLetsThatManyCallsThroughFirst) {
+  Device d;
+  FailNext(FaultOp::kCreateCq, 2, ENOMEM, /*after=*/1);
+  ibv_cq* first = create_cq(d.ctx, 4, nullptr, nullptr, 0);
+  ASSERT_NE(first, nullptr);
+  for (int i = 0; i < 2; ++i) {
+    errno = 0;
+    EXPECT_EQ(create_cq(d.ctx, 4, nullptr, nullptr, 0), nullptr);
+    EXPECT_EQ(errno, ENOMEM);
+  }
+  ibv_cq* last = create_cq(d.ctx, 4, nullptr, nullptr, 0);
+  ASSERT_NE(last, nullptr);
+  EXPECT_EQ(destroy_cq(first), 0);
+  EXPECT_EQ(destroy_cq(last), 0);
+}
+
 TEST_F(Faults, FailNextCountZeroClears) {
   Device d;
   std::vector<char> mem(4096);
@@ -589,7 +605,7 @@ TEST(FaultsEnv, VariablesSetTheKnobsAtFirstUse) {
       "FailAndMemlock",
       {"SOFTRDMA_FAULT_FAIL_REG_MR=2:ENOMEM", "SOFTRDMA_FAULT_FAIL_ALLOC_PD=1:13",
        "SOFTRDMA_FAULT_FAIL_CREATE_CQ=1:EINVAL", "SOFTRDMA_FAULT_FAIL_REQ_NOTIFY_CQ=1:EIO",
-       "SOFTRDMA_FAULT_FAIL_CREATE_QP=1:ENOSPC", "SOFTRDMA_FAULT_MEMLOCK_BYTES=64K"});
+       "SOFTRDMA_FAULT_FAIL_CREATE_QP=1:ENOSPC:1", "SOFTRDMA_FAULT_MEMLOCK_BYTES=64K"});
   ASSERT_TRUE(WIFEXITED(st)) << "status " << st;
   EXPECT_EQ(WEXITSTATUS(st), 0);
 }
@@ -645,9 +661,12 @@ TEST_F(FaultsEnvChild, FailAndMemlock) {
   qa.recv_cq = cq;
   qa.cap.max_send_wr = 1;
   qa.cap.max_recv_wr = 1;
+  ibv_qp* qp = create_qp(pd, &qa);  // ":1": the first goes through
+  ASSERT_NE(qp, nullptr);
   errno = 0;
   EXPECT_EQ(create_qp(pd, &qa), nullptr);
   EXPECT_EQ(errno, ENOSPC);
+  EXPECT_EQ(destroy_qp(qp), 0);
   // 64 KiB cap: 64 KiB fits, a page more does not.
   rlimit lim{};
   ASSERT_EQ(::getrlimit(RLIMIT_MEMLOCK, &lim), 0);
