@@ -229,6 +229,9 @@ class Connection final : public CmEventHandler {
   void OnEstablished(const std::string& private_data);
   void Destroy();
   void MaybeFinishClose();
+  // Close: posts a signalled marker WR whose flush retires every send before
+  // it, so teardown need not wait kFlushWait for CQEs that never come.
+  void PostDrainMarker();
 
   // Sending (eager.cc).
   size_t EagerLimit() const;

@@ -1,7 +1,8 @@
 // connection_failure_test.cc: a Connection whose peer vanishes with RDMA
 // WRITEs in flight, and a disconnect with receives posted — each with the
 // exact completions the device must report (softrdma::TakeErrorCqes) and the
-// outcome for the calls.
+// outcome for the calls. A closing connection also posts one signalled drain
+// marker (Connection::PostDrainMarker), flushed like the rest.
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -215,19 +216,29 @@ TEST(ConnectionFailure, PeerVanishesWithEightWritesInFlight) {
       EXPECT_EQ(sinks[i].status.code(), absl::StatusCode::kUnavailable) << sinks[i].status;
       EXPECT_LT(sinks[i].at - start, absl::Seconds(5)) << "call " << i << " outlived its deadline";
     }
+    // The client's Close ran on its engine thread; let it finish.
+    absl::Notification closed;
+    engine.Post([&] { closed.Notify(); });
+    closed.WaitForNotification();
     // The server's eight WRITE_WITH_IMMs: one retry-exceeded, seven flushed.
     const std::vector<softrdma::ErrorCqe> all = softrdma::TakeErrorCqes();
+    // Then the drain marker the closing connection posts (a 9th, flushed).
     const auto writes = ErrorsOf(all, server.vanished_qp_num_, /*recv=*/false);
-    ASSERT_EQ(writes.size(), 8u);
+    ASSERT_EQ(writes.size(), 9u);
     EXPECT_EQ(writes[0].status, IBV_WC_RETRY_EXC_ERR);
-    for (int i = 1; i < 8; ++i) {
+    for (int i = 1; i < 9; ++i) {
       EXPECT_EQ(writes[i].status, IBV_WC_WR_FLUSH_ERR) << i;
       EXPECT_EQ(writes[i].wr_id, writes[0].wr_id + i);
     }
-    // Its 64 receives flushed too; the client had nothing in flight to fail.
+    // Its 64 receives flushed too. The client had no send in flight: its
+    // only send CQE is its own drain marker (its 9 requests went unsignalled).
     const auto server_recvs = ErrorsOf(all, server.vanished_qp_num_, /*recv=*/true);
     EXPECT_EQ(server_recvs.size(), 64u);
-    EXPECT_TRUE(ErrorsOf(all, client_qp_num, /*recv=*/false).empty());
+    const auto client_sends = ErrorsOf(all, client_qp_num, /*recv=*/false);
+    ASSERT_EQ(client_sends.size(), 1u);
+    EXPECT_EQ(client_sends[0].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(client_sends[0].wr_id, 9u);
+    EXPECT_EQ(ErrorsOf(all, client_qp_num, /*recv=*/true).size(), 64u);
     ASSERT_EQ(server.closed().size(), 1u);
     EXPECT_NE(server.closed()[0].message().find("transport retry counter exceeded"),
               std::string::npos)
@@ -334,7 +345,17 @@ TEST(ConnectionFailure, DisconnectWithFourReceivesPostedFlushesFourAndTearsDown)
     }
   }
   EXPECT_EQ(client_flushes, 4u);
-  EXPECT_EQ(all.size(), 8u) << "no send was in flight on either side";
+  // No send was in flight on either side: the only send CQEs are the drain
+  // markers each closing connection posts (one flushed marker per QP).
+  size_t send_flushes = 0;
+  for (const auto& e : all) {
+    if (!e.recv) {
+      EXPECT_EQ(e.status, IBV_WC_WR_FLUSH_ERR);
+      ++send_flushes;
+    }
+  }
+  EXPECT_EQ(send_flushes, 2u);
+  EXPECT_EQ(all.size(), 10u);
   engine.Stop();
 }
 
