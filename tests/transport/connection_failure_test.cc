@@ -274,6 +274,89 @@ TEST(ConnectionFailure, PeerVanishesWithEightWritesInFlight) {
   }
 }
 
+// The other side of failure 1: the SERVER vanishes (crashed host: no ACK, no
+// FIN) under eight calls whose requests the client has just posted. The
+// client's QP gives up through the transport timeout: its head request SEND
+// completes with IBV_WC_RETRY_EXC_ERR, the seven behind it flush (then the
+// closing connection's drain marker); every call fails UNAVAILABLE within
+// its 5 s deadline naming the cause, and the pool's next call succeeds on a
+// new connection.
+TEST(ConnectionFailure, ServerVanishesUnderEightRequestsInFlight) {
+  Server server(/*recv_depth=*/64);
+  const int port = server.Start();
+  Engine engine("cli");
+  ASSERT_TRUE(engine.Start().ok());
+  DeviceResources device(64 << 20, 64 << 20);
+  {
+    ConnectionPool pool(Loopback(port), "test-server", 1, {&engine}, &device, ConnectionOptions());
+    Sink warm;
+    engine.Post([&] {
+      absl::StatusOr<Connection*> c = pool.Get(0);
+      ASSERT_TRUE(c.ok()) << c.status();
+      OutgoingRequest r;
+      r.method = "/t.S/M";
+      r.payload = "warm";
+      (*c)->StartCall(std::move(r), &warm);
+    });
+    ASSERT_TRUE(warm.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    ASSERT_TRUE(warm.status.ok()) << warm.status;
+    softrdma::TakeErrorCqes();
+
+    constexpr int kCalls = 8;
+    Sink sinks[kCalls];
+    uint32_t client_qp_num = 0;
+    const absl::Time start = absl::Now();
+    engine.Post([&] {
+      absl::StatusOr<Connection*> c = pool.Get(0);
+      ASSERT_TRUE(c.ok()) << c.status();
+      client_qp_num = (*c)->cm_id()->qp->qp_num;
+      EXPECT_EQ(softrdma::VanishPeer((*c)->cm_id()), 0);
+      for (int i = 0; i < kCalls; ++i) {
+        OutgoingRequest r;
+        r.method = "/t.S/M";
+        r.payload = std::string(100, static_cast<char>('a' + i));
+        r.timeout_us = 5'000'000;
+        (*c)->StartCall(std::move(r), &sinks[i]);
+      }
+    });
+    for (int i = 0; i < kCalls; ++i) {
+      ASSERT_TRUE(sinks[i].done.WaitForNotificationWithTimeout(absl::Seconds(10))) << i;
+      EXPECT_EQ(sinks[i].status.code(), absl::StatusCode::kUnavailable) << sinks[i].status;
+      EXPECT_NE(sinks[i].status.message().find("transport retry counter exceeded"),
+                std::string::npos)
+          << sinks[i].status;
+      EXPECT_LT(sinks[i].at - start, absl::Seconds(5)) << "call " << i << " outlived its deadline";
+    }
+    absl::Notification closed;
+    engine.Post([&] { closed.Notify(); });
+    closed.WaitForNotification();
+    const std::vector<softrdma::ErrorCqe> all = softrdma::TakeErrorCqes();
+    const auto sends = ErrorsOf(all, client_qp_num, /*recv=*/false);
+    ASSERT_EQ(sends.size(), 9u);  // 8 requests + the drain marker
+    EXPECT_EQ(sends[0].status, IBV_WC_RETRY_EXC_ERR);
+    EXPECT_EQ(sends[0].wr_id, 1u);  // the warm-up call's request was 0
+    for (int i = 1; i < 9; ++i) {
+      EXPECT_EQ(sends[i].status, IBV_WC_WR_FLUSH_ERR) << i;
+      EXPECT_EQ(sends[i].wr_id, static_cast<uint64_t>(1 + i));
+    }
+    EXPECT_EQ(ErrorsOf(all, client_qp_num, /*recv=*/true).size(), 64u);
+
+    Sink again;
+    engine.Post([&] {
+      absl::StatusOr<Connection*> c = pool.Get(0);
+      ASSERT_TRUE(c.ok()) << c.status();
+      OutgoingRequest r;
+      r.method = "/t.S/M";
+      r.payload = "again";
+      (*c)->StartCall(std::move(r), &again);
+    });
+    ASSERT_TRUE(again.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_TRUE(again.status.ok()) << again.status;
+    EXPECT_EQ(again.body, "again");
+    engine.Stop();
+  }
+}
+
 // Issue 3, failure 5. Both ends keep exactly 4 receives posted; the server
 // disconnects. Each QP reports exactly four receive flushes, and both
 // connections are torn down (QPs destroyed) well within 5 s.
