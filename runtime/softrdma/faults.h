@@ -132,7 +132,10 @@ uint64_t PinnedBytes();
 // timeouts of 4.096 µs * 2^timeout each, the rest IBV_WC_WR_FLUSH_ERR, QP in
 // ERROR), or flush when the application disconnects (rdma_disconnect posts
 // DISCONNECTED locally) or moves the QP to ERROR first. The peer, in the same
-// or another process, likewise hears nothing more from id.
+// or another process, likewise hears nothing more from id — until id's own
+// teardown (rdma_destroy_qp / rdma_destroy_id) closes the TCP connection,
+// which the peer does see (that is how an in-process "crashed" peer gets
+// cleaned up in tests).
 // Returns 0, or -1 with errno EINVAL when the id has no connection.
 int VanishPeer(rdma_cm_id* id);
 

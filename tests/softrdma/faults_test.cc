@@ -620,6 +620,19 @@ TEST(FaultsEnv, DataPathVariables) {
   EXPECT_EQ(WEXITSTATUS(st), 0);
 }
 
+TEST(FaultsEnv, DropAfterBytesVariable) {
+  const int st = RunChild("DropAfterBytes", {"SOFTRDMA_FAULT_DROP_AFTER_BYTES=40"});
+  ASSERT_TRUE(WIFEXITED(st)) << "status " << st;
+  EXPECT_EQ(WEXITSTATUS(st), 0);
+}
+
+TEST(FaultsEnv, ReorderAndVanishVariables) {
+  const int st = RunChild("ReorderAndVanish", {"SOFTRDMA_FAULT_RECV_BEFORE_SEND=1",
+                                               "SOFTRDMA_FAULT_VANISH_AFTER_WRS=2"});
+  ASSERT_TRUE(WIFEXITED(st)) << "status " << st;
+  EXPECT_EQ(WEXITSTATUS(st), 0);
+}
+
 TEST(FaultsEnv, MalformedValueAborts) {
   const int st = RunChild("FailAndMemlock", {"SOFTRDMA_FAULT_FAIL_REG_MR=lots"});
   ASSERT_TRUE(WIFSIGNALED(st)) << "status " << st;
@@ -691,14 +704,61 @@ TEST_F(FaultsEnvChild, DataPath) {
   Buffer sbuf(p.server_pd, 4096, kAll);
   Buffer cbuf(p.client_pd, 4096, kAll);
   for (int i = 0; i < 4; ++i) ASSERT_EQ(PostRecv(p.server->qp, 100 + i, sbuf, 0, 512), 0);
+  const absl::Time posted = absl::Now();
   PostSends(p.client->qp, cbuf, 3, 16);
   std::vector<ibv_wc> wcs = PollN(p.client_cq, 3);
   ASSERT_EQ(wcs.size(), 3u);
+  EXPECT_GE(absl::Now() - posted, absl::Milliseconds(1));  // DELAY_COMPLETION_US=1000
   EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(wcs[1].status, IBV_WC_SUCCESS);
   EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR);
   EXPECT_EQ(ExpectEvent(p.client_ch, RDMA_CM_EVENT_DISCONNECTED), 0);
 }
+TEST_F(FaultsEnvChild, DropAfterBytes) {
+  ConnectedPair p;
+  ASSERT_TRUE(p.ok());
+  Buffer sbuf(p.server_pd, 4096, kAll);
+  Buffer cbuf(p.client_pd, 4096, kAll);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(PostRecv(p.server->qp, 100 + i, sbuf, 0, 512), 0);
+  PostSends(p.client->qp, cbuf, 4, 16);  // 16, 32, 48 >= 40: the 3rd drops it
+  std::vector<ibv_wc> wcs = PollN(p.client_cq, 4);
+  ASSERT_EQ(wcs.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(wcs[i].status, i < 3 ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR) << i;
+  }
+  EXPECT_EQ(ExpectEvent(p.client_ch, RDMA_CM_EVENT_DISCONNECTED), 0);
+}
+
+// One request / reply with the reply's RECV first, then (3rd post of the
+// process) the peer vanishes: the next send ends by the transport timeout.
+TEST_F(FaultsEnvChild, ReorderAndVanish) {
+  ConnectedPair p;
+  ASSERT_TRUE(p.ok());
+  Buffer sbuf(p.server_pd, 4096, kAll);
+  Buffer cbuf(p.client_pd, 4096, kAll);
+  ASSERT_EQ(PostRecv(p.server->qp, 100, sbuf, 0, 512), 0);
+  ASSERT_EQ(PostRecv(p.client->qp, 200, cbuf, 1024, 512), 0);
+  ASSERT_EQ(PostSend(p.client->qp, IBV_WR_SEND, 1, cbuf, 0, 16), 0);
+  ibv_wc wc;
+  ASSERT_TRUE(PollOne(p.server_cq, &wc));
+  ASSERT_EQ(PostSend(p.server->qp, IBV_WR_SEND, 300, sbuf, 0, 24), 0);
+  std::vector<ibv_wc> wcs = PollN(p.client_cq, 2);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].opcode, IBV_WC_RECV);
+  EXPECT_EQ(wcs[1].opcode, IBV_WC_SEND);
+  EXPECT_EQ(wcs[1].wr_id, 1u);
+  ASSERT_TRUE(PollOne(p.server_cq, &wc));  // the reply's SEND, after the hold
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  ibv_qp_attr a{};
+  a.timeout = 8;
+  a.retry_cnt = 1;
+  ASSERT_EQ(modify_qp(p.client->qp, &a, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT), 0);
+  ASSERT_EQ(PostSend(p.client->qp, IBV_WR_SEND, 2, cbuf, 0, 16), 0);
+  ASSERT_TRUE(PollOne(p.client_cq, &wc));
+  EXPECT_EQ(wc.wr_id, 2u);
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace softrdma
