@@ -139,10 +139,11 @@ uint64_t PinnedBytes();
 // Returns 0, or -1 with errno EINVAL when the id has no connection.
 int VanishPeer(rdma_cm_id* id);
 
-// When the (n+1)-th send WR of the process is posted, the peer of the QP it
-// is posted on vanishes (VanishPeer) just before the WR is transmitted: WRs
-// 1..n went out normally (answers not yet back are lost too). Fires once.
-// n 0 disarms.
+// When the process is about to transmit its (n+1)-th send WR (WRs posted to
+// a QP in ERROR or failing their local checks are not transmitted and do not
+// count), the peer of that WR's QP vanishes (VanishPeer) first: WRs 1..n
+// went out normally (answers not yet back are lost too). Fires once. n 0
+// disarms.
 void VanishAfterWrs(uint64_t n);
 
 // Turns every knob above off (and restores RLIMIT_MEMLOCK). Does not affect
