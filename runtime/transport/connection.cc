@@ -324,6 +324,7 @@ void Connection::OnEstablished(const std::string& private_data) {
   }
   VLOG(1) << "connected to " << peer_name_ << " (peer recv " << peer_.recv_depth << " x "
           << peer_.recv_buffer_bytes << " bytes)";
+  StartKeepalive();
   if (handler_ != nullptr) handler_->OnEstablished(this);
   Flush();
 }
@@ -411,6 +412,8 @@ void Connection::Destroy() {
   state_ = ConnState::kClosed;
   for (Engine::TimerId t : timers_) engine_->CancelTimer(t);
   timers_.clear();
+  if (keepalive_timer_ != 0) engine_->CancelTimer(keepalive_timer_);
+  keepalive_timer_ = 0;
   if (qp_num_ != 0) engine_->UnmapQp(qp_num_);
   batch_.clear();
   qp_.reset();  // the device stops touching our buffers here

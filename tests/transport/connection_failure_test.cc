@@ -76,6 +76,8 @@ class Server final : public CmEventHandler, public ConnectionHandler {
     conns_.erase(std::remove(conns_.begin(), conns_.end(), c), conns_.end());
   }
   void OnRequest(Connection* c, const IncomingRequest& req) override {
+    requests_.fetch_add(1);
+    if (hold_.load()) return;  // never answered
     std::string body(req.payload);
     if (vanish_after_.load() == 0) {
       c->SendResponse(req.token, absl::StatusCode::kOk, "", std::move(body));
@@ -110,6 +112,8 @@ class Server final : public CmEventHandler, public ConnectionHandler {
     return closed_;
   }
 
+  std::atomic<bool> hold_{false};
+  std::atomic<int> requests_{0};
   std::atomic<int> vanish_after_{0};
   absl::Notification vanished_;
   uint32_t vanished_qp_num_ = 0;  // set before vanished_ is notified
@@ -353,6 +357,80 @@ TEST(ConnectionFailure, ServerVanishesUnderEightRequestsInFlight) {
     ASSERT_TRUE(again.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
     EXPECT_TRUE(again.status.ok()) << again.status;
     EXPECT_EQ(again.body, "again");
+    engine.Stop();
+  }
+}
+
+// A server that dies while its handlers run: the eight requests were
+// delivered and acknowledged, nothing of the client is in flight, and the
+// calls have no deadline. The client's keepalive (keepalive.cc) probes the
+// silent connection with a zero-length RDMA WRITE; the transport timeout
+// fails the probe (IBV_WC_RETRY_EXC_ERR) and every call fails UNAVAILABLE
+// instead of hanging.
+TEST(ConnectionFailure, ServerDiesWithCallsPendingAndNothingInFlight) {
+  Server server(/*recv_depth=*/64);
+  const int port = server.Start();
+  Engine engine("cli");
+  ASSERT_TRUE(engine.Start().ok());
+  DeviceResources device(64 << 20, 64 << 20);
+  {
+    ConnectionPool pool(Loopback(port), "test-server", 1, {&engine}, &device, ConnectionOptions());
+    Sink warm;
+    engine.Post([&] {
+      absl::StatusOr<Connection*> c = pool.Get(0);
+      ASSERT_TRUE(c.ok()) << c.status();
+      OutgoingRequest r;
+      r.method = "/t.S/M";
+      r.payload = "warm";
+      (*c)->StartCall(std::move(r), &warm);
+    });
+    ASSERT_TRUE(warm.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    ASSERT_TRUE(warm.status.ok()) << warm.status;
+    server.hold_ = true;
+    constexpr int kCalls = 8;
+    Sink sinks[kCalls];
+    uint32_t client_qp_num = 0;
+    engine.Post([&] {
+      absl::StatusOr<Connection*> c = pool.Get(0);
+      ASSERT_TRUE(c.ok()) << c.status();
+      client_qp_num = (*c)->cm_id()->qp->qp_num;
+      for (int i = 0; i < kCalls; ++i) {
+        OutgoingRequest r;
+        r.method = "/t.S/M";
+        r.payload = "held";  // no timeout_us: no deadline
+        (*c)->StartCall(std::move(r), &sinks[i]);
+      }
+    });
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (server.requests_.load() < 1 + kCalls && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSERT_EQ(server.requests_.load(), 1 + kCalls);
+    absl::SleepFor(absl::Milliseconds(200));  // their ACKs are in: nothing in flight
+    softrdma::TakeErrorCqes();
+    const absl::Time died = absl::Now();
+    engine.Post([&] {
+      absl::StatusOr<Connection*> c = pool.Get(0);
+      ASSERT_TRUE(c.ok());
+      EXPECT_EQ(softrdma::VanishPeer((*c)->cm_id()), 0);
+    });
+    for (int i = 0; i < kCalls; ++i) {
+      ASSERT_TRUE(sinks[i].done.WaitForNotificationWithTimeout(absl::Seconds(10))) << i;
+      EXPECT_EQ(sinks[i].status.code(), absl::StatusCode::kUnavailable) << sinks[i].status;
+      EXPECT_NE(sinks[i].status.message().find("transport retry counter exceeded"),
+                std::string::npos)
+          << sinks[i].status;
+      // Two keepalive intervals (1 s) plus the transport timeout (0.54 s).
+      EXPECT_LT(sinks[i].at - died, absl::Seconds(5));
+    }
+    absl::Notification closed;
+    engine.Post([&] { closed.Notify(); });
+    closed.WaitForNotification();
+    const auto sends = ErrorsOf(softrdma::TakeErrorCqes(), client_qp_num, /*recv=*/false);
+    ASSERT_EQ(sends.size(), 2u);  // the probe, then the drain marker
+    EXPECT_EQ(sends[0].status, IBV_WC_RETRY_EXC_ERR);
+    EXPECT_EQ(sends[1].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(sends[1].wr_id, sends[0].wr_id + 1);
     engine.Stop();
   }
 }
