@@ -2,6 +2,8 @@
 #include "rdmarpc/server.h"
 
 #include <arpa/inet.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <cerrno>
 
@@ -134,6 +136,40 @@ absl::Status ServerImpl::ProbeRegistration() {
   if (!probe.ok()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot register receive buffers: ", probe.status().message()));
+  }
+  return ProbeLargePool(*pd, options_.recv_depth * options_.recv_buffer_bytes);
+}
+
+absl::Status ServerImpl::ProbeLargePool(ibv_pd* pd, size_t ring_bytes) {
+  // The large-buffer pool is registered on demand, so a memlock limit below
+  // it would fail the first large call instead of Start. Probe it once —
+  // but only when RLIMIT_MEMLOCK is below what the pool and one receive ring
+  // need: unlimited (or large enough) limits cost nothing, and a privileged
+  // process (CAP_IPC_LOCK, which the kernel exempts from the limit) simply
+  // passes the probe. The probe maps the pool's size without touching it and
+  // registers it once, as brpc registers its whole RDMA block pool at start.
+  const size_t pool_bytes = options_.large_buffer_pool_bytes;
+  if (pool_bytes == 0) return absl::OkStatus();
+  rlimit lim{};
+  if (getrlimit(RLIMIT_MEMLOCK, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY ||
+      lim.rlim_cur >= pool_bytes + ring_bytes) {
+    return absl::OkStatus();
+  }
+  void* mem = mmap(nullptr, pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "large_buffer_pool_bytes ", pool_bytes, ": cannot map ", pool_bytes, " bytes: ",
+        ErrnoToStatus("mmap", errno).message()));
+  }
+  absl::Status registered;
+  {
+    absl::StatusOr<MrPtr> mr = RegisterMemory(pd, mem, pool_bytes, kRemoteAccess);
+    registered = mr.status();
+  }  // deregistered here, before the unmap
+  munmap(mem, pool_bytes);
+  if (!registered.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "large_buffer_pool_bytes ", pool_bytes, " cannot be registered: ", registered.message()));
   }
   return absl::OkStatus();
 }

@@ -53,6 +53,9 @@ class ServerImpl final : public CmEventHandler {
   void OnConnectRequest(const CmEvent& event);
   static void Reject(rdma_cm_id* id, uint32_t reason);
   absl::Status ProbeRegistration();
+  // Start: registers the large-buffer pool's size once when RLIMIT_MEMLOCK
+  // may be too low for it (with `ring_bytes` of receive ring beside it).
+  absl::Status ProbeLargePool(ibv_pd* pd, size_t ring_bytes);
 
   const ServerOptions options_;
   absl::flat_hash_map<std::string, const MethodHandler*> methods_;

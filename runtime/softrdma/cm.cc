@@ -92,6 +92,7 @@ struct SoftCmId {
   // Passive side: the client vanished before accept / reject.
   bool peer_gone ABSL_GUARDED_BY(CmMutex()) = false;
   bool own_cqs ABSL_GUARDED_BY(CmMutex()) = false;  // rdma_create_qp made the CQs
+  bool passive = false;  // made by a listener for a CONNECT_REQ
   // Events of this id that get_cm_event returned and ack_cm_event has not
   // taken back. librdmacm's rdma_destroy_id blocks until this is 0.
   int unacked_events ABSL_GUARDED_BY(CmMutex()) = 0;
@@ -178,6 +179,7 @@ bool ValidRdAtomic(const rdma_conn_param& p) {
 void CompleteLocalParams(const rdma_conn_param* p, ConnParams* local) {
   if (p == nullptr) {
     local->rnr_retry_count = 7;
+    local->retry_count = 7;
     local->responder_resources = kMaxRdAtom;
     local->initiator_depth = kMaxRdAtom;
   }
@@ -199,8 +201,11 @@ void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   SoftQp* q = internal::ToSoft(s->id.qp);
   const bool passive =
       s->state == CmState::kConnectReqRcvd || s->state == CmState::kAccepting;
+  // The transport retry count is the connector's (rdma_accept ignores its
+  // conn_param.retry_count, rdma_accept(3)).
+  const uint8_t retry_cnt = s->passive ? s->remote.retry_count : s->local.retry_count;
   QpAttach(q, s->conn, s->remote.qp_num, s->remote.rnr_retry_count,
-           s->local.responder_resources, passive);
+           s->local.responder_resources, retry_cnt, passive);
   s->conn->qp = q->self.lock();
 }
 
@@ -374,6 +379,7 @@ void CmOnFrame(Conn* conn, Frame& f) {
       if (keep == nullptr) return;
       auto* s = new SoftCmId();
       std::memset(&s->id, 0, sizeof(s->id));
+      s->passive = true;
       s->serial = g_next_serial++;
       LiveIds()[s->serial] = s;
       Stat().live_cm_ids++;
@@ -1019,6 +1025,15 @@ int DropConnection(rdma_cm_id* id) {
   // Both directions end at once; the progress thread then sees EOF on this
   // end and the peer's sees EOF on the other, and each handles a dead peer.
   ::shutdown(s->conn->fd(), SHUT_RDWR);
+  return 0;
+}
+
+int VanishPeer(rdma_cm_id* id) {
+  if (id == nullptr) return internal::Fail(EINVAL);
+  absl::MutexLock l(&CmMutex());
+  SoftCmId* s = internal::CmIdOf(id);
+  if (s->conn == nullptr) return internal::Fail(EINVAL);
+  s->conn->Vanish();
   return 0;
 }
 

@@ -6,15 +6,76 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "softrdma/engine.h"
+#include "softrdma/faults_internal.h"
 #include "softrdma/internal.h"
 #include "softrdma/softrdma.h"
 
 namespace softrdma {
 namespace internal {
 
+namespace {
+
+// Live CQs by serial, for the timers of DelayCompletions: a timer may outlive
+// its CQ. Lock order: LiveCqMutex() -> SoftCq::mu.
+absl::Mutex& LiveCqMutex() {
+  static absl::Mutex* mu = new absl::Mutex();
+  return *mu;
+}
+absl::flat_hash_map<uint64_t, SoftCq*>& LiveCqs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(LiveCqMutex()) {
+  static auto* m = new absl::flat_hash_map<uint64_t, SoftCq*>();
+  return *m;
+}
+uint64_t g_next_cq_serial ABSL_GUARDED_BY(LiveCqMutex()) = 1;
+
+void RaiseChannelEvent(ibv_cq* cq) {
+  auto* ch = reinterpret_cast<SoftCompChannel*>(cq->channel);
+  {
+    absl::MutexLock l(&ch->mu);
+    ch->events.push_back(cq);
+  }
+  SignalEventFd(ch->ch.fd);
+}
+
+// With delayed CQEs, an armed CQ fires when its oldest CQE becomes visible.
+void ScheduleDelayedEventLocked(SoftCq* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu);
+
+void OnDelayedEventTimer(uint64_t serial) {
+  absl::MutexLock live(&LiveCqMutex());
+  auto it = LiveCqs().find(serial);
+  if (it == LiveCqs().end()) return;  // destroyed meanwhile
+  SoftCq* c = it->second;
+  bool notify = false;
+  {
+    absl::MutexLock l(&c->mu);
+    if (!c->armed || c->count == 0 || c->cq.channel == nullptr) return;
+    if (c->visible_at[c->head] <= absl::GetCurrentTimeNanos()) {
+      c->armed = false;
+      notify = true;
+    } else {
+      ScheduleDelayedEventLocked(c);
+    }
+  }
+  // The channel lives while a CQ is attached to it, and the CQ cannot be
+  // destroyed while we hold LiveCqMutex().
+  if (notify) RaiseChannelEvent(&c->cq);
+}
+
+void ScheduleDelayedEventLocked(SoftCq* c) {
+  const int64_t wait = c->visible_at[c->head] - absl::GetCurrentTimeNanos();
+  const uint64_t serial = c->serial;
+  Engine::Get().RunAfter(absl::Nanoseconds(std::max<int64_t>(wait, 0)),
+                         [serial] { OnDelayedEventTimer(serial); });
+}
+
+}  // namespace
+
 void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots, bool solicited) {
   SoftCq* c = ToSoft(cq);
+  const int64_t delay_ns = CompletionDelayNanos();
   bool notify = false;
   bool overrun_now = false;
   {
@@ -28,15 +89,22 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots, bool solicited) {
     } else {
       const size_t at = (c->head + c->count) % c->ring.size();
       c->ring[at] = wc;
+      RecordCqe(wc);  // faults.h: TakeErrorCqes
       c->release[at] = std::move(slots);
+      c->visible_at[at] = delay_ns > 0 ? absl::GetCurrentTimeNanos() + delay_ns : 0;
       ++c->count;
       // Solicited-only arming fires for a solicited receive or any error
       // CQE (ibv_req_notify_cq(3); IBA's solicited-event rules).
       const bool wanted =
           !c->armed_solicited_only || solicited || wc.status != IBV_WC_SUCCESS;
       if (c->armed && wanted && cq->channel != nullptr) {
-        c->armed = false;  // one event per arm, as hardware
-        notify = true;
+        if (c->visible_at[c->head] > absl::GetCurrentTimeNanos()) {
+          // Not visible yet: the event comes when it is.
+          ScheduleDelayedEventLocked(c);  // extra timers find it disarmed
+        } else {
+          c->armed = false;  // one event per arm, as hardware
+          notify = true;
+        }
       }
     }
   }
@@ -48,14 +116,7 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots, bool solicited) {
     PostAsyncEvent(cq->context, ev);
     return;
   }
-  if (notify) {
-    auto* ch = reinterpret_cast<SoftCompChannel*>(cq->channel);
-    {
-      absl::MutexLock l(&ch->mu);
-      ch->events.push_back(cq);
-    }
-    SignalEventFd(ch->ch.fd);
-  }
+  if (notify) RaiseChannelEvent(cq);
 }
 
 namespace {
@@ -81,7 +142,12 @@ int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   std::vector<SlotRelease> freed;
   {
     absl::MutexLock l(&c->mu);
+    int64_t now = 0;  // read only when a CQE carries a delay
     while (n < num_entries && c->count > 0) {
+      if (const int64_t at = c->visible_at[c->head]; at != 0) {
+        if (now == 0) now = absl::GetCurrentTimeNanos();
+        if (at > now) break;  // DelayCompletions: not pollable yet
+      }
       wc[n++] = c->ring[c->head];
       if (c->release[c->head].count > 0) freed.push_back(std::move(c->release[c->head]));
       c->release[c->head] = SlotRelease();
@@ -101,12 +167,23 @@ int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
 }
 
 int ReqNotifyCq(ibv_cq* cq, int solicited_only) {
+  if (int err = 0; TakeInjectedFailure(FaultOp::kReqNotifyCq, &err)) return err;
   SoftCq* c = ToSoft(cq);
   absl::MutexLock l(&c->mu);
+  if (!c->ever_armed) {
+    if (int err = 0; TakeInjectedFailure(FaultOp::kArmNewCq, &err)) return err;
+    c->ever_armed = true;
+  }
   // Arming for any CQE while armed solicited-only widens the arm; the
   // reverse does not narrow it (the pending request stays the wider one).
   c->armed_solicited_only = (c->armed ? c->armed_solicited_only : true) && solicited_only != 0;
   c->armed = true;
+  // CQEs made before the arm but still invisible (DelayCompletions) fire the
+  // event when they appear, as a CQE written after the arm does on hardware.
+  if (c->count > 0 && cq->channel != nullptr &&
+      c->visible_at[c->head] > absl::GetCurrentTimeNanos()) {
+    ScheduleDelayedEventLocked(c);
+  }
   return 0;
 }
 
@@ -153,6 +230,10 @@ ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context,
     errno = EINVAL;
     return nullptr;
   }
+  if (int err = 0; internal::TakeInjectedFailure(FaultOp::kCreateCq, &err)) {
+    errno = err;
+    return nullptr;
+  }
   auto* c = new SoftCq();
   c->cq.context = context;
   c->cq.channel = channel;
@@ -164,6 +245,12 @@ ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context,
     absl::MutexLock l(&c->mu);
     c->ring.resize(static_cast<size_t>(cqe));
     c->release.resize(static_cast<size_t>(cqe));
+    c->visible_at.resize(static_cast<size_t>(cqe));
+  }
+  {
+    absl::MutexLock l(&internal::LiveCqMutex());
+    c->serial = internal::g_next_cq_serial++;
+    internal::LiveCqs()[c->serial] = c;
   }
   if (channel != nullptr) {
     auto* ch = reinterpret_cast<SoftCompChannel*>(channel);
@@ -179,6 +266,10 @@ int destroy_cq(ibv_cq* cq) {
   if (cq == nullptr) return EINVAL;
   SoftCq* c = internal::ToSoft(cq);
   if (c->qp_refs.load() > 0) return EBUSY;
+  {
+    absl::MutexLock l(&internal::LiveCqMutex());
+    internal::LiveCqs().erase(c->serial);
+  }
   // With no QP on it, no CQE and so no IBV_EVENT_CQ_ERR can come: wait until
   // the user acked those it got.
   internal::DrainAsyncEvents(cq);

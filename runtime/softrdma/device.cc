@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "glog/logging.h"
 #include "softrdma/faults.h"
+#include "softrdma/faults_internal.h"
 #include "softrdma/internal.h"
 #include "softrdma/softrdma.h"
 
@@ -369,6 +370,10 @@ ibv_pd* alloc_pd(ibv_context* context) {
     errno = EINVAL;
     return nullptr;
   }
+  if (int err = 0; internal::TakeInjectedFailure(FaultOp::kAllocPd, &err)) {
+    errno = err;
+    return nullptr;
+  }
   auto* p = new SoftPd();
   p->pd.context = context;
   static std::atomic<uint32_t> next_handle{1};
@@ -385,25 +390,10 @@ int dealloc_pd(ibv_pd* pd) {
   return 0;
 }
 
-namespace internal {
-namespace {
-// FailNextRegMr: how many reg_mr calls still fail, and with which errno.
-std::atomic<int> g_fail_reg_mr_count{0};
-std::atomic<int> g_fail_reg_mr_errno{0};
-}  // namespace
-}  // namespace internal
-
-void FailNextRegMr(int count, int err) {
-  internal::g_fail_reg_mr_errno = err;
-  internal::g_fail_reg_mr_count = count;
-}
-
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
-  for (int left = internal::g_fail_reg_mr_count.load(); left > 0;) {
-    if (internal::g_fail_reg_mr_count.compare_exchange_weak(left, left - 1)) {
-      errno = internal::g_fail_reg_mr_errno.load();
-      return nullptr;
-    }
+  if (int err = 0; internal::TakeInjectedFailure(FaultOp::kRegMr, &err)) {
+    errno = err;
+    return nullptr;
   }
   constexpr int kSupported = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
@@ -418,7 +408,15 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
     errno = EINVAL;
     return nullptr;
   }
+  // Pinning the pages fails past the memlock cap, as ib_umem_get does past
+  // RLIMIT_MEMLOCK (rdma-core then reports ENOMEM).
+  uint64_t pinned = 0;
+  if (!internal::PinPages(addr, length, &pinned)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
   auto* m = new SoftMr();
+  m->pinned = pinned;
   m->mr.context = pd->context;
   m->mr.pd = pd;
   m->mr.addr = addr;
@@ -448,6 +446,7 @@ int dereg_mr(ibv_mr* mr) {
     t.rkeys.erase(mr->rkey);
   }
   internal::ToSoft(mr->pd)->refs--;
+  internal::UnpinPages(reinterpret_cast<SoftMr*>(mr)->pinned);
   delete reinterpret_cast<SoftMr*>(mr);
   Stat().live_mrs--;
   return 0;

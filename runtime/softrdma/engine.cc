@@ -225,7 +225,19 @@ void Conn::Close() {
   Engine::Get().Unregister(token_, fd_);
 }
 
+void Conn::Drop() {
+  drop_requested_ = true;
+  ::shutdown(fd_, SHUT_RDWR);
+}
+
+void Conn::Vanish() {
+  vanished_ = true;
+  absl::MutexLock l(&write_mu_);
+  wq_.clear();  // frames not yet on the wire never arrive
+}
+
 void Conn::Send(std::shared_ptr<const std::vector<uint8_t>> frame) {
+  if (vanished_.load()) return;  // into the void: the peer is gone
   absl::MutexLock l(&write_mu_);
   if (broken_) return;
   wq_.push_back(Chunk{std::move(frame), 0});
@@ -257,6 +269,7 @@ bool Conn::TryWriteLocked() {
       return false;
     }
     c.off += static_cast<size_t>(n);
+    io_progress_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
     if (c.off == c.buf->size()) wq_.pop_front();
   }
   return true;
@@ -305,6 +318,10 @@ void Conn::OnEvents(uint32_t events) {
 }
 
 void Conn::Lost() {
+  if (vanished_.load()) {  // a vanished peer's FIN is not noticed
+    if (!closed_.exchange(true)) Engine::Get().Unregister(token_, fd_);
+    return;
+  }
   if (lost_reported_) return;
   lost_reported_ = true;
   {
@@ -321,8 +338,22 @@ void Conn::Lost() {
 
 void Conn::HandleReadable() {
   if (stage_.empty()) stage_.resize(64 << 10);
+  if (vanished_.load()) {
+    // The peer "crashed": whatever arrives is lost, and its FIN or reset goes
+    // unnoticed. Once the socket ends, stop watching it (it would stay
+    // readable); the fd closes with the last owner.
+    for (;;) {
+      ssize_t n = ::recv(fd_, stage_.data(), stage_.size(), MSG_DONTWAIT);
+      if (n > 0) continue;
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (!closed_.exchange(true)) Engine::Get().Unregister(token_, fd_);
+      return;
+    }
+  }
   size_t budget = kReadBudget;
   while (budget > 0 && !closed_.load()) {
+    if (drop_requested_.load()) return Lost();
     // A large payload is read straight into its buffer; everything else goes
     // through the staging buffer so small frames cost one recv each batch.
     if (hdr_got_ == kHeaderSize && cur_.h.length - pay_got_ >= stage_.size()) {
@@ -335,6 +366,7 @@ void Conn::HandleReadable() {
         return Lost();
       }
       pay_got_ += static_cast<size_t>(n);
+      io_progress_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
       budget -= std::min(budget, static_cast<size_t>(n));
     } else {
       ssize_t n = ::recv(fd_, stage_.data(), stage_.size(), MSG_DONTWAIT);
@@ -344,6 +376,7 @@ void Conn::HandleReadable() {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;
         return Lost();
       }
+      io_progress_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
       budget -= std::min(budget, static_cast<size_t>(n));
       size_t pos = 0;
       const size_t end = static_cast<size_t>(n);
@@ -375,10 +408,12 @@ void Conn::HandleReadable() {
         cur_ = Frame();
         hdr_got_ = 0;
         pay_got_ = 0;
+        if (vanished_.load()) return;  // Vanish() by the frame before
         {
           absl::MutexLock l(&CmMutex());
           CmOnFrame(this, f);
         }
+        if (drop_requested_.load()) return Lost();  // DropAfterWrs fired
         if (closed_.load()) return;
       }
     }
@@ -387,8 +422,12 @@ void Conn::HandleReadable() {
       cur_ = Frame();
       hdr_got_ = 0;
       pay_got_ = 0;
-      absl::MutexLock l(&CmMutex());
-      CmOnFrame(this, f);
+      if (vanished_.load()) return;
+      {
+        absl::MutexLock l(&CmMutex());
+        CmOnFrame(this, f);
+      }
+      if (drop_requested_.load()) return Lost();
     }
   }
 }

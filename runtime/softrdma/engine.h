@@ -87,6 +87,18 @@ class Conn : public Pollable, public std::enable_shared_from_this<Conn> {
 
   int fd() const { return fd_; }
 
+  // Fault injection (faults.h). Drop: the link dies now — the socket is shut
+  // down and frames already read but not yet dispatched are discarded; the
+  // loss is reported (CmOnClosed) on the progress thread. Any thread.
+  void Drop();
+  // Vanish: the peer host crashed, as this end sees it — frames read are
+  // discarded, frames sent are dropped, and EOF / reset is not reported.
+  void Vanish();
+  bool vanished() const { return vanished_.load(); }
+  // Bytes moved through the socket either way; the QP transport timer counts
+  // them as signs of a live peer (a NIC restarts it on every ACK).
+  uint64_t io_progress() const { return io_progress_.load(std::memory_order_relaxed); }
+
   // Attachments.
   SoftCmId* id ABSL_GUARDED_BY(CmMutex()) = nullptr;  // the cm id this belongs to
   SoftCmId* listen_id ABSL_GUARDED_BY(CmMutex()) = nullptr;  // passive, before CONNECT_REQ
@@ -104,6 +116,9 @@ class Conn : public Pollable, public std::enable_shared_from_this<Conn> {
   const int fd_;
   uint64_t token_ = 0;
   std::atomic<bool> closed_{false};
+  std::atomic<bool> drop_requested_{false};
+  std::atomic<bool> vanished_{false};
+  std::atomic<uint64_t> io_progress_{0};
   bool connecting_;  // progress thread only (after Create)
   bool lost_reported_ = false;
 

@@ -107,6 +107,7 @@ inline SoftPd* ToSoft(ibv_pd* p) { return reinterpret_cast<SoftPd*>(p); }
 struct SoftMr {
   ibv_mr mr;  // first member
   int access = 0;
+  uint64_t pinned = 0;  // bytes counted against the memlock cap (faults.h)
 };
 
 // A memory window (mw.cc). Its binding is guarded by the key table's mutex so
@@ -213,6 +214,11 @@ struct SoftCq {
   bool overrun ABSL_GUARDED_BY(mu) = false;  // CQ error: a CQE found no room
   std::atomic<int> qp_refs{0};
   AsyncEventCount events;
+  // DelayCompletions (faults.h): when each CQE of `ring` becomes pollable, in
+  // absl::GetCurrentTimeNanos() units; 0 = at once.
+  std::vector<int64_t> visible_at ABSL_GUARDED_BY(mu);
+  uint64_t serial = 0;  // names the CQ to the delayed-event timers
+  bool ever_armed ABSL_GUARDED_BY(mu) = false;  // for FaultOp::kArmNewCq
 };
 inline SoftCq* ToSoft(ibv_cq* c) { return reinterpret_cast<SoftCq*>(c); }
 
@@ -301,6 +307,21 @@ struct SoftQp {
   // Bumped by RESET, which frees every slot: CQEs pushed before it free none.
   std::atomic<uint32_t> slot_generation{0};
 
+  // Transport timer (IB "local ACK timeout"): while sent WRs are unanswered,
+  // every 4.096 us * 2^timeout without a sign of the peer counts one timeout;
+  // retry_cnt + 1 in a row fail the head WR with IBV_WC_RETRY_EXC_ERR. timeout
+  // 0 means infinite (IB spec). 14 (67 ms) is what query_qp always reported.
+  uint8_t timeout ABSL_GUARDED_BY(mu) = 14;
+  uint8_t retry_cnt ABSL_GUARDED_BY(mu) = 7;
+  bool ack_timer_armed ABSL_GUARDED_BY(mu) = false;
+  int timeouts ABSL_GUARDED_BY(mu) = 0;  // consecutive, with no progress
+  uint64_t progress ABSL_GUARDED_BY(mu) = 0;  // answers received
+  uint64_t seen_progress ABSL_GUARDED_BY(mu) = 0;
+  // RecvBeforeSend (faults.h): the responder's ACK being held back.
+  bool ack_held ABSL_GUARDED_BY(mu) = false;
+  uint32_t ack_held_psn ABSL_GUARDED_BY(mu) = 0;
+  bool ack_hold_timer ABSL_GUARDED_BY(mu) = false;
+
   SoftCmId* cm_id ABSL_GUARDED_BY(CmMutex()) = nullptr;
   // A passive (accepted) QP that has not yet received a request: the first
   // one raises IBV_EVENT_COMM_EST.
@@ -315,10 +336,13 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 // Connects a QP to a TCP connection and moves it to RTS (rdma_cm did RTR/RTS).
 // `responder_resources`: this side's rdma_conn_param.responder_resources,
 // which rdma_cm makes the QP's max_dest_rd_atomic.
+// `retry_cnt`: the transport retry count, the active side's
+// conn_param.retry_count (rdma_accept ignores its own, as librdmacm).
 // `passive`: the accepting side, whose first incoming request raises
 // IBV_EVENT_COMM_EST.
 void QpAttach(SoftQp* qp, std::shared_ptr<Conn> conn, uint32_t dest_qpn,
-              uint8_t rnr_retry, uint8_t responder_resources, bool passive = false);
+              uint8_t rnr_retry, uint8_t responder_resources, uint8_t retry_cnt,
+              bool passive = false);
 // The transport under a connected QP failed (the TCP connection broke without
 // a DISCONNECT): the QP goes to ERROR and IBV_EVENT_QP_FATAL is raised.
 void QpTransportFailed(SoftQp* qp);

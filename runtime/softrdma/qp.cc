@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "glog/logging.h"
 #include "softrdma/engine.h"
+#include "softrdma/faults_internal.h"
 #include "softrdma/internal.h"
 #include "softrdma/softrdma.h"
 #include "softrdma/wire.h"
@@ -67,6 +68,10 @@ void CompleteSendLocked(SoftQp* q, const SendWqe& w, ibv_wc_status status)
   // The WR has left the SQ, but its slot stays taken until the user polls a
   // CQE that covers it (SlotRelease in internal.h).
   q->sq_unpolled++;
+  // DropAfterWrs / DropAfterBytes: this link dies right after this WR.
+  if (status == IBV_WC_SUCCESS && CountCompletedSend(w.byte_len) && q->conn != nullptr) {
+    q->conn->Drop();
+  }
   if (status == IBV_WC_SUCCESS && !w.signaled) {
     q->unsignaled_done++;
     return;
@@ -192,6 +197,62 @@ void UpdateMax(std::atomic<uint64_t>& m, uint64_t v) {
 
 bool CanTransmitLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   return q->state == IBV_QPS_RTS && q->conn != nullptr && !q->rnr_wait && !q->sq_blocked;
+}
+
+void OnAckTimer(SoftQp* q);
+
+// Starts the transport timer if sent WRs wait for answers and it is idle.
+void ArmAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (q->ack_timer_armed || q->timeout == 0 || q->sq.empty() || q->conn == nullptr) return;
+  q->ack_timer_armed = true;
+  q->timeouts = 0;
+  q->seen_progress = q->progress + q->conn->io_progress();
+  // IB: the local ACK timeout is 4.096 us * 2^timeout.
+  const absl::Duration period = absl::Nanoseconds(int64_t{4096} << q->timeout);
+  std::weak_ptr<SoftQp> weak = q->self;
+  Engine::Get().RunAfter(period, [weak] {
+    if (std::shared_ptr<SoftQp> qp = weak.lock()) OnAckTimer(qp.get());
+  });
+}
+
+// One transport timeout period passed. Progress (an answer, or bytes moving
+// on the link: TCP carries a large message in many segments, each of which a
+// NIC would ACK) restarts the count; retry_cnt + 1 periods without any fail
+// the head WR with RETRY_EXC_ERR and flush the rest, as a NIC does when its
+// retransmissions go unanswered (a crashed or unreachable peer).
+void OnAckTimer(SoftQp* q) {
+  absl::MutexLock l(&q->mu);
+  q->ack_timer_armed = false;
+  if ((q->state != IBV_QPS_RTS && q->state != IBV_QPS_SQD) || q->sq.empty() ||
+      q->conn == nullptr || q->timeout == 0) {
+    return;
+  }
+  const uint64_t progress = q->progress + q->conn->io_progress();
+  if (q->rnr_wait || progress != q->seen_progress) {
+    ArmAckTimerLocked(q);  // resets the count
+    return;
+  }
+  if (++q->timeouts <= q->retry_cnt) {
+    const int timeouts = q->timeouts;
+    ArmAckTimerLocked(q);
+    q->timeouts = timeouts;  // consecutive: keep counting
+    return;
+  }
+  SendWqe w = std::move(q->sq.front());
+  q->sq.pop_front();
+  CompleteSendLocked(q, w, IBV_WC_RETRY_EXC_ERR);
+  MoveToErrorLocked(q);
+}
+
+// RecvBeforeSend: sends the held-back ACK, if any.
+void FlushHeldAckLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (!q->ack_held) return;
+  q->ack_held = false;
+  if (q->conn == nullptr) return;
+  FrameHeader h;
+  h.type = FrameType::kAck;
+  h.psn = q->ack_held_psn;
+  q->conn->SendFrame(h);
 }
 
 // Local operations (BIND_MW, LOCAL_INV) at the head complete; a WR that
@@ -410,7 +471,12 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
     q->sq_blocked = true;  // later WRs are flushed when this one completes
     ProcessSqHeadLocked(q);
   } else if (transmit) {
+    if (CountPostedSendForVanish()) q->conn->Vanish();  // VanishAfterWrs fired
     q->conn->Send(std::move(frame));
+    // A held ACK rides behind our own request, as a NIC piggybacks it.
+    if (q->ack_held) CountAckBehindRequest();
+    FlushHeldAckLocked(q);
+    ArmAckTimerLocked(q);
   }
   return 0;
 }
@@ -447,12 +513,14 @@ void RetransmitFrom(SoftQp* q, uint32_t psn) {
     if (q->sq[i].local_op) continue;
     q->conn->Send(q->sq[i].frame);
   }
+  ArmAckTimerLocked(q);
 }
 
 void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   if (q->state != IBV_QPS_RTS && q->state != IBV_QPS_SQD) return;
   const int idx = FindPsnLocked(q, f.h.psn);
   if (idx < 0) return;
+  q->progress++;  // the peer is alive: restarts the transport timer
   switch (f.h.type) {
     case FrameType::kAck:
       CompleteFrontLocked(q, idx + 1);
@@ -547,6 +615,7 @@ bool TakeRecvLocked(SoftQp* q, RecvWqe* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu
 }
 
 void NakLocked(SoftQp* q, uint32_t psn, Syndrome s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  FlushHeldAckLocked(q);
   FrameHeader h;
   h.type = FrameType::kNak;
   h.psn = psn;
@@ -555,6 +624,25 @@ void NakLocked(SoftQp* q, uint32_t psn, Syndrome s) ABSL_EXCLUSIVE_LOCKS_REQUIRE
 }
 
 void AckLocked(SoftQp* q, uint32_t psn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  uint32_t hold_us = 0;
+  if (AckHoldEnabled(&hold_us)) {
+    // RecvBeforeSend: coalesce; the newest PSN acknowledges all before it.
+    q->ack_held = true;
+    q->ack_held_psn = psn;
+    if (!q->ack_hold_timer) {
+      q->ack_hold_timer = true;
+      std::weak_ptr<SoftQp> weak = q->self;
+      Engine::Get().RunAfter(absl::Microseconds(hold_us), [weak] {
+        std::shared_ptr<SoftQp> qp = weak.lock();
+        if (qp == nullptr) return;
+        absl::MutexLock l(&qp->mu);
+        qp->ack_hold_timer = false;
+        FlushHeldAckLocked(qp.get());
+      });
+    }
+    return;
+  }
+  FlushHeldAckLocked(q);
   FrameHeader h;
   h.type = FrameType::kAck;
   h.psn = psn;
@@ -768,7 +856,7 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 }
 
 void QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, uint32_t dest_qpn, uint8_t rnr_retry,
-              uint8_t responder_resources, bool passive) {
+              uint8_t responder_resources, uint8_t retry_cnt, bool passive) {
   absl::MutexLock l(&q->mu);
   if (q->state == IBV_QPS_ERR) return;
   q->awaiting_first_request = passive;
@@ -776,6 +864,7 @@ void QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, uint32_t dest_qpn, uint8_t 
   q->conn = std::move(conn);
   q->dest_qpn = dest_qpn;
   q->rnr_retry = rnr_retry > 7 ? 7 : rnr_retry;
+  q->retry_cnt = retry_cnt > 7 ? 7 : retry_cnt;
   q->state = IBV_QPS_RTS;
   q->qp.state = IBV_QPS_RTS;
 }
@@ -842,6 +931,10 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
+  if (int err = 0; internal::TakeInjectedFailure(FaultOp::kCreateQp, &err)) {
+    errno = err;
+    return nullptr;
+  }
   ibv_qp_cap& cap = attr->cap;
   if (attr->send_cq == nullptr || attr->recv_cq == nullptr ||
       cap.max_send_wr > internal::kMaxQpWr || cap.max_recv_wr > internal::kMaxQpWr ||
@@ -891,6 +984,8 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   SoftQp* q = internal::ToSoft(qp);
   absl::MutexLock l(&q->mu);
   if ((attr_mask & IBV_QP_RNR_RETRY) && attr->rnr_retry > 7) return EINVAL;
+  if ((attr_mask & IBV_QP_RETRY_CNT) && attr->retry_cnt > 7) return EINVAL;
+  if ((attr_mask & IBV_QP_TIMEOUT) && attr->timeout > 31) return EINVAL;  // 5 bits
   ibv_qp_state next = q->state;
   if (attr_mask & IBV_QP_STATE) {
     next = attr->qp_state;
@@ -923,6 +1018,8 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   }
   if (attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC) q->max_dest_rd_atomic = attr->max_dest_rd_atomic;
   if (attr_mask & IBV_QP_RNR_RETRY) q->rnr_retry = attr->rnr_retry;
+  if (attr_mask & IBV_QP_RETRY_CNT) q->retry_cnt = attr->retry_cnt;
+  if (attr_mask & IBV_QP_TIMEOUT) q->timeout = attr->timeout;
   if (attr_mask & IBV_QP_MIN_RNR_TIMER) q->min_rnr_timer = attr->min_rnr_timer;
   if (attr_mask & IBV_QP_DEST_QPN) q->dest_qpn = attr->dest_qp_num;
   if (attr_mask & IBV_QP_SQ_PSN) q->next_psn = attr->sq_psn;
@@ -969,8 +1066,8 @@ int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr*
   attr->max_rd_atomic = internal::kMaxRdAtom;
   attr->max_dest_rd_atomic = q->max_dest_rd_atomic;
   attr->port_num = 1;
-  attr->timeout = 14;
-  attr->retry_cnt = 7;
+  attr->timeout = q->timeout;
+  attr->retry_cnt = q->retry_cnt;
   std::memset(init_attr, 0, sizeof(*init_attr));
   init_attr->qp_context = qp->qp_context;
   init_attr->send_cq = qp->send_cq;

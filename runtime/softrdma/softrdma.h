@@ -31,6 +31,13 @@
 //    of a SEND / WRITE is copied at post time, so its buffer may be reused at
 //    once (hardware requires waiting for the completion; waiting is harmless).
 //  - Every send is acknowledged by the peer's QP before it completes.
+//  - Transport timeout: a QP whose sent WRs go unanswered, with nothing moving
+//    on its link, for (retry_cnt + 1) periods of 4.096 us * 2^timeout fails
+//    the head WR with IBV_WC_RETRY_EXC_ERR, flushes the rest and enters ERROR,
+//    as a NIC does when the peer is gone. timeout 14 (67 ms) by default and
+//    0 = infinite; modify_qp(IBV_QP_TIMEOUT / IBV_QP_RETRY_CNT) sets them, and
+//    rdma_cm takes retry_cnt from the connector's conn_param.retry_count (7
+//    when it passes none).
 //  - RNR: a SEND or WRITE_WITH_IMM finding no receive is retried every 1 ms
 //    (fixed; min_rnr_timer is accepted and ignored) up to the QP's rnr_retry
 //    (7 = forever); Stats::rnr_retries counts each retry. With rdma_cm, a QP's

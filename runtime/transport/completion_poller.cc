@@ -141,16 +141,20 @@ absl::StatusOr<ibv_cq*> Engine::EnsureCq(ibv_context* context) {
   }
   absl::StatusOr<CqPtr> cq = CreateCq(context, depth, ch->get());
   if (!cq.ok()) return cq.status();
-  // Reservations made before the CQ existed count against the smaller depth.
-  cq_free_ -= cq_depth_ - depth;
-  cq_depth_ = depth;
-  comp_channel_ = std::move(*ch);
-  cq_ = std::move(*cq);
-  if (int rc = ibv_req_notify_cq(cq_.get(), 0); rc != 0) {
+  // Arm and watch the new CQ before the engine adopts it: if either fails the
+  // CQ and its channel are freed on return, so the next connection tries
+  // afresh instead of getting a CQ nobody would ever wake up for.
+  if (int rc = ibv_req_notify_cq(cq->get(), 0); rc != 0) {
     return ErrnoToStatus("ibv_req_notify_cq", rc);
   }
-  ibv_comp_channel* comp = comp_channel_.get();
-  ibv_cq* cqp = cq_.get();
+  ibv_comp_channel* comp = ch->get();
+  ibv_cq* cqp = cq->get();
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = comp->fd;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, comp->fd, &ev) != 0) {
+    return ErrnoToStatus("epoll_ctl(completion channel)", errno);
+  }
   fd_handlers_[comp->fd] = [comp, cqp] {
     ibv_cq* ev_cq = nullptr;
     void* ev_ctx = nullptr;
@@ -159,12 +163,11 @@ absl::StatusOr<ibv_cq*> Engine::EnsureCq(ibv_context* context) {
     }
     ibv_req_notify_cq(cqp, 0);
   };
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = comp->fd;
-  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, comp->fd, &ev) != 0) {
-    return ErrnoToStatus("epoll_ctl(completion channel)", errno);
-  }
+  // Reservations made before the CQ existed count against the smaller depth.
+  cq_free_ -= cq_depth_ - depth;
+  cq_depth_ = depth;
+  comp_channel_ = std::move(*ch);
+  cq_ = std::move(*cq);
   return cq_.get();
 }
 
@@ -322,7 +325,13 @@ void Engine::Loop() {
       continue;
     }
     if (cq_ != nullptr) {
-      ibv_req_notify_cq(cq_.get(), 0);
+      if (int rc = ibv_req_notify_cq(cq_.get(), 0); rc != 0) {
+        // Unarmed, the completion channel would never wake us: keep polling
+        // rather than sleep through completions.
+        LOG_FIRST_N(WARNING, 1) << name_ << ": " << ErrnoToStatus("ibv_req_notify_cq", rc);
+        std::this_thread::yield();
+        continue;
+      }
       if (PollCq() > 0) {
         last_work = absl::Now();
         continue;

@@ -324,6 +324,7 @@ void Connection::OnEstablished(const std::string& private_data) {
   }
   VLOG(1) << "connected to " << peer_name_ << " (peer recv " << peer_.recv_depth << " x "
           << peer_.recv_buffer_bytes << " bytes)";
+  StartKeepalive();
   if (handler_ != nullptr) handler_->OnEstablished(this);
   Flush();
 }
@@ -334,6 +335,7 @@ void Connection::Close(absl::Status reason) {
   const bool was_connected =
       state_ == ConnState::kEstablished || state_ == ConnState::kAccepting ||
       state_ == ConnState::kConnecting;
+  const ConnState state_before_close = state_;
   state_ = ConnState::kClosing;
   close_reason_ = reason;
   VLOG(1) << "closing connection to " << peer_name_ << ": " << reason;
@@ -358,14 +360,39 @@ void Connection::Close(absl::Status reason) {
   ConnectionHandler* h = handler_;
   handler_ = nullptr;
   if (h != nullptr) h->OnClosed(this, reason);
+  const bool was_established = state_before_close == ConnState::kEstablished;
   if (was_connected && id_ != nullptr) Verbs().disconnect(id_.get());
   if (!had_qp) {
     Destroy();
     return;
   }
+  if (was_established) PostDrainMarker();
   // Wait for the flushes of everything posted, bounded by kFlushWait.
   timers_.push_back(engine_->AddTimer(absl::Now() + kFlushWait, [this] { Destroy(); }));
   MaybeFinishClose();
+}
+
+void Connection::PostDrainMarker() {
+  // Sends that completed unsignalled leave no CQE, so sq_tail_ would only
+  // catch up with sq_head_ when kFlushWait ran out, and every close would take
+  // that long. rdma_disconnect moved the QP to ERROR; a signalled WR posted
+  // now is flushed after every WR before it, and its CQE retires them all
+  // (the Linux kernel's ib_drain_sq posts such a marker for the same reason).
+  Doorbell();
+  if (!qp_ || sq_head_ == sq_tail_ || sq_head_ - sq_tail_ >= static_cast<uint64_t>(kSendQueueDepth)) {
+    return;  // nothing to drain, or no room: the timer ends it
+  }
+  const uint64_t seq = sq_head_;
+  ibv_send_wr wr{};
+  wr.wr_id = seq;
+  wr.opcode = IBV_WR_SEND;
+  wr.num_sge = 0;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  if (ibv_post_send(qp_.get(), &wr, &bad) != 0) return;  // the timer ends it
+  sq_ring_[seq % kSendQueueDepth] = SqEntry{};
+  ++sq_head_;
+  last_signalled_ = seq;
 }
 
 void Connection::MaybeFinishClose() {
@@ -385,6 +412,8 @@ void Connection::Destroy() {
   state_ = ConnState::kClosed;
   for (Engine::TimerId t : timers_) engine_->CancelTimer(t);
   timers_.clear();
+  if (keepalive_timer_ != 0) engine_->CancelTimer(keepalive_timer_);
+  keepalive_timer_ = 0;
   if (qp_num_ != 0) engine_->UnmapQp(qp_num_);
   batch_.clear();
   qp_.reset();  // the device stops touching our buffers here

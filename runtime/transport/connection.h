@@ -42,6 +42,10 @@ struct ConnectionOptions {
   int recv_depth = 64;                  // our receives (credits we grant)
   size_t max_message_bytes = 64 * 1024 * 1024;
   absl::Duration connect_timeout = absl::Seconds(5);
+  // Client: with calls in flight and nothing received for this long, probe
+  // the server (keepalive.cc) so a silently dead one fails the calls with
+  // UNAVAILABLE after the QP's transport timeout. Zero turns it off.
+  absl::Duration keepalive_interval = absl::Seconds(1);
   // Test hook (server): asked once per rendezvous request; a positive result
   // delays posting its RDMA READ by that much (timer, engine keeps running).
   absl::Duration (*request_read_delay)() = nullptr;
@@ -229,6 +233,12 @@ class Connection final : public CmEventHandler {
   void OnEstablished(const std::string& private_data);
   void Destroy();
   void MaybeFinishClose();
+  // Close: posts a signalled marker WR whose flush retires every send before
+  // it, so teardown need not wait kFlushWait for CQEs that never come.
+  void PostDrainMarker();
+  // Keepalive (keepalive.cc), client role, from OnEstablished.
+  void StartKeepalive();
+  void OnKeepaliveTimer();
 
   // Sending (eager.cc).
   size_t EagerLimit() const;
@@ -318,6 +328,9 @@ class Connection final : public CmEventHandler {
 
   std::vector<Engine::TimerId> timers_;
   Engine::TimerId connect_timer_ = 0;
+  Engine::TimerId keepalive_timer_ = 0;
+  uint64_t recvs_seen_ = 0;           // receive completions, for the keepalive
+  uint64_t recvs_at_last_probe_ = 0;  // recvs_seen_ when its timer was set
 };
 
 }  // namespace internal

@@ -345,6 +345,7 @@ void Connection::OnSendCompletion(const ibv_wc& wc) {
 
 void Connection::OnRecvCompletion(const ibv_wc& wc) {
   --recv_posted_;
+  ++recvs_seen_;  // the peer is alive (keepalive.cc)
   const int idx = static_cast<int>(wc.wr_id & ~kRecvTag);
   if (wc.status != IBV_WC_SUCCESS) {
     if (wc.status != IBV_WC_WR_FLUSH_ERR) {
