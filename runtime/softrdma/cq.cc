@@ -8,6 +8,7 @@
 
 #include "glog/logging.h"
 #include "softrdma/internal.h"
+#include "softrdma/shm_link.h"
 #include "softrdma/softrdma.h"
 
 namespace softrdma {
@@ -32,6 +33,7 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots) {
       ++c->count;
       if (c->armed && cq->channel != nullptr) {
         c->armed = false;  // one event per arm, as hardware
+        c->armed_hint.store(false, std::memory_order_relaxed);
         notify = true;
       }
     }
@@ -71,8 +73,55 @@ void ReleaseSlots(const SlotRelease& r) {
 
 }  // namespace
 
+void CqAddShmQp(ibv_cq* cq, SoftQp* qp, std::shared_ptr<ShmLink> link) {
+  SoftCq* c = ToSoft(cq);
+  absl::MutexLock l(&c->links_mu);
+  for (SoftCq::ShmEntry& e : c->shm_qps) {
+    if (e.qp == qp) {
+      e.link = std::move(link);
+      return;
+    }
+  }
+  c->shm_qps.push_back(SoftCq::ShmEntry{qp, std::move(link)});
+  c->n_shm_qps.store(static_cast<int>(c->shm_qps.size()));
+}
+
+void CqRemoveShmQp(ibv_cq* cq, SoftQp* qp) {
+  SoftCq* c = ToSoft(cq);
+  if (c->n_shm_qps.load() == 0) return;
+  absl::MutexLock l(&c->links_mu);
+  auto& v = c->shm_qps;
+  v.erase(std::remove_if(v.begin(), v.end(), [qp](const SoftCq::ShmEntry& e) { return e.qp == qp; }),
+          v.end());
+  c->n_shm_qps.store(static_cast<int>(v.size()));
+}
+
+namespace {
+
+// The same-host rings of the CQ's QPs, drained by the polling thread itself,
+// as a NIC's provider reads CQEs from memory: a busy poller sees a peer's SEND
+// with no other thread and no syscall involved. `polling`: a poll_cq (the
+// watchdog notices when polling stops), else req_notify_cq going to sleep.
+void DrainShmRings(SoftCq* c, bool polling) {
+  if (c->n_shm_qps.load(std::memory_order_relaxed) == 0) return;
+  absl::ReaderMutexLock l(&c->links_mu);
+  for (const SoftCq::ShmEntry& e : c->shm_qps) {
+    if (polling) {
+      if (!c->armed_hint.load(std::memory_order_relaxed) && e.link->MarkPolling()) {
+        QpShmPolled(e.qp, e.link);
+      }
+    } else {
+      e.link->MarkSleeping();
+    }
+    if (e.link->HasIncoming()) QpDrainShm(e.qp, e.link.get());
+  }
+}
+
+}  // namespace
+
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   SoftCq* c = ToSoft(cq);
+  DrainShmRings(c, /*polling=*/true);
   int n = 0;
   std::vector<SlotRelease> freed;
   {
@@ -98,8 +147,14 @@ int ReqNotifyCq(ibv_cq* cq, int /*solicited_only*/) {
   // Every CQE we generate is treated as solicited, so solicited_only arms the
   // same way (an event may come a little earlier than hardware would give it).
   SoftCq* c = ToSoft(cq);
-  absl::MutexLock l(&c->mu);
-  c->armed = true;
+  {
+    absl::MutexLock l(&c->mu);
+    c->armed = true;
+    c->armed_hint.store(true, std::memory_order_relaxed);
+  }
+  // The caller may sleep now: the QPs' producers ring doorbells from here on,
+  // and what they published before seeing that is drained here (recheck).
+  DrainShmRings(c, /*polling=*/false);
   return 0;
 }
 

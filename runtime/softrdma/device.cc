@@ -367,6 +367,10 @@ Stats GetStats() {
   s.reg_mr = c.reg_mr;
   s.max_send_bytes = c.max_send_bytes;
   s.rem_access_errors = c.rem_access_errors;
+  s.qps_on_shm = c.qps_on_shm;
+  s.qps_on_tcp = c.qps_on_tcp;
+  s.shm_fallbacks = c.shm_fallbacks;
+  s.shm_doorbells = c.shm_doorbells;
   s.live_cm_ids = c.live_cm_ids;
   s.live_qps = c.live_qps;
   s.live_cqs = c.live_cqs;
@@ -391,6 +395,10 @@ void ResetStats() {
   c.reg_mr = 0;
   c.max_send_bytes = 0;
   c.rem_access_errors = 0;
+  c.qps_on_shm = 0;
+  c.qps_on_tcp = 0;
+  c.shm_fallbacks = 0;
+  c.shm_doorbells = 0;
 }
 
 namespace internal {

@@ -35,6 +35,7 @@ namespace softrdma {
 namespace internal {
 
 class Conn;
+class ShmLink;
 struct SoftCmId;
 
 // Device limits, reported by query_device / query_port and enforced.
@@ -55,7 +56,8 @@ struct Counters {
   std::atomic<uint64_t> send{0}, send_with_imm{0}, rdma_write{0},
       rdma_write_with_imm{0}, rdma_read{0}, recv{0}, bytes_sent{0},
       rnr_retries{0}, post_send_calls{0}, post_recv_calls{0}, reg_mr{0},
-      max_send_bytes{0}, rem_access_errors{0};
+      max_send_bytes{0}, rem_access_errors{0}, qps_on_shm{0}, qps_on_tcp{0},
+      shm_fallbacks{0}, shm_doorbells{0};
   std::atomic<int64_t> live_cm_ids{0}, live_qps{0}, live_cqs{0}, live_mrs{0},
       live_pds{0};
 };
@@ -155,6 +157,18 @@ struct SoftCq {
   bool armed ABSL_GUARDED_BY(mu) = false;
   bool overrun ABSL_GUARDED_BY(mu) = false;  // CQ error: a CQE found no room
   std::atomic<int> qp_refs{0};
+  // QPs of this CQ on the same-host link, whose incoming rings poll_cq and
+  // req_notify_cq drain (shm_link.h). Lock order: links_mu -> SoftQp::mu.
+  struct ShmEntry {
+    SoftQp* qp;
+    std::shared_ptr<ShmLink> link;
+  };
+  absl::Mutex links_mu;
+  std::vector<ShmEntry> shm_qps ABSL_GUARDED_BY(links_mu);
+  std::atomic<int> n_shm_qps{0};  // shm_qps.size(), read without the lock
+  // `armed`, readable without `mu`: a poll after req_notify_cq (the usual
+  // "arm, poll again, sleep") must not cancel the doorbells the sleep needs.
+  std::atomic<bool> armed_hint{false};
 };
 inline SoftCq* ToSoft(ibv_cq* c) { return reinterpret_cast<SoftCq*>(c); }
 
@@ -164,6 +178,10 @@ inline SoftCq* ToSoft(ibv_cq* c) { return reinterpret_cast<SoftCq*>(c); }
 void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots = SlotRelease());
 
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc);
+// Registers / forgets a QP whose rings the CQ's pollers drain. Call without
+// the QP's mutex held.
+void CqAddShmQp(ibv_cq* cq, SoftQp* qp, std::shared_ptr<ShmLink> link);
+void CqRemoveShmQp(ibv_cq* cq, SoftQp* qp);
 int ReqNotifyCq(ibv_cq* cq, int solicited_only);
 
 // ---- wire frames ------------------------------------------------------------------
@@ -224,6 +242,12 @@ struct SoftQp {
   // NAKs them with "invalid request", the requester sees REM_INV_REQ_ERR.
   uint8_t max_dest_rd_atomic ABSL_GUARDED_BY(mu) = kMaxRdAtom;
   std::shared_ptr<Conn> conn ABSL_GUARDED_BY(mu);
+  // Same-host link (shm_link.h): when set, QP frames go through its rings and
+  // `conn` carries only doorbells and DISCONNECT.
+  std::shared_ptr<ShmLink> shm ABSL_GUARDED_BY(mu);
+  // Passive side between rdma_accept and RTU while the link is being decided:
+  // WRs queue and go out once QpSetLink decides.
+  bool link_hold ABSL_GUARDED_BY(mu) = false;
   // Slots of WRs that completed but whose CQE the user has not polled yet
   // (see SlotRelease): post_send / post_recv count them as taken. Atomic
   // because poll_cq gives them back without taking `mu` (it holds SoftCq::mu,
@@ -246,8 +270,17 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 // Connects a QP to a TCP connection and moves it to RTS (rdma_cm did RTR/RTS).
 // `responder_resources`: this side's rdma_conn_param.responder_resources,
 // which rdma_cm makes the QP's max_dest_rd_atomic.
-void QpAttach(SoftQp* qp, std::shared_ptr<Conn> conn, uint32_t dest_qpn,
-              uint8_t rnr_retry, uint8_t responder_resources);
+// `shm`: the same-host link, or nullptr for TCP. `hold`: the link is not
+// decided yet (QpSetLink decides); WRs posted meanwhile wait.
+void QpAttach(SoftQp* qp, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm,
+              bool hold, uint32_t dest_qpn, uint8_t rnr_retry, uint8_t responder_resources);
+// Ends a hold: `shm` (or nullptr: TCP) carries the QP's frames from now on.
+void QpSetLink(SoftQp* qp, std::shared_ptr<ShmLink> shm);
+// Consumes the QP's incoming ring of `link` (processing its frames when the
+// QP still uses it, discarding them otherwise). Takes the QP's mutex.
+void QpDrainShm(SoftQp* qp, ShmLink* link);
+// poll_cq saw a poller: arms the watchdog that notices when polling stops.
+void QpShmPolled(SoftQp* qp, const std::shared_ptr<ShmLink>& link);
 // Moves a QP to ERROR, flushing every outstanding WR with IBV_WC_WR_FLUSH_ERR,
 // and forgets its connection.
 void QpFlushToError(SoftQp* qp);

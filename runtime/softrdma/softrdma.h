@@ -27,9 +27,24 @@
 //    share one context (id->verbs), opened on first use and never closed.
 //  - Threads: one progress thread per process, started by the first
 //    listen/connect; nothing runs in a process that only links softrdma.
-//  - post_send / post_recv are thread-safe per QP, poll_cq per CQ. The payload
-//    of a SEND / WRITE is copied at post time, so its buffer may be reused at
-//    once (hardware requires waiting for the completion; waiting is harmless).
+//  - post_send / post_recv are thread-safe per QP, poll_cq per CQ.
+//  - Buffers: as on hardware, the buffer of a SEND / WRITE must stay unchanged
+//    until its completion. On the TCP link softrdma copies it at post; on the
+//    same-host link (below) only payloads up to 8 KiB (kShmInlineMax) are
+//    copied at post, larger ones are read from the buffer when the peer
+//    handles the request, as a NIC reads them after post.
+//  - Same-host link: when both ends are processes on one host and in one
+//    network namespace (boot_id and /proc/self/ns/net compared during the
+//    rdma_cm handshake, plus a process_vm_readv probe of the peer), QP
+//    traffic goes through shared-memory rings that ibv_poll_cq drains itself
+//    (no syscall, no progress thread on a busy-polled path), and RDMA data
+//    moves with process_vm_readv / process_vm_writev; TCP then carries only the
+//    handshake, doorbells for sleeping consumers, DISCONNECT, and the death
+//    signal. Semantics (key checks, RNR, ordering, error completions, flush on
+//    disconnect) are those of the TCP link: the same code handles the frames.
+//    Env SOFTRDMA_SHM=0 (or SetShmEnabled(false)) keeps new connections on
+//    TCP; set-up or permission failures (EPERM) fall back to TCP, logged once.
+//    Peers on other hosts or namespaces always use TCP. See shm_link.h.
 //  - Every send is acknowledged by the peer's QP before it completes.
 //  - RNR: a SEND or WRITE_WITH_IMM finding no receive is retried every 1 ms
 //    (fixed; min_rnr_timer is accepted and ignored) up to the QP's rnr_retry
@@ -129,6 +144,15 @@ sockaddr* get_peer_addr(rdma_cm_id* id);
 uint16_t get_src_port(rdma_cm_id* id);
 uint16_t get_dst_port(rdma_cm_id* id);
 
+// --- same-host link ------------------------------------------------------------
+// Whether connections made from now on may use the shared-memory link
+// (default: env SOFTRDMA_SHM, 1 unless "0"). Both ends must allow it. For
+// tests and tools; thread-safe; existing connections keep their link.
+void SetShmEnabled(bool enabled);
+// True when `qp` is connected over the shared-memory link (false on TCP, for
+// a QP not connected yet, and once it left the link in ERROR or RESET).
+bool QpUsesShm(ibv_qp* qp);
+
 // --- counters -------------------------------------------------------------------
 // Work requests this process posted, counted by the device itself. Printed at
 // exit as one `softrdma-stats: ...` line on stderr when RDMARPC_SOFT_STATS=1.
@@ -146,6 +170,10 @@ struct Stats {
   uint64_t reg_mr = 0;            // successful ibv_reg_mr calls
   uint64_t max_send_bytes = 0;    // largest SEND / SEND_WITH_IMM payload posted, in bytes
   uint64_t rem_access_errors = 0; // completions with IBV_WC_REM_ACCESS_ERR polled by this process
+  uint64_t qps_on_shm = 0;        // QPs of this process connected over the same-host link
+  uint64_t qps_on_tcp = 0;        // QPs of this process connected over TCP
+  uint64_t shm_fallbacks = 0;     // same-host peers that ended on TCP (set-up / EPERM)
+  uint64_t shm_doorbells = 0;     // doorbells rung on TCP to wake a sleeping peer
   // Gauges: objects alive now (to check that nothing leaks).
   int64_t live_cm_ids = 0;
   int64_t live_qps = 0;
