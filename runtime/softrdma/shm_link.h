@@ -59,7 +59,7 @@ namespace internal {
 inline constexpr size_t kRingBytes = 512 << 10;
 // SEND / WRITE payloads up to this many bytes are copied into the ring at
 // post; larger ones (and READs larger than this) go by process_vm_*.
-inline constexpr uint32_t kShmInlineMax = 8192;
+inline constexpr uint32_t kShmInlineMax = 16384;
 // A poller that has not polled for this long is considered asleep: the
 // progress thread sets need_doorbell and drains in its place.
 inline constexpr int kWatchdogMicros = 1000;

@@ -30,7 +30,7 @@
 //  - post_send / post_recv are thread-safe per QP, poll_cq per CQ.
 //  - Buffers: as on hardware, the buffer of a SEND / WRITE must stay unchanged
 //    until its completion. On the TCP link softrdma copies it at post; on the
-//    same-host link (below) only payloads up to 8 KiB (kShmInlineMax) are
+//    same-host link (below) only payloads up to 16 KiB (kShmInlineMax) are
 //    copied at post, larger ones are read from the buffer when the peer
 //    handles the request, as a NIC reads them after post.
 //  - Same-host link: when both ends are processes on one host and in one
