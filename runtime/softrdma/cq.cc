@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "glog/logging.h"
+#include "softrdma/engine.h"
 #include "softrdma/internal.h"
 #include "softrdma/shm_link.h"
 #include "softrdma/softrdma.h"
@@ -98,23 +99,49 @@ void CqRemoveShmQp(ibv_cq* cq, SoftQp* qp) {
 
 namespace {
 
+void ArmWatchdog(std::shared_ptr<SoftCq::ShmWatch> watch, uint64_t polls);
+
 // The same-host rings of the CQ's QPs, drained by the polling thread itself,
 // as a NIC's provider reads CQEs from memory: a busy poller sees a peer's SEND
-// with no other thread and no syscall involved. `polling`: a poll_cq (the
-// watchdog notices when polling stops), else req_notify_cq going to sleep.
+// with no other thread and no syscall involved. `polling`: a poll_cq, which
+// tells the producers they need not ring doorbells (unless the CQ is armed
+// for a sleeper); else the poller is going to sleep (req_notify_cq, or the
+// watchdog found it quiet), and producers must ring again.
 void DrainShmRings(SoftCq* c, bool polling) {
   if (c->n_shm_qps.load(std::memory_order_relaxed) == 0) return;
-  absl::ReaderMutexLock l(&c->links_mu);
-  for (const SoftCq::ShmEntry& e : c->shm_qps) {
-    if (polling) {
-      if (!c->armed_hint.load(std::memory_order_relaxed) && e.link->MarkPolling()) {
-        QpShmPolled(e.qp, e.link);
+  bool woke = false;
+  {
+    absl::ReaderMutexLock l(&c->links_mu);
+    const bool armed = c->armed_hint.load(std::memory_order_relaxed);
+    for (const SoftCq::ShmEntry& e : c->shm_qps) {
+      if (!polling) {
+        e.link->MarkSleeping();
+      } else if (!armed) {
+        woke |= e.link->MarkPolling();
       }
-    } else {
-      e.link->MarkSleeping();
+      if (e.link->HasIncoming()) QpDrainShm(e.qp, e.link.get());
     }
-    if (e.link->HasIncoming()) QpDrainShm(e.qp, e.link.get());
   }
+  if (polling) c->watch->polls.fetch_add(1, std::memory_order_relaxed);
+  if (woke && !c->watch->armed.exchange(true)) {
+    ArmWatchdog(c->watch, c->watch->polls.load(std::memory_order_relaxed));
+  }
+}
+
+// While producers rely on this CQ's poller, a timer checks every
+// kWatchdogMicros that it still polls; when it stopped without
+// req_notify_cq (e.g. it only polls while it waits for something), the
+// timer puts the rings back to doorbell mode and drains them in its place.
+// One timer per polled CQ, not per QP.
+void ArmWatchdog(std::shared_ptr<SoftCq::ShmWatch> watch, uint64_t polls) {
+  Engine::Get().RunAfter(absl::Microseconds(kWatchdogMicros), [watch, polls] {
+    const uint64_t now = watch->polls.load(std::memory_order_relaxed);
+    if (now != polls) return ArmWatchdog(watch, now);  // still polling
+    // Disarm before the flags go up: a poll in between then re-arms.
+    watch->armed.store(false);
+    absl::MutexLock l(&watch->mu);
+    if (watch->cq != nullptr) DrainShmRings(watch->cq, /*polling=*/false);
+  });
 }
 
 }  // namespace
@@ -213,6 +240,10 @@ ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context,
     c->ring.resize(static_cast<size_t>(cqe));
     c->release.resize(static_cast<size_t>(cqe));
   }
+  {
+    absl::MutexLock l(&c->watch->mu);
+    c->watch->cq = c;
+  }
   if (channel != nullptr) {
     auto* ch = reinterpret_cast<SoftCompChannel*>(channel);
     absl::MutexLock l(&ch->mu);
@@ -227,6 +258,10 @@ int destroy_cq(ibv_cq* cq) {
   if (cq == nullptr) return EINVAL;
   SoftCq* c = internal::ToSoft(cq);
   if (c->qp_refs.load() > 0) return EBUSY;
+  {
+    absl::MutexLock l(&c->watch->mu);  // a running watchdog finishes first
+    c->watch->cq = nullptr;
+  }
   if (cq->channel != nullptr) {
     auto* ch = reinterpret_cast<SoftCompChannel*>(cq->channel);
     absl::MutexLock l(&ch->mu);

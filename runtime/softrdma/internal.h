@@ -169,6 +169,15 @@ struct SoftCq {
   // `armed`, readable without `mu`: a poll after req_notify_cq (the usual
   // "arm, poll again, sleep") must not cancel the doorbells the sleep needs.
   std::atomic<bool> armed_hint{false};
+  // The watchdog that notices when this CQ's busy poller stops (cq.cc). A
+  // separate shared object so a timer can outlive destroy_cq safely.
+  struct ShmWatch {
+    absl::Mutex mu;
+    SoftCq* cq ABSL_GUARDED_BY(mu) = nullptr;  // nullptr once destroy_cq ran
+    std::atomic<uint64_t> polls{0};
+    std::atomic<bool> armed{false};
+  };
+  std::shared_ptr<ShmWatch> watch = std::make_shared<ShmWatch>();
 };
 inline SoftCq* ToSoft(ibv_cq* c) { return reinterpret_cast<SoftCq*>(c); }
 
@@ -279,8 +288,7 @@ void QpSetLink(SoftQp* qp, std::shared_ptr<ShmLink> shm);
 // Consumes the QP's incoming ring of `link` (processing its frames when the
 // QP still uses it, discarding them otherwise). Takes the QP's mutex.
 void QpDrainShm(SoftQp* qp, ShmLink* link);
-// poll_cq saw a poller: arms the watchdog that notices when polling stops.
-void QpShmPolled(SoftQp* qp, const std::shared_ptr<ShmLink>& link);
+
 // Moves a QP to ERROR, flushing every outstanding WR with IBV_WC_WR_FLUSH_ERR,
 // and forgets its connection.
 void QpFlushToError(SoftQp* qp);

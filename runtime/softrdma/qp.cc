@@ -900,33 +900,6 @@ void QpDrainShm(SoftQp* q, ShmLink* link) {
   DrainShmLocked(q, link);
 }
 
-namespace {
-
-void ArmWatchdog(std::weak_ptr<SoftQp> weak, std::shared_ptr<ShmLink> link, uint64_t polls) {
-  Engine::Get().RunAfter(absl::Microseconds(kWatchdogMicros), [weak, link, polls] {
-    std::shared_ptr<SoftQp> q = weak.lock();
-    if (q == nullptr) {
-      link->watchdog_armed.store(false);
-      return;
-    }
-    const uint64_t now = link->polls();
-    if (now != polls) return ArmWatchdog(weak, link, now);  // still being polled
-    // The poller went quiet: doorbells again, then the recheck drain. The
-    // order (disarm, flag, drain) leaves no window where a record waits for a
-    // poller that is gone (see shm_link.h).
-    link->watchdog_armed.store(false);
-    link->MarkSleeping();
-    QpDrainShm(q.get(), link.get());
-  });
-}
-
-}  // namespace
-
-void QpShmPolled(SoftQp* q, const std::shared_ptr<ShmLink>& link) {
-  if (link->watchdog_armed.exchange(true)) return;
-  ArmWatchdog(q->self, link, link->polls());
-}
-
 void QpFlushToError(SoftQp* q) {
   absl::MutexLock l(&q->mu);
   // What the peer put in the ring before it disconnected or died arrived

@@ -306,7 +306,6 @@ size_t ShmLink::Drain(const std::function<void(Frame&)>& fn) {
 }
 
 bool ShmLink::MarkPolling() {
-  polls_.fetch_add(1, std::memory_order_relaxed);
   RingCtl* c = ctl(in_);
   if (c->need_doorbell.load(std::memory_order_relaxed) == 0) return false;
   c->need_doorbell.store(0, std::memory_order_relaxed);

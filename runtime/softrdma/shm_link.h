@@ -122,13 +122,10 @@ class ShmLink {
   // Returns the number of frames.
   size_t Drain(const std::function<void(Frame&)>& fn);
   // Called by ibv_poll_cq: a poller is active. True on the 1 -> 0 transition
-  // of need_doorbell (the caller then arms the watchdog).
+  // of need_doorbell (the caller then arms its CQ's watchdog).
   bool MarkPolling();
   // Sets need_doorbell; the caller must then Drain (the recheck).
   void MarkSleeping();
-  // Poll calls seen, for the watchdog.
-  uint64_t polls() const { return polls_.load(std::memory_order_relaxed); }
-  std::atomic<bool> watchdog_armed{false};
 
   // ---- process_vm copies; false with errno on failure ----
   // Copies `len` bytes from the peer's `remote` SGEs into local SGEs.
@@ -157,7 +154,6 @@ class ShmLink {
   int in_ = 1;   // ring index we consume
   pid_t peer_pid_ = 0;
   std::deque<std::shared_ptr<const std::vector<uint8_t>>> backlog_;
-  std::atomic<uint64_t> polls_{0};
 };
 
 // Remote SGE list carried in a kRemoteData frame: {u64 addr, u32 length} LE.

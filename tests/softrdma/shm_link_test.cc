@@ -3,6 +3,7 @@
 // SEND / WRITE / READ (moved by process_vm_*) keep the TCP link's semantics,
 // a peer killed with SIGKILL, and a two-way stress run with every byte checked.
 #include <arpa/inet.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -251,6 +252,62 @@ TEST(ShmLink, ResponderThatNeverPollsStillAnswers) {
     ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
     ASSERT_EQ(wc.wr_id, 1000u + i);
     ASSERT_TRUE(Matches(cb, 2048, 64, static_cast<uint8_t>(i)));
+  }
+}
+
+// The server polls its CQ for a while (producers then skip doorbells) and
+// stops without req_notify_cq: the watchdog must notice and drain in its place.
+TEST(ShmLink, PollerThatStopsWithoutArmingIsCoveredByTheWatchdog) {
+  ConnectedPair p;
+  ASSERT_TRUE(p.ok());
+  Buffer cb(p.client_pd, 4096, kAll);
+  Buffer sb(p.server_pd, 4096, kAll);
+  Fill(sb, 0, 64, 77);
+  EXPECT_TRUE(Drain(p.server_cq, 5).empty());  // polls, then never again
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(PostSend(p.client->qp, IBV_WR_RDMA_READ, i, cb, 0, 64, 0, sb.addr(), sb.mr->rkey),
+              0);
+    ibv_wc wc;
+    ASSERT_TRUE(PollOne(p.client_cq, &wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    ASSERT_TRUE(Matches(cb, 0, 64, 77));
+  }
+}
+
+// The usual sleeper: poll, req_notify_cq, poll again, block in get_cq_event.
+// The peer's SEND must wake it (a doorbell on the shm link).
+TEST(ShmLink, SleepingConsumerIsWokenThroughItsCompletionChannel) {
+  ConnectedPair p;
+  ASSERT_TRUE(p.ok());
+  Buffer cb(p.client_pd, 4096, kAll);
+  Buffer sb(p.server_pd, 4096, kAll);
+  ASSERT_EQ(PostRecv(p.server->qp, 1, sb, 0, 64), 0);
+  const uint64_t doorbells_before = GetStats().shm_doorbells;
+  ibv_wc wc;
+  ASSERT_EQ(ibv_poll_cq(p.server_cq, 1, &wc), 0);
+  ASSERT_EQ(ibv_req_notify_cq(p.server_cq, 0), 0);
+  ASSERT_EQ(ibv_poll_cq(p.server_cq, 1, &wc), 0);
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    Fill(cb, 0, 40, 5);
+    PostSend(p.client->qp, IBV_WR_SEND, 2, cb, 0, 40);
+  });
+  // server_comp is blocking unless a test made it non-blocking; wait with poll().
+  pollfd pfd{p.server_comp->fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&pfd, 1, 5000), 1);
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(get_cq_event(p.server_comp, &ev_cq, &ev_ctx), 0);
+  EXPECT_EQ(ev_cq, p.server_cq);
+  ack_cq_events(ev_cq, 1);
+  ASSERT_EQ(ibv_poll_cq(p.server_cq, 1, &wc), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.byte_len, 40u);
+  EXPECT_TRUE(Matches(sb, 0, 40, 5));
+  sender.join();
+  EXPECT_EQ(QpUsesShm(p.client->qp), EnvWantsShm());
+  if (EnvWantsShm()) {
+    EXPECT_GT(GetStats().shm_doorbells, doorbells_before);
   }
 }
 
