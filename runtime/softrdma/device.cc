@@ -424,6 +424,15 @@ void PrintStatsAtExit() {
                static_cast<unsigned long long>(s.reg_mr),
                static_cast<unsigned long long>(s.max_send_bytes),
                static_cast<unsigned long long>(s.rem_access_errors));
+  // The same-host link, on a line of its own so parsers of the line above
+  // keep working.
+  std::fprintf(stderr,
+               "softrdma-stats-link: qps_on_shm=%llu qps_on_tcp=%llu shm_fallbacks=%llu "
+               "shm_doorbells=%llu\n",
+               static_cast<unsigned long long>(s.qps_on_shm),
+               static_cast<unsigned long long>(s.qps_on_tcp),
+               static_cast<unsigned long long>(s.shm_fallbacks),
+               static_cast<unsigned long long>(s.shm_doorbells));
 }
 
 // Registered at load time (not at first use) so a process that posted nothing

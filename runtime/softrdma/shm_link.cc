@@ -89,7 +89,35 @@ bool SameHost(const ShmHello& peer) {
          peer.netns_ino == me.netns_ino && peer.netns_dev == me.netns_dev;
 }
 
+namespace {
+std::atomic<int> g_probe_skip{0};
+std::atomic<int> g_probe_fail{0};
+
+bool ProbeFailsForTesting() {
+  if (g_probe_fail.load() == 0) return false;
+  int skip = g_probe_skip.load();
+  while (skip > 0) {
+    if (g_probe_skip.compare_exchange_weak(skip, skip - 1)) return false;
+  }
+  int fail = g_probe_fail.load();
+  while (fail > 0) {
+    if (g_probe_fail.compare_exchange_weak(fail, fail - 1)) return true;
+  }
+  return false;
+}
+}  // namespace
+
+void FailShmProbesForTesting(int skip, int fail) {
+  g_probe_skip.store(skip);
+  g_probe_fail.store(fail);
+}
+
 bool ProbePeer(const ShmHello& peer) {
+  if (ProbeFailsForTesting()) {
+    LOG(WARNING) << "softrdma: same-host probe of pid " << peer.pid
+                 << " failed on purpose (FailShmProbesForTesting); using TCP";
+    return false;
+  }
   uint64_t got = 0;
   iovec local{&got, sizeof(got)};
   iovec remote{reinterpret_cast<void*>(peer.probe_addr), sizeof(got)};

@@ -34,7 +34,22 @@
 // must stay unchanged until its completion.
 //
 // The TCP socket stays up for the rdma_cm handshake, DISCONNECT, doorbells and
-// as the death signal: a peer killed with SIGKILL closes it.
+// as the death signal: a peer killed with SIGKILL closes it. On DISCONNECT or
+// the socket's loss the survivor drains the ring before it flushes, since
+// what the peer put there was sent before it went away.
+//
+// Where this link is more lenient than hardware:
+//  - A requester that deregisters (or unmaps) an MR while a large SEND /
+//    WRITE / READ on it is outstanding: a NIC fails the WR (LOC_PROT_ERR);
+//    here the responder copies from / into the memory if it is still mapped,
+//    and fails the WR with LOC_PROT_ERR (NAK kReqLocal) only if it is not.
+//  - A large READ's destination is written before the requester re-checks its
+//    lkeys at completion (the TCP link checks, then copies).
+//  - A segment whose creator dies between rdma_connect and ACCEPT stays in
+//    /dev/shm (its name is unlinked as soon as the peer mapped it).
+//  - A poller that stops polling without ibv_req_notify_cq delays the QP's
+//    responder work by up to 2 * kWatchdogMicros (a NIC does not depend on
+//    polling at all).
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_SHM_LINK_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_SHM_LINK_H_
 
@@ -86,6 +101,9 @@ void FillHello(const std::string& segment, ShmHello* out);
 // Reads the peer's probe cookie with process_vm_readv. False (with a warning
 // logged once per process) on EPERM / ESRCH / a wrong value.
 bool ProbePeer(const ShmHello& peer);
+// For tests of the fallback: of the next probes, let `skip` pass as usual and
+// then fail `fail` (as EPERM would). Thread-safe.
+void FailShmProbesForTesting(int skip, int fail);
 
 class ShmLink {
  public:

@@ -11,10 +11,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "softrdma/shm_link.h"
 #include "softrdma/softrdma.h"
 #include "test_util.h"
 
@@ -96,6 +98,88 @@ TEST(ShmLink, DisabledSwitchKeepsLoopbackOnTcp) {
   ASSERT_TRUE(PollOne(p.server_cq, &wc));
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   EXPECT_TRUE(Matches(sb, 0, 64, 3));
+}
+
+// Same-host means: the same boot (boot_id) and the same network namespace.
+TEST(ShmLink, SameHostNeedsSameBootIdAndNetNamespace) {
+  internal::ShmHello me;
+  internal::FillHello("/x", &me);
+  EXPECT_TRUE(internal::SameHost(me));
+  internal::ShmHello other_ns = me;
+  other_ns.netns_ino += 1;
+  EXPECT_FALSE(internal::SameHost(other_ns));
+  internal::ShmHello other_boot = me;
+  other_boot.boot_id[0] = other_boot.boot_id[0] == 'a' ? 'b' : 'a';
+  EXPECT_FALSE(internal::SameHost(other_boot));
+  EXPECT_FALSE(internal::SameHost(internal::ShmHello()));  // a peer that offered nothing
+}
+
+// The passive side cannot reach the active one (process_vm_readv EPERM):
+// both ends stay on TCP.
+TEST(ShmLink, PassiveProbeFailureFallsBackToTcp) {
+  ShmSwitch on(true);
+  ResetStats();
+  internal::FailShmProbesForTesting(0, 1);
+  ConnectedPair p;
+  internal::FailShmProbesForTesting(0, 0);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(QpUsesShm(p.client->qp));
+  EXPECT_FALSE(QpUsesShm(p.server->qp));
+  const Stats s = GetStats();
+  EXPECT_EQ(s.qps_on_tcp, 2u);
+  EXPECT_EQ(s.qps_on_shm, 0u);
+  EXPECT_EQ(s.shm_fallbacks, 1u);
+  Buffer cb(p.client_pd, 64, kAll);
+  Buffer sb(p.server_pd, 64, kAll);
+  Fill(cb, 0, 64, 1);
+  ASSERT_EQ(PostRecv(p.server->qp, 1, sb, 0, 64), 0);
+  ASSERT_EQ(PostSend(p.client->qp, IBV_WR_SEND, 2, cb, 0, 64), 0);
+  ibv_wc wc;
+  ASSERT_TRUE(PollOne(p.server_cq, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(Matches(sb, 0, 64, 1));
+}
+
+// The passive side accepted the offer and posts while the link is undecided;
+// then the active side's probe fails: RTU says TCP, and the held WR (built
+// for the ring, as a remote SGE list) goes out over TCP with its data. (The
+// post usually wins the race with RTU; when it does not, the WR is built for
+// TCP directly and the test checks the plain fallback.)
+TEST(ShmLink, ActiveProbeFailureAfterHeldPostFallsBackToTcp) {
+  ShmSwitch on(true);
+  ResetStats();
+  constexpr size_t kBig = 100000;
+  std::unique_ptr<Buffer> sb;
+  PairOptions opt;
+  opt.after_accept = [&](rdma_cm_id* server, ibv_pd* pd) {
+    sb = std::make_unique<Buffer>(pd, kBig, kAll);
+    Fill(*sb, 0, kBig, 9);
+    EXPECT_EQ(PostSend(server->qp, IBV_WR_SEND, 1, *sb, 0, kBig), 0);
+  };
+  internal::FailShmProbesForTesting(1, 1);  // the passive probe passes, the active fails
+  ConnectedPair p(opt);
+  internal::FailShmProbesForTesting(0, 0);
+  // The server's MR must go before the pair deallocates its PD.
+  struct DropFirst {
+    std::unique_ptr<Buffer>& b;
+    ~DropFirst() { b.reset(); }
+  } drop_first{sb};
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(QpUsesShm(p.client->qp));
+  EXPECT_FALSE(QpUsesShm(p.server->qp));
+  const Stats s = GetStats();
+  EXPECT_EQ(s.qps_on_tcp, 2u);
+  EXPECT_EQ(s.shm_fallbacks, 1u);
+  Buffer cb(p.client_pd, kBig, kAll);
+  ASSERT_EQ(PostRecv(p.client->qp, 2, cb, 0, kBig), 0);  // the SEND waits through RNR
+  ibv_wc wc;
+  ASSERT_TRUE(PollOne(p.client_cq, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.byte_len, kBig);
+  EXPECT_TRUE(Matches(cb, 0, kBig, 9));
+  ASSERT_TRUE(PollOne(p.server_cq, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 1u);
 }
 
 // Large transfers skip the ring: process_vm_readv / process_vm_writev. The

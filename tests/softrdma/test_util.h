@@ -7,6 +7,7 @@
 #include <rdma/rdma_cma.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,9 @@ struct PairOptions {
   uint8_t server_responder_resources = 4;  // rdma_accept's; 0 refuses READs
   std::string client_private_data;
   std::string server_private_data;
+  // Runs right after the server's rdma_accept, before either end is
+  // ESTABLISHED (e.g. to post while the link is still being decided).
+  std::function<void(rdma_cm_id* server, ibv_pd* server_pd)> after_accept;
 };
 
 // One listener, one client id and the accepted server id, each end with its
