@@ -257,6 +257,12 @@ struct SoftQp {
   // Passive side between rdma_accept and RTU while the link is being decided:
   // WRs queue and go out once QpSetLink decides.
   bool link_hold ABSL_GUARDED_BY(mu) = false;
+  // ACK coalescing while a batch of frames is drained from the ring: one ACK
+  // for the last request answers them all (an ACK, NAK or READ response
+  // acknowledges every earlier PSN), as a NIC coalesces ACKs.
+  bool ack_coalesce ABSL_GUARDED_BY(mu) = false;
+  bool ack_pending ABSL_GUARDED_BY(mu) = false;
+  uint32_t ack_pending_psn ABSL_GUARDED_BY(mu) = 0;
   // Slots of WRs that completed but whose CQE the user has not polled yet
   // (see SlotRelease): post_send / post_recv count them as taken. Atomic
   // because poll_cq gives them back without taking `mu` (it holds SoftCq::mu,

@@ -204,8 +204,14 @@ void FlushBacklogLater(SoftQp* q) {
   });
 }
 
+// Any answer acknowledges the PSNs before it: a coalesced ACK is then moot.
+bool IsAnswer(FrameType t) {
+  return t == FrameType::kNak || t == FrameType::kReadResp || t == FrameType::kAtomicResp;
+}
+
 void LinkSendLocked(SoftQp* q, std::shared_ptr<const std::vector<uint8_t>> frame)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (IsAnswer(static_cast<FrameType>((*frame)[0]))) q->ack_pending = false;
   if (q->shm != nullptr) {
     bool backlogged = false;
     if (q->shm->Send(frame, &backlogged)) RingDoorbellLocked(q);
@@ -216,6 +222,7 @@ void LinkSendLocked(SoftQp* q, std::shared_ptr<const std::vector<uint8_t>> frame
 }
 
 void LinkSendHeaderLocked(SoftQp* q, const FrameHeader& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (IsAnswer(h.type)) q->ack_pending = false;
   if (q->shm != nullptr) {
     bool backlogged = false;
     if (q->shm->SendHeader(h, &backlogged)) RingDoorbellLocked(q);
@@ -575,6 +582,11 @@ void NakLocked(SoftQp* q, uint32_t psn, Syndrome s) ABSL_EXCLUSIVE_LOCKS_REQUIRE
 
 void AckLocked(SoftQp* q, uint32_t psn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   FrameHeader h;
+  if (q->ack_coalesce) {
+    q->ack_pending = true;
+    q->ack_pending_psn = psn;
+    return;
+  }
   h.type = FrameType::kAck;
   h.psn = psn;
   LinkSendHeaderLocked(q, h);
@@ -840,9 +852,16 @@ void DrainShmLocked(SoftQp* q, ShmLink* link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->m
   }
   std::shared_ptr<ShmLink> hold = q->shm;  // a frame may end the QP's use of it
   FlushBacklogNow(q);
+  q->ack_coalesce = true;
+  q->ack_pending = false;
   link->Drain([q, link](Frame& f) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (q->shm.get() == link) DispatchLocked(q, f);
   });
+  q->ack_coalesce = false;
+  if (q->ack_pending) {
+    q->ack_pending = false;
+    AckLocked(q, q->ack_pending_psn);
+  }
 }
 
 // Registers the QP with its CQs' pollers. Without the QP's mutex.

@@ -171,6 +171,7 @@ class ShmLink {
   int out_ = 0;  // ring index we produce into
   int in_ = 1;   // ring index we consume
   pid_t peer_pid_ = 0;
+  uint64_t cached_head_ = 0;  // producer: the consumer's head as last read
   std::deque<std::shared_ptr<const std::vector<uint8_t>>> backlog_;
 };
 

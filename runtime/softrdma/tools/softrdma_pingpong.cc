@@ -3,12 +3,15 @@
 // SOFTRDMA_SHM (1: same-host shared memory, 0: TCP).
 //
 //   softrdma_pingpong [iterations=200000] [payload_bytes=32] [big_bytes=16777216]
+//   softrdma_pingpong rate [messages=2000000] [payload_bytes=32]
 //
 // The process forks: the child is the server (pinned to CPU 1), the parent the
 // client (CPU 0). Reports p50/p99/p99.9 of a SEND/RECV round trip (the client
 // SENDs inline, the server answers with a SEND of the same size) and GB/s of
-// RDMA WRITE and READ of `big_bytes`. Not a ctest: speed is measured here, not
-// in unit tests.
+// RDMA WRITE and READ of `big_bytes`. `rate` instead streams one-way SENDs
+// (64 in flight, every 16th signalled, as a batching sender would) and
+// reports messages per second. Not a ctest: speed is measured here, not in
+// unit tests.
 #include <arpa/inet.h>
 #include <sched.h>
 #include <sys/wait.h>
@@ -27,6 +30,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+constexpr int kRecvDepth = 1024;
 
 struct Advert {
   uint64_t addr;
@@ -61,8 +66,8 @@ void MakeQp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq) {
   qa.qp_type = IBV_QPT_RC;
   qa.send_cq = cq;
   qa.recv_cq = cq;
-  qa.cap.max_send_wr = 64;
-  qa.cap.max_recv_wr = 64;
+  qa.cap.max_send_wr = 128;
+  qa.cap.max_recv_wr = kRecvDepth;
   qa.cap.max_send_sge = 1;
   qa.cap.max_recv_sge = 1;
   qa.cap.max_inline_data = 64;
@@ -79,13 +84,15 @@ void PostRecv(ibv_qp* qp, ibv_mr* mr, uint64_t addr, uint32_t len) {
 }
 
 void PostSend(ibv_qp* qp, ibv_wr_opcode op, ibv_mr* mr, uint64_t addr, uint32_t len,
-              uint64_t raddr = 0, uint32_t rkey = 0) {
+              uint64_t raddr = 0, uint32_t rkey = 0, bool signaled = true, uint64_t wr_id = 0) {
   ibv_sge sge{addr, len, mr->lkey};
   ibv_send_wr wr{};
+  wr.wr_id = wr_id;
   wr.opcode = op;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED | (op == IBV_WR_SEND && len <= 64 ? IBV_SEND_INLINE : 0);
+  wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) |
+                  (op == IBV_WR_SEND && len <= 64 ? IBV_SEND_INLINE : 0);
   wr.wr.rdma.remote_addr = raddr;
   wr.wr.rdma.rkey = rkey;
   ibv_send_wr* bad;
@@ -107,7 +114,7 @@ ibv_wc PollFor(ibv_cq* cq, ibv_wc_opcode opcode) {
   }
 }
 
-int Server(int port_pipe, size_t payload, size_t big) {
+int Server(int port_pipe, size_t payload, size_t big, bool rate) {
   Pin(1);
   rdma_event_channel* ch = softrdma::create_event_channel();
   rdma_cm_id* listener;
@@ -123,13 +130,14 @@ int Server(int port_pipe, size_t payload, size_t big) {
   rdma_cm_id* id = e->id;
   softrdma::ack_cm_event(e);
   ibv_pd* pd = softrdma::alloc_pd(id->verbs);
-  ibv_cq* cq = softrdma::create_cq(id->verbs, 256, nullptr, nullptr, 0);
+  ibv_cq* cq = softrdma::create_cq(id->verbs, 4096, nullptr, nullptr, 0);
   MakeQp(id, pd, cq);
   std::vector<uint8_t> small(4096);
   std::vector<uint8_t> target(big);
   ibv_mr* smr = softrdma::reg_mr(pd, small.data(), small.size(), kAll);
   ibv_mr* bmr = softrdma::reg_mr(pd, target.data(), target.size(), kAll);
-  for (int i = 0; i < 32; ++i) PostRecv(id->qp, smr, reinterpret_cast<uint64_t>(small.data()), 64);
+  const int depth = rate ? kRecvDepth - 64 : 32;
+  for (int i = 0; i < depth; ++i) PostRecv(id->qp, smr, reinterpret_cast<uint64_t>(small.data()), 64);
   Advert adv{reinterpret_cast<uint64_t>(target.data()), bmr->rkey};
   rdma_conn_param cp{};
   cp.private_data = &adv;
@@ -143,6 +151,7 @@ int Server(int port_pipe, size_t payload, size_t big) {
     ibv_wc wc = PollFor(cq, IBV_WC_RECV);
     PostRecv(id->qp, smr, reinterpret_cast<uint64_t>(small.data()), 64);
     if (wc.byte_len == 1) break;
+    if (rate) continue;
     PostSend(id->qp, IBV_WR_SEND, smr, reinterpret_cast<uint64_t>(small.data()) + 2048,
              static_cast<uint32_t>(payload));
   }
@@ -154,7 +163,38 @@ double Gbps(size_t bytes, Clock::duration d) {
   return static_cast<double>(bytes) / std::chrono::duration<double>(d).count() / 1e9;
 }
 
-int Client(uint16_t port, int iters, size_t payload, size_t big) {
+int Rate(rdma_cm_id* id, ibv_cq* cq, ibv_mr* smr, uint64_t small_addr, int messages,
+         size_t payload) {
+  constexpr int kWindow = 64;
+  constexpr int kSignalEvery = 16;
+  int posted = 0, done = 0;
+  const Clock::time_point t0 = Clock::now();
+  while (done < messages) {
+    while (posted < messages && posted - done < kWindow) {
+      const bool signaled = (posted + 1) % kSignalEvery == 0 || posted == messages - 1;
+      PostSend(id->qp, IBV_WR_SEND, smr, small_addr + 1024, static_cast<uint32_t>(payload), 0, 0,
+               signaled, static_cast<uint64_t>(posted));
+      ++posted;
+    }
+    ibv_wc wc[16];
+    const int n = ibv_poll_cq(cq, 16, wc);
+    if (n < 0) Die("poll_cq");
+    for (int k = 0; k < n; ++k) {
+      if (wc[k].status != IBV_WC_SUCCESS) {
+        std::fprintf(stderr, "completion error: status %d\n", wc[k].status);
+        return 1;
+      }
+      if (wc[k].opcode == IBV_WC_SEND) done = static_cast<int>(wc[k].wr_id) + 1;
+    }
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("link=%s payload=%zu one-way SENDs=%d: %.2f M messages/s\n",
+              softrdma::QpUsesShm(id->qp) ? "shm" : "tcp", payload, messages,
+              messages / s / 1e6);
+  return 0;
+}
+
+int Client(uint16_t port, int iters, size_t payload, size_t big, bool rate) {
   Pin(0);
   rdma_event_channel* ch = softrdma::create_event_channel();
   rdma_cm_id* id;
@@ -170,7 +210,7 @@ int Client(uint16_t port, int iters, size_t payload, size_t big) {
   softrdma::resolve_route(id, 2000);
   softrdma::ack_cm_event(WaitEvent(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
   ibv_pd* pd = softrdma::alloc_pd(id->verbs);
-  ibv_cq* cq = softrdma::create_cq(id->verbs, 256, nullptr, nullptr, 0);
+  ibv_cq* cq = softrdma::create_cq(id->verbs, 4096, nullptr, nullptr, 0);
   MakeQp(id, pd, cq);
   std::vector<uint8_t> small(4096);
   std::vector<uint8_t> source(big, 0x5a);
@@ -189,6 +229,12 @@ int Client(uint16_t port, int iters, size_t payload, size_t big) {
   const bool shm = softrdma::QpUsesShm(id->qp);
 
   const uint64_t small_addr = reinterpret_cast<uint64_t>(small.data());
+  if (rate) {
+    const int rc = Rate(id, cq, smr, small_addr, iters, payload);
+    PostSend(id->qp, IBV_WR_SEND, smr, small_addr + 1024, 1);  // "done"
+    PollFor(cq, IBV_WC_SEND);
+    return rc;
+  }
   std::vector<double> rtt_ns;
   rtt_ns.reserve(iters);
   const int warmup = std::min(iters / 10, 10000);
@@ -235,9 +281,14 @@ int Client(uint16_t port, int iters, size_t payload, size_t big) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int iters = argc > 1 ? std::atoi(argv[1]) : 200000;
+  const bool rate = argc > 1 && std::strcmp(argv[1], "rate") == 0;
+  if (rate) {
+    --argc;
+    ++argv;
+  }
+  const int iters = argc > 1 ? std::atoi(argv[1]) : (rate ? 2000000 : 200000);
   const size_t payload = argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 32;
-  const size_t big = argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 16 << 20;
+  const size_t big = rate ? 4096 : (argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 16 << 20);
   if (payload < 2 || payload > 64) {
     std::fprintf(stderr, "payload_bytes must be 2..64 (inline SEND)\n");
     return 2;
@@ -248,12 +299,12 @@ int main(int argc, char** argv) {
   if (pid < 0) Die("fork");
   if (pid == 0) {
     close(fds[0]);
-    _exit(Server(fds[1], payload, big));
+    _exit(Server(fds[1], payload, big, rate));
   }
   close(fds[1]);
   uint16_t port;
   if (read(fds[0], &port, sizeof(port)) != sizeof(port)) Die("read port");
-  const int rc = Client(port, iters, payload, big);
+  const int rc = Client(port, iters, payload, big, rate);
   int status = 0;
   waitpid(pid, &status, 0);
   return rc != 0 ? rc : (WIFEXITED(status) ? WEXITSTATUS(status) : 1);
