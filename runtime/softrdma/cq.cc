@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "glog/logging.h"
 #include "softrdma/engine.h"
@@ -26,12 +27,14 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots) {
       // Hardware does not drop a CQE silently: the CQ goes to error and an
       // IBV_EVENT_CQ_ERR async event is raised.
       c->overrun = true;
+      c->overrun_hint.store(true);
       overrun_now = true;
     } else {
       const size_t at = (c->head + c->count) % c->ring.size();
       c->ring[at] = wc;
       c->release[at] = std::move(slots);
       ++c->count;
+      c->ready.store(c->count, std::memory_order_release);
       if (c->armed && cq->channel != nullptr) {
         c->armed = false;  // one event per arm, as hardware
         c->armed_hint.store(false, std::memory_order_relaxed);
@@ -74,27 +77,50 @@ void ReleaseSlots(const SlotRelease& r) {
 
 }  // namespace
 
+namespace {
+
+// Publishes shm_qps as the pollers' snapshot. `wait`: do not return before
+// every poller that may still read an older snapshot has left (a removed QP
+// is about to be destroyed); otherwise old snapshots wait in shm_retired.
+void PublishShmSnapshot(SoftCq* c, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->links_mu) {
+  auto* next = c->shm_qps.empty() ? nullptr : new SoftCq::ShmSnapshot(c->shm_qps);
+  SoftCq::ShmSnapshot* old = c->shm_snapshot.exchange(next, std::memory_order_seq_cst);
+  if (old != nullptr) c->shm_retired.push_back(old);
+  // A poller counts itself in before it loads the pointer (both seq_cst), so
+  // once the count is seen at 0 after the exchange, none holds an old one.
+  if (wait) {
+    while (c->shm_readers.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  } else if (c->shm_readers.load(std::memory_order_seq_cst) != 0) {
+    return;
+  }
+  for (SoftCq::ShmSnapshot* s : c->shm_retired) delete s;
+  c->shm_retired.clear();
+}
+
+}  // namespace
+
 void CqAddShmQp(ibv_cq* cq, SoftQp* qp, std::shared_ptr<ShmLink> link) {
   SoftCq* c = ToSoft(cq);
   absl::MutexLock l(&c->links_mu);
+  bool found = false;
   for (SoftCq::ShmEntry& e : c->shm_qps) {
     if (e.qp == qp) {
-      e.link = std::move(link);
-      return;
+      e.link = link;
+      found = true;
     }
   }
-  c->shm_qps.push_back(SoftCq::ShmEntry{qp, std::move(link)});
-  c->n_shm_qps.store(static_cast<int>(c->shm_qps.size()));
+  if (!found) c->shm_qps.push_back(SoftCq::ShmEntry{qp, std::move(link)});
+  PublishShmSnapshot(c, /*wait=*/false);
 }
 
 void CqRemoveShmQp(ibv_cq* cq, SoftQp* qp) {
   SoftCq* c = ToSoft(cq);
-  if (c->n_shm_qps.load() == 0) return;
   absl::MutexLock l(&c->links_mu);
   auto& v = c->shm_qps;
+  const size_t before = v.size();
   v.erase(std::remove_if(v.begin(), v.end(), [qp](const SoftCq::ShmEntry& e) { return e.qp == qp; }),
           v.end());
-  c->n_shm_qps.store(static_cast<int>(v.size()));
+  if (v.size() != before) PublishShmSnapshot(c, /*wait=*/true);
 }
 
 namespace {
@@ -108,12 +134,12 @@ void ArmWatchdog(std::shared_ptr<SoftCq::ShmWatch> watch, uint64_t polls);
 // for a sleeper); else the poller is going to sleep (req_notify_cq, or the
 // watchdog found it quiet), and producers must ring again.
 void DrainShmRings(SoftCq* c, bool polling) {
-  if (c->n_shm_qps.load(std::memory_order_relaxed) == 0) return;
+  if (c->shm_snapshot.load(std::memory_order_relaxed) == nullptr) return;
   bool woke = false;
-  {
-    absl::ReaderMutexLock l(&c->links_mu);
+  c->shm_readers.fetch_add(1, std::memory_order_seq_cst);
+  if (const SoftCq::ShmSnapshot* snap = c->shm_snapshot.load(std::memory_order_seq_cst)) {
     const bool armed = c->armed_hint.load(std::memory_order_relaxed);
-    for (const SoftCq::ShmEntry& e : c->shm_qps) {
+    for (const SoftCq::ShmEntry& e : *snap) {
       if (!polling) {
         e.link->MarkSleeping();
       } else if (!armed) {
@@ -122,6 +148,7 @@ void DrainShmRings(SoftCq* c, bool polling) {
       if (e.link->HasIncoming()) QpDrainShm(e.qp, e.link.get());
     }
   }
+  c->shm_readers.fetch_sub(1, std::memory_order_release);
   if (polling) c->watch->polls.fetch_add(1, std::memory_order_relaxed);
   if (woke && !c->watch->armed.exchange(true)) {
     ArmWatchdog(c->watch, c->watch->polls.load(std::memory_order_relaxed));
@@ -149,6 +176,9 @@ void ArmWatchdog(std::shared_ptr<SoftCq::ShmWatch> watch, uint64_t polls) {
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   SoftCq* c = ToSoft(cq);
   DrainShmRings(c, /*polling=*/true);
+  // Nothing to take and no error to report: no lock (a CQE pushed meanwhile
+  // is seen by the next poll, as with a NIC writing CQEs to memory).
+  if (c->ready.load(std::memory_order_acquire) == 0 && !c->overrun_hint.load()) return 0;
   int n = 0;
   std::vector<SlotRelease> freed;
   {
@@ -160,6 +190,7 @@ int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
       c->head = (c->head + 1) % c->ring.size();
       --c->count;
     }
+    c->ready.store(c->count, std::memory_order_relaxed);
     if (n == 0 && c->overrun) return -EIO;
   }
   // Outside SoftCq::mu: nothing here needs it, and QPs are not ours to lock.
@@ -271,6 +302,12 @@ int destroy_cq(ibv_cq* cq) {
                      ch->events.end());
     ch->attached_cqs--;
     cq->channel->refcnt--;
+  }
+  {
+    absl::MutexLock l(&c->links_mu);  // no QP is attached, so no poller reads these
+    delete c->shm_snapshot.exchange(nullptr);
+    for (SoftCq::ShmSnapshot* s : c->shm_retired) delete s;
+    c->shm_retired.clear();
   }
   pthread_cond_destroy(&cq->cond);
   pthread_mutex_destroy(&cq->mutex);

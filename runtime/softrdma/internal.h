@@ -158,14 +158,24 @@ struct SoftCq {
   bool overrun ABSL_GUARDED_BY(mu) = false;  // CQ error: a CQE found no room
   std::atomic<int> qp_refs{0};
   // QPs of this CQ on the same-host link, whose incoming rings poll_cq and
-  // req_notify_cq drain (shm_link.h). Lock order: links_mu -> SoftQp::mu.
+  // req_notify_cq drain (shm_link.h). Pollers read an immutable snapshot
+  // without a lock (a busy poll takes none when nothing arrived): they count
+  // themselves in `shm_readers` around it, and a writer (under links_mu)
+  // publishes a new snapshot and frees the old ones once no reader is left;
+  // a removal waits for that, so no poller touches a destroyed QP.
   struct ShmEntry {
     SoftQp* qp;
     std::shared_ptr<ShmLink> link;
   };
+  using ShmSnapshot = std::vector<ShmEntry>;
   absl::Mutex links_mu;
   std::vector<ShmEntry> shm_qps ABSL_GUARDED_BY(links_mu);
-  std::atomic<int> n_shm_qps{0};  // shm_qps.size(), read without the lock
+  std::vector<ShmSnapshot*> shm_retired ABSL_GUARDED_BY(links_mu);
+  std::atomic<ShmSnapshot*> shm_snapshot{nullptr};  // nullptr: none
+  std::atomic<int> shm_readers{0};
+  // CQEs in `ring`, readable without `mu`: an idle poll_cq takes no lock.
+  std::atomic<size_t> ready{0};
+  std::atomic<bool> overrun_hint{false};  // `overrun`, readable without `mu`
   // `armed`, readable without `mu`: a poll after req_notify_cq (the usual
   // "arm, poll again, sleep") must not cancel the doorbells the sleep needs.
   std::atomic<bool> armed_hint{false};

@@ -316,6 +316,17 @@ size_t ShmLink::Drain(const std::function<void(Frame&)>& fn) {
       const size_t pos = head % kRingBytes;
       uint32_t hdr[2];
       std::memcpy(hdr, d + pos, sizeof(hdr));
+      if (hdr[0] < kRecHeader || hdr[0] % 8 != 0 || hdr[0] > kRingBytes - pos ||
+          (hdr[1] == kRecFrame && hdr[0] < kRecHeader + kHeaderSize)) {
+        // Not something our producer writes: skip everything published so
+        // far rather than loop on it. The connection's frames are lost, as
+        // on a corrupted wire; the peer's requests time out as RNR / flush.
+        LOG(ERROR) << "softrdma: corrupt shared-memory record (size " << hdr[0] << ", kind "
+                   << hdr[1] << ") in " << name_ << "; discarding " << tail - head << " bytes";
+        head = tail;
+        c->head.store(head, std::memory_order_release);
+        break;
+      }
       if (hdr[1] == kRecFrame) {
         Frame f;
         f.h = DecodeHeader(d + pos + kRecHeader);

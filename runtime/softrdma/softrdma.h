@@ -36,8 +36,10 @@
 //  - Same-host link: when both ends are processes on one host and in one
 //    network namespace (boot_id and /proc/self/ns/net compared during the
 //    rdma_cm handshake, plus a process_vm_readv probe of the peer), QP
-//    traffic goes through shared-memory rings that ibv_poll_cq drains itself
-//    (no syscall, no progress thread on a busy-polled path), and RDMA data
+//    traffic goes through shared-memory rings that ibv_poll_cq and
+//    ibv_req_notify_cq drain on the calling thread, responder copies of large
+//    WRITE / READ included (no syscall, no progress thread on a busy-polled
+//    path; the progress thread drains for a sleeping consumer), and RDMA data
 //    moves with process_vm_readv / process_vm_writev; TCP then carries only the
 //    handshake, doorbells for sleeping consumers, DISCONNECT, and the death
 //    signal. Semantics (key checks, RNR, ordering, error completions, flush on
@@ -45,7 +47,8 @@
 //    Env SOFTRDMA_SHM=0 (or SetShmEnabled(false)) keeps new connections on
 //    TCP; set-up or permission failures (EPERM) fall back to TCP, logged once.
 //    Peers on other hosts or namespaces always use TCP. See shm_link.h.
-//  - Every send is acknowledged by the peer's QP before it completes.
+//  - Every send is acknowledged by the peer's QP before it completes (on the
+//    same-host link one ACK may answer a batch of requests, as NICs coalesce).
 //  - RNR: a SEND or WRITE_WITH_IMM finding no receive is retried every 1 ms
 //    (fixed; min_rnr_timer is accepted and ignored) up to the QP's rnr_retry
 //    (7 = forever); Stats::rnr_retries counts each retry. With rdma_cm, a QP's
@@ -61,7 +64,8 @@
 //  - Atomics (FETCH_ADD, CMP_AND_SWP) act on host-order u64s, as rxe; the
 //    original value lands in the local SGE in host order.
 //  - Not supported (yet): memory windows, UD/UC QPs.
-//  - Wire: little-endian frames on the connection's TCP socket (see wire.h).
+//  - Wire: little-endian frames on the connection's TCP socket (see wire.h),
+//    or the same frames in shared-memory rings on the same-host link.
 // Fault injection for tests: see faults.h.
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "softrdma/softrdma.h"
 
 namespace {
@@ -281,6 +282,13 @@ int Client(uint16_t port, int iters, size_t payload, size_t big, bool rate) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Debian's libabsl is built with absl::Mutex deadlock detection on, which
+  // costs a graph lookup per lock; SOFTRDMA_PINGPONG_DEADLOCK_CHECK=0 turns it
+  // off to show what the data path costs without it.
+  const char* dl = std::getenv("SOFTRDMA_PINGPONG_DEADLOCK_CHECK");
+  if (dl != nullptr && std::strcmp(dl, "0") == 0) {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  }
   const bool rate = argc > 1 && std::strcmp(argv[1], "rate") == 0;
   if (rate) {
     --argc;
