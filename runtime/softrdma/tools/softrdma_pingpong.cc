@@ -147,6 +147,34 @@ int Server(int port_pipe, size_t payload, size_t big, bool rate) {
   cp.rnr_retry_count = 7;
   if (softrdma::accept(id, &cp) != 0) Die("accept");
   softrdma::ack_cm_event(WaitEvent(ch, RDMA_CM_EVENT_ESTABLISHED));
+  if (rate) {
+    // Take completions in batches and give the receives back in one chain,
+    // as a receiver that keeps up with a stream does.
+    bool done = false;
+    std::vector<ibv_sge> sges(64);
+    std::vector<ibv_recv_wr> wrs(64);
+    while (!done) {
+      ibv_wc wc[64];
+      const int n = ibv_poll_cq(cq, 64, wc);
+      if (n < 0) Die("poll_cq");
+      int recvs = 0;
+      for (int k = 0; k < n; ++k) {
+        if (wc[k].status != IBV_WC_SUCCESS) Die("recv completion");
+        if (wc[k].opcode != IBV_WC_RECV) continue;
+        if (wc[k].byte_len == 1) done = true;
+        sges[recvs] = ibv_sge{reinterpret_cast<uint64_t>(small.data()), 64, smr->lkey};
+        wrs[recvs] = ibv_recv_wr{};
+        wrs[recvs].sg_list = &sges[recvs];
+        wrs[recvs].num_sge = 1;
+        if (recvs > 0) wrs[recvs - 1].next = &wrs[recvs];
+        ++recvs;
+      }
+      ibv_recv_wr* bad;
+      if (recvs > 0 && ibv_post_recv(id->qp, &wrs[0], &bad) != 0) Die("post_recv");
+    }
+    softrdma::disconnect(id);
+    return 0;
+  }
   // Echo every message; a 1-byte message means "done".
   for (;;) {
     ibv_wc wc = PollFor(cq, IBV_WC_RECV);
