@@ -24,6 +24,7 @@
 #include "softrdma/engine.h"
 #include "softrdma/faults.h"
 #include "softrdma/internal.h"
+#include "softrdma/shm_link.h"
 #include "softrdma/softrdma.h"
 #include "softrdma/wire.h"
 
@@ -51,6 +52,19 @@ enum class CmState {
   kDisconnected,
   kRejected,
   kError,
+};
+
+// The same-host link during the handshake (shm_link.h). The active side
+// offers a segment in CONNECT_REQ; the passive side, when the peer is on this
+// host and in this network namespace and answers its process_vm_readv probe,
+// maps it and says so in ACCEPT, then holds its QP's sends; the active side
+// probes back and tells the outcome in RTU's one payload byte. Any failure
+// leaves both ends on TCP.
+enum class ShmState {
+  kNone,        // TCP
+  kOffered,     // active: offer sent in CONNECT_REQ
+  kPendingRtu,  // passive: accepted the offer; waiting for the RTU verdict
+  kActive,      // the link carries the QP's frames
 };
 
 // How long rdma_destroy_id waits for the id's returned events to be acked.
@@ -98,6 +112,8 @@ struct SoftCmId {
   int unacked_events ABSL_GUARDED_BY(CmMutex()) = 0;
   ConnParams local ABSL_GUARDED_BY(CmMutex());
   ConnParams remote ABSL_GUARDED_BY(CmMutex());
+  ShmState shm_state ABSL_GUARDED_BY(CmMutex()) = ShmState::kNone;
+  std::shared_ptr<ShmLink> shm ABSL_GUARDED_BY(CmMutex());
 };
 
 absl::Mutex& CmMutex() {
@@ -204,12 +220,20 @@ void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   // The transport retry count is the connector's (rdma_accept ignores its
   // conn_param.retry_count, rdma_accept(3)).
   const uint8_t retry_cnt = s->passive ? s->remote.retry_count : s->local.retry_count;
-  QpAttach(q, s->conn, s->remote.qp_num, s->remote.rnr_retry_count,
-           s->local.responder_resources, retry_cnt, passive);
+  const bool hold = s->shm_state == ShmState::kPendingRtu;
+  const bool use_shm = hold || s->shm_state == ShmState::kActive;
+  QpAttach(q, s->conn, use_shm ? s->shm : nullptr, hold, s->remote.qp_num,
+           s->remote.rnr_retry_count, s->local.responder_resources, retry_cnt, passive);
   s->conn->qp = q->self.lock();
 }
 
+void DropShm(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  s->shm_state = ShmState::kNone;
+  s->shm.reset();  // unlinks the name if nobody did; the QP may keep a mapping
+}
+
 void DetachConn(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  DropShm(s);
   if (s->conn == nullptr) return;
   s->conn->id = nullptr;
   s->conn->qp.reset();
@@ -256,6 +280,7 @@ void DestroyIdLocked(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   s->pending.clear();
   if (s->bound_fd >= 0) ::close(s->bound_fd);
   DetachConn(s);
+  DropShm(s);
   if (s->id.qp != nullptr) internal::ToSoft(s->id.qp)->cm_id = nullptr;
   RemoveEventsFor(s);
   LiveIds().erase(s->serial);
@@ -403,6 +428,19 @@ void CmOnFrame(Conn* conn, Frame& f) {
       conn->id = s;
       conn->listen_id = nullptr;
       s->remote = p;
+      if (p.shm.present && ShmEnabled() && SameHost(p.shm)) {
+        std::shared_ptr<ShmLink> link;
+        if (ProbePeer(p.shm)) {
+          link = ShmLink::Open(std::string(p.shm.name, p.shm.name_len),
+                               static_cast<pid_t>(p.shm.pid));
+        }
+        if (link != nullptr) {
+          s->shm = std::move(link);
+          s->shm_state = ShmState::kPendingRtu;
+        } else {
+          Stat().shm_fallbacks++;
+        }
+      }
       s->state = CmState::kConnectReqRcvd;
       PostEvent(s, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &p, l, &l->id);
       return;
@@ -417,8 +455,20 @@ void CmOnFrame(Conn* conn, Frame& f) {
         PostEvent(s, RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO);
         return;
       }
+      if (s->shm_state == ShmState::kOffered) {
+        s->shm->Unlink();  // the peer mapped it, or never will
+        const ShmHello& peer = s->remote.shm;
+        if (peer.present && peer.accept == 1 && ProbePeer(peer)) {
+          s->shm->set_peer_pid(static_cast<pid_t>(peer.pid));
+          s->shm_state = ShmState::kActive;
+        } else {
+          if (peer.present && peer.accept == 1) Stat().shm_fallbacks++;
+          DropShm(s);
+        }
+      }
       AttachQp(s);
-      SendControl(conn, FrameType::kRtu, {});
+      SendControl(conn, FrameType::kRtu,
+                  {static_cast<uint8_t>(s->shm_state == ShmState::kActive ? 1 : 0)});
       s->state = CmState::kEstablished;
       PostEvent(s, RDMA_CM_EVENT_ESTABLISHED, 0, &s->remote);
       return;
@@ -437,6 +487,15 @@ void CmOnFrame(Conn* conn, Frame& f) {
     case FrameType::kRtu: {
       SoftCmId* s = conn->id;
       if (s == nullptr || s->state != CmState::kAccepting) return;
+      if (s->shm_state == ShmState::kPendingRtu) {
+        const bool use = f.h.length >= 1 && f.data()[0] == 1;
+        if (use) {
+          s->shm_state = ShmState::kActive;
+        } else {
+          DropShm(s);
+        }
+        if (s->id.qp != nullptr) QpSetLink(internal::ToSoft(s->id.qp), use ? s->shm : nullptr);
+      }
       s->state = CmState::kEstablished;
       PostEvent(s, RDMA_CM_EVENT_ESTABLISHED, 0);
       return;
@@ -747,6 +806,13 @@ static int ConnectStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
   if (s->state != CmState::kRouteResolved) return internal::Fail(EINVAL);
   internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
   internal::CompleteLocalParams(conn_param, &s->local);
+  if (internal::ShmEnabled()) {
+    s->shm = internal::ShmLink::Create();
+    if (s->shm != nullptr) {
+      internal::FillHello(s->shm->name(), &s->local.shm);
+      s->shm_state = internal::ShmState::kOffered;
+    }
+  }
   sockaddr* dst = &id->route.addr.dst_addr;
   int fd = s->bound_fd;
   s->bound_fd = -1;
@@ -795,6 +861,10 @@ static int AcceptStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
   }
   internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
   internal::CompleteLocalParams(conn_param, &s->local);
+  if (s->shm_state == internal::ShmState::kPendingRtu) {
+    internal::FillHello("", &s->local.shm);
+    s->local.shm.accept = 1;
+  }
   internal::AttachQp(s);
   internal::SendControl(s->conn.get(), internal::FrameType::kAccept,
                         internal::EncodeConnParams(s->local));
@@ -938,6 +1008,7 @@ int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
                           static_cast<const uint8_t*>(private_data) + private_data_len);
   internal::SendControl(s->conn.get(), internal::FrameType::kReject, pd);
   s->state = CmState::kRejected;
+  internal::DropShm(s);
   return 0;
 }
 

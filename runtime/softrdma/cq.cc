@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/clock.h"
@@ -12,6 +13,7 @@
 #include "softrdma/engine.h"
 #include "softrdma/faults_internal.h"
 #include "softrdma/internal.h"
+#include "softrdma/shm_link.h"
 #include "softrdma/softrdma.h"
 
 namespace softrdma {
@@ -54,6 +56,7 @@ void OnDelayedEventTimer(uint64_t serial) {
     if (!c->armed || c->count == 0 || c->cq.channel == nullptr) return;
     if (c->visible_at[c->head] <= absl::GetCurrentTimeNanos()) {
       c->armed = false;
+      c->armed_hint.store(false, std::memory_order_relaxed);
       notify = true;
     } else {
       ScheduleDelayedEventLocked(c);
@@ -85,6 +88,7 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots, bool solicited) {
       // Hardware does not drop a CQE silently: the CQ goes to error and an
       // IBV_EVENT_CQ_ERR async event is raised.
       c->overrun = true;
+      c->overrun_hint.store(true);
       overrun_now = true;
     } else {
       const size_t at = (c->head + c->count) % c->ring.size();
@@ -93,6 +97,7 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots, bool solicited) {
       c->release[at] = std::move(slots);
       c->visible_at[at] = delay_ns > 0 ? absl::GetCurrentTimeNanos() + delay_ns : 0;
       ++c->count;
+      c->ready.store(c->count, std::memory_order_release);
       // Solicited-only arming fires for a solicited receive or any error
       // CQE (ibv_req_notify_cq(3); IBA's solicited-event rules).
       const bool wanted =
@@ -103,6 +108,7 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots, bool solicited) {
           ScheduleDelayedEventLocked(c);  // extra timers find it disarmed
         } else {
           c->armed = false;  // one event per arm, as hardware
+          c->armed_hint.store(false, std::memory_order_relaxed);
           notify = true;
         }
       }
@@ -136,8 +142,109 @@ void ReleaseSlots(const SlotRelease& r) {
 
 }  // namespace
 
+namespace {
+
+// Publishes shm_qps as the pollers' snapshot. `wait`: do not return before
+// every poller that may still read an older snapshot has left (a removed QP
+// is about to be destroyed); otherwise old snapshots wait in shm_retired.
+void PublishShmSnapshot(SoftCq* c, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->links_mu) {
+  auto* next = c->shm_qps.empty() ? nullptr : new SoftCq::ShmSnapshot(c->shm_qps);
+  SoftCq::ShmSnapshot* old = c->shm_snapshot.exchange(next, std::memory_order_seq_cst);
+  if (old != nullptr) c->shm_retired.push_back(old);
+  // A poller counts itself in before it loads the pointer (both seq_cst), so
+  // once the count is seen at 0 after the exchange, none holds an old one.
+  if (wait) {
+    while (c->shm_readers.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  } else if (c->shm_readers.load(std::memory_order_seq_cst) != 0) {
+    return;
+  }
+  for (SoftCq::ShmSnapshot* s : c->shm_retired) delete s;
+  c->shm_retired.clear();
+}
+
+}  // namespace
+
+void CqAddShmQp(ibv_cq* cq, SoftQp* qp, std::shared_ptr<ShmLink> link) {
+  SoftCq* c = ToSoft(cq);
+  absl::MutexLock l(&c->links_mu);
+  bool found = false;
+  for (SoftCq::ShmEntry& e : c->shm_qps) {
+    if (e.qp == qp) {
+      e.link = link;
+      found = true;
+    }
+  }
+  if (!found) c->shm_qps.push_back(SoftCq::ShmEntry{qp, std::move(link)});
+  PublishShmSnapshot(c, /*wait=*/false);
+}
+
+void CqRemoveShmQp(ibv_cq* cq, SoftQp* qp) {
+  SoftCq* c = ToSoft(cq);
+  absl::MutexLock l(&c->links_mu);
+  auto& v = c->shm_qps;
+  const size_t before = v.size();
+  v.erase(std::remove_if(v.begin(), v.end(), [qp](const SoftCq::ShmEntry& e) { return e.qp == qp; }),
+          v.end());
+  if (v.size() != before) PublishShmSnapshot(c, /*wait=*/true);
+}
+
+namespace {
+
+void ArmWatchdog(std::shared_ptr<SoftCq::ShmWatch> watch, uint64_t polls);
+
+// The same-host rings of the CQ's QPs, drained by the polling thread itself,
+// as a NIC's provider reads CQEs from memory: a busy poller sees a peer's SEND
+// with no other thread and no syscall involved. `polling`: a poll_cq, which
+// tells the producers they need not ring doorbells (unless the CQ is armed
+// for a sleeper); else the poller is going to sleep (req_notify_cq, or the
+// watchdog found it quiet), and producers must ring again.
+void DrainShmRings(SoftCq* c, bool polling) {
+  if (c->shm_snapshot.load(std::memory_order_relaxed) == nullptr) return;
+  bool woke = false;
+  c->shm_readers.fetch_add(1, std::memory_order_seq_cst);
+  if (const SoftCq::ShmSnapshot* snap = c->shm_snapshot.load(std::memory_order_seq_cst)) {
+    const bool armed = c->armed_hint.load(std::memory_order_relaxed);
+    for (const SoftCq::ShmEntry& e : *snap) {
+      if (!polling) {
+        e.link->MarkSleeping();
+      } else if (!armed) {
+        woke |= e.link->MarkPolling();
+      }
+      if (e.link->HasIncoming()) QpDrainShm(e.qp, e.link.get());
+    }
+  }
+  c->shm_readers.fetch_sub(1, std::memory_order_release);
+  if (polling) c->watch->polls.fetch_add(1, std::memory_order_relaxed);
+  if (woke && !c->watch->armed.exchange(true)) {
+    ArmWatchdog(c->watch, c->watch->polls.load(std::memory_order_relaxed));
+  }
+}
+
+// While producers rely on this CQ's poller, a timer checks every
+// kWatchdogMicros that it still polls; when it stopped without
+// req_notify_cq (e.g. it only polls while it waits for something), the
+// timer puts the rings back to doorbell mode and drains them in its place.
+// One timer per polled CQ, not per QP.
+void ArmWatchdog(std::shared_ptr<SoftCq::ShmWatch> watch, uint64_t polls) {
+  Engine::Get().RunAfter(absl::Microseconds(kWatchdogMicros), [watch, polls] {
+    const uint64_t now = watch->polls.load(std::memory_order_relaxed);
+    if (now != polls) return ArmWatchdog(watch, now);  // still polling
+    // Disarm before the flags go up: a poll in between then re-arms.
+    watch->armed.store(false);
+    absl::MutexLock l(&watch->mu);
+    if (watch->cq != nullptr) DrainShmRings(watch->cq, /*polling=*/false);
+  });
+}
+
+}  // namespace
+
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   SoftCq* c = ToSoft(cq);
+  Stat().poll_cq_calls.fetch_add(1, std::memory_order_relaxed);  // empty polls too
+  DrainShmRings(c, /*polling=*/true);
+  // Nothing to take and no error to report: no lock (a CQE pushed meanwhile
+  // is seen by the next poll, as with a NIC writing CQEs to memory).
+  if (c->ready.load(std::memory_order_acquire) == 0 && !c->overrun_hint.load()) return 0;
   int n = 0;
   std::vector<SlotRelease> freed;
   {
@@ -154,11 +261,11 @@ int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
       c->head = (c->head + 1) % c->ring.size();
       --c->count;
     }
+    c->ready.store(c->count, std::memory_order_relaxed);
     if (n == 0 && c->overrun) return -EIO;
   }
   // Outside SoftCq::mu: nothing here needs it, and QPs are not ours to lock.
   for (const SlotRelease& r : freed) ReleaseSlots(r);
-  Stat().poll_cq_calls++;
   if (n > 0) Stat().wc_polled += static_cast<uint64_t>(n);
   for (int i = 0; i < n; ++i) {
     if (wc[i].status == IBV_WC_REM_ACCESS_ERR) Stat().rem_access_errors++;
@@ -169,21 +276,28 @@ int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
 int ReqNotifyCq(ibv_cq* cq, int solicited_only) {
   if (int err = 0; TakeInjectedFailure(FaultOp::kReqNotifyCq, &err)) return err;
   SoftCq* c = ToSoft(cq);
-  absl::MutexLock l(&c->mu);
-  if (!c->ever_armed) {
-    if (int err = 0; TakeInjectedFailure(FaultOp::kArmNewCq, &err)) return err;
-    c->ever_armed = true;
+  {
+    absl::MutexLock l(&c->mu);
+    if (!c->ever_armed) {
+      if (int err = 0; TakeInjectedFailure(FaultOp::kArmNewCq, &err)) return err;
+      c->ever_armed = true;
+    }
+    // Arming for any CQE while armed solicited-only widens the arm; the
+    // reverse does not narrow it (the pending request stays the wider one).
+    c->armed_solicited_only =
+        (c->armed ? c->armed_solicited_only : true) && solicited_only != 0;
+    c->armed = true;
+    c->armed_hint.store(true, std::memory_order_relaxed);
+    // CQEs made before the arm but still invisible (DelayCompletions) fire the
+    // event when they appear, as a CQE written after the arm does on hardware.
+    if (c->count > 0 && cq->channel != nullptr &&
+        c->visible_at[c->head] > absl::GetCurrentTimeNanos()) {
+      ScheduleDelayedEventLocked(c);
+    }
   }
-  // Arming for any CQE while armed solicited-only widens the arm; the
-  // reverse does not narrow it (the pending request stays the wider one).
-  c->armed_solicited_only = (c->armed ? c->armed_solicited_only : true) && solicited_only != 0;
-  c->armed = true;
-  // CQEs made before the arm but still invisible (DelayCompletions) fire the
-  // event when they appear, as a CQE written after the arm does on hardware.
-  if (c->count > 0 && cq->channel != nullptr &&
-      c->visible_at[c->head] > absl::GetCurrentTimeNanos()) {
-    ScheduleDelayedEventLocked(c);
-  }
+  // The caller may sleep now: the QPs' producers ring doorbells from here on,
+  // and what they published before seeing that is drained here (recheck).
+  DrainShmRings(c, /*polling=*/false);
   return 0;
 }
 
@@ -252,6 +366,10 @@ ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context,
     c->serial = internal::g_next_cq_serial++;
     internal::LiveCqs()[c->serial] = c;
   }
+  {
+    absl::MutexLock l(&c->watch->mu);
+    c->watch->cq = c;
+  }
   if (channel != nullptr) {
     auto* ch = reinterpret_cast<SoftCompChannel*>(channel);
     absl::MutexLock l(&ch->mu);
@@ -270,6 +388,10 @@ int destroy_cq(ibv_cq* cq) {
     absl::MutexLock l(&internal::LiveCqMutex());
     internal::LiveCqs().erase(c->serial);
   }
+  {
+    absl::MutexLock l(&c->watch->mu);  // a running watchdog finishes first
+    c->watch->cq = nullptr;
+  }
   // With no QP on it, no CQE and so no IBV_EVENT_CQ_ERR can come: wait until
   // the user acked those it got.
   internal::DrainAsyncEvents(cq);
@@ -282,6 +404,12 @@ int destroy_cq(ibv_cq* cq) {
                      ch->events.end());
     ch->attached_cqs--;
     cq->channel->refcnt--;
+  }
+  {
+    absl::MutexLock l(&c->links_mu);  // no QP is attached, so no poller reads these
+    delete c->shm_snapshot.exchange(nullptr);
+    for (SoftCq::ShmSnapshot* s : c->shm_retired) delete s;
+    c->shm_retired.clear();
   }
   pthread_cond_destroy(&cq->cond);
   pthread_mutex_destroy(&cq->mutex);

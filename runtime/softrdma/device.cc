@@ -473,6 +473,10 @@ Stats GetStats() {
   s.signaled_sends = c.signaled_sends;
   s.wc_polled = c.wc_polled;
   s.poll_cq_calls = c.poll_cq_calls;
+  s.qps_on_shm = c.qps_on_shm;
+  s.qps_on_tcp = c.qps_on_tcp;
+  s.shm_fallbacks = c.shm_fallbacks;
+  s.shm_doorbells = c.shm_doorbells;
   s.live_cm_ids = c.live_cm_ids;
   s.live_qps = c.live_qps;
   s.live_cqs = c.live_cqs;
@@ -500,6 +504,10 @@ void ResetStats() {
   c.signaled_sends = 0;
   c.wc_polled = 0;
   c.poll_cq_calls = 0;
+  c.qps_on_shm = 0;
+  c.qps_on_tcp = 0;
+  c.shm_fallbacks = 0;
+  c.shm_doorbells = 0;
 }
 
 namespace internal {
@@ -525,6 +533,15 @@ void PrintStatsAtExit() {
                static_cast<unsigned long long>(s.reg_mr),
                static_cast<unsigned long long>(s.max_send_bytes),
                static_cast<unsigned long long>(s.rem_access_errors));
+  // The same-host link, on a line of its own so parsers of the line above
+  // keep working.
+  std::fprintf(stderr,
+               "softrdma-stats-link: qps_on_shm=%llu qps_on_tcp=%llu shm_fallbacks=%llu "
+               "shm_doorbells=%llu\n",
+               static_cast<unsigned long long>(s.qps_on_shm),
+               static_cast<unsigned long long>(s.qps_on_tcp),
+               static_cast<unsigned long long>(s.shm_fallbacks),
+               static_cast<unsigned long long>(s.shm_doorbells));
 }
 
 // Registered at load time (not at first use) so a process that posted nothing

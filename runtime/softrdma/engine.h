@@ -95,6 +95,7 @@ class Conn : public Pollable, public std::enable_shared_from_this<Conn> {
   // discarded, frames sent are dropped, and EOF / reset is not reported.
   void Vanish();
   bool vanished() const { return vanished_.load(); }
+  bool drop_requested() const { return drop_requested_.load(); }
   // Bytes moved through the socket either way; the QP transport timer counts
   // them as signs of a live peer (a NIC restarts it on every ACK).
   uint64_t io_progress() const { return io_progress_.load(std::memory_order_relaxed); }

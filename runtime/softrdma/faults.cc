@@ -264,6 +264,14 @@ bool CountPostedSendForVanish() {
   return k.vanish_after_wrs.compare_exchange_strong(limit, 0);
 }
 
+bool LinkFaultsArmed() {
+  EnsureLoaded();
+  return K().drop_after_wrs.load(std::memory_order_relaxed) != 0 ||
+         K().drop_after_bytes.load(std::memory_order_relaxed) != 0 ||
+         K().vanish_after_wrs.load(std::memory_order_relaxed) != 0 ||
+         K().ack_hold.load(std::memory_order_relaxed);
+}
+
 int64_t CompletionDelayNanos() {
   EnsureLoaded();
   return K().delay_ns.load(std::memory_order_relaxed);

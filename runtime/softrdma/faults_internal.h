@@ -26,6 +26,11 @@ bool CountCompletedSend(uint32_t byte_len);
 // (VanishAfterWrs fired).
 bool CountPostedSendForVanish();
 
+// True while a knob that acts on the link's frames is set (DropAfterWrs,
+// DropAfterBytes, VanishAfterWrs, RecvBeforeSend): new connections then stay
+// on TCP, where those knobs count and hold frames (softrdma.h, same-host link).
+bool LinkFaultsArmed();
+
 // DelayCompletions: nanoseconds a new CQE stays invisible (0: off).
 int64_t CompletionDelayNanos();
 

@@ -35,6 +35,7 @@ namespace softrdma {
 namespace internal {
 
 class Conn;
+class ShmLink;
 struct SoftCmId;
 
 // Device limits, reported by query_device / query_port and enforced.
@@ -57,7 +58,8 @@ struct Counters {
       rdma_write_with_imm{0}, rdma_read{0}, recv{0}, bytes_sent{0},
       rnr_retries{0}, post_send_calls{0}, post_recv_calls{0}, reg_mr{0},
       max_send_bytes{0}, rem_access_errors{0},
-      signaled_sends{0}, wc_polled{0}, poll_cq_calls{0};
+      signaled_sends{0}, wc_polled{0}, poll_cq_calls{0}, qps_on_shm{0}, qps_on_tcp{0},
+      shm_fallbacks{0}, shm_doorbells{0};
   std::atomic<int64_t> live_cm_ids{0}, live_qps{0}, live_cqs{0}, live_mrs{0},
       live_pds{0};
 };
@@ -219,6 +221,37 @@ struct SoftCq {
   std::vector<int64_t> visible_at ABSL_GUARDED_BY(mu);
   uint64_t serial = 0;  // names the CQ to the delayed-event timers
   bool ever_armed ABSL_GUARDED_BY(mu) = false;  // for FaultOp::kArmNewCq
+  // QPs of this CQ on the same-host link, whose incoming rings poll_cq and
+  // req_notify_cq drain (shm_link.h). Pollers read an immutable snapshot
+  // without a lock (a busy poll takes none when nothing arrived): they count
+  // themselves in `shm_readers` around it, and a writer (under links_mu)
+  // publishes a new snapshot and frees the old ones once no reader is left;
+  // a removal waits for that, so no poller touches a destroyed QP.
+  struct ShmEntry {
+    SoftQp* qp;
+    std::shared_ptr<ShmLink> link;
+  };
+  using ShmSnapshot = std::vector<ShmEntry>;
+  absl::Mutex links_mu;
+  std::vector<ShmEntry> shm_qps ABSL_GUARDED_BY(links_mu);
+  std::vector<ShmSnapshot*> shm_retired ABSL_GUARDED_BY(links_mu);
+  std::atomic<ShmSnapshot*> shm_snapshot{nullptr};  // nullptr: none
+  std::atomic<int> shm_readers{0};
+  // CQEs in `ring`, readable without `mu`: an idle poll_cq takes no lock.
+  std::atomic<size_t> ready{0};
+  std::atomic<bool> overrun_hint{false};  // `overrun`, readable without `mu`
+  // `armed`, readable without `mu`: a poll after req_notify_cq (the usual
+  // "arm, poll again, sleep") must not cancel the doorbells the sleep needs.
+  std::atomic<bool> armed_hint{false};
+  // The watchdog that notices when this CQ's busy poller stops (cq.cc). A
+  // separate shared object so a timer can outlive destroy_cq safely.
+  struct ShmWatch {
+    absl::Mutex mu;
+    SoftCq* cq ABSL_GUARDED_BY(mu) = nullptr;  // nullptr once destroy_cq ran
+    std::atomic<uint64_t> polls{0};
+    std::atomic<bool> armed{false};
+  };
+  std::shared_ptr<ShmWatch> watch = std::make_shared<ShmWatch>();
 };
 inline SoftCq* ToSoft(ibv_cq* c) { return reinterpret_cast<SoftCq*>(c); }
 
@@ -231,6 +264,10 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots = SlotRelease(),
             bool solicited = false);
 
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc);
+// Registers / forgets a QP whose rings the CQ's pollers drain. Call without
+// the QP's mutex held.
+void CqAddShmQp(ibv_cq* cq, SoftQp* qp, std::shared_ptr<ShmLink> link);
+void CqRemoveShmQp(ibv_cq* cq, SoftQp* qp);
 int ReqNotifyCq(ibv_cq* cq, int solicited_only);
 
 // ---- wire frames ------------------------------------------------------------------
@@ -295,6 +332,18 @@ struct SoftQp {
   // NAKs them with "invalid request", the requester sees REM_INV_REQ_ERR.
   uint8_t max_dest_rd_atomic ABSL_GUARDED_BY(mu) = kMaxRdAtom;
   std::shared_ptr<Conn> conn ABSL_GUARDED_BY(mu);
+  // Same-host link (shm_link.h): when set, QP frames go through its rings and
+  // `conn` carries only doorbells and DISCONNECT.
+  std::shared_ptr<ShmLink> shm ABSL_GUARDED_BY(mu);
+  // Passive side between rdma_accept and RTU while the link is being decided:
+  // WRs queue and go out once QpSetLink decides.
+  bool link_hold ABSL_GUARDED_BY(mu) = false;
+  // ACK coalescing while a batch of frames is drained from the ring: one ACK
+  // for the last request answers them all (an ACK, NAK or READ response
+  // acknowledges every earlier PSN), as a NIC coalesces ACKs.
+  bool ack_coalesce ABSL_GUARDED_BY(mu) = false;
+  bool ack_pending ABSL_GUARDED_BY(mu) = false;
+  uint32_t ack_pending_psn ABSL_GUARDED_BY(mu) = 0;
   // Slots of WRs that completed but whose CQE the user has not polled yet
   // (see SlotRelease): post_send / post_recv count them as taken. Atomic
   // because poll_cq gives them back without taking `mu` (it holds SoftCq::mu,
@@ -336,13 +385,20 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 // Connects a QP to a TCP connection and moves it to RTS (rdma_cm did RTR/RTS).
 // `responder_resources`: this side's rdma_conn_param.responder_resources,
 // which rdma_cm makes the QP's max_dest_rd_atomic.
+// `shm`: the same-host link, or nullptr for TCP. `hold`: the link is not
+// decided yet (QpSetLink decides); WRs posted meanwhile wait.
 // `retry_cnt`: the transport retry count, the active side's
 // conn_param.retry_count (rdma_accept ignores its own, as librdmacm).
 // `passive`: the accepting side, whose first incoming request raises
 // IBV_EVENT_COMM_EST.
-void QpAttach(SoftQp* qp, std::shared_ptr<Conn> conn, uint32_t dest_qpn,
-              uint8_t rnr_retry, uint8_t responder_resources, uint8_t retry_cnt,
-              bool passive = false);
+void QpAttach(SoftQp* qp, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm,
+              bool hold, uint32_t dest_qpn, uint8_t rnr_retry, uint8_t responder_resources,
+              uint8_t retry_cnt, bool passive = false);
+// Ends a hold: `shm` (or nullptr: TCP) carries the QP's frames from now on.
+void QpSetLink(SoftQp* qp, std::shared_ptr<ShmLink> shm);
+// Consumes the QP's incoming ring of `link` (processing its frames when the
+// QP still uses it, discarding them otherwise). Takes the QP's mutex.
+void QpDrainShm(SoftQp* qp, ShmLink* link);
 // The transport under a connected QP failed (the TCP connection broke without
 // a DISCONNECT): the QP goes to ERROR and IBV_EVENT_QP_FATAL is raised.
 void QpTransportFailed(SoftQp* qp);

@@ -22,6 +22,7 @@
 #include "softrdma/engine.h"
 #include "softrdma/faults_internal.h"
 #include "softrdma/internal.h"
+#include "softrdma/shm_link.h"
 #include "softrdma/softrdma.h"
 #include "softrdma/wire.h"
 
@@ -147,6 +148,8 @@ void MoveToErrorLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   q->conn.reset();
   q->awaiting_first_request = false;
   if (entering && q->qp.srq != nullptr) RaiseQpEventLocked(q, IBV_EVENT_QP_LAST_WQE_REACHED);
+  q->shm.reset();
+  q->link_hold = false;
 }
 
 // Checks SGEs against the local key table: known lkey, same PD, inside the
@@ -196,7 +199,110 @@ void UpdateMax(std::atomic<uint64_t>& m, uint64_t v) {
 }
 
 bool CanTransmitLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
-  return q->state == IBV_QPS_RTS && q->conn != nullptr && !q->rnr_wait && !q->sq_blocked;
+  return q->state == IBV_QPS_RTS && q->conn != nullptr && !q->rnr_wait && !q->sq_blocked &&
+         !q->link_hold;
+}
+
+// ---- the link: the only place that knows TCP from shared memory -------------
+
+void RingDoorbellLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (q->conn == nullptr) return;
+  Stat().shm_doorbells++;
+  FrameHeader h;
+  h.type = FrameType::kDoorbell;
+  q->conn->SendFrame(h);
+}
+
+void FlushBacklogLater(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu);
+
+void FlushBacklogNow(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (q->shm == nullptr) return;
+  bool empty = true;
+  if (q->shm->FlushBacklog(&empty)) RingDoorbellLocked(q);
+  if (!empty) FlushBacklogLater(q);
+}
+
+// A full ring spills into the link's backlog; the progress thread retries
+// until it is gone (drains retry too, as the peer's answers free room).
+void FlushBacklogLater(SoftQp* q) {
+  std::weak_ptr<SoftQp> weak = q->self;
+  Engine::Get().RunAfter(absl::Microseconds(kWatchdogMicros), [weak] {
+    std::shared_ptr<SoftQp> qp = weak.lock();
+    if (qp == nullptr) return;
+    absl::MutexLock l(&qp->mu);
+    FlushBacklogNow(qp.get());
+  });
+}
+
+// Any answer acknowledges the PSNs before it: a coalesced ACK is then moot.
+bool IsAnswer(FrameType t) {
+  return t == FrameType::kNak || t == FrameType::kReadResp || t == FrameType::kAtomicResp;
+}
+
+// VanishPeer / DropConnection on a same-host link: the rings fall silent as
+// the socket does (frames sent are lost, frames in the ring are discarded).
+bool LinkSilencedLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  return q->conn != nullptr && (q->conn->vanished() || q->conn->drop_requested());
+}
+
+void LinkSendLocked(SoftQp* q, std::shared_ptr<const std::vector<uint8_t>> frame)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (IsAnswer(static_cast<FrameType>((*frame)[0]))) q->ack_pending = false;
+  if (q->shm != nullptr) {
+    if (LinkSilencedLocked(q)) return;
+    bool backlogged = false;
+    if (q->shm->Send(frame, &backlogged)) RingDoorbellLocked(q);
+    if (backlogged) FlushBacklogLater(q);
+    return;
+  }
+  if (q->conn != nullptr) q->conn->Send(std::move(frame));
+}
+
+void LinkSendHeaderLocked(SoftQp* q, const FrameHeader& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (IsAnswer(h.type)) q->ack_pending = false;
+  if (q->shm != nullptr) {
+    if (LinkSilencedLocked(q)) return;
+    bool backlogged = false;
+    if (q->shm->SendHeader(h, &backlogged)) RingDoorbellLocked(q);
+    if (backlogged) FlushBacklogLater(q);
+    return;
+  }
+  if (q->conn != nullptr) q->conn->SendFrame(h);
+}
+
+// Appends the non-empty SGEs as a remote SGE list (shm_link.h).
+std::shared_ptr<std::vector<uint8_t>> NewSglFrame(const FrameHeader& h, const ibv_sge* sg,
+                                                  int n) {
+  int used = 0;
+  for (int i = 0; i < n; ++i) used += sg[i].length > 0 ? 1 : 0;
+  auto buf = NewFrame(h, static_cast<uint32_t>(used * kSglEntryBytes));
+  uint8_t* out = buf->data() + kHeaderSize;
+  for (int i = 0; i < n; ++i) {
+    if (sg[i].length == 0) continue;
+    PutU64(out, sg[i].addr);
+    const uint32_t len = htole32(sg[i].length);
+    std::memcpy(out + 8, &len, 4);
+    out += kSglEntryBytes;
+  }
+  return buf;
+}
+
+// A frame built for the same-host link, rebuilt for TCP (QpSetLink fell back
+// after WRs were posted): the data is gathered from our own memory now.
+std::shared_ptr<const std::vector<uint8_t>> ToTcpFrame(
+    const std::shared_ptr<const std::vector<uint8_t>>& frame) {
+  FrameHeader h = DecodeHeader(frame->data());
+  if (!(h.flags & kRemoteData)) return frame;
+  h.flags &= static_cast<uint8_t>(~kRemoteData);
+  if (h.type == FrameType::kReadReq) return NewFrame(h, 0);
+  std::vector<iovec> sgl = DecodeSgl(frame->data() + kHeaderSize, h.length);
+  auto buf = NewFrame(h, h.read_len);
+  uint8_t* out = buf->data() + kHeaderSize;
+  for (const iovec& v : sgl) {
+    std::memcpy(out, v.iov_base, v.iov_len);
+    out += v.iov_len;
+  }
+  return buf;
 }
 
 void OnAckTimer(SoftQp* q);
@@ -252,7 +358,7 @@ void FlushHeldAckLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   FrameHeader h;
   h.type = FrameType::kAck;
   h.psn = q->ack_held_psn;
-  q->conn->SendFrame(h);
+  LinkSendHeaderLocked(q, h);
 }
 
 // Local operations (BIND_MW, LOCAL_INV) at the head complete; a WR that
@@ -433,7 +539,26 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
         h.rkey = wr->wr.rdma.rkey;
         h.read_len = static_cast<uint32_t>(total);
         w.read_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
-        w.frame = NewFrame(h, 0);
+        if (q->shm != nullptr && total > kShmInlineMax) {
+          // The responder writes straight into our SGEs (process_vm_writev).
+          h.flags |= kRemoteData;
+          w.frame = NewSglFrame(h, wr->sg_list, wr->num_sge);
+        } else {
+          w.frame = NewFrame(h, 0);
+        }
+      } else if (q->shm != nullptr && !is_inline && total > kShmInlineMax) {
+        // Same-host link: the responder reads our SGEs when it handles the
+        // request (process_vm_readv), as a NIC reads them after post.
+        h.type = (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM)
+                     ? FrameType::kSend
+                     : FrameType::kWrite;
+        if (h.type == FrameType::kWrite) {
+          h.addr = wr->wr.rdma.remote_addr;
+          h.rkey = wr->wr.rdma.rkey;
+        }
+        h.flags |= kRemoteData;
+        h.read_len = static_cast<uint32_t>(total);
+        w.frame = NewSglFrame(h, wr->sg_list, wr->num_sge);
       } else {
         if (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM) {
           h.type = FrameType::kSend;
@@ -472,7 +597,7 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
     ProcessSqHeadLocked(q);
   } else if (transmit) {
     if (CountPostedSendForVanish()) q->conn->Vanish();  // VanishAfterWrs fired
-    q->conn->Send(std::move(frame));
+    LinkSendLocked(q, std::move(frame));
     // A held ACK rides behind our own request, as a NIC piggybacks it.
     if (q->ack_held) CountAckBehindRequest();
     FlushHeldAckLocked(q);
@@ -496,6 +621,9 @@ int FindPsnLocked(SoftQp* q, uint32_t psn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
 // Completes the first `n` WRs successfully (implicitly acknowledged).
 void CompleteFrontLocked(SoftQp* q, int n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   for (int i = 0; i < n; ++i) {
+    // DropAfterWrs / DropAfterBytes fired on an earlier WR of this (coalesced)
+    // ACK: the link died there, so the rest of the ACK was never received.
+    if (q->conn != nullptr && q->conn->drop_requested()) return;
     SendWqe w = std::move(q->sq.front());
     q->sq.pop_front();
     CompleteSendLocked(q, w, IBV_WC_SUCCESS);
@@ -511,7 +639,7 @@ void RetransmitFrom(SoftQp* q, uint32_t psn) {
   for (size_t i = static_cast<size_t>(idx); i < q->sq.size(); ++i) {
     if (q->sq[i].local_error != IBV_WC_SUCCESS) break;
     if (q->sq[i].local_op) continue;
-    q->conn->Send(q->sq[i].frame);
+    LinkSendLocked(q, q->sq[i].frame);
   }
   ArmAckTimerLocked(q);
 }
@@ -529,6 +657,7 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
     case FrameType::kReadResp:
     case FrameType::kAtomicResp: {
       CompleteFrontLocked(q, idx);
+      if (q->conn != nullptr && q->conn->drop_requested()) return;  // link died
       SendWqe w = std::move(q->sq.front());
       q->sq.pop_front();
       q->rnr_count = 0;
@@ -549,10 +678,11 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
                               /*write=*/true, &room);
         if (local_ok && atomic_resp) {
           // The original value lands in local memory in host order, as rxe.
-          const uint64_t original = GetU64(f.payload.get());
+          const uint64_t original = GetU64(f.data());
           std::memcpy(reinterpret_cast<void*>(w.read_sges[0].addr), &original, 8);
-        } else if (local_ok) {
-          Scatter(w.read_sges, f.payload.get(), f.h.length);
+        } else if (local_ok && !(f.h.flags & kRemoteData)) {
+          // (kRemoteData: the responder placed the data already.)
+          Scatter(w.read_sges, f.data(), f.h.length);
         }
       }
       if (!local_ok) {
@@ -586,6 +716,7 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
       ibv_wc_status status = IBV_WC_REM_OP_ERR;
       if (f.h.syndrome == Syndrome::kRemAccess) status = IBV_WC_REM_ACCESS_ERR;
       if (f.h.syndrome == Syndrome::kInvReq) status = IBV_WC_REM_INV_REQ_ERR;
+      if (f.h.syndrome == Syndrome::kReqLocal) status = IBV_WC_LOC_PROT_ERR;
       SendWqe w = std::move(q->sq.front());
       q->sq.pop_front();
       CompleteSendLocked(q, w, status);
@@ -620,7 +751,7 @@ void NakLocked(SoftQp* q, uint32_t psn, Syndrome s) ABSL_EXCLUSIVE_LOCKS_REQUIRE
   h.type = FrameType::kNak;
   h.psn = psn;
   h.syndrome = s;
-  q->conn->SendFrame(h);
+  LinkSendHeaderLocked(q, h);
 }
 
 void AckLocked(SoftQp* q, uint32_t psn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
@@ -644,9 +775,55 @@ void AckLocked(SoftQp* q, uint32_t psn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   }
   FlushHeldAckLocked(q);
   FrameHeader h;
+  if (q->ack_coalesce) {
+    q->ack_pending = true;
+    q->ack_pending_psn = psn;
+    return;
+  }
   h.type = FrameType::kAck;
   h.psn = psn;
-  q->conn->SendFrame(h);
+  LinkSendHeaderLocked(q, h);
+}
+
+// Puts a receive taken for a request that then failed back at the front.
+void UntakeRecvLocked(SoftQp* q, RecvWqe r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (q->qp.srq == nullptr) {
+    q->rq.push_front(std::move(r));
+    return;
+  }
+  SoftSrq* srq = ToSoft(q->qp.srq);
+  absl::MutexLock l(&srq->mu);
+  srq->rq.push_front(std::move(r));
+}
+
+// Local iovecs for the first `len` bytes of `sges` (zero-length SGEs skipped).
+std::vector<iovec> SgeIovecs(const std::vector<ibv_sge>& sges, size_t len) {
+  std::vector<iovec> out;
+  for (const ibv_sge& s : sges) {
+    if (len == 0) break;
+    if (s.length == 0) continue;
+    const size_t take = std::min<size_t>(len, s.length);
+    out.push_back(iovec{reinterpret_cast<void*>(s.addr), take});
+    len -= take;
+  }
+  return out;
+}
+
+// Copies a SEND / WRITE's data into local memory: from the frame, or on the
+// same-host link from the requester's SGEs. False when the requester's memory
+// could not be read (the caller NAKs kReqLocal).
+bool CopyInLocked(SoftQp* q, const Frame& f, std::vector<iovec> local)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (f.h.length == 0) return true;
+  if (f.sgl == nullptr) {
+    const uint8_t* data = f.data();
+    for (const iovec& v : local) {
+      std::memcpy(v.iov_base, data, v.iov_len);
+      data += v.iov_len;
+    }
+    return true;
+  }
+  return q->shm != nullptr && q->shm->ReadFromPeer(local, DecodeSgl(f.sgl, f.sgl_bytes));
 }
 
 // A fatal responder error: NAK the request, then the responder QP goes to
@@ -690,10 +867,17 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
       if (!TakeRecvLocked(q, &r)) return NakLocked(q, f.h.psn, Syndrome::kRnr);
       uint64_t room = 0;
       bool local_ok;
+      bool copied = true;
       {
         ScopedMrAccess access;  // the receive buffer stays registered while we copy
         local_ok = CheckLocal(q->qp.pd, r.sges.data(), r.sges.size(), /*write=*/true, &room);
-        if (local_ok && room >= f.h.length) Scatter(r.sges, f.payload.get(), f.h.length);
+        if (local_ok && room >= f.h.length) {
+          copied = CopyInLocked(q, f, SgeIovecs(r.sges, f.h.length));
+        }
+      }
+      if (!copied) {
+        UntakeRecvLocked(q, std::move(r));
+        return NakLocked(q, f.h.psn, Syndrome::kReqLocal);
       }
       if (!local_ok) {
         CompleteRecvLocked(q, r, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, false, 0);
@@ -721,6 +905,7 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
     }
     case FrameType::kWrite: {
       bool remote_ok;
+      bool copied = true;
       {
         ScopedMrAccess access;
         remote_ok = CheckRemote(q, f.h.rkey, f.h.addr, f.h.length,
@@ -738,10 +923,11 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
         remote_ok = CheckRemote(q, f.h.rkey, f.h.addr, f.h.length,
                                 IBV_ACCESS_REMOTE_WRITE);
         if (remote_ok && f.h.length > 0) {
-          std::memcpy(reinterpret_cast<void*>(f.h.addr), f.payload.get(), f.h.length);
+          copied = CopyInLocked(q, f, {iovec{reinterpret_cast<void*>(f.h.addr), f.h.length}});
         }
       }
       if (!remote_ok) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kRemAccess);
+      if (!copied) return NakLocked(q, f.h.psn, Syndrome::kReqLocal);
       if (has_imm) {
         RecvWqe r;
         TakeRecvLocked(q, &r);  // cannot fail: checked above, and only we take
@@ -757,6 +943,26 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
       FrameHeader h;
       h.type = FrameType::kReadResp;
       h.psn = f.h.psn;
+      if (f.sgl != nullptr && q->shm != nullptr) {
+        // Same-host link: write straight into the requester's SGEs.
+        bool remote_ok;
+        bool copied = true;
+        {
+          ScopedMrAccess access;  // the source stays registered while we copy
+          remote_ok =
+              CheckRemote(q, f.h.rkey, f.h.addr, f.h.read_len, IBV_ACCESS_REMOTE_READ);
+          if (remote_ok && f.h.read_len > 0) {
+            copied = q->shm->WriteToPeer({iovec{reinterpret_cast<void*>(f.h.addr), f.h.read_len}},
+                                         DecodeSgl(f.sgl, f.sgl_bytes));
+          }
+        }
+        if (!remote_ok) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kRemAccess);
+        if (!copied) return NakLocked(q, f.h.psn, Syndrome::kReqLocal);
+        h.flags = kRemoteData;
+        h.read_len = f.h.read_len;
+        q->epsn++;
+        return LinkSendHeaderLocked(q, h);
+      }
       std::shared_ptr<std::vector<uint8_t>> buf;
       {
         ScopedMrAccess access;  // the source stays registered while we copy
@@ -770,15 +976,15 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
       }
       if (buf == nullptr) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kRemAccess);
       q->epsn++;
-      q->conn->Send(std::move(buf));
+      LinkSendLocked(q, std::move(buf));
       return;
     }
     case FrameType::kAtomic: {
       if (q->max_dest_rd_atomic == 0) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kInvReq);
       if (f.h.length != 16) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kInvReq);
       if (f.h.addr % 8 != 0) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kInvReq);
-      const uint64_t compare_add = GetU64(f.payload.get());
-      const uint64_t swap = GetU64(f.payload.get() + 8);
+      const uint64_t compare_add = GetU64(f.data());
+      const uint64_t swap = GetU64(f.data() + 8);
       auto* target = reinterpret_cast<uint64_t*>(f.h.addr);
       uint64_t original = 0;
       bool remote_ok;
@@ -800,7 +1006,7 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
       auto buf = NewFrame(h, 8);
       PutU64(buf->data() + kHeaderSize, original);
       q->epsn++;
-      q->conn->Send(std::move(buf));
+      LinkSendLocked(q, std::move(buf));
       return;
     }
     default:
@@ -855,22 +1061,96 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return 0;
 }
 
-void QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, uint32_t dest_qpn, uint8_t rnr_retry,
-              uint8_t responder_resources, uint8_t retry_cnt, bool passive) {
+namespace {
+
+void DispatchLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu);
+
+// Consumes the incoming ring of `link`. Frames are handled exactly as those
+// from the socket (DispatchLocked); only how they arrived differs.
+void DrainShmLocked(SoftQp* q, ShmLink* link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (q->shm.get() != link || LinkSilencedLocked(q)) {
+    // The QP left the link (error, reset, destroy), or the link is silenced
+    // (VanishPeer, DropConnection): discard what is left.
+    link->Drain([](Frame&) {});
+    return;
+  }
+  std::shared_ptr<ShmLink> hold = q->shm;  // a frame may end the QP's use of it
+  FlushBacklogNow(q);
+  q->ack_coalesce = true;
+  q->ack_pending = false;
+  link->Drain([q, link](Frame& f) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (q->shm.get() == link) DispatchLocked(q, f);
+  });
+  q->ack_coalesce = false;
+  if (q->ack_pending) {
+    q->ack_pending = false;
+    AckLocked(q, q->ack_pending_psn);
+  }
+}
+
+// Registers the QP with its CQs' pollers. Without the QP's mutex.
+void RegisterWithCqs(SoftQp* q, const std::shared_ptr<ShmLink>& link) {
+  CqAddShmQp(q->qp.send_cq, q, link);
+  if (q->qp.recv_cq != q->qp.send_cq) CqAddShmQp(q->qp.recv_cq, q, link);
+}
+
+}  // namespace
+
+void QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm, bool hold,
+              uint32_t dest_qpn, uint8_t rnr_retry, uint8_t responder_resources,
+              uint8_t retry_cnt, bool passive) {
+  {
+    absl::MutexLock l(&q->mu);
+    if (q->state == IBV_QPS_ERR) return;
+    q->awaiting_first_request = passive;
+    q->max_dest_rd_atomic = std::min<uint8_t>(responder_resources, kMaxRdAtom);
+    q->conn = std::move(conn);
+    q->shm = shm;
+    q->link_hold = hold;
+    q->dest_qpn = dest_qpn;
+    q->rnr_retry = rnr_retry > 7 ? 7 : rnr_retry;
+    q->retry_cnt = retry_cnt > 7 ? 7 : retry_cnt;
+    q->state = IBV_QPS_RTS;
+    q->qp.state = IBV_QPS_RTS;
+  }
+  if (shm != nullptr && !hold) RegisterWithCqs(q, shm);
+  if (!hold) (shm != nullptr ? Stat().qps_on_shm : Stat().qps_on_tcp)++;
+}
+
+void QpSetLink(SoftQp* q, std::shared_ptr<ShmLink> shm) {
+  {
+    absl::MutexLock l(&q->mu);
+    if (!q->link_hold) return;
+    q->link_hold = false;
+    if (shm == nullptr && q->shm != nullptr) {
+      // Fell back to TCP: frames built for the ring are rebuilt.
+      for (SendWqe& w : q->sq) {
+        if (w.frame != nullptr) w.frame = ToTcpFrame(w.frame);
+      }
+    }
+    q->shm = shm;
+    // Everything posted while held goes out now, in order.
+    if (CanTransmitLocked(q)) {
+      for (const SendWqe& w : q->sq) {
+        if (w.local_error != IBV_WC_SUCCESS) break;
+        LinkSendLocked(q, w.frame);
+      }
+    }
+  }
+  if (shm != nullptr) RegisterWithCqs(q, shm);
+  (shm != nullptr ? Stat().qps_on_shm : Stat().qps_on_tcp)++;
+}
+
+void QpDrainShm(SoftQp* q, ShmLink* link) {
   absl::MutexLock l(&q->mu);
-  if (q->state == IBV_QPS_ERR) return;
-  q->awaiting_first_request = passive;
-  q->max_dest_rd_atomic = std::min<uint8_t>(responder_resources, kMaxRdAtom);
-  q->conn = std::move(conn);
-  q->dest_qpn = dest_qpn;
-  q->rnr_retry = rnr_retry > 7 ? 7 : rnr_retry;
-  q->retry_cnt = retry_cnt > 7 ? 7 : retry_cnt;
-  q->state = IBV_QPS_RTS;
-  q->qp.state = IBV_QPS_RTS;
+  DrainShmLocked(q, link);
 }
 
 void QpFlushToError(SoftQp* q) {
   absl::MutexLock l(&q->mu);
+  // What the peer put in the ring before it disconnected or died arrived
+  // before the news of it, as on a wire.
+  if (q->shm != nullptr) DrainShmLocked(q, q->shm.get());
   MoveToErrorLocked(q);
 }
 
@@ -900,6 +1180,16 @@ int BindMwVerb(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
 
 void QpOnFrame(SoftQp* q, Frame& f) {
   absl::MutexLock l(&q->mu);
+  if (f.h.type == FrameType::kDoorbell) {
+    if (q->shm != nullptr) DrainShmLocked(q, q->shm.get());
+    return;
+  }
+  DispatchLocked(q, f);
+}
+
+namespace {
+
+void DispatchLocked(SoftQp* q, Frame& f) {
   switch (f.h.type) {
     case FrameType::kSend:
     case FrameType::kWrite:
@@ -917,6 +1207,8 @@ void QpOnFrame(SoftQp* q, Frame& f) {
       break;
   }
 }
+
+}  // namespace
 
 }  // namespace internal
 
@@ -1034,6 +1326,8 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
       q->rnr_wait = false;
       q->sq_blocked = false;
       q->conn.reset();
+      q->shm.reset();
+      q->link_hold = false;
       q->unsignaled_done = 0;
       q->slot_generation++;  // unpolled CQEs of before free nothing now
       q->sq_unpolled = 0;
@@ -1079,6 +1373,13 @@ int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr*
   return 0;
 }
 
+bool QpUsesShm(ibv_qp* qp) {
+  if (qp == nullptr) return false;
+  SoftQp* q = internal::ToSoft(qp);
+  absl::MutexLock l(&q->mu);
+  return q->shm != nullptr && !q->link_hold;
+}
+
 int destroy_qp(ibv_qp* qp) {
   if (qp == nullptr) return EINVAL;
   SoftQp* q = internal::ToSoft(qp);
@@ -1095,8 +1396,10 @@ int destroy_qp(ibv_qp* qp) {
     q->rq.clear();
     q->state = IBV_QPS_ERR;
     q->conn.reset();
-    q->awaiting_first_request = false;
+    q->shm.reset();
   }
+  internal::CqRemoveShmQp(qp->send_cq, q);
+  if (qp->recv_cq != qp->send_cq) internal::CqRemoveShmQp(qp->recv_cq, q);
   // Nothing raises events for it now; wait until the user acked those it got.
   internal::DrainAsyncEvents(qp);
   internal::ToSoft(qp->pd)->refs--;

@@ -27,10 +27,28 @@
 //    share one context (id->verbs), opened on first use and never closed.
 //  - Threads: one progress thread per process, started by the first
 //    listen/connect; nothing runs in a process that only links softrdma.
-//  - post_send / post_recv are thread-safe per QP, poll_cq per CQ. The payload
-//    of a SEND / WRITE is copied at post time, so its buffer may be reused at
-//    once (hardware requires waiting for the completion; waiting is harmless).
-//  - Every send is acknowledged by the peer's QP before it completes.
+//  - post_send / post_recv are thread-safe per QP, poll_cq per CQ.
+//  - Buffers: as on hardware, the buffer of a SEND / WRITE must stay unchanged
+//    until its completion. On the TCP link softrdma copies it at post; on the
+//    same-host link (below) only payloads up to 16 KiB (kShmInlineMax) are
+//    copied at post, larger ones are read from the buffer when the peer
+//    handles the request, as a NIC reads them after post.
+//  - Same-host link: when both ends are processes on one host and in one
+//    network namespace (boot_id and /proc/self/ns/net compared during the
+//    rdma_cm handshake, plus a process_vm_readv probe of the peer), QP
+//    traffic goes through shared-memory rings that ibv_poll_cq and
+//    ibv_req_notify_cq drain on the calling thread, responder copies of large
+//    WRITE / READ included (no syscall, no progress thread on a busy-polled
+//    path; the progress thread drains for a sleeping consumer), and RDMA data
+//    moves with process_vm_readv / process_vm_writev; TCP then carries only the
+//    handshake, doorbells for sleeping consumers, DISCONNECT, and the death
+//    signal. Semantics (key checks, RNR, ordering, error completions, flush on
+//    disconnect) are those of the TCP link: the same code handles the frames.
+//    Env SOFTRDMA_SHM=0 (or SetShmEnabled(false)) keeps new connections on
+//    TCP; set-up or permission failures (EPERM) fall back to TCP, logged once.
+//    Peers on other hosts or namespaces always use TCP. See shm_link.h.
+//  - Every send is acknowledged by the peer's QP before it completes (on the
+//    same-host link one ACK may answer a batch of requests, as NICs coalesce).
 //  - Transport timeout: a QP whose sent WRs go unanswered, with nothing moving
 //    on its link, for (retry_cnt + 1) periods of 4.096 us * 2^timeout fails
 //    the head WR with IBV_WC_RETRY_EXC_ERR, flushes the rest and enters ERROR,
@@ -116,7 +134,8 @@
 //    IBV_WR_RDMA_WRITE_WITH_IMM and atomics with EINVAL and *bad_wr set, as
 //    RNICs do. rdma_cm ids share one context, opened on first use, so set the
 //    mode before the first rdma_cm call.
-//  - Wire: little-endian frames on the connection's TCP socket (see wire.h).
+//  - Wire: little-endian frames on the connection's TCP socket (see wire.h),
+//    or the same frames in shared-memory rings on the same-host link.
 // Fault injection for tests: see faults.h.
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
@@ -213,6 +232,15 @@ sockaddr* get_peer_addr(rdma_cm_id* id);
 uint16_t get_src_port(rdma_cm_id* id);
 uint16_t get_dst_port(rdma_cm_id* id);
 
+// --- same-host link ------------------------------------------------------------
+// Whether connections made from now on may use the shared-memory link
+// (default: env SOFTRDMA_SHM, 1 unless "0"). Both ends must allow it. For
+// tests and tools; thread-safe; existing connections keep their link.
+void SetShmEnabled(bool enabled);
+// True when `qp` is connected over the shared-memory link (false on TCP, for
+// a QP not connected yet, and once it left the link in ERROR or RESET).
+bool QpUsesShm(ibv_qp* qp);
+
 // --- counters -------------------------------------------------------------------
 // Work requests this process posted, counted by the device itself. Printed at
 // exit as one `softrdma-stats: ...` line on stderr when RDMARPC_SOFT_STATS=1.
@@ -233,6 +261,10 @@ struct Stats {
   uint64_t signaled_sends = 0;    // send-queue WRs posted signalled (IBV_SEND_SIGNALED or sq_sig_all)
   uint64_t wc_polled = 0;         // work completions returned by ibv_poll_cq
   uint64_t poll_cq_calls = 0;     // ibv_poll_cq calls, empty ones included
+  uint64_t qps_on_shm = 0;        // QPs of this process connected over the same-host link
+  uint64_t qps_on_tcp = 0;        // QPs of this process connected over TCP
+  uint64_t shm_fallbacks = 0;     // same-host peers that ended on TCP (set-up / EPERM)
+  uint64_t shm_doorbells = 0;     // doorbells rung on TCP to wake a sleeping peer
   // Gauges: objects alive now (to check that nothing leaks).
   int64_t live_cm_ids = 0;
   int64_t live_qps = 0;

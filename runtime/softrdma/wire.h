@@ -10,6 +10,7 @@
 
 #include <endian.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -32,16 +33,24 @@ enum class FrameType : uint8_t {
   kNak = 11,     // psn, syndrome
   kAtomic = 12,      // flags kFetchAdd or kCmpSwap; addr, rkey; payload: 2 x u64 LE
   kAtomicResp = 13,  // payload: the original u64, LE
+  // Same-host link only (shm_link.h): header-only, on the TCP socket. The
+  // peer's ring has records and its consumer was asleep: drain it.
+  kDoorbell = 14,
 };
 
 // kSolicited: the Solicited Event bit of the request (IBV_SEND_SOLICITED).
 // kHasInv: a SEND_WITH_INV; `rkey` is the rkey to invalidate at the responder.
+// kRemoteData (same-host link only): the data is not in this frame. SEND /
+// WRITE: the payload is the requester's SGE list (shm_link.h) and read_len the
+// data length; READ_REQ: the payload is the requester's destination SGE list;
+// READ_RESP: the responder already placed the data, read_len is its length.
 enum FrameFlags : uint8_t {
   kHasImm = 1,
   kFetchAdd = 2,
   kCmpSwap = 4,
   kSolicited = 8,
   kHasInv = 16,
+  kRemoteData = 32,
 };
 
 enum class Syndrome : uint8_t {
@@ -50,6 +59,9 @@ enum class Syndrome : uint8_t {
   kRemAccess = 2,  // bad rkey / bounds / access flags
   kInvReq = 3,     // e.g. message longer than the posted receive
   kRemOp = 4,      // responder failed locally (e.g. bad lkey in its receive)
+  // Same-host link: the responder could not copy from / into the requester's
+  // memory (process_vm_* failed: the buffer was unmapped after post).
+  kReqLocal = 5,
 };
 
 inline constexpr size_t kHeaderSize = 32;
@@ -70,7 +82,14 @@ struct FrameHeader {
 
 struct Frame {
   FrameHeader h;
-  std::unique_ptr<uint8_t[]> payload;  // h.length bytes
+  std::unique_ptr<uint8_t[]> payload;  // h.length bytes (TCP link)
+  // Same-host link: the payload in ring memory, instead of `payload`.
+  const uint8_t* view = nullptr;
+  // kRemoteData frames from the same-host link: the peer's SGE list. For
+  // SEND / WRITE / READ_RESP, h.length is then the data length.
+  const uint8_t* sgl = nullptr;
+  uint32_t sgl_bytes = 0;
+  const uint8_t* data() const { return view != nullptr ? view : payload.get(); }
 };
 
 inline void EncodeHeader(const FrameHeader& h, uint8_t* out) {
@@ -135,6 +154,23 @@ inline uint64_t GetU64(const uint8_t* in) {
   return le64toh(v);
 }
 
+// The same-host offer (CONNECT_REQ) and answer (ACCEPT), appended after the
+// private data; peers that do not know it ignore trailing bytes.
+struct ShmHello {
+  bool present = false;
+  uint8_t accept = 0;  // ACCEPT: 1 = the passive side mapped the segment
+  char boot_id[36] = {};
+  uint64_t netns_ino = 0;
+  uint64_t netns_dev = 0;
+  uint32_t pid = 0;
+  uint64_t probe_addr = 0;
+  uint64_t probe_value = 0;
+  uint8_t name_len = 0;
+  char name[64] = {};
+};
+inline constexpr uint8_t kShmHelloMagic[4] = {'S', 'H', 'M', '1'};
+inline constexpr size_t kShmHelloFixed = 4 + 1 + 36 + 8 + 8 + 4 + 8 + 8 + 1;
+
 // rdma_cm parameters exchanged in CONNECT_REQ and ACCEPT.
 struct ConnParams {
   uint32_t qp_num = 0;
@@ -144,6 +180,7 @@ struct ConnParams {
   uint8_t rnr_retry_count = 7;
   uint8_t private_data_len = 0;
   uint8_t private_data[256] = {};
+  ShmHello shm;
 };
 inline constexpr size_t kConnParamsFixed = 9;
 
@@ -158,6 +195,24 @@ inline std::vector<uint8_t> EncodeConnParams(const ConnParams& p) {
   out[8] = p.private_data_len;
   if (p.private_data_len > 0) {
     std::memcpy(out.data() + kConnParamsFixed, p.private_data, p.private_data_len);
+  }
+  if (p.shm.present) {
+    const ShmHello& s = p.shm;
+    const size_t name_len = std::min<size_t>(s.name_len, sizeof(s.name));
+    std::vector<uint8_t> x(kShmHelloFixed + name_len);
+    uint8_t* o = x.data();
+    std::memcpy(o, kShmHelloMagic, 4);
+    o[4] = s.accept;
+    std::memcpy(o + 5, s.boot_id, 36);
+    PutU64(o + 41, s.netns_ino);
+    PutU64(o + 49, s.netns_dev);
+    uint32_t pid = htole32(s.pid);
+    std::memcpy(o + 57, &pid, 4);
+    PutU64(o + 61, s.probe_addr);
+    PutU64(o + 69, s.probe_value);
+    o[77] = static_cast<uint8_t>(name_len);
+    std::memcpy(o + kShmHelloFixed, s.name, name_len);
+    out.insert(out.end(), x.begin(), x.end());
   }
   return out;
 }
@@ -174,6 +229,26 @@ inline bool DecodeConnParams(const uint8_t* in, size_t len, ConnParams* p) {
   p->private_data_len = in[8];
   if (len < kConnParamsFixed + p->private_data_len) return false;
   std::memcpy(p->private_data, in + kConnParamsFixed, p->private_data_len);
+  p->shm = ShmHello();
+  const uint8_t* x = in + kConnParamsFixed + p->private_data_len;
+  const size_t left = len - kConnParamsFixed - p->private_data_len;
+  if (left >= kShmHelloFixed && std::memcmp(x, kShmHelloMagic, 4) == 0) {
+    ShmHello& s = p->shm;
+    s.accept = x[4];
+    std::memcpy(s.boot_id, x + 5, 36);
+    s.netns_ino = GetU64(x + 41);
+    s.netns_dev = GetU64(x + 49);
+    uint32_t pid;
+    std::memcpy(&pid, x + 57, 4);
+    s.pid = le32toh(pid);
+    s.probe_addr = GetU64(x + 61);
+    s.probe_value = GetU64(x + 69);
+    s.name_len = x[77];
+    if (s.name_len <= sizeof(s.name) && left >= kShmHelloFixed + s.name_len) {
+      std::memcpy(s.name, x + kShmHelloFixed, s.name_len);
+      s.present = true;
+    }
+  }
   return true;
 }
 

@@ -7,6 +7,7 @@
 #include <rdma/rdma_cma.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,9 @@ struct PairOptions {
   ibv_pd* shared_server_pd = nullptr;
   std::string client_private_data;
   std::string server_private_data;
+  // Runs right after the server's rdma_accept, before either end is
+  // ESTABLISHED (e.g. to post while the link is still being decided).
+  std::function<void(rdma_cm_id* server, ibv_pd* server_pd)> after_accept;
 };
 
 // One listener, one client id and the accepted server id, each end with its

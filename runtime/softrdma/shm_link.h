@@ -1,0 +1,185 @@
+// shm_link.h: the same-host link of an RC connection: shared-memory rings and
+// direct copies between the two address spaces.
+//
+// When both ends of a connection are processes on one host and in one network
+// namespace (same boot_id, same /proc/self/ns/net inode), the QP frames of
+// wire.h travel through a shared-memory segment instead of the TCP socket:
+//
+//   segment  = ring[0] (active side -> passive side) + ring[1] (the reverse)
+//   ring     = control block (tail, head, need_doorbell) + kRingBytes of records
+//   record   = u32 size (incl. these 8 bytes, 8-aligned), u32 kind, frame bytes
+//
+// Each ring has one producer (the sending QP, under its SoftQp::mu) and one
+// consumer (the receiving QP, under its SoftQp::mu). The consumer is whoever
+// holds that mutex: ibv_poll_cq / ibv_req_notify_cq on a CQ of the QP (like a
+// NIC's provider reading CQEs from memory: no other thread is involved), or
+// the progress thread when the producer rang the doorbell.
+//
+// Doorbell protocol (the "consumer asleep" flag): `need_doorbell` is 1 unless
+// a poller is busy-polling the QP's CQ. A producer publishes `tail`, issues a
+// seq_cst fence, then reads `need_doorbell` and `head`; when the flag is set
+// and the consumer had caught up (head == the tail before this record), it
+// writes a header-only kDoorbell frame on the TCP socket, which wakes the
+// peer's progress thread to drain. A consumer that sets the flag (req_notify,
+// or the progress thread's watchdog when the poller went quiet for
+// kWatchdogMicros) issues a seq_cst fence and drains again; every drain loops
+// "store head; fence; reload tail" until empty. Either side therefore sees the
+// other's store (Dekker), so no record waits unseen.
+//
+// Large data never enters the ring (kShmInlineMax): SEND / WRITE frames carry
+// the requester's SGE list and the responder copies with process_vm_readv;
+// READ_REQ carries the requester's destination SGEs and the responder copies
+// with process_vm_writev, answering READ_RESP with no payload. As on hardware,
+// such a SEND / WRITE reads the requester's buffer after post, so the buffer
+// must stay unchanged until its completion.
+//
+// The TCP socket stays up for the rdma_cm handshake, DISCONNECT, doorbells and
+// as the death signal: a peer killed with SIGKILL closes it. On DISCONNECT or
+// the socket's loss the survivor drains the ring before it flushes, since
+// what the peer put there was sent before it went away.
+//
+// Where this link is more lenient than hardware:
+//  - A requester that deregisters (or unmaps) an MR while a large SEND /
+//    WRITE / READ on it is outstanding: a NIC fails the WR (LOC_PROT_ERR);
+//    here the responder copies from / into the memory if it is still mapped,
+//    and fails the WR with LOC_PROT_ERR (NAK kReqLocal) only if it is not.
+//  - A large READ's destination is written before the requester re-checks its
+//    lkeys at completion (the TCP link checks, then copies).
+//  - A segment whose creator dies between rdma_connect and ACCEPT stays in
+//    /dev/shm (its name is unlinked as soon as the peer mapped it).
+//  - A poller that stops polling without ibv_req_notify_cq delays the QP's
+//    responder work by up to 2 * kWatchdogMicros (a NIC does not depend on
+//    polling at all).
+#ifndef RDMARPC_RUNTIME_SOFTRDMA_SHM_LINK_H_
+#define RDMARPC_RUNTIME_SOFTRDMA_SHM_LINK_H_
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "softrdma/wire.h"
+
+namespace softrdma {
+namespace internal {
+
+// Bytes of records per ring direction. 512 KiB holds ~2000 small frames in
+// flight; a full ring spills into the producer's backlog (never blocks).
+inline constexpr size_t kRingBytes = 512 << 10;
+// SEND / WRITE payloads up to this many bytes are copied into the ring at
+// post; larger ones (and READs larger than this) go by process_vm_*.
+inline constexpr uint32_t kShmInlineMax = 16384;
+// A poller that has not polled for this long is considered asleep: the
+// progress thread sets need_doorbell and drains in its place.
+inline constexpr int kWatchdogMicros = 1000;
+
+// True when new connections may use the shared-memory link: env SOFTRDMA_SHM
+// (0 or 1, default 1) unless SetShmEnabled overrode it.
+bool ShmEnabled();
+
+// This process's identity for the same-host check and the permission probe.
+struct HostIdentity {
+  std::string boot_id;  // /proc/sys/kernel/random/boot_id, 36 chars
+  uint64_t netns_ino = 0;
+  uint64_t netns_dev = 0;
+  uint32_t pid = 0;
+  uint64_t probe_addr = 0;   // address of a random cookie in this process
+  uint64_t probe_value = 0;  // the cookie
+};
+const HostIdentity& LocalIdentity();
+
+// True when `peer` is on this host and in this network namespace.
+bool SameHost(const ShmHello& peer);
+// Fills a hello with our identity (and `segment` as the segment name).
+void FillHello(const std::string& segment, ShmHello* out);
+// Reads the peer's probe cookie with process_vm_readv. False (with a warning
+// logged once per process) on EPERM / ESRCH / a wrong value.
+bool ProbePeer(const ShmHello& peer);
+// For tests of the fallback: of the next probes, let `skip` pass as usual and
+// then fail `fail` (as EPERM would). Thread-safe.
+void FailShmProbesForTesting(int skip, int fail);
+
+class ShmLink {
+ public:
+  // Active side: creates and maps a new segment; its name goes in CONNECT_REQ.
+  // nullptr (warning logged once) when shm_open / ftruncate / mmap fail.
+  static std::shared_ptr<ShmLink> Create();
+  // Passive side: maps the segment the peer created and unlinks its name.
+  static std::shared_ptr<ShmLink> Open(const std::string& name, pid_t peer_pid);
+  ~ShmLink();
+  ShmLink(const ShmLink&) = delete;
+  ShmLink& operator=(const ShmLink&) = delete;
+
+  const std::string& name() const { return name_; }
+  // Removes the segment's name (idempotent); mappings stay valid.
+  void Unlink();
+  void set_peer_pid(pid_t pid) { peer_pid_ = pid; }
+  pid_t peer_pid() const { return peer_pid_; }
+
+  // ---- producer (caller holds the sending QP's mutex) ----
+  // Queues a whole encoded frame. Returns true when the caller must ring the
+  // peer's doorbell. Frames that do not fit go to the backlog, in order;
+  // *backlogged tells the caller to arrange a FlushBacklog later.
+  bool Send(const std::shared_ptr<const std::vector<uint8_t>>& frame, bool* backlogged);
+  // Header-only frame (ACK, NAK) without an allocation.
+  bool SendHeader(const FrameHeader& h, bool* backlogged);
+  // Moves backlog into the ring. Returns true when a doorbell is due;
+  // *empty: nothing is left.
+  bool FlushBacklog(bool* empty);
+
+  // ---- consumer (caller holds the receiving QP's mutex) ----
+  bool HasIncoming() const;
+  // Hands every record to `fn` (the frame views ring memory, valid during the
+  // call), looping until the ring stays empty (see the protocol above).
+  // Returns the number of frames.
+  size_t Drain(const std::function<void(Frame&)>& fn);
+  // Called by ibv_poll_cq: a poller is active. True on the 1 -> 0 transition
+  // of need_doorbell (the caller then arms its CQ's watchdog).
+  bool MarkPolling();
+  // Sets need_doorbell; the caller must then Drain (the recheck).
+  void MarkSleeping();
+
+  // ---- process_vm copies; false with errno on failure ----
+  // Copies `len` bytes from the peer's `remote` SGEs into local SGEs.
+  bool ReadFromPeer(const std::vector<iovec>& local, const std::vector<iovec>& remote);
+  bool WriteToPeer(const std::vector<iovec>& local, const std::vector<iovec>& remote);
+
+ private:
+  struct alignas(64) RingCtl {
+    alignas(64) std::atomic<uint64_t> tail;  // bytes published (producer)
+    alignas(64) std::atomic<uint64_t> head;  // bytes consumed (consumer)
+    alignas(64) std::atomic<uint32_t> need_doorbell;  // consumer
+  };
+  static constexpr size_t kRingStride = sizeof(RingCtl) + kRingBytes;
+  static constexpr size_t kSegmentBytes = 2 * kRingStride;
+
+  ShmLink(std::string name, void* base, bool active);
+  RingCtl* ctl(int i) const;
+  uint8_t* data(int i) const;
+  // Appends one record; false when it does not fit now.
+  bool TryPush(const uint8_t* bytes, size_t n, bool* doorbell);
+
+  std::string name_;
+  void* base_ = nullptr;
+  bool unlinked_ = false;
+  int out_ = 0;  // ring index we produce into
+  int in_ = 1;   // ring index we consume
+  pid_t peer_pid_ = 0;
+  uint64_t cached_head_ = 0;  // producer: the consumer's head as last read
+  std::deque<std::shared_ptr<const std::vector<uint8_t>>> backlog_;
+};
+
+// Remote SGE list carried in a kRemoteData frame: {u64 addr, u32 length} LE.
+inline constexpr size_t kSglEntryBytes = 12;
+std::vector<iovec> DecodeSgl(const uint8_t* p, size_t bytes);
+
+}  // namespace internal
+}  // namespace softrdma
+
+#endif  // RDMARPC_RUNTIME_SOFTRDMA_SHM_LINK_H_
