@@ -15,15 +15,9 @@ namespace rdmarpc {
 namespace conformance {
 namespace {
 
-const internal::VerbsApi* Choose() {
-  const char* env = std::getenv("RDMARPC_PROVIDER");
-  auto api = internal::SelectProvider(env != nullptr && env[0] != '\0' ? env : "auto");
-  if (!api.ok()) {
-    ADD_FAILURE() << api.status();
-    return &internal::SoftVerbs();
-  }
-  return *api;
-}
+// The provider the runtime's binding chose: --rdmarpc_provider, whose
+// default comes from $RDMARPC_PROVIDER (conformance_main parses the flags).
+const internal::VerbsApi* Choose() { return &internal::Verbs(); }
 
 void SetNonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
