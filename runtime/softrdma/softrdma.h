@@ -48,6 +48,24 @@
 //  - Not supported (yet): memory windows, UD/UC QPs.
 //  - Wire: little-endian frames on the connection's TCP socket (see wire.h).
 // Fault injection for tests: see faults.h.
+//
+// Unmodified programs on softrdma (libsoftrdma_preload.so, see preload.cc),
+// each a ctest of server and client over 127.0.0.1 (tests/softrdma/):
+//  - rdma-core's rping -v -C 5, ucmatose -c 2 -C 10, rdma_server/rdma_client
+//    (rdma_core_tools_test.sh, SoftrdmaPreload.{rping,ucmatose,rdma_server}).
+//  - perftest 4.5 (Debian 12's 4.5+0.17): ib_send_lat, ib_write_lat,
+//    ib_read_lat, ib_write_bw, ib_read_bw, each as `<tool> -R -a -n 5 -p PORT`
+//    (server) and `... 127.0.0.1` (client): rdma_cm QPs, sizes 2 B .. 8 MiB
+//    (perftest_test.sh, SoftrdmaPreload.ib_*). The test checks exit codes,
+//    one result row per size, and the device's counters (exactly 23 x 5
+//    READs / WRITEs; for ib_send_lat an 8 MiB SEND; no RNR retry, no remote
+//    access error). Their --data_validation does not exist in 4.5+0.17, for
+//    any of the five; ib_write_lat's ping-pong spins on the written buffer,
+//    so a lost WRITE shows as a timeout. perftest takes its ibv_wr_* path
+//    only on devices it recognises (mlx5, EFA, hns), so on softrdma it posts
+//    with ibv_post_send; qp_ex_test.cc covers the ibv_wr_* API instead.
+//    Not run: UD/UC/XRC/DC modes, multicast (-g), --odp, atomics tests;
+//    those need what softrdma does not have, and fail cleanly.
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
 
