@@ -137,33 +137,26 @@ ibv_context* open_device(ibv_device* device) {
     return nullptr;
   }
   auto* c = new SoftContext();
-  std::memset(&c->vctx, 0, sizeof(c->vctx));
-  ibv_context& ctx = c->vctx.context;
-  ctx.device = device;
-  ctx.ops.poll_cq = internal::PollCq;
-  ctx.ops.req_notify_cq = internal::ReqNotifyCq;
-  ctx.ops.post_send = internal::PostSend;
-  ctx.ops.post_recv = internal::PostRecv;
-  ctx.ops.post_srq_recv = internal::PostSrqRecv;
-  ctx.cmd_fd = -1;  // no kernel uverbs device behind us
-  ctx.async_fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
-  if (ctx.async_fd < 0) {
+  std::memset(&c->ctx, 0, sizeof(c->ctx));
+  c->ctx.device = device;
+  c->ctx.ops.poll_cq = internal::PollCq;
+  c->ctx.ops.req_notify_cq = internal::ReqNotifyCq;
+  c->ctx.ops.post_send = internal::PostSend;
+  c->ctx.ops.post_recv = internal::PostRecv;
+  c->ctx.ops.post_srq_recv = internal::PostSrqRecv;
+  c->ctx.cmd_fd = -1;  // no kernel uverbs device behind us
+  c->ctx.async_fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  if (c->ctx.async_fd < 0) {
     int e = errno;
     delete c;
     errno = e;
     return nullptr;
   }
-  ctx.num_comp_vectors = 1;
-  pthread_mutex_init(&ctx.mutex, nullptr);
-  // An extended context (as rdma-core's verbs_init_and_alloc_context makes):
-  // verbs_get_ctx_op() finds the ops set here; every other extended inline
-  // (ibv_create_cq_ex, ibv_open_xrcd, ...) sees a NULL op and fails with
-  // EOPNOTSUPP instead of misbehaving.
-  ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
-  c->vctx.sz = sizeof(c->vctx);
-  c->vctx.query_device_ex = internal::QueryDeviceEx;
-  c->vctx.create_qp_ex = softrdma::create_qp_ex;
-  return &ctx;
+  c->ctx.num_comp_vectors = 1;
+  pthread_mutex_init(&c->ctx.mutex, nullptr);
+  // An extended context, with the ops of device_ex.cc / qp_ex.cc.
+  internal::InitVerbsContext(c);
+  return &c->ctx;
 }
 
 int close_device(ibv_context* context) {

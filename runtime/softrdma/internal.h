@@ -68,7 +68,8 @@ Counters& Stat();
 // (ibv_create_qp_ex, ibv_query_device_ex, ...) find our ops; the ibv_context
 // handed to the user is its LAST member (vctx.context).
 struct SoftContext {
-  verbs_context vctx;  // first member
+  verbs_context vctx{};  // first member; zeroed: no extended op but ours
+  ibv_context& ctx = vctx.context;  // the handle the user holds
   absl::Mutex mu;
   ibv_pd* default_pd ABSL_GUARDED_BY(mu) = nullptr;  // for rdma_create_qp(pd=NULL)
   std::deque<ibv_async_event> async_events ABSL_GUARDED_BY(mu);
@@ -81,6 +82,9 @@ inline SoftContext* ToSoft(ibv_context* c) {
 // verbs_context::query_device_ex (device_ex.cc).
 int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
                   ibv_device_attr_ex* attr, size_t attr_size);
+// Makes a new context an extended one (abi_compat, sz, our ops), as
+// open_device's last step.
+void InitVerbsContext(SoftContext* c);
 
 // Posts an async event (e.g. IBV_EVENT_CQ_ERR) and makes async_fd readable.
 void PostAsyncEvent(ibv_context* context, const ibv_async_event& event);

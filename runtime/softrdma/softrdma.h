@@ -149,7 +149,8 @@ int destroy_qp(ibv_qp* qp);
 //    chooses.
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* qp_init_attr_ex);
 // As rdma-core's ibv_qp_to_qp_ex: NULL unless the QP was made with
-// IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.
+// IBV_QP_INIT_ATTR_SEND_OPS_FLAGS. The ibv_qp_ex is the QP itself (its
+// qp_base): valid until destroy_qp, any thread.
 ibv_qp_ex* qp_to_qp_ex(ibv_qp* qp);
 
 // --- rdma_cm ------------------------------------------------------------------------

@@ -30,6 +30,16 @@ case "$TOOL" in
   ib_read_lat|ib_read_bw)   STAT=rdma_read ;;
   *) echo "unknown tool $TOOL"; exit 2 ;;
 esac
+# Every libibverbs / librdmacm function the program imports must be ours: one
+# bound to the real library would act on softrdma's objects. (mlx5dv_* are
+# called only for mlx5 devices' DC and AES-XTS modes, which are not run.)
+if command -v nm >/dev/null 2>&1; then
+  nm -D --defined-only "$PRELOAD" | awk '{print $3}' | sort -u >"${TMPDIR:-/tmp}/ours.$$"
+  missing=$(nm -D --undefined-only "$(command -v "$TOOL")" | awk '{print $2}' | sed 's/@.*//' |
+            grep -E '^_?(ibv|rdma)_' | sort -u | comm -23 - "${TMPDIR:-/tmp}/ours.$$")
+  rm -f "${TMPDIR:-/tmp}/ours.$$"
+  [ -z "$missing" ] || { echo "FAIL: $TOOL imports verbs the preload lacks:" $missing; exit 1; }
+fi
 # A sanitizer-built preload library needs the sanitizer runtimes loaded first.
 if ldd "$PRELOAD" | grep -q libasan; then
   PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so):$PRELOAD"
