@@ -7,10 +7,11 @@
 // linked, to the same PostSend that ibv_post_send reaches, so both APIs share
 // one send path, one set of checks and one set of completions.
 //
-// Like mlx5 (providers/mlx5/qp.c, read to learn the contract, not copied), a
-// misuse inside the sequence — an op the QP was not created for, an SGE or
-// inline data with no WR to attach it to, inline data on a READ or atomic —
-// is remembered and reported by wr_complete, which then posts nothing.
+// As rdma-core's mlx5 provider does (its builders record an error that
+// wr_complete returns, after rolling the send queue back), a misuse inside
+// the sequence — an op the QP was not created for, an SGE or inline data
+// with no WR to attach it to, inline data on a READ or atomic — is
+// remembered and reported by wr_complete, which then posts nothing.
 #include <errno.h>
 
 #include <cstring>
