@@ -17,7 +17,7 @@ done
 
 packages=(
   build-essential cmake pkg-config git
-  libibverbs-dev librdmacm-dev rdma-core ibverbs-utils rdmacm-utils
+  libibverbs-dev librdmacm-dev rdma-core ibverbs-utils rdmacm-utils perftest
   libprotobuf-dev libprotoc-dev protobuf-compiler
   libabsl-dev libgflags-dev libgoogle-glog-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -703,7 +703,12 @@ static int ResolveRouteStart(rdma_cm_id* id, int timeout_ms) {
   return 0;
 }
 
-int create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
+namespace {
+
+// rdma_create_qp and rdma_create_qp_ex: `ex`, when given, is the extended
+// form of `qp_init_attr` (which then points into it), made by create_qp_ex.
+int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
+               ibv_qp_init_attr_ex* ex) {
   if (id == nullptr || qp_init_attr == nullptr || id->verbs == nullptr) {
     return internal::Fail(EINVAL);
   }
@@ -737,7 +742,17 @@ int create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
       return internal::Fail(e);
     }
   }
-  ibv_qp* qp = softrdma::create_qp(pd, &attr);
+  ibv_qp* qp;
+  if (ex != nullptr) {
+    ibv_qp_init_attr_ex x = *ex;
+    std::memcpy(&x, &attr, sizeof(attr));  // the leading ibv_qp_init_attr part
+    x.comp_mask |= IBV_QP_INIT_ATTR_PD;
+    x.pd = pd;
+    qp = softrdma::create_qp_ex(id->verbs, &x);
+    attr.cap = x.cap;
+  } else {
+    qp = softrdma::create_qp(pd, &attr);
+  }
   if (qp == nullptr) {
     int e = errno;
     if (own_cqs) {
@@ -768,6 +783,20 @@ int create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
     internal::AttachQp(s);
   }
   return 0;
+}
+
+}  // namespace
+
+int create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
+  return CreateCmQp(id, pd, qp_init_attr, nullptr);
+}
+
+int create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr_ex) {
+  if (qp_init_attr_ex == nullptr) return internal::Fail(EINVAL);
+  ibv_pd* pd = (qp_init_attr_ex->comp_mask & IBV_QP_INIT_ATTR_PD) ? qp_init_attr_ex->pd : nullptr;
+  // ibv_qp_init_attr is the leading part of ibv_qp_init_attr_ex.
+  return CreateCmQp(id, pd, reinterpret_cast<ibv_qp_init_attr*>(qp_init_attr_ex),
+                    qp_init_attr_ex);
 }
 
 void destroy_qp(rdma_cm_id* id) {

@@ -264,9 +264,8 @@ ibv_context* open_device(ibv_device* device) {
   }
   c->ctx.num_comp_vectors = 1;
   pthread_mutex_init(&c->ctx.mutex, nullptr);
-  // abi_compat stays NULL, so verbs_get_ctx() is NULL and the extended inline
-  // verbs (ibv_create_cq_ex, ...) fail with EOPNOTSUPP instead of misbehaving.
-  c->ctx.abi_compat = nullptr;
+  // An extended context, with the ops of device_ex.cc / qp_ex.cc.
+  internal::InitVerbsContext(c);
   return &c->ctx;
 }
 

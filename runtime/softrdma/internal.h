@@ -22,6 +22,7 @@
 #include <rdma/rdma_cma.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -66,15 +67,30 @@ struct Counters {
 Counters& Stat();
 
 // ---- device objects -----------------------------------------------------------
+// The context is a verbs_context, as every rdma-core provider's is, so the
+// verbs.h inlines that reach extended verbs through verbs_get_ctx_op()
+// (ibv_create_qp_ex, ibv_query_device_ex, ...) find our ops; the ibv_context
+// handed to the user is its LAST member (vctx.context).
 struct SoftContext {
-  ibv_context ctx;  // first member
+  verbs_context vctx{};  // first member; zeroed: no extended op but ours
+  ibv_context& ctx = vctx.context;  // the handle the user holds
   absl::Mutex mu;
   ibv_pd* default_pd ABSL_GUARDED_BY(mu) = nullptr;  // for rdma_create_qp(pd=NULL)
   std::deque<ibv_async_event> async_events ABSL_GUARDED_BY(mu);
   // iWARP-like device (SetIwarpMode / SOFTRDMA_IWARP=1 when it was opened).
   bool iwarp = false;
 };
-inline SoftContext* ToSoft(ibv_context* c) { return reinterpret_cast<SoftContext*>(c); }
+inline SoftContext* ToSoft(ibv_context* c) {
+  return reinterpret_cast<SoftContext*>(reinterpret_cast<char*>(c) -
+                                        offsetof(verbs_context, context));
+}
+
+// verbs_context::query_device_ex (device_ex.cc).
+int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
+                  ibv_device_attr_ex* attr, size_t attr_size);
+// Makes a new context an extended one (abi_compat, sz, our ops), as
+// open_device's last step.
+void InitVerbsContext(SoftContext* c);
 
 // Async events (async_events.cc). Posts an event (e.g. IBV_EVENT_CQ_ERR) and
 // makes async_fd readable.
@@ -309,8 +325,18 @@ int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 // IBV_EVENT_SRQ_LIMIT_REACHED when the count drops below an armed limit.
 bool SrqTake(ibv_srq* srq, RecvWqe* out);
 
+struct WrBuilder;  // qp_ex.cc: the ibv_wr_* work requests being built
+void DeleteWrBuilder(WrBuilder* b);
+
 struct SoftQp {
-  ibv_qp qp;  // first member
+  // First member. `qpx.qp_base` is `qp`, as in rdma-core's verbs_qp, so
+  // ibv_qp_to_qp_ex() is a cast; qpx's ops are set only for a QP made with
+  // IBV_QP_INIT_ATTR_SEND_OPS_FLAGS (create_qp_ex), `wr` then non-null.
+  union {
+    ibv_qp_ex qpx;
+    ibv_qp qp;
+  };
+  std::unique_ptr<WrBuilder, void (*)(WrBuilder*)> wr{nullptr, &DeleteWrBuilder};
   std::weak_ptr<SoftQp> self;
 
   absl::Mutex mu;

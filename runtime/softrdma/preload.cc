@@ -45,6 +45,13 @@ SOFTRDMA_EXPORT int ibv_query_port(ibv_context* c, uint8_t p, _compat_ibv_port_a
 SOFTRDMA_EXPORT int ibv_query_gid(ibv_context* c, uint8_t p, int i, ibv_gid* g) {
   return softrdma::query_gid(c, p, i, g);
 }
+SOFTRDMA_EXPORT int _ibv_query_gid_ex(ibv_context* c, uint32_t port, uint32_t index,
+                                      ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
+  return softrdma::query_gid_ex(c, port, index, entry, flags, entry_size);
+}
+SOFTRDMA_EXPORT int ibv_query_pkey(ibv_context* c, uint8_t port, int index, __be16* pkey) {
+  return softrdma::query_pkey(c, port, index, pkey);
+}
 SOFTRDMA_EXPORT int ibv_get_async_event(ibv_context* c, ibv_async_event* e) {
   return softrdma::get_async_event(c, e);
 }
@@ -91,6 +98,22 @@ SOFTRDMA_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* a, int mask, ibv_qp_in
   return softrdma::query_qp(qp, a, mask, i);
 }
 SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* qp) { return softrdma::destroy_qp(qp); }
+SOFTRDMA_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) { return softrdma::qp_to_qp_ex(qp); }
+
+// Address handles and multicast serve UD QPs, which softrdma does not have.
+// Programs that link them (perftest does, for its UD/multicast modes) get a
+// clean "not supported" instead of libibverbs acting on softrdma's objects.
+SOFTRDMA_EXPORT ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
+SOFTRDMA_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
+SOFTRDMA_EXPORT int ibv_destroy_ah(ibv_ah*) { return EINVAL; }  // no AH was ever made
+SOFTRDMA_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+SOFTRDMA_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 SOFTRDMA_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* a) {
   return softrdma::create_srq(pd, a);
 }
@@ -127,6 +150,9 @@ SOFTRDMA_EXPORT int rdma_resolve_route(rdma_cm_id* id, int ms) {
 }
 SOFTRDMA_EXPORT int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* a) {
   return softrdma::create_qp(id, pd, a);
+}
+SOFTRDMA_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* a) {
+  return softrdma::create_qp_ex(id, a);
 }
 SOFTRDMA_EXPORT void rdma_destroy_qp(rdma_cm_id* id) { softrdma::destroy_qp(id); }
 SOFTRDMA_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* p) {

@@ -137,6 +137,24 @@
 //  - Wire: little-endian frames on the connection's TCP socket (see wire.h),
 //    or the same frames in shared-memory rings on the same-host link.
 // Fault injection for tests: see faults.h.
+//
+// Unmodified programs on softrdma (libsoftrdma_preload.so, see preload.cc),
+// each a ctest of server and client over 127.0.0.1 (tests/softrdma/):
+//  - rdma-core's rping -v -C 5, ucmatose -c 2 -C 10, rdma_server/rdma_client
+//    (rdma_core_tools_test.sh, SoftrdmaPreload.{rping,ucmatose,rdma_server}).
+//  - perftest 4.5 (Debian 12's 4.5+0.17): ib_send_lat, ib_write_lat,
+//    ib_read_lat, ib_write_bw, ib_read_bw, each as `<tool> -R -a -n 5 -p PORT`
+//    (server) and `... 127.0.0.1` (client): rdma_cm QPs, sizes 2 B .. 8 MiB
+//    (perftest_test.sh, SoftrdmaPreload.ib_*). The test checks exit codes,
+//    one result row per size, and the device's counters (exactly 23 x 5
+//    READs / WRITEs; for ib_send_lat an 8 MiB SEND; no RNR retry, no remote
+//    access error). Their --data_validation does not exist in 4.5+0.17, for
+//    any of the five; ib_write_lat's ping-pong spins on the written buffer,
+//    so a lost WRITE shows as a timeout. perftest takes its ibv_wr_* path
+//    only on devices it recognises (mlx5, EFA, hns), so on softrdma it posts
+//    with ibv_post_send; qp_ex_test.cc covers the ibv_wr_* API instead.
+//    Not run: UD/UC/XRC/DC modes, multicast (-g), --odp, atomics tests;
+//    those need what softrdma does not have, and fail cleanly.
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
 
@@ -158,6 +176,17 @@ int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr)
 int query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid);
 int get_async_event(ibv_context* context, ibv_async_event* event);
 void ack_async_event(ibv_async_event* event);
+// As rdma-core's _ibv_query_gid_ex (what the ibv_query_gid_ex inline calls):
+// 0, or EINVAL for flags != 0, entry_size < sizeof(ibv_gid_entry), a port
+// other than 1 or an index outside the one-entry GID table. The entry is a
+// RoCE v2 GID (::ffff:127.0.0.1) on the loopback interface.
+int query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
+                 ibv_gid_entry* entry, uint32_t flags, size_t entry_size);
+// 0xffff (network order) at index 0; -1/EINVAL for another port or index.
+int query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey);
+// The context is an extended one (verbs_context): the verbs.h inlines
+// ibv_query_device_ex (zero ODP/TSO/RSS/... caps) and ibv_create_qp_ex reach
+// softrdma; other extended inlines find no op and fail with EOPNOTSUPP.
 
 // --- protection domains and memory regions -------------------------------------
 ibv_pd* alloc_pd(ibv_context* context);
@@ -200,6 +229,32 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
 int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask);
 int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
 int destroy_qp(ibv_qp* qp);
+// Extended QPs (what the ibv_create_qp_ex inline reaches through the context).
+// comp_mask must hold IBV_QP_INIT_ATTR_PD (a PD of `context`); it may hold
+// IBV_QP_INIT_ATTR_SEND_OPS_FLAGS with any of IBV_QP_EX_WITH_{SEND,
+// SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP,
+// ATOMIC_FETCH_AND_ADD}, and IBV_QP_INIT_ATTR_CREATE_FLAGS with no flag set.
+// Fails with errno EINVAL (no PD, PD of another context, unknown comp_mask
+// bits, or as create_qp) or EOPNOTSUPP (XRC, TSO, RSS, create flags, other
+// send ops). With SEND_OPS_FLAGS, qp_to_qp_ex gives the ibv_qp_ex whose
+// ibv_wr_* ops (ibv_wr_post(3)) post through the same path as post_send:
+//  - The caller serialises wr_start .. wr_complete/wr_abort per QP (as the
+//    man page requires); data set by wr_set_inline_data / _list is copied at
+//    the call, SGE buffers are read when wr_complete posts.
+//  - wr_complete returns 0, or without posting anything: EINVAL (no
+//    wr_start; an SGE/inline set with no WR; inline data on a READ or
+//    atomic; more SGEs than max_send_sge; inline longer than
+//    max_inline_data), EOPNOTSUPP (an op outside the QP's send_ops_flags,
+//    or one softrdma lacks: bind_mw, local_inv, send_inv, TSO, UD/XRC
+//    addressing, atomic write), ENOMEM (the WRs do not fit the send queue);
+//    or, for a QP not in RTS, post_send's own error.
+//  - IBV_SEND_INLINE in wr_flags is ignored: inline is what wr_set_inline_data
+//    chooses.
+ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* qp_init_attr_ex);
+// As rdma-core's ibv_qp_to_qp_ex: NULL unless the QP was made with
+// IBV_QP_INIT_ATTR_SEND_OPS_FLAGS. The ibv_qp_ex is the QP itself (its
+// qp_base): valid until destroy_qp, any thread.
+ibv_qp_ex* qp_to_qp_ex(ibv_qp* qp);
 
 // --- rdma_cm ------------------------------------------------------------------------
 rdma_event_channel* create_event_channel();
@@ -213,6 +268,9 @@ int resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, int tim
 int resolve_route(rdma_cm_id* id, int timeout_ms);
 int create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr);  // rdma_create_qp
 void destroy_qp(rdma_cm_id* id);                                             // rdma_destroy_qp
+// rdma_create_qp_ex: as create_qp(id, ...), the QP made by create_qp_ex. With
+// no IBV_QP_INIT_ATTR_PD (or a NULL pd) the id's default PD is used.
+int create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr_ex);
 int connect(rdma_cm_id* id, rdma_conn_param* conn_param);
 int accept(rdma_cm_id* id, rdma_conn_param* conn_param);
 int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len);

@@ -132,7 +132,17 @@ ConnectedPair::ConnectedPair(const PairOptions& opt) {
   client_cq = create_cq(client->verbs, opt.cqe, nullptr, client_comp, 0);
   qa.send_cq = client_cq;
   qa.recv_cq = client_cq;
-  if (create_qp(client, client_pd, &qa) != 0) return;
+  if (opt.client_send_ops_flags != 0) {
+    // An extended QP, made as rdma_create_qp_ex makes it.
+    ibv_qp_init_attr_ex qx{};
+    std::memcpy(&qx, &qa, sizeof(qa));
+    qx.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    qx.pd = client_pd;
+    qx.send_ops_flags = opt.client_send_ops_flags;
+    if (create_qp_ex(client, &qx) != 0) return;
+  } else if (create_qp(client, client_pd, &qa) != 0) {
+    return;
+  }
 
   rdma_conn_param cp{};
   cp.private_data = opt.client_private_data.data();

@@ -47,6 +47,9 @@ struct PairOptions {
   uint32_t max_recv_wr = 16;
   uint32_t max_sge = 4;
   uint32_t max_inline = 64;
+  // != 0: the client QP is an extended one (create_qp_ex(rdma_cm_id*, ...))
+  // with these IBV_QP_EX_WITH_* send ops.
+  uint64_t client_send_ops_flags = 0;
   uint8_t rnr_retry = 7;
   int cqe = 256;
   uint32_t server_srq_wr = 0;  // > 0: the server QP takes receives from an SRQ
