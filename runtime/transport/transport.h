@@ -78,9 +78,27 @@ static_assert(kSendQueueDepth >= 2 * kSignalInterval,
 inline constexpr int kCqDepth = 65536;
 // Work completions taken per ibv_poll_cq call.
 inline constexpr int kPollBatch = 32;
-// Busy-poll this long after the last completion before sleeping on the
-// completion channel (default of --rdmarpc_busy_poll_us).
-inline constexpr absl::Duration kBusyPoll = absl::Microseconds(30);
+// Busy-poll this long after the last completion before arming the CQ and
+// sleeping on the completion channel (default of --rdmarpc_spin_us).
+// MEASURED-DEFAULT-NOTE
+inline constexpr absl::Duration kDefaultSpin = absl::Microseconds(100);
+// While calls are in flight a completion loop polls on without sleeping, but
+// not longer than this without any completion: a slow handler must not pin a
+// core (a synchronous caller then hands the poller back and sleeps).
+inline constexpr absl::Duration kMaxInFlightSpin = absl::Milliseconds(2);
+// Consumed receives are re-posted in one chained ibv_post_recv once this many
+// are pending (at most recv_depth / 4, at least 1), or when the completion
+// loop goes idle. Holding back fewer than recv_depth / 4 receives keeps the
+// credit exchange live: a peer blocked on credits means recv_depth - 1
+// receives are consumed here or owed to it; at most a quarter are pending a
+// re-post, so the owed ones reach CreditWindow's explicit-return threshold
+// (half the ring) and go back in a kCredit message.
+inline constexpr int kRecvRepostBatch = 16;
+inline constexpr int RepostBatchFor(int recv_depth) {
+  return recv_depth / 4 < 1 ? 1 : (recv_depth / 4 < kRecvRepostBatch ? recv_depth / 4
+                                                                      : kRecvRepostBatch);
+}
+static_assert(RepostBatchFor(64) == 16 && RepostBatchFor(3) == 1 && RepostBatchFor(8) == 2);
 // How long a closing connection waits for its flushed completions.
 inline constexpr absl::Duration kFlushWait = absl::Milliseconds(500);
 // Slots (concurrent calls) per client connection; imm_data has 16 bits.
