@@ -125,17 +125,24 @@ bool Engine::TryAcquire(int who) {
 bool Engine::TryLead() {
   if (stop_.load() || !started_.load()) return false;
   if (!TryAcquire(kCallerHolds)) {
-    if (holder_.load() == kCallerHolds) return false;  // another caller leads
-    // The engine thread holds it: ask it to step aside, wait a bounded while
-    // (it looks between two polls; a long user callback may keep it).
-    wants_.fetch_add(1);
+    // Another caller leads: follow. The engine thread polls for other calls
+    // in flight: follow too (at concurrency > 1 one thread, the engine's,
+    // serves everyone; taking over would wake it once per call). Only an
+    // engine thread spinning out its idle window is asked to step aside, by
+    // one caller at a time (so at most one thread spins on this CQ).
+    if (holder_.load() == kCallerHolds || calls_in_flight_.load(std::memory_order_relaxed) > 0) {
+      return false;
+    }
+    int no_one = 0;
+    if (!wants_.compare_exchange_strong(no_one, 1)) return false;
+    // It looks between two polls; a long user callback may keep it.
     const absl::Time give_up = absl::Now() + absl::Milliseconds(1);
     bool got = false;
     while (!(got = TryAcquire(kCallerHolds))) {
       if (holder_.load() == kCallerHolds || stop_.load() || absl::Now() >= give_up) break;
       std::this_thread::yield();
     }
-    wants_.fetch_sub(1);
+    wants_.store(0);
     if (!got) return false;
   }
   if (stop_.load()) {  // raced with Stop: leave it to the engine thread
@@ -168,6 +175,7 @@ bool Engine::Step() {
   RunDueTimers();
   FlushTouched();
   worked |= PollCq() > 0;
+  PollFds();
   graveyard_.clear();
   return worked;
 }
@@ -393,11 +401,19 @@ void Engine::Sleep() {
   const int n = epoll_wait(epoll_fd_, events, 8, timeout_ms);
   sleeping_.store(false);
   AcquireForEngine();
+  RunFdHandlers(events, n);
+}
+
+void Engine::RunFdHandlers(const epoll_event* events, int n) {
   for (int i = 0; i < n; ++i) {
     const int fd = events[i].data.fd;
     if (fd == wake_fd_) {
-      uint64_t v;
-      while (read(wake_fd_, &v, sizeof(v)) > 0) {
+      // Only the engine thread drains its wake-ups (a leader polling fds
+      // must not swallow one meant for the engine thread).
+      if (std::this_thread::get_id() == thread_id_) {
+        uint64_t v;
+        while (read(wake_fd_, &v, sizeof(v)) > 0) {
+        }
       }
       continue;
     }
@@ -405,6 +421,17 @@ void Engine::Sleep() {
     if (it != fd_handlers_.end()) it->second();
   }
   FlushTouched();
+}
+
+void Engine::PollFds() {
+  // While spinning, cm events (connection set-up, disconnects) and watched
+  // fds are looked at every kFdPollInterval steps, so a loop that never
+  // sleeps still makes progress on them.
+  if (++steps_since_fd_poll_ < kFdPollInterval) return;
+  steps_since_fd_poll_ = 0;
+  epoll_event events[8];
+  const int n = epoll_wait(epoll_fd_, events, 8, 0);
+  if (n > 0) RunFdHandlers(events, n);
 }
 
 void Engine::Loop() {

@@ -18,15 +18,19 @@
 // completion it finds, other calls' too, and hands the poller back once its
 // own call is done (EndLead), waking the engine thread only when calls remain
 // in flight or work is pending. A caller that finds the poller taken by
-// another caller posts its call and sleeps (so on 2 cores at most one thread
-// per engine spins on its CQ); one that finds the engine thread spinning asks
-// it to step aside (the engine thread checks between polls) and leads.
+// another caller, or the engine thread serving other calls in flight, posts
+// its call and sleeps (so on 2 cores at most one thread per engine spins on
+// its CQ, and at concurrency > 1 the engine thread alone serves everyone);
+// one that finds the engine thread merely spinning out its idle window asks
+// it to step aside (it checks between polls) and leads.
 //
 // Threads: Post(), TryLead() from any thread; everything else only while
 // holding the poller (InEngineThread() is true), i.e. on the engine thread or
 // a leading caller.
 #ifndef RDMARPC_RUNTIME_TRANSPORT_COMPLETION_POLLER_H_
 #define RDMARPC_RUNTIME_TRANSPORT_COMPLETION_POLLER_H_
+
+#include <sys/epoll.h>
 
 #include <atomic>
 #include <cstdint>
@@ -125,9 +129,16 @@ class Engine {
   // still in flight, tasks or timers are pending, or it waits for the poller.
   void EndLead();
   // Calls started and not finished on this engine's connections (client).
-  void CallStarted() { ++calls_in_flight_; }
-  void CallFinished() { --calls_in_flight_; }
-  int calls_in_flight() const { return calls_in_flight_; }
+  // Written by the poller holder only; an atomic so TryLead may peek.
+  void CallStarted() {
+    calls_in_flight_.store(calls_in_flight_.load(std::memory_order_relaxed) + 1,
+                           std::memory_order_relaxed);
+  }
+  void CallFinished() {
+    calls_in_flight_.store(calls_in_flight_.load(std::memory_order_relaxed) - 1,
+                           std::memory_order_relaxed);
+  }
+  int calls_in_flight() const { return calls_in_flight_.load(std::memory_order_relaxed); }
   // By default the engine arms the CQ whenever it sleeps. A client engine
   // (Channel) sets false: it arms only while calls are in flight or timers
   // run, since nothing else is expected on a client's CQ (a late response or
@@ -173,6 +184,8 @@ class Engine {
   void RunDueTimers();
   int PollCq();
   void FlushIdleReceives();
+  void PollFds();
+  void RunFdHandlers(const epoll_event* events, int n);
   void Sleep();
   void Wake();
   void Teardown();
@@ -195,15 +208,18 @@ class Engine {
   static constexpr int kEngineHolds = 1;
   static constexpr int kCallerHolds = 2;
   std::atomic<int> holder_{0};
-  std::atomic<int> wants_{0};          // callers waiting in TryLead
+  std::atomic<int> wants_{0};          // 1 while a caller waits in TryLead
   std::atomic<bool> parked_{false};    // engine thread waiting for the poller
   static thread_local Engine* t_current_;
   Engine* saved_current_ = nullptr;    // leader's previous t_current_
   absl::Duration spin_;                // --rdmarpc_spin_us
   absl::Duration in_flight_spin_;      // kMaxInFlightSpin, 0 when spin_ is 0
   bool always_arm_ = true;
-  int calls_in_flight_ = 0;            // poller holder only
+  std::atomic<int> calls_in_flight_{0};  // written by the poller holder only
   bool flushing_ = false;
+  // Steps between two non-blocking looks at the fds while spinning.
+  static constexpr int kFdPollInterval = 64;
+  int steps_since_fd_poll_ = 0;
   absl::Mutex mu_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> started_{false};

@@ -331,7 +331,7 @@ class Connection final : public CmEventHandler {
   std::vector<SqEntry> sq_ring_;
   uint64_t sq_head_ = 0;  // next sequence number
   uint64_t sq_tail_ = 0;  // oldest not retired
-  uint64_t last_signalled_ = 0;
+  int unsignalled_run_ = 0;  // WRs since the last signalled one
 
   struct PendingWr {
     ibv_send_wr wr;

@@ -296,14 +296,16 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
 
 void Connection::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
   const uint64_t seq = sq_head_++;
-  // Signal every kSignalInterval-th WR so buffers of the unsignalled ones
-  // before it are recycled by its completion.
-  if (force_signal || seq - last_signalled_ >= static_cast<uint64_t>(kSignalInterval - 1) ||
+  // Signal every kSignalInterval-th WR (15 unsignalled, then one signalled)
+  // so buffers of the unsignalled ones before it are recycled by its
+  // completion.
+  if (force_signal || ++unsignalled_run_ >= kSignalInterval ||
       send_slab_->free_count() < kSignalInterval) {
     wr->send_flags |= IBV_SEND_SIGNALED;
-    last_signalled_ = seq;
+    unsignalled_run_ = 0;
   }
   wr->wr_id = seq;
+  CountSendWr((wr->send_flags & IBV_SEND_SIGNALED) != 0);
   sq_ring_[seq % kSendQueueDepth] = entry;
   // Queued for the next doorbell: WRs made ready together go to the device
   // in one ibv_post_send chain.
