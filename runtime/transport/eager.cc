@@ -305,7 +305,8 @@ void Connection::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
     unsignalled_run_ = 0;
   }
   wr->wr_id = seq;
-  CountSendWr((wr->send_flags & IBV_SEND_SIGNALED) != 0);
+  CountSendWr((wr->send_flags & IBV_SEND_SIGNALED) != 0,
+              (wr->send_flags & IBV_SEND_INLINE) != 0);
   sq_ring_[seq % kSendQueueDepth] = entry;
   // Queued for the next doorbell: WRs made ready together go to the device
   // in one ibv_post_send chain.

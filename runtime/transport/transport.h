@@ -35,19 +35,46 @@
 //    every WireHeader; a kCredit message carries them when traffic is
 //    one-sided. One credit is reserved for kCredit so returning credits can
 //    never deadlock. RNR is therefore never provoked.
-//  * Sends are signalled every kSignalInterval WRs (and always for READ and
-//    WRITE_WITH_IMM whose buffers must be recycled); a send buffer is recycled
-//    when a later signalled completion covers it. Receives are re-posted in
-//    one ibv_post_recv chain after each CQ poll batch.
+//  * Sends are signalled one WR in kSignalInterval (15 unsignalled, then one
+//    signalled; always for READ and WRITE_WITH_IMM whose buffers must be
+//    recycled); a send buffer is recycled when a later signalled completion
+//    covers it. Consumed receives are re-posted in one ibv_post_recv chain
+//    once RepostBatchFor(recv_depth) of them are pending (16 at the default
+//    depth), or when the completion loop goes idle; only then do they become
+//    credits owed to the peer (why this cannot deadlock: kRecvRepostBatch).
+//
+// Per small call in steady state (checked exactly by tests/rpc/
+// rpc_hotpath_test from softrdma's counters and TransportStats): one
+// ibv_post_send per message (owed credits ride in its header; WRs made
+// ready in one engine step share one doorbell), IBV_SEND_INLINE when the
+// message fits max_inline_data, 1/16 signalled send WR, 1/16 ibv_post_recv
+// per message received, no ibv_reg_mr, no payload copy by the runtime: a
+// synchronous request is serialised straight into the registered send
+// buffer when posted, a small response likewise (TrySendResponseInPlace),
+// and both are parsed straight from the receive buffer. What remains is
+// counted by CountPayloadCopy: an asynchronous request (serialised before
+// AsyncUnaryCall returns, copied when posted) and a response that had to
+// queue behind others or wait for a credit.
 //
 // Threads and ownership:
-//  * Every Connection belongs to exactly one Engine (completion_poller) thread:
-//    only that thread touches its QP, buffers, credits and slot table. Other
-//    threads reach it by Engine::Post(task).
+//  * Every Connection belongs to exactly one Engine (completion_poller): only
+//    the thread holding that engine's *poller* touches its QP, buffers,
+//    credits and slot table. That is the engine's own thread, or a thread
+//    waiting for its synchronous call (leader/follower, completion_poller.h):
+//    it try-locks the poller, starts its call inline, polls the CQ and
+//    dispatches every completion (callbacks of other calls run on it too)
+//    until its own call is done, then hands back. Other threads reach the
+//    engine by Engine::Post(task). Never more than one thread polls a CQ.
+//  * Completion loops busy-poll while calls are in flight (up to
+//    kMaxInFlightSpin without a completion) and for --rdmarpc_spin_us after
+//    the last completion, then arm the CQ, poll once more (the arm/re-poll
+//    race) and sleep on the completion channel. A caller never sleeps on
+//    the channel itself: past the bound it hands the poller to the engine
+//    thread and sleeps on a futex until its call is finished.
 //  * Buffers: the receive ring and send slab are owned by the Connection and
 //    registered once when it is made. A received payload view is valid only
-//    during the upcall that delivers it (the buffer is re-posted after the
-//    poll batch). LargeBuffers come from a LargeBufferPool shared by a
+//    during the upcall that delivers it (the buffer may be re-posted at the
+//    end of that engine step). LargeBuffers come from a LargeBufferPool shared by a
 //    Channel's or Server's engines (mutex inside, control plane only).
 //  * Nothing is freed while the device may still touch it: a closing
 //    connection waits for the flush of its posted work requests (bounded by

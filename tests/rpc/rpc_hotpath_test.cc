@@ -76,6 +76,8 @@ TEST(HotPath, SmallBlockingCallsMeetTheVerbsBudgetAtConcurrencyOne) {
   // headers, so no kCredit message is ever needed.
   EXPECT_EQ(c.verbs.send_with_imm, 2u * kCalls);
   EXPECT_EQ(c.transport.send_wrs, 2u * kCalls);
+  // Each message (~100 bytes with header and method) fits max_inline_data.
+  EXPECT_EQ(c.transport.inline_send_wrs, 2u * kCalls);
   // One doorbell per message.
   EXPECT_EQ(c.verbs.post_send_calls, 2u * kCalls);
   // Receives go back 16 at a time on each side (+1 each for the phase the
