@@ -255,7 +255,7 @@ void ServerImpl::Dispatch(Worker* worker, Connection* conn, const IncomingReques
   const absl::Time deadline = req.timeout_us == kNoTimeout
                                   ? absl::InfiniteFuture()
                                   : absl::Now() + absl::Microseconds(req.timeout_us);
-  ServerContext context(it->first, conn->peer(), deadline);
+  ServerContext context(&it->first, &conn->peer(), deadline);
   absl::Status status = handler->Invoke(&context, *request, response);
   if (status.ok()) {
     const size_t size = response->ByteSizeLong();

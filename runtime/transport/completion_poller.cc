@@ -208,15 +208,32 @@ void Engine::Wake() {
 
 Engine::TimerId Engine::AddTimer(absl::Time when, absl::AnyInvocable<void()> fn) {
   const TimerId id = next_timer_++;
-  timers_.emplace(std::make_pair(when, id), std::move(fn));
+  if (spare_timer_nodes_.empty()) {
+    timers_.emplace(std::make_pair(when, id), std::move(fn));
+  } else {
+    // Reuse a node of a timer that fired or was cancelled: a call's deadline
+    // timer costs no allocation in steady state.
+    TimerMap::node_type node = std::move(spare_timer_nodes_.back());
+    spare_timer_nodes_.pop_back();
+    node.key() = std::make_pair(when, id);
+    node.mapped() = std::move(fn);
+    timers_.insert(std::move(node));
+  }
   timer_when_[id] = when;
   return id;
+}
+
+void Engine::RecycleTimerNode(TimerMap::node_type node) {
+  node.mapped() = nullptr;  // drop the callback's captures now
+  if (spare_timer_nodes_.size() < kMaxSpareTimerNodes) {
+    spare_timer_nodes_.push_back(std::move(node));
+  }
 }
 
 void Engine::CancelTimer(TimerId id) {
   auto it = timer_when_.find(id);
   if (it == timer_when_.end()) return;
-  timers_.erase(std::make_pair(it->second, id));
+  RecycleTimerNode(timers_.extract(std::make_pair(it->second, id)));
   timer_when_.erase(it);
 }
 
@@ -329,7 +346,9 @@ void Engine::RunDueTimers() {
   while (!timers_.empty() && timers_.begin()->first.first <= now) {
     auto node = timers_.extract(timers_.begin());
     timer_when_.erase(node.key().second);
-    std::move(node.mapped())();
+    absl::AnyInvocable<void()> fn = std::move(node.mapped());
+    RecycleTimerNode(std::move(node));
+    std::move(fn)();
   }
 }
 
@@ -509,6 +528,7 @@ void Engine::Teardown() {
   } while (tasks_.size() > 0);
   timers_.clear();
   timer_when_.clear();
+  spare_timer_nodes_.clear();
   qp_map_.clear();
   if (comp_channel_ != nullptr) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, comp_channel_->fd, nullptr);
   cq_.reset();  // every CQ event was acked as it was read

@@ -226,7 +226,12 @@ class Engine {
   absl::AnyInvocable<void()> before_exit_ ABSL_GUARDED_BY(mu_);
 
   // Engine-thread state.
-  std::map<std::pair<absl::Time, TimerId>, absl::AnyInvocable<void()>> timers_;
+  using TimerMap = std::map<std::pair<absl::Time, TimerId>, absl::AnyInvocable<void()>>;
+  void RecycleTimerNode(TimerMap::node_type node);
+  TimerMap timers_;
+  // Nodes of fired/cancelled timers kept for reuse (bounded).
+  static constexpr size_t kMaxSpareTimerNodes = 1024;
+  std::vector<TimerMap::node_type> spare_timer_nodes_;
   absl::flat_hash_map<TimerId, absl::Time> timer_when_;
   TimerId next_timer_ = 1;
   int cq_free_;
