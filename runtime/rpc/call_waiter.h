@@ -33,9 +33,8 @@ class CallWaiter {
   // The waiting thread: returns once Notify ran.
   void Wait() {
     int expected = kPending;
-    if (state_.compare_exchange_strong(expected, kSleeping, std::memory_order_acq_rel)) {
-      expected = kSleeping;
-    }
+    // Fails only when Notify already ran (state is kDone): then no sleep.
+    state_.compare_exchange_strong(expected, kSleeping, std::memory_order_acq_rel);
     while (state_.load(std::memory_order_acquire) == kSleeping) {
       syscall(SYS_futex, reinterpret_cast<int*>(&state_), FUTEX_WAIT_PRIVATE, kSleeping, nullptr,
               nullptr, 0);

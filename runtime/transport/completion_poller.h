@@ -147,7 +147,7 @@ class Engine {
   // caller. Before Start.
   void set_always_arm(bool v) { always_arm_ = v; }
 
-  // Engine thread only.
+  // Poller holder only (the engine thread or a leading caller).
   TimerId AddTimer(absl::Time when, absl::AnyInvocable<void()> fn);
   void CancelTimer(TimerId id);
   rdma_event_channel* event_channel() const { return event_channel_.get(); }

@@ -5,8 +5,9 @@
 // Server role: requests reach ConnectionHandler::OnRequest; the handler
 // answers with SendResponse (then or later, on the engine thread).
 //
-// Threads: everything here runs on the owning Engine's thread; other threads
-// use Engine::Post. Lifetime: the Engine owns the Connection. After
+// Threads: everything here runs on the thread holding the owning Engine's
+// poller (its own thread, or a caller leading a synchronous call; see
+// completion_poller.h); other threads use Engine::Post. Lifetime: the Engine owns the Connection. After
 // ConnectionHandler::OnClosed the handler must forget the pointer.
 #ifndef RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
 #define RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_

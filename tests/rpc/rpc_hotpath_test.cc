@@ -171,6 +171,50 @@ TEST(HotPath, SixteenCallersOnEightReceivesNeverDeadlock) { ManyCallersOnSmallRi
 TEST(HotPath, SixteenCallersOnThreeReceivesNeverDeadlock) { ManyCallersOnSmallRings(3); }
 TEST(HotPath, SixteenCallersOnSeventeenReceivesNeverDeadlock) { ManyCallersOnSmallRings(17); }
 
+TEST(HotPath, CallbackRunByALeadingCallerRefusesABlockingCall) {
+  // The async call's response comes after the engine thread stopped
+  // spinning (the handler sleeps 50 ms > kMaxInFlightSpin), so the blocking
+  // call below finds the poller free, leads, and dispatches the async
+  // completion on this thread. From there, a blocking call on the same
+  // channel must still fail FAILED_PRECONDITION, not hang.
+  EchoFixture f;
+  EchoRequest warm;
+  warm.set_text("warm");
+  EchoResponse warm_resp;
+  ClientContext warm_ctx;
+  ASSERT_TRUE(Echo(f.channel.get(), &warm_ctx, warm, &warm_resp).ok());
+  EchoRequest slow;
+  slow.set_text("slow");
+  slow.set_sleep_ms(50);
+  EchoResponse slow_resp;
+  ClientContext slow_ctx;
+  absl::Notification done;
+  absl::Status inner;
+  std::thread::id callback_thread;
+  internal::AsyncUnaryCall(f.channel.get(), kEchoMethod, &slow_ctx, slow, &slow_resp,
+                           [&](absl::Status s) {
+                             EXPECT_TRUE(s.ok()) << s;
+                             callback_thread = std::this_thread::get_id();
+                             EchoRequest r;
+                             r.set_text("inner");
+                             EchoResponse resp;
+                             ClientContext ctx;
+                             inner = Echo(f.channel.get(), &ctx, r, &resp);
+                             done.Notify();
+                           });
+  EchoRequest outer;
+  outer.set_text("outer");
+  outer.set_sleep_ms(100);
+  EchoResponse outer_resp;
+  ClientContext outer_ctx;
+  ASSERT_TRUE(Echo(f.channel.get(), &outer_ctx, outer, &outer_resp).ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(inner.code(), absl::StatusCode::kFailedPrecondition) << inner;
+  // Which thread ran it is the scheduler's choice; both must refuse.
+  RecordProperty("dispatched_by_leading_caller",
+                 callback_thread == std::this_thread::get_id() ? "yes" : "no");
+}
+
 TEST(HotPath, LeadingCallerStopsAtItsDeadlineAndHandsTheEngineBack) {
   EchoFixture f;
   EchoRequest slow;
