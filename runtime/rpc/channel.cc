@@ -27,7 +27,7 @@ namespace internal {
 void ClientCall::OnResponse(absl::StatusCode code, absl::string_view message,
                             absl::string_view payload) {
   // A server answered: ClientContext::peer() names it.
-  if (context != nullptr) context->set_peer_for_runtime(peer);
+  if (context != nullptr) context->set_peer_for_runtime(*peer);
   if (code != absl::StatusCode::kOk) {
     Finish(absl::Status(code, message));
     return;
@@ -44,6 +44,12 @@ void ClientCall::OnFailure(absl::Status status) { Finish(std::move(status)); }
 
 void ClientCall::Finish(absl::Status status) {
   if (timer != 0 && engine != nullptr) engine->CancelTimer(timer);
+  if (waiter != nullptr) {
+    CallWaiter* w = waiter;
+    *result = std::move(status);
+    w->Notify();  // the caller may free this call from here on
+    return;
+  }
   auto cb = std::move(done);
   delete this;
   std::move(cb)(std::move(status));
@@ -72,6 +78,7 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
   std::vector<Engine*> engines;
   for (int i = 0; i < options.engine_threads; ++i) {
     auto e = std::make_unique<Engine>(absl::StrCat("rdmarpc-client-", i));
+    e->set_always_arm(false);  // see Engine::set_always_arm
     if (absl::Status s = e->Start(); !s.ok()) {
       return absl::UnavailableError(absl::StrCat("starting channel engine: ", s.message()));
     }
@@ -106,8 +113,27 @@ void ChannelImpl::Start(ClientCall* call) {
   const int slot = pool->PickSlot();
   Engine* engine = pool->engine_of(slot);
   call->engine = engine;
-  call->peer = pool->name();
+  call->peer = &pool->name();
   engine->Post([this, call, pool, slot] { StartOnEngine(call, pool, slot); });
+}
+
+void ChannelImpl::RunBlocking(ClientCall* call) {
+  ConnectionPool* pool =
+      pools_[next_server_.fetch_add(1, std::memory_order_relaxed) % pools_.size()].get();
+  const int slot = pool->PickSlot();
+  Engine* engine = pool->engine_of(slot);
+  call->engine = engine;
+  call->peer = &pool->name();
+  CallWaiter* waiter = call->waiter;
+  if (engine->TryLead()) {
+    // Leader: this thread is the engine until its call is done.
+    StartOnEngine(call, pool, slot);
+    if (engine->LeadUntil([waiter] { return waiter->done(); })) return;
+  } else {
+    // Follower: whoever holds the poller starts and finishes it.
+    engine->Post([this, call, pool, slot] { StartOnEngine(call, pool, slot); });
+  }
+  waiter->Wait();
 }
 
 void ChannelImpl::StartOnEngine(ClientCall* call, ConnectionPool* pool, int slot) {
@@ -130,11 +156,21 @@ void ChannelImpl::StartOnEngine(ClientCall* call, ConnectionPool* pool, int slot
       // rkeys) and fail the call.
       if (call->handle != 0) call->conn->CancelCall(call->handle);
       call->Finish(absl::DeadlineExceededError(absl::StrCat(
-          call->method, " to ", call->peer, " exceeded its deadline")));
+          call->method, " to ", *call->peer, " exceeded its deadline")));
     });
   }
   OutgoingRequest req;
   req.method = call->method;
+  if (call->request_message != nullptr) {
+    // Serialised straight into the send buffer when posted (the message
+    // outlives the call: its synchronous caller waits).
+    req.write = [](const void* source, char* out) {
+      static_cast<const google::protobuf::MessageLite*>(source)->SerializeWithCachedSizesToArray(
+          reinterpret_cast<uint8_t*>(out));
+    };
+    req.source = call->request_message;
+    req.source_size = call->request_size;
+  }
   req.payload = std::move(call->payload);
   req.registered = std::move(call->registered);
   req.registered_len = call->registered_len;

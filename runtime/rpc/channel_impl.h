@@ -14,6 +14,7 @@
 #include "google/protobuf/message_lite.h"
 #include "rdmarpc/channel.h"
 #include "rdmarpc/client_context.h"
+#include "runtime/rpc/call_waiter.h"
 #include "runtime/transport/completion_poller.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/connection_pool.h"
@@ -22,31 +23,42 @@
 namespace rdmarpc {
 namespace internal {
 
-// One unary call in flight. Owned by itself once started: deleted right
-// after `done` runs. Touched only on the engine thread after Start.
+// One unary call in flight. Touched only by the engine's poller holder
+// after Start. Asynchronous: heap-allocated, owned by itself once started,
+// deleted right after `done` runs. Synchronous: on the caller's stack; Finish
+// stores the status in `*result` and notifies `waiter` (its last touch).
 class ClientCall final : public ResponseSink {
  public:
-  std::string method;
-  std::string payload;  // serialised request, or:
-  PooledBuffer registered;  // serialised straight into registered memory
+  absl::string_view method;   // valid while the call lives (see method_storage)
+  std::string method_storage;  // asynchronous calls own their method name
+  // The request, one of: `request_message` (synchronous small request,
+  // serialised straight into the send buffer when posted), `registered`
+  // (serialised into registered memory), `payload` (serialised bytes).
+  const google::protobuf::MessageLite* request_message = nullptr;
+  size_t request_size = 0;
+  std::string payload;
+  PooledBuffer registered;
   size_t registered_len = 0;
   absl::Time deadline = absl::InfiniteFuture();
   google::protobuf::MessageLite* response = nullptr;
   ClientContext* context = nullptr;
-  absl::AnyInvocable<void(absl::Status) &&> done;
+  absl::AnyInvocable<void(absl::Status) &&> done;  // asynchronous
+  CallWaiter* waiter = nullptr;                    // synchronous
+  absl::Status* result = nullptr;                  // synchronous
 
   // Engine-side state.
   Engine* engine = nullptr;
   Connection* conn = nullptr;
   uint32_t handle = 0;
   Engine::TimerId timer = 0;
-  std::string peer;
+  const std::string* peer = nullptr;  // the pool's name; outlives the call
 
   void OnQueued(uint32_t h) override { handle = h; }
   void OnResponse(absl::StatusCode code, absl::string_view message,
                   absl::string_view payload) override;
   void OnFailure(absl::Status status) override;
-  // Runs `done` and deletes this.
+  // Asynchronous: runs `done` and deletes this. Synchronous: stores the
+  // status and wakes the caller.
   void Finish(absl::Status status);
 };
 
@@ -63,6 +75,13 @@ class ChannelImpl {
   LargeBufferPool* large_pool() const { return device_->large_pool(); }
   // Any thread: sends `call` to the next server round robin.
   void Start(ClientCall* call);
+  // A synchronous call (call->waiter set), from a thread that is not one of
+  // this channel's engines: sends it and returns once it finished. When the
+  // engine's poller is free (or its thread spins and steps aside) this
+  // thread starts the call inline and polls the CQ itself until its
+  // response arrives, with no cross-thread wake-up; otherwise it posts the
+  // call and sleeps until the thread that polls finishes it.
+  void RunBlocking(ClientCall* call);
   // True on one of this channel's engine threads, i.e. inside a completion
   // callback of its calls: a blocking call there would wait for the very
   // thread it blocks.

@@ -243,57 +243,93 @@ void ServerImpl::OnConnectRequest(const CmEvent& ev) {
 }
 
 void ServerImpl::Worker::OnRequest(Connection* conn, const IncomingRequest& req) {
-  server->Dispatch(conn, req);
+  server->Dispatch(this, conn, req);
 }
 
-void ServerImpl::Dispatch(Connection* conn, const IncomingRequest& req) {
+void ServerImpl::Dispatch(Worker* worker, Connection* conn, const IncomingRequest& req) {
   in_flight_.fetch_add(1);
-  const std::string method(req.method);
-  auto it = methods_.find(method);
+  // Heterogeneous lookup: no std::string made for the method name.
+  auto it = methods_.find(req.method);
   if (it == methods_.end()) {
     conn->SendResponse(req.token, absl::StatusCode::kUnimplemented,
-                       absl::StrCat("method ", method, " is not implemented by this server"),
+                       absl::StrCat("method ", req.method, " is not implemented by this server"),
                        std::string());
     in_flight_.fetch_sub(1);
     return;
   }
   const MethodHandler* handler = it->second;
-  std::unique_ptr<google::protobuf::MessageLite> request = handler->NewRequest();
+  Worker::Messages& cached = worker->messages[handler];
+  std::unique_ptr<google::protobuf::MessageLite> fresh_request, fresh_response;
+  google::protobuf::MessageLite* request;
+  google::protobuf::MessageLite* response;
+  const bool reuse = !cached.busy;
+  if (reuse) {
+    if (cached.request == nullptr) {
+      cached.request = handler->NewRequest();
+      cached.response = handler->NewResponse();
+    }
+    cached.busy = true;
+    request = cached.request.get();
+    response = cached.response.get();
+    response->Clear();
+  } else {
+    fresh_request = handler->NewRequest();
+    fresh_response = handler->NewResponse();
+    request = fresh_request.get();
+    response = fresh_response.get();
+  }
+  // Parsed straight from the receive buffer (ParseFromArray clears first).
   if (!request->ParseFromArray(req.payload.data(), static_cast<int>(req.payload.size()))) {
     conn->SendResponse(req.token, absl::StatusCode::kInternal,
-                       absl::StrCat("request of ", req.payload.size(), " bytes to ", method,
+                       absl::StrCat("request of ", req.payload.size(), " bytes to ", it->first,
                                     " did not parse as ", request->GetTypeName()),
                        std::string());
+    if (reuse) cached.busy = false;
     in_flight_.fetch_sub(1);
     return;
   }
   const absl::Time deadline = req.timeout_us == kNoTimeout
                                   ? absl::InfiniteFuture()
                                   : absl::Now() + absl::Microseconds(req.timeout_us);
-  ServerContext context(method, conn->peer(), deadline);
-  std::unique_ptr<google::protobuf::MessageLite> response = handler->NewResponse();
-  absl::Status status = handler->Invoke(&context, *request, response.get());
+  ServerContext context(&it->first, &conn->peer(), deadline);
+  absl::Status status = handler->Invoke(&context, *request, response);
   if (status.ok()) {
     const size_t size = response->ByteSizeLong();
+    // Small: serialised straight into the registered send buffer.
+    const bool sent = conn->TrySendResponseInPlace(
+        req.token, size,
+        [](const void* source, char* out) {
+          static_cast<const google::protobuf::MessageLite*>(source)
+              ->SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out));
+        },
+        response);
     LargeBufferPool* pool = conn->large_pool();
-    if (size + kWireHeaderBytes > conn->eager_limit() && pool != nullptr &&
-        size <= options_.max_message_bytes) {
+    if (sent) {
+      // done
+    } else if (size + kWireHeaderBytes > conn->eager_limit() && pool != nullptr &&
+               size <= options_.max_message_bytes) {
       // Large: serialise straight into registered memory (no extra copy).
       absl::StatusOr<LargeBuffer*> buf = pool->Get(kRegisteredResponseOffset + size);
       if (buf.ok()) {
         response->SerializeWithCachedSizesToArray(
             reinterpret_cast<uint8_t*>((*buf)->data + kRegisteredResponseOffset));
         conn->SendRegisteredResponse(req.token, PooledBuffer(pool, *buf), size);
-        in_flight_.fetch_sub(1);
-        return;
+      } else {
+        std::string payload;
+        response->SerializeToString(&payload);
+        conn->SendResponse(req.token, absl::StatusCode::kOk, std::string(), std::move(payload));
       }
+    } else {
+      // Queued behind others or out of credits: serialised now, copied into
+      // the send buffer later (counted by CountPayloadCopy).
+      std::string payload;
+      response->SerializeToString(&payload);
+      conn->SendResponse(req.token, absl::StatusCode::kOk, std::string(), std::move(payload));
     }
-    std::string payload;
-    response->SerializeToString(&payload);
-    conn->SendResponse(req.token, absl::StatusCode::kOk, std::string(), std::move(payload));
   } else {
     conn->SendResponse(req.token, status.code(), std::string(status.message()), std::string());
   }
+  if (reuse) cached.busy = false;
   in_flight_.fetch_sub(1);
 }
 

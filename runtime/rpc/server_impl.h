@@ -44,12 +44,22 @@ class ServerImpl final : public CmEventHandler {
     ServerImpl* server = nullptr;
     std::unique_ptr<Engine> engine;
     absl::flat_hash_set<Connection*> conns;  // engine thread only
+    // Request/response messages kept per method and reused (Clear keeps
+    // their buffers), so a small call allocates nothing in steady state.
+    // Engine thread only; `busy` while a handler runs (never nested today,
+    // but a nested dispatch would then fall back to fresh messages).
+    struct Messages {
+      std::unique_ptr<google::protobuf::MessageLite> request;
+      std::unique_ptr<google::protobuf::MessageLite> response;
+      bool busy = false;
+    };
+    absl::flat_hash_map<const MethodHandler*, Messages> messages;
     void OnRequest(Connection* conn, const IncomingRequest& req) override;
     void OnClosed(Connection* conn, const absl::Status&) override { conns.erase(conn); }
   };
   enum class State { kNew, kRunning, kStopping, kStopped };
 
-  void Dispatch(Connection* conn, const IncomingRequest& req);
+  void Dispatch(Worker* worker, Connection* conn, const IncomingRequest& req);
   void OnConnectRequest(const CmEvent& event);
   static void Reject(rdma_cm_id* id, uint32_t reason);
   absl::Status ProbeRegistration();

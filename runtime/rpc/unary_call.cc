@@ -2,12 +2,50 @@
 #include "rdmarpc/impl/unary_call.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "runtime/rpc/channel_impl.h"
 
 namespace rdmarpc {
 namespace internal {
+
+namespace {
+
+// Checks shared by both entry points; OK when the call may be sent.
+absl::Status CheckCall(const ChannelImpl* impl, absl::string_view method, size_t size,
+                       const ClientContext* context) {
+  if (size > impl->options().max_message_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("request of ", size, " bytes exceeds max_message_bytes ",
+                     impl->options().max_message_bytes));
+  }
+  if (method.size() > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("method name of ", method.size(), " bytes is longer than 1024"));
+  }
+  if (absl::Now() >= context->deadline()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("deadline passed before ", method, " was sent"));
+  }
+  return absl::OkStatus();
+}
+
+// A request that will go by rendezvous is serialised straight into
+// registered memory when the channel already has its device (saves a copy).
+bool SerializeLargeIntoRegistered(ChannelImpl* impl, absl::string_view method, size_t size,
+                                  const google::protobuf::MessageLite& request,
+                                  ClientCall* call) {
+  if (size + 32 + method.size() <= impl->options().eager_limit_bytes) return false;
+  LargeBufferPool* pool = impl->large_pool();
+  if (pool == nullptr) return false;
+  absl::StatusOr<LargeBuffer*> buf = pool->Get(size);
+  if (!buf.ok()) return false;
+  call->registered = PooledBuffer(pool, *buf);
+  call->registered_len = size;
+  request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>((*buf)->data));
+  return true;
+}
+
+}  // namespace
 
 void AsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* context,
                     const google::protobuf::MessageLite& request,
@@ -15,39 +53,16 @@ void AsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* c
                     absl::AnyInvocable<void(absl::Status) &&> done) {
   ChannelImpl* impl = channel->impl();
   const size_t size = request.ByteSizeLong();
-  if (size > impl->options().max_message_bytes) {
-    std::move(done)(absl::ResourceExhaustedError(
-        absl::StrCat("request of ", size, " bytes exceeds max_message_bytes ",
-                     impl->options().max_message_bytes)));
-    return;
-  }
-  if (method.size() > 1024) {
-    std::move(done)(absl::InvalidArgumentError(
-        absl::StrCat("method name of ", method.size(), " bytes is longer than 1024")));
-    return;
-  }
-  if (absl::Now() >= context->deadline()) {
-    std::move(done)(absl::DeadlineExceededError(
-        absl::StrCat("deadline passed before ", method, " was sent")));
+  if (absl::Status s = CheckCall(impl, method, size, context); !s.ok()) {
+    std::move(done)(std::move(s));
     return;
   }
   auto* call = new ClientCall;
-  call->method = std::string(method);
-  bool serialized = false;
-  // A request that will go by rendezvous is serialised straight into
-  // registered memory when the channel already has its device (saves a copy).
-  if (size + 32 + method.size() > impl->options().eager_limit_bytes) {
-    if (LargeBufferPool* pool = impl->large_pool(); pool != nullptr) {
-      absl::StatusOr<LargeBuffer*> buf = pool->Get(size);
-      if (buf.ok()) {
-        call->registered = PooledBuffer(pool, *buf);
-        call->registered_len = size;
-        request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>((*buf)->data));
-        serialized = true;
-      }
-    }
-  }
-  if (!serialized) {
+  call->method_storage = std::string(method);
+  call->method = call->method_storage;
+  if (!SerializeLargeIntoRegistered(impl, method, size, request, call)) {
+    // The caller may free `request` once we return: serialise now; the
+    // transport copies these bytes into the send buffer (counted).
     call->payload.resize(size);
     if (size > 0) {
       request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(call->payload.data()));
@@ -63,20 +78,33 @@ void AsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* c
 absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method, ClientContext* context,
                                const google::protobuf::MessageLite& request,
                                google::protobuf::MessageLite* response) {
-  if (channel->impl()->OnEngineThread()) {
-    // The response could only be delivered by this thread; waiting would
-    // hang past any deadline (the deadline timer runs here too).
+  ChannelImpl* impl = channel->impl();
+  if (impl->OnEngineThread()) {
+    // Inside a completion callback: this thread drives the engine that would
+    // have to deliver the response, and the deadline timer runs here too.
     return absl::FailedPreconditionError(absl::StrCat(
         "blocking call to ", method,
         " from a completion callback of the same channel would deadlock; use stub->async()"));
   }
-  absl::Notification finished;
+  const size_t size = request.ByteSizeLong();
+  if (absl::Status s = CheckCall(impl, method, size, context); !s.ok()) return s;
+  // Everything lives on this stack: no allocation for a small call. The
+  // request is serialised straight into the registered send buffer when it
+  // is posted (`request` outlives the call: we wait for it).
+  ClientCall call;
+  call.method = method;
+  if (!SerializeLargeIntoRegistered(impl, method, size, request, &call)) {
+    call.request_message = &request;
+    call.request_size = size;
+  }
+  call.deadline = context->deadline();
+  call.response = response;
+  call.context = context;
+  CallWaiter waiter;
   absl::Status result;
-  AsyncUnaryCall(channel, method, context, request, response, [&](absl::Status s) {
-    result = std::move(s);
-    finished.Notify();
-  });
-  finished.WaitForNotification();
+  call.waiter = &waiter;
+  call.result = &result;
+  impl->RunBlocking(&call);
   return result;
 }
 

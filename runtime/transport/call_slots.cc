@@ -35,13 +35,22 @@ uint32_t Connection::StartCall(OutgoingRequest request, ResponseSink* sink) {
   s.sink = sink;
   s.request = std::move(request);
   ++busy_slots_;
+  engine_->CallStarted();
   // Generation 0 is never used so that handle 0 means "no call".
   const uint32_t handle = (static_cast<uint32_t>(s.generation) << 16) | idx;
+  sink->OnQueued(handle);
+  if (state_ == ConnState::kEstablished && out_queue_.empty() && CanPostMessage()) {
+    // Fast path: straight into the send queue (no out_queue_ node); the
+    // doorbell rings at the end of the engine step, with whatever else
+    // became ready. SendRequest may fail the call (and recycle the slot).
+    SendRequest(handle);
+    Touch();
+    return LiveSlot(idx, static_cast<uint16_t>(handle >> 16)) != nullptr ? handle : 0;
+  }
   OutItem item;
   item.kind = OutKind::kRequest;
   item.handle = handle;
   out_queue_.push_back(std::move(item));
-  sink->OnQueued(handle);
   // Sent at the end of the engine step, with whatever else became ready.
   if (state_ == ConnState::kEstablished) Touch();
   return handle;
@@ -85,6 +94,7 @@ void Connection::FinishSlot(uint16_t idx, bool rekey) {
   s.generation = static_cast<uint16_t>((s.generation + 1) & kGenerationMask);
   if (s.generation == 0) s.generation = 1;
   --busy_slots_;
+  engine_->CallFinished();
   free_slots_.push_back(idx);
 }
 

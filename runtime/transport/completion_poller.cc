@@ -2,6 +2,7 @@
 #include "runtime/transport/completion_poller.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -17,10 +18,13 @@
 #include "runtime/transport/connection.h"
 #include "runtime/transport/transport.h"
 
-DEFINE_int64(rdmarpc_busy_poll_us, absl::ToInt64Microseconds(rdmarpc::internal::kBusyPoll),
-             "Microseconds an rdmarpc engine keeps polling its CQ after the last completion "
-             "before sleeping on the completion channel. More cuts latency when cores are "
-             "free; less saves CPU.");
+DEFINE_int64(rdmarpc_spin_us, absl::ToInt64Microseconds(rdmarpc::internal::kDefaultSpin),
+             "Microseconds an rdmarpc completion loop (client engine, server worker, or a "
+             "caller waiting for its synchronous call) keeps busy-polling its CQ after the "
+             "last completion before arming the CQ and sleeping on the completion channel. "
+             "While calls are in flight it polls on (up to 2 ms without a completion). "
+             "0 = never spin: every wait sleeps on the completion channel. See transport.h "
+             "for the measurements behind the default.");
 
 namespace rdmarpc {
 namespace internal {
@@ -36,8 +40,14 @@ absl::Status SetNonBlocking(int fd, absl::string_view what) {
 
 }  // namespace
 
+thread_local Engine* Engine::t_current_ = nullptr;
+
 Engine::Engine(std::string name)
-    : name_(std::move(name)), cq_free_(kCqDepth), cq_depth_(kCqDepth) {}
+    : name_(std::move(name)),
+      spin_(absl::Microseconds(std::max<int64_t>(0, FLAGS_rdmarpc_spin_us))),
+      in_flight_spin_(spin_ == absl::ZeroDuration() ? absl::ZeroDuration() : kMaxInFlightSpin),
+      cq_free_(kCqDepth),
+      cq_depth_(kCqDepth) {}
 
 absl::Status Engine::ReserveCqEntries(int n) {
   if (n > cq_free_) {
@@ -75,6 +85,7 @@ absl::Status Engine::Start() {
     return ErrnoToStatus("epoll_ctl(cm channel)", errno);
   }
   thread_ = std::thread([this] { Loop(); });
+  started_.store(true);
   return absl::OkStatus();
 }
 
@@ -100,7 +111,92 @@ void Engine::Stop(absl::AnyInvocable<void()> before_exit) {
 
 void Engine::Post(absl::AnyInvocable<void()> task) {
   tasks_.Push(std::move(task));
+  // A sleeping engine thread must run it. A leading caller runs it too, and
+  // EndLead wakes the engine thread if it is left over (it re-checks the
+  // queue after giving the poller back).
   if (sleeping_.load()) Wake();
+}
+
+bool Engine::TryAcquire(int who) {
+  int expected = 0;
+  return holder_.compare_exchange_strong(expected, who, std::memory_order_acquire);
+}
+
+bool Engine::TryLead() {
+  if (stop_.load() || !started_.load()) return false;
+  if (!TryAcquire(kCallerHolds)) {
+    // Another caller leads: follow. The engine thread polls for other calls
+    // in flight: follow too (at concurrency > 1 one thread, the engine's,
+    // serves everyone; taking over would wake it once per call). Only an
+    // engine thread spinning out its idle window is asked to step aside, by
+    // one caller at a time (so at most one thread spins on this CQ).
+    if (holder_.load() == kCallerHolds || calls_in_flight_.load(std::memory_order_relaxed) > 0) {
+      return false;
+    }
+    int no_one = 0;
+    if (!wants_.compare_exchange_strong(no_one, 1)) return false;
+    // It looks between two polls; a long user callback may keep it.
+    const absl::Time give_up = absl::Now() + absl::Milliseconds(1);
+    bool got = false;
+    while (!(got = TryAcquire(kCallerHolds))) {
+      if (holder_.load() == kCallerHolds || stop_.load() || absl::Now() >= give_up) break;
+      std::this_thread::yield();
+    }
+    wants_.store(0);
+    if (!got) return false;
+  }
+  if (stop_.load()) {  // raced with Stop: leave it to the engine thread
+    holder_.store(0);
+    if (parked_.load()) Wake();
+    return false;
+  }
+  saved_current_ = t_current_;
+  t_current_ = this;
+  return true;
+}
+
+void Engine::EndLead() {
+  graveyard_.clear();
+  // Decided while still holding the poller; tasks are re-checked after
+  // releasing it, against a concurrent Post (which wakes only a sleeping
+  // engine thread).
+  const bool engine_needed = calls_in_flight_ > 0 || !timers_.empty() || !touched_.empty();
+  t_current_ = saved_current_;
+  holder_.store(0);
+  if (parked_.load() || wants_.load() > 0) {
+    Wake();
+  } else if (sleeping_.load() && (engine_needed || tasks_.size() > 0)) {
+    Wake();
+  }
+}
+
+bool Engine::Step() {
+  bool worked = RunTasks();
+  RunDueTimers();
+  FlushTouched();
+  worked |= PollCq() > 0;
+  PollFds();
+  graveyard_.clear();
+  return worked;
+}
+
+void Engine::Park() {
+  // Dekker pairing with EndLead: we publish parked_ then look at holder_;
+  // the leader clears holder_ then looks at parked_. One of us sees the other.
+  parked_.store(true);
+  if (holder_.load() != 0 && !stop_.load()) {
+    pollfd p{wake_fd_, POLLIN, 0};
+    // Bounded, so a missed hand-over costs at most this much.
+    poll(&p, 1, 10);
+    uint64_t v;
+    while (read(wake_fd_, &v, sizeof(v)) > 0) {
+    }
+  }
+  parked_.store(false);
+}
+
+void Engine::AcquireForEngine() {
+  while (!TryAcquire(kEngineHolds)) Park();
 }
 
 void Engine::Wake() {
@@ -112,15 +208,32 @@ void Engine::Wake() {
 
 Engine::TimerId Engine::AddTimer(absl::Time when, absl::AnyInvocable<void()> fn) {
   const TimerId id = next_timer_++;
-  timers_.emplace(std::make_pair(when, id), std::move(fn));
+  if (spare_timer_nodes_.empty()) {
+    timers_.emplace(std::make_pair(when, id), std::move(fn));
+  } else {
+    // Reuse a node of a timer that fired or was cancelled: a call's deadline
+    // timer costs no allocation in steady state.
+    TimerMap::node_type node = std::move(spare_timer_nodes_.back());
+    spare_timer_nodes_.pop_back();
+    node.key() = std::make_pair(when, id);
+    node.mapped() = std::move(fn);
+    timers_.insert(std::move(node));
+  }
   timer_when_[id] = when;
   return id;
+}
+
+void Engine::RecycleTimerNode(TimerMap::node_type node) {
+  node.mapped() = nullptr;  // drop the callback's captures now
+  if (spare_timer_nodes_.size() < kMaxSpareTimerNodes) {
+    spare_timer_nodes_.push_back(std::move(node));
+  }
 }
 
 void Engine::CancelTimer(TimerId id) {
   auto it = timer_when_.find(id);
   if (it == timer_when_.end()) return;
-  timers_.erase(std::make_pair(it->second, id));
+  RecycleTimerNode(timers_.extract(std::make_pair(it->second, id)));
   timer_when_.erase(it);
 }
 
@@ -148,20 +261,21 @@ absl::StatusOr<ibv_cq*> Engine::EnsureCq(ibv_context* context) {
     return ErrnoToStatus("ibv_req_notify_cq", rc);
   }
   ibv_comp_channel* comp = ch->get();
-  ibv_cq* cqp = cq->get();
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = comp->fd;
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, comp->fd, &ev) != 0) {
     return ErrnoToStatus("epoll_ctl(completion channel)", errno);
   }
-  fd_handlers_[comp->fd] = [comp, cqp] {
+  // Consumes the event only; the loop re-arms right before it sleeps again
+  // (arming here would make every completion while spinning or while a
+  // caller leads raise another event).
+  fd_handlers_[comp->fd] = [comp] {
     ibv_cq* ev_cq = nullptr;
     void* ev_ctx = nullptr;
     if (Verbs().get_cq_event(comp, &ev_cq, &ev_ctx) == 0) {
       Verbs().ack_cq_events(ev_cq, 1);
     }
-    ibv_req_notify_cq(cqp, 0);
   };
   // Reservations made before the CQ existed count against the smaller depth.
   cq_free_ -= cq_depth_ - depth;
@@ -235,7 +349,9 @@ void Engine::RunDueTimers() {
   while (!timers_.empty() && timers_.begin()->first.first <= now) {
     auto node = timers_.extract(timers_.begin());
     timer_when_.erase(node.key().second);
-    std::move(node.mapped())();
+    absl::AnyInvocable<void()> fn = std::move(node.mapped());
+    RecycleTimerNode(std::move(node));
+    std::move(fn)();
   }
 }
 
@@ -260,16 +376,29 @@ int Engine::PollCq() {
 
 void Engine::FlushTouched() {
   // AfterPollBatch may touch connections again (a response sent from an
-  // upcall); loop until quiet.
+  // upcall); loop until quiet. Not re-entered: a nested call (from a
+  // callback) leaves the work to the outer loop.
+  if (flushing_) return;
+  flushing_ = true;
   while (!touched_.empty()) {
-    std::vector<Connection*> batch;
-    batch.swap(touched_);
-    for (Connection* c : batch) {
+    touched_batch_.swap(touched_);  // both keep their capacity: no allocation
+    for (Connection* c : touched_batch_) {
       if (!conns_.contains(c)) continue;  // retired meanwhile
       c->touched = false;
       c->AfterPollBatch();
     }
+    touched_batch_.clear();
   }
+  flushing_ = false;
+}
+
+void Engine::FlushIdleReceives() {
+  // Going to sleep: receives held back for a re-post batch go back now, so
+  // the peer gets those credits even if this side stays quiet.
+  for (auto& [c, owned] : conns_) {
+    if (c->FlushReceives()) c->Touch();
+  }
+  FlushTouched();
 }
 
 void Engine::Sleep() {
@@ -287,14 +416,26 @@ void Engine::Sleep() {
     sleeping_.store(false);
     return;
   }
+  // Asleep, the engine thread does not hold the poller: a caller making a
+  // synchronous call takes it and drives the engine without waking us.
+  holder_.store(0);
   epoll_event events[8];
   const int n = epoll_wait(epoll_fd_, events, 8, timeout_ms);
   sleeping_.store(false);
+  AcquireForEngine();
+  RunFdHandlers(events, n);
+}
+
+void Engine::RunFdHandlers(const epoll_event* events, int n) {
   for (int i = 0; i < n; ++i) {
     const int fd = events[i].data.fd;
     if (fd == wake_fd_) {
-      uint64_t v;
-      while (read(wake_fd_, &v, sizeof(v)) > 0) {
+      // Only the engine thread drains its wake-ups (a leader polling fds
+      // must not swallow one meant for the engine thread).
+      if (std::this_thread::get_id() == thread_id_) {
+        uint64_t v;
+        while (read(wake_fd_, &v, sizeof(v)) > 0) {
+        }
       }
       continue;
     }
@@ -304,27 +445,50 @@ void Engine::Sleep() {
   FlushTouched();
 }
 
+void Engine::PollFds() {
+  // While spinning, cm events (connection set-up, disconnects) and watched
+  // fds are looked at every kFdPollInterval steps, so a loop that never
+  // sleeps still makes progress on them.
+  if (++steps_since_fd_poll_ < kFdPollInterval) return;
+  steps_since_fd_poll_ = 0;
+  epoll_event events[8];
+  const int n = epoll_wait(epoll_fd_, events, 8, 0);
+  if (n > 0) RunFdHandlers(events, n);
+}
+
 void Engine::Loop() {
   thread_id_ = std::this_thread::get_id();
+  t_current_ = this;
+  AcquireForEngine();
   absl::Time last_work = absl::Now();
-  const absl::Duration busy_poll = absl::Microseconds(FLAGS_rdmarpc_busy_poll_us);
   while (!stop_.load()) {
-    bool worked = RunTasks();
-    RunDueTimers();
-    FlushTouched();
-    worked |= PollCq() > 0;
-    graveyard_.clear();
+    const bool worked = Step();
+    if (wants_.load() > 0) {
+      // A caller wants to drive a synchronous call itself: step aside until
+      // it hands the poller back (and do not snatch it back meanwhile).
+      holder_.store(0);
+      while (wants_.load() > 0 && holder_.load() == 0 && !stop_.load()) {
+        std::this_thread::yield();
+      }
+      AcquireForEngine();
+      last_work = absl::Now();
+      continue;
+    }
     if (worked || tasks_.size() > 0) {
       last_work = absl::Now();
       continue;
     }
-    if (absl::Now() - last_work < busy_poll) {
+    const absl::Duration idle = absl::Now() - last_work;
+    if (idle < spin_ || (calls_in_flight_ > 0 && idle < in_flight_spin_)) {
       // Spin politely: a software device (softrdma) or the peer may need
       // this core to make the very progress we are waiting for.
       std::this_thread::yield();
       continue;
     }
-    if (cq_ != nullptr) {
+    FlushIdleReceives();
+    if (cq_ != nullptr && (always_arm_ || calls_in_flight_ > 0 || !timers_.empty())) {
+      // Arm, then poll again: a completion that landed after the last poll
+      // but before the arm raises no event, and would wait for the next one.
       if (int rc = ibv_req_notify_cq(cq_.get(), 0); rc != 0) {
         // Unarmed, the completion channel would never wake us: keep polling
         // rather than sleep through completions.
@@ -337,10 +501,9 @@ void Engine::Loop() {
         continue;
       }
     }
-    // cm events are only looked at when the channel fd is ready, so drain
-    // them here too in case several arrived at once (level-triggered anyway).
     Sleep();
     graveyard_.clear();
+    last_work = absl::Now();
   }
   RunTasks();
   FlushTouched();
@@ -374,6 +537,7 @@ void Engine::Teardown() {
   } while (tasks_.size() > 0);
   timers_.clear();
   timer_when_.clear();
+  spare_timer_nodes_.clear();
   qp_map_.clear();
   if (comp_channel_ != nullptr) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, comp_channel_->fd, nullptr);
   cq_.reset();  // every CQ event was acked as it was read

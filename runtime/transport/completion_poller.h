@@ -1,14 +1,36 @@
-// completion_poller.h: Engine — one thread that owns a completion queue, an
-// rdma_cm event channel, timers and the connections assigned to it.
+// completion_poller.h: Engine — a completion queue, an rdma_cm event channel,
+// timers and the connections assigned to them, driven by whichever thread
+// holds the engine's *poller*: its own thread, or a caller waiting for a
+// synchronous call (leader/follower).
 //
-// The loop drains posted tasks, fires due timers and polls the CQ; after
-// kBusyPoll without work it arms the CQ's completion channel and sleeps in
-// epoll on the completion channel, the cm event channel and a wake-up eventfd
-// (so an idle engine burns no core).
+// The loop drains posted tasks, fires due timers and polls the CQ. It
+// busy-polls while calls are in flight (bounded by kMaxInFlightSpin without
+// a completion) and for --rdmarpc_spin_us after the last completion; then it
+// arms the CQ, polls once more (a completion that landed between the last
+// poll and the arm raises no event), and sleeps in epoll on the completion
+// channel, the cm event channel and a wake-up eventfd (an idle engine burns
+// no core).
 //
-// Threads: Post() from any thread; everything else only on the engine thread.
+// Leader/follower (as in the ACE/TAO Leader/Followers pattern, and in the way
+// eRPC and Seastar let the thread that waits drive the queue): a thread making
+// a blocking call try-locks the poller (TryLead). Holding it, it *is* the
+// engine: it starts its call inline, polls the CQ and dispatches every
+// completion it finds, other calls' too, and hands the poller back once its
+// own call is done (EndLead), waking the engine thread only when calls remain
+// in flight or work is pending. A caller that finds the poller taken by
+// another caller, or the engine thread serving other calls in flight, posts
+// its call and sleeps (so on 2 cores at most one thread per engine spins on
+// its CQ, and at concurrency > 1 the engine thread alone serves everyone);
+// one that finds the engine thread merely spinning out its idle window asks
+// it to step aside (it checks between polls) and leads.
+//
+// Threads: Post(), TryLead() from any thread; everything else only while
+// holding the poller (InEngineThread() is true), i.e. on the engine thread or
+// a leading caller.
 #ifndef RDMARPC_RUNTIME_TRANSPORT_COMPLETION_POLLER_H_
 #define RDMARPC_RUNTIME_TRANSPORT_COMPLETION_POLLER_H_
+
+#include <sys/epoll.h>
 
 #include <atomic>
 #include <cstdint>
@@ -65,11 +87,67 @@ class Engine {
   // connections (handlers get OnClosed), then joins. Idempotent.
   void Stop(absl::AnyInvocable<void()> before_exit = nullptr);
 
-  // Any thread: runs `task` on the engine thread, in order.
+  // Any thread: runs `task` on the engine (by whichever thread holds the
+  // poller next), in order.
   void Post(absl::AnyInvocable<void()> task);
-  bool InEngineThread() const { return std::this_thread::get_id() == thread_id_; }
+  // True when this thread drives this engine: the engine's own thread, or a
+  // caller between TryLead and EndLead (e.g. inside a completion callback it
+  // dispatched).
+  bool InEngineThread() const { return t_current_ == this; }
 
-  // Engine thread only.
+  // --- leader/follower, for synchronous calls (any thread but the engine's) ---
+  // Tries to take the poller: at once when it is free; when the engine thread
+  // holds it, asks it to step aside and waits for that (it checks between two
+  // polls, i.e. within microseconds); never when another caller leads or the
+  // engine is stopping. On true this thread drives the engine until EndLead.
+  bool TryLead();
+  // Leader: one loop step (tasks, due timers, CQ poll, deferred sends).
+  // Returns true when it found work.
+  bool Step();
+  // Leader: polls until `done()` returns true, or until no completion came
+  // for the in-flight spin bound (kMaxInFlightSpin, or at once when
+  // --rdmarpc_spin_us is 0); then hands the poller back (EndLead). Returns
+  // `done()` at that point: false means the caller must sleep until its call
+  // completes (the engine thread goes on polling for it).
+  template <class Done>
+  bool LeadUntil(Done done) {
+    absl::Time last = absl::Now();
+    while (!done()) {
+      if (Step()) {
+        last = absl::Now();
+        continue;
+      }
+      if (done()) break;
+      if (stop_.load(std::memory_order_relaxed) || absl::Now() - last >= in_flight_spin_) break;
+      std::this_thread::yield();  // a software device may need this core
+    }
+    const bool finished = done();
+    EndLead();
+    return finished;
+  }
+  // Leader: gives the poller back; wakes the engine thread when calls are
+  // still in flight, tasks or timers are pending, or it waits for the poller.
+  void EndLead();
+  // Calls started and not finished on this engine's connections (client).
+  // Written by the poller holder only; an atomic so TryLead may peek.
+  void CallStarted() {
+    calls_in_flight_.store(calls_in_flight_.load(std::memory_order_relaxed) + 1,
+                           std::memory_order_relaxed);
+  }
+  void CallFinished() {
+    calls_in_flight_.store(calls_in_flight_.load(std::memory_order_relaxed) - 1,
+                           std::memory_order_relaxed);
+  }
+  int calls_in_flight() const { return calls_in_flight_.load(std::memory_order_relaxed); }
+  // By default the engine arms the CQ whenever it sleeps. A client engine
+  // (Channel) sets false: it arms only while calls are in flight or timers
+  // run, since nothing else is expected on a client's CQ (a late response or
+  // a kCredit waits for the next poll; a lost peer shows as a cm event), and
+  // not arming spares the engine thread a wake-up per call made by a leading
+  // caller. Before Start.
+  void set_always_arm(bool v) { always_arm_ = v; }
+
+  // Poller holder only (the engine thread or a leading caller).
   TimerId AddTimer(absl::Time when, absl::AnyInvocable<void()> fn);
   void CancelTimer(TimerId id);
   rdma_event_channel* event_channel() const { return event_channel_.get(); }
@@ -99,9 +177,15 @@ class Engine {
 
  private:
   void Loop();
+  bool TryAcquire(int who);
+  void AcquireForEngine();
+  void Park();
   bool RunTasks();
   void RunDueTimers();
   int PollCq();
+  void FlushIdleReceives();
+  void PollFds();
+  void RunFdHandlers(const epoll_event* events, int n);
   void Sleep();
   void Wake();
   void Teardown();
@@ -118,13 +202,36 @@ class Engine {
   bool stopped_ = false;
 
   TaskQueue tasks_;  // lock-free: one exchange per Post
-  std::atomic<bool> sleeping_{false};
+  std::atomic<bool> sleeping_{false};  // engine thread in epoll_wait
+  // Poller ownership: 0 free, kEngineHolds, kCallerHolds. A CAS, not a mutex:
+  // taken once per synchronous call, never blocked on.
+  static constexpr int kEngineHolds = 1;
+  static constexpr int kCallerHolds = 2;
+  std::atomic<int> holder_{0};
+  std::atomic<int> wants_{0};          // 1 while a caller waits in TryLead
+  std::atomic<bool> parked_{false};    // engine thread waiting for the poller
+  static thread_local Engine* t_current_;
+  Engine* saved_current_ = nullptr;    // leader's previous t_current_
+  absl::Duration spin_;                // --rdmarpc_spin_us
+  absl::Duration in_flight_spin_;      // kMaxInFlightSpin, 0 when spin_ is 0
+  bool always_arm_ = true;
+  std::atomic<int> calls_in_flight_{0};  // written by the poller holder only
+  bool flushing_ = false;
+  // Steps between two non-blocking looks at the fds while spinning.
+  static constexpr int kFdPollInterval = 64;
+  int steps_since_fd_poll_ = 0;
   absl::Mutex mu_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> started_{false};
   absl::AnyInvocable<void()> before_exit_ ABSL_GUARDED_BY(mu_);
 
   // Engine-thread state.
-  std::map<std::pair<absl::Time, TimerId>, absl::AnyInvocable<void()>> timers_;
+  using TimerMap = std::map<std::pair<absl::Time, TimerId>, absl::AnyInvocable<void()>>;
+  void RecycleTimerNode(TimerMap::node_type node);
+  TimerMap timers_;
+  // Nodes of fired/cancelled timers kept for reuse (bounded).
+  static constexpr size_t kMaxSpareTimerNodes = 1024;
+  std::vector<TimerMap::node_type> spare_timer_nodes_;
   absl::flat_hash_map<TimerId, absl::Time> timer_when_;
   TimerId next_timer_ = 1;
   int cq_free_;
@@ -134,6 +241,7 @@ class Engine {
   absl::flat_hash_map<uint32_t, Connection*> qp_map_;
   absl::flat_hash_map<int, absl::AnyInvocable<void()>> fd_handlers_;
   std::vector<Connection*> touched_;
+  std::vector<Connection*> touched_batch_;  // FlushTouched's scratch (keeps capacity)
 };
 
 }  // namespace internal

@@ -183,6 +183,10 @@ absl::Status Connection::SetupQp() {
 }
 
 absl::Status Connection::PostInitialReceives() {
+  repost_batch_ = RepostBatchFor(options_.recv_depth);
+  to_repost_.reserve(static_cast<size_t>(recv_slab_->count()));
+  recv_wrs_.assign(static_cast<size_t>(recv_slab_->count()), ibv_recv_wr{});
+  recv_sges_.assign(static_cast<size_t>(recv_slab_->count()), ibv_sge{});
   for (int i = 0; i < recv_slab_->count(); ++i) to_repost_.push_back(i);
   std::vector<ibv_recv_wr> wrs(to_repost_.size());
   std::vector<ibv_sge> sges(to_repost_.size());
@@ -392,7 +396,7 @@ void Connection::PostDrainMarker() {
   if (ibv_post_send(qp_.get(), &wr, &bad) != 0) return;  // the timer ends it
   sq_ring_[seq % kSendQueueDepth] = SqEntry{};
   ++sq_head_;
-  last_signalled_ = seq;
+  unsignalled_run_ = 0;
 }
 
 void Connection::MaybeFinishClose() {

@@ -5,8 +5,9 @@
 // Server role: requests reach ConnectionHandler::OnRequest; the handler
 // answers with SendResponse (then or later, on the engine thread).
 //
-// Threads: everything here runs on the owning Engine's thread; other threads
-// use Engine::Post. Lifetime: the Engine owns the Connection. After
+// Threads: everything here runs on the thread holding the owning Engine's
+// poller (its own thread, or a caller leading a synchronous call; see
+// completion_poller.h); other threads use Engine::Post. Lifetime: the Engine owns the Connection. After
 // ConnectionHandler::OnClosed the handler must forget the pointer.
 #ifndef RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
 #define RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
@@ -100,15 +101,32 @@ class ConnectionHandler {
   virtual void OnClosed(Connection*, const absl::Status&) {}
 };
 
+// Serialises a payload of a known size straight into `out` (a registered
+// send buffer with room for it): the zero-copy path for small messages.
+// `source` is whatever the writer needs (e.g. a protobuf message).
+using PayloadWriteFn = void (*)(const void* source, char* out);
+
 struct OutgoingRequest {
-  std::string method;
-  // The serialised request: in `payload`, or — to save a copy of a large
-  // one — already in registered memory: `registered` bytes [0, registered_len).
+  // Valid while the call is live (the caller's ClientCall holds the bytes).
+  absl::string_view method;
+  // The request, one of:
+  //  * `write` + `source` (`source_size` bytes): serialised straight into the
+  //    send buffer when the request is posted; `source` must stay valid while
+  //    the call is live (a synchronous caller's own message);
+  //  * already in registered memory: `registered` bytes [0, registered_len)
+  //    (a large request, saves a copy);
+  //  * in `payload` (copied into the send buffer: counted by CountPayloadCopy).
+  PayloadWriteFn write = nullptr;
+  const void* source = nullptr;
+  size_t source_size = 0;
   std::string payload;
   PooledBuffer registered;
   size_t registered_len = 0;
   uint64_t timeout_us = kNoTimeout;
-  size_t payload_size() const { return registered ? registered_len : payload.size(); }
+  size_t payload_size() const {
+    return write != nullptr ? source_size : registered ? registered_len : payload.size();
+  }
+  // Not for `write` requests.
   absl::string_view payload_view() const {
     return registered ? absl::string_view(registered->data, registered_len)
                       : absl::string_view(payload);
@@ -148,6 +166,15 @@ class Connection final : public CmEventHandler {
   // --- server role ---
   void SendResponse(const RequestToken& token, absl::StatusCode code, std::string message,
                     std::string payload);
+  // An OK response of `size` bytes that `write(source, out)` serialises: when
+  // it fits the eager limit and can be posted now (nothing queued ahead,
+  // a credit and a send buffer free) it is serialised straight into the
+  // registered send buffer and posted with this step's doorbell, and this
+  // returns true. Otherwise returns false and nothing happened: the caller
+  // falls back to SendResponse / SendRegisteredResponse. `source` is only
+  // used during this call.
+  bool TrySendResponseInPlace(const RequestToken& token, size_t size, PayloadWriteFn write,
+                              const void* source);
   // An OK response already serialised into registered memory at
   // kRegisteredResponseOffset of `buffer` (`len` bytes); saves a copy.
   void SendRegisteredResponse(const RequestToken& token, PooledBuffer buffer, size_t len);
@@ -173,6 +200,12 @@ class Connection final : public CmEventHandler {
   void OnCmEvent(const CmEvent& event) override;
   void OnCompletion(const ibv_wc& wc);
   void AfterPollBatch();
+  // Going idle: re-post the receives held back for a batch at the next
+  // AfterPollBatch. Returns true when there were any.
+  bool FlushReceives() {
+    force_repost_ = !to_repost_.empty();
+    return force_repost_;
+  }
   // Schedules AfterPollBatch for the end of the engine's current step.
   void Touch() {
     if (!touched) {
@@ -247,9 +280,13 @@ class Connection final : public CmEventHandler {
   bool SendOne(OutItem& item);  // false: leave it queued (out of resources)
   bool SendRequest(uint32_t handle);
   bool SendResponseItem(OutItem& item);
+  // `payload` is copied (and counted); a non-null `write` serialises
+  // `payload_size` bytes from `source` in place instead.
   void PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader h, absl::string_view aux,
                  const RemoteBuffer& payload_remote, const RemoteBuffer& reply,
-                 absl::string_view payload);
+                 absl::string_view payload, PayloadWriteFn write = nullptr,
+                 const void* source = nullptr, size_t payload_size = 0);
+  void RepostReceives();
   // Queues one WR (accounting, selective signalling); Doorbell posts the
   // queued chain with one ibv_post_send.
   void PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal);
@@ -293,13 +330,19 @@ class Connection final : public CmEventHandler {
   HandshakeData peer_;
   std::optional<CreditWindow> credits_;
   int recv_posted_ = 0;
+  // Consumed receives waiting to be re-posted, in batches of repost_batch_
+  // (see transport.h: kRecvRepostBatch) or when the engine goes idle.
   std::vector<int> to_repost_;
+  int repost_batch_ = 1;
+  bool force_repost_ = false;
+  std::vector<ibv_recv_wr> recv_wrs_;  // scratch for RepostReceives, recv_depth long
+  std::vector<ibv_sge> recv_sges_;
 
   // Send queue accounting (see transport.h).
   std::vector<SqEntry> sq_ring_;
   uint64_t sq_head_ = 0;  // next sequence number
   uint64_t sq_tail_ = 0;  // oldest not retired
-  uint64_t last_signalled_ = 0;
+  int unsignalled_run_ = 0;  // WRs since the last signalled one
 
   struct PendingWr {
     ibv_send_wr wr;

@@ -50,6 +50,23 @@ void Connection::SendResponse(const RequestToken& token, absl::StatusCode code,
   Touch();
 }
 
+bool Connection::TrySendResponseInPlace(const RequestToken& token, size_t size,
+                                        PayloadWriteFn write, const void* source) {
+  if (!usable() || !out_queue_.empty() || !CanPostMessage() ||
+      (state_ != ConnState::kEstablished && state_ != ConnState::kAccepting) ||
+      kWireHeaderBytes + size > EagerLimit() || size > options_.max_message_bytes) {
+    return false;
+  }
+  WireHeader h;
+  h.kind = MsgKind::kResponse;
+  h.status_code = static_cast<uint32_t>(absl::StatusCode::kOk);
+  h.payload_len = static_cast<uint32_t>(size);
+  PostEager(MsgKind::kResponse, token.slot, token.generation, h, {}, {}, {}, {}, write, source,
+            size);
+  Touch();  // the doorbell rings once this engine step ends
+  return true;
+}
+
 void Connection::Flush() {
   if (state_ != ConnState::kEstablished && state_ != ConnState::kAccepting) return;
   FlushReads();
@@ -91,7 +108,12 @@ bool Connection::SendRequest(uint32_t handle) {
   h.timeout_us = r.timeout_us;
   const size_t eager_total = kWireHeaderBytes + r.method.size() + payload_size;
   if (eager_total <= EagerLimit()) {
-    PostEager(MsgKind::kRequest, idx, gen, h, r.method, {}, {}, r.payload_view());
+    if (r.write != nullptr) {
+      PostEager(MsgKind::kRequest, idx, gen, h, r.method, {}, {}, {}, r.write, r.source,
+                payload_size);
+    } else {
+      PostEager(MsgKind::kRequest, idx, gen, h, r.method, {}, {}, r.payload_view());
+    }
     s->sent = true;
     r.payload = std::string();
     r.registered.reset();
@@ -117,8 +139,12 @@ bool Connection::SendRequest(uint32_t handle) {
       return true;
     }
     req = PooledBuffer(pool_, *got);
-    std::memcpy(req->data, r.payload.data(), payload_size);
-    CountPayloadCopy(payload_size);
+    if (r.write != nullptr) {
+      r.write(r.source, req->data);  // serialisation, not a copy
+    } else {
+      std::memcpy(req->data, r.payload.data(), payload_size);
+      CountPayloadCopy(payload_size);
+    }
   }
   absl::StatusOr<LargeBuffer*> reply = pool_->Get(eager_total);
   if (!reply.ok()) {
@@ -234,18 +260,26 @@ bool Connection::SendResponseItem(OutItem& item) {
 
 void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader h,
                            absl::string_view aux, const RemoteBuffer& payload_remote,
-                           const RemoteBuffer& reply, absl::string_view payload) {
+                           const RemoteBuffer& reply, absl::string_view payload,
+                           PayloadWriteFn write, const void* source, size_t payload_size) {
   const int buf = send_slab_->Get();
   CHECK_GE(buf, 0) << "caller checks CanPostMessage";
   char* out = send_slab_->data(buf);
+  // Owed credits ride in this header: no separate kCredit message while
+  // traffic flows both ways.
   h.credits = credits_->TakeOwed();
   h.aux_len = static_cast<uint16_t>(aux.size());
   const size_t prefix = EncodePrefix(h, aux, payload_remote, reply, out);
-  if (!payload.empty()) {
-    std::memcpy(out + prefix, payload.data(), payload.size());
-    CountPayloadCopy(payload.size());
+  if (write != nullptr) {
+    if (payload_size > 0) write(source, out + prefix);  // serialised in place
+  } else {
+    payload_size = payload.size();
+    if (payload_size > 0) {
+      std::memcpy(out + prefix, payload.data(), payload_size);
+      CountPayloadCopy(payload_size);
+    }
   }
-  const size_t len = prefix + payload.size();
+  const size_t len = prefix + payload_size;
   DCHECK_LE(len, EagerLimit());
   ibv_sge sge{reinterpret_cast<uint64_t>(out), static_cast<uint32_t>(len), send_slab_->lkey()};
   ibv_send_wr wr{};
@@ -262,14 +296,17 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
 
 void Connection::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
   const uint64_t seq = sq_head_++;
-  // Signal every kSignalInterval-th WR so buffers of the unsignalled ones
-  // before it are recycled by its completion.
-  if (force_signal || seq - last_signalled_ >= static_cast<uint64_t>(kSignalInterval - 1) ||
+  // Signal every kSignalInterval-th WR (15 unsignalled, then one signalled)
+  // so buffers of the unsignalled ones before it are recycled by its
+  // completion.
+  if (force_signal || ++unsignalled_run_ >= kSignalInterval ||
       send_slab_->free_count() < kSignalInterval) {
     wr->send_flags |= IBV_SEND_SIGNALED;
-    last_signalled_ = seq;
+    unsignalled_run_ = 0;
   }
   wr->wr_id = seq;
+  CountSendWr((wr->send_flags & IBV_SEND_SIGNALED) != 0,
+              (wr->send_flags & IBV_SEND_INLINE) != 0);
   sq_ring_[seq % kSendQueueDepth] = entry;
   // Queued for the next doorbell: WRs made ready together go to the device
   // in one ibv_post_send chain.

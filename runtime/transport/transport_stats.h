@@ -19,6 +19,14 @@ struct TransportStats {
   // (serialising straight into registered memory, RDMA READ/WRITE by the
   // NIC) add nothing.
   uint64_t payload_bytes_copied = 0;
+  // Send work requests the transport posted (SEND_WITH_IMM, WRITE_WITH_IMM,
+  // READ), and how many of them asked for a completion (IBV_SEND_SIGNALED):
+  // selective signalling shows as signalled_send_wrs ≈ send_wrs / 16.
+  uint64_t send_wrs = 0;
+  uint64_t signalled_send_wrs = 0;
+  // Of send_wrs, those posted with IBV_SEND_INLINE (the message fit the QP's
+  // max_inline_data: the NIC takes the bytes from the WQE, no DMA read).
+  uint64_t inline_send_wrs = 0;
 };
 
 // Snapshot of the counters since process start or the last Reset.
@@ -27,6 +35,8 @@ void ResetTransportStats();
 
 // Records `bytes` of payload copied by the runtime. Any thread.
 void CountPayloadCopy(size_t bytes);
+// Records one send WR posted, signalled or not, inline or not. Any thread.
+void CountSendWr(bool signalled, bool is_inline);
 
 }  // namespace rdmarpc::internal
 

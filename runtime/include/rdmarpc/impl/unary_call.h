@@ -14,9 +14,15 @@
 namespace rdmarpc {
 namespace internal {
 
-// Sends `request` to `method` ("/package.Service/Method") and blocks (without
-// spinning a core past the runtime's short poll) until the response is parsed
-// into `*response` or the call fails. Any thread may call.
+// Sends `request` to `method` ("/package.Service/Method") and blocks until the
+// response is parsed into `*response` or the call fails. Any thread may call.
+// When no other thread polls the channel's completion queue, the calling
+// thread does (so the response costs no cross-thread wake-up): it busy-polls
+// while its call is in flight, at most 2 ms without a completion, then sleeps
+// until the channel's engine thread finishes the call. While it polls it may
+// run the completion callbacks of this channel's asynchronous calls. A small
+// request is serialised straight into registered memory when it is sent, so
+// `request` must not change until this returns.
 //
 // Returns the server method's status, or:
 //   DEADLINE_EXCEEDED  context->deadline() passed first;
@@ -34,9 +40,10 @@ RDMARPC_EXPORT absl::Status BlockingUnaryCall(Channel* channel, absl::string_vie
                                               const google::protobuf::MessageLite& request,
                                               google::protobuf::MessageLite* response);
 
-// As BlockingUnaryCall, but returns at once; `done` runs exactly once, on a
-// channel engine thread (or inline on the caller when the call fails before
-// anything is sent), with the same statuses. `request` is serialised before
+// As BlockingUnaryCall, but returns at once; `done` runs exactly once, on the
+// thread polling the channel — a channel engine thread, or a thread waiting
+// in BlockingUnaryCall on the same channel (or inline on the caller when the
+// call fails before anything is sent) — with the same statuses. `request` is serialised before
 // this returns and may be freed then; `context` and `response` must stay
 // alive until `done` runs. `done` must not drop the last reference to
 // `channel` (its engine thread cannot join itself) and should not block.
