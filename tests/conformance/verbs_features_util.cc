@@ -43,7 +43,7 @@ int NextCmEvent(rdma_event_channel* ch, rdma_cm_id** id, int* status) {
 }
 
 std::string ConformanceAddr() {
-  const char* env = std::getenv("RDMARPC_CONFORMANCE_ADDR");
+  const char* env = std::getenv("CONFORMANCE_ADDR");
   return env != nullptr && env[0] != '\0' ? env : "127.0.0.1";
 }
 
@@ -138,7 +138,7 @@ Pair::Pair(const PairConfig& config) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   if (inet_pton(AF_INET, ConformanceAddr().c_str(), &addr.sin_addr) != 1) {
-    error_ = "RDMARPC_CONFORMANCE_ADDR is not an IPv4 address: " + ConformanceAddr();
+    error_ = "CONFORMANCE_ADDR is not an IPv4 address: " + ConformanceAddr();
     return;
   }
   if (v.bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)) != 0) {

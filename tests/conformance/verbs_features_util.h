@@ -4,7 +4,7 @@
 // softrdma and on a real NIC through rdma-core.
 //
 // Provider: $RDMARPC_PROVIDER (soft | rdma-core | auto), as the runtime.
-// Address: $RDMARPC_CONFORMANCE_ADDR (default 127.0.0.1); on a NIC give the
+// Address: $CONFORMANCE_ADDR (default 127.0.0.1); on a NIC give the
 // IPv4 address of an RDMA-capable interface. A test that needs a device the
 // provider does not have calls GTEST_SKIP with the reason (see Skip()).
 #ifndef RDMARPC_TESTS_CONFORMANCE_VERBS_FEATURES_UTIL_H_
