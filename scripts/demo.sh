@@ -11,7 +11,8 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DRDMARPC_BUILD_TESTS=OFF
 cmake --build build -j "$(nproc)" --target echo_server echo_client
 
 export RDMARPC_PROVIDER=${RDMARPC_PROVIDER:-auto}
-port=${RDMARPC_DEMO_PORT:-$((20000 + RANDOM % 20000))}
+# Below the kernel's ephemeral range (32768+), so no outgoing socket holds it.
+port=${RDMARPC_DEMO_PORT:-$((20000 + RANDOM % 12000))}
 log=$(mktemp /tmp/rdmarpc-demo-server.XXXXXX)
 
 build/examples/echo/echo_server --listen="127.0.0.1:${port}" --workers=2 >"$log" 2>&1 &

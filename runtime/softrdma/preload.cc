@@ -1,7 +1,7 @@
 // preload.cc: softrdma under the standard libibverbs / librdmacm names.
 //
 // Built as libsoftrdma_preload.so. With
-//   LD_PRELOAD=libsoftrdma_preload.so rping -s -a 127.0.0.1 -v -C 10
+//   LD_PRELOAD=$PWD/build/runtime/softrdma/libsoftrdma_preload.so rping -s -a 127.0.0.1 -v -C 10
 // an unmodified rdma-core program runs on softrdma: the dynamic linker binds
 // its ibv_* / rdma_* calls here before libibverbs / librdmacm, and the verbs.h
 // inlines (ibv_post_send, ibv_poll_cq, ...) reach softrdma through the ops
