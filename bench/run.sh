@@ -38,9 +38,16 @@ fi
 
 server_pid=""
 cleanup() {
+  local rc=$?
   if [[ -n "$server_pid" ]]; then
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
+  fi
+  # On failure the server's log is the evidence (a closed connection names
+  # its reason there only): show it before the work directory goes.
+  if ((rc != 0)) && [[ -s "$work/server.err" ]]; then
+    echo "run.sh: exit status $rc; the server's log (last 40 lines):" >&2
+    tail -n 40 "$work/server.err" >&2
   fi
   rm -rf "$work"
 }
