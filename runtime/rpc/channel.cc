@@ -71,6 +71,11 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
         " (2..65535), eager_limit_bytes ", options.eager_limit_bytes, " (>= 256), max_message_bytes ",
         options.max_message_bytes, " (1..4 GiB)"));
   }
+  if (options.connect_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ChannelOptions: connect_timeout ", absl::FormatDuration(options.connect_timeout),
+        " (> 0)"));
+  }
   (void)Verbs();  // choose the provider now, not on the first call
   std::unique_ptr<ChannelImpl> impl(new ChannelImpl(std::string(target), options));
   // Client large buffers are cached up to 4 × max message, unbounded in use.
