@@ -26,6 +26,23 @@ namespace rdmarpc {
 namespace test {
 namespace {
 
+// A blocking echo of `text` (handler sleeps `sleep_ms`) within `timeout`:
+// the call's status, or INTERNAL when the response does not carry `text`.
+absl::Status EchoText(Channel* channel, const std::string& text,
+                      absl::Duration timeout = absl::Seconds(60), int64_t sleep_ms = 0) {
+  EchoRequest req;
+  req.set_text(text);
+  req.set_sleep_ms(sleep_ms);
+  EchoResponse resp;
+  ClientContext ctx;
+  ctx.set_timeout(timeout);
+  absl::Status s = Echo(channel, &ctx, req, &resp);
+  if (s.ok() && resp.text() != text) {
+    return absl::InternalError(absl::StrCat("sent '", text, "', got '", resp.text(), "'"));
+  }
+  return s;
+}
+
 // An async echo of `text` whose callback, while `chain` > 0, starts the next
 // one (from whichever thread polled the channel: the engine's or a caller
 // leading it). Counts each completed call in *ok or *failed and decrements
@@ -103,13 +120,8 @@ void MixedLoad(int recv_depth, int64_t spin_us = 50) {
         c->failed = &async_failed;
         c->all = &chains;
         ChainedCall::Start(std::move(c));
-        EchoRequest req;
-        req.set_text(absl::StrCat("b", t, ".", r));
-        EchoResponse resp;
-        ClientContext ctx;
-        ctx.set_timeout(absl::Seconds(60));
-        absl::Status s = Echo(f.channel.get(), &ctx, req, &resp);
-        if (s.ok() && resp.text() == req.text()) {
+        absl::Status s = EchoText(f.channel.get(), absl::StrCat("b", t, ".", r));
+        if (s.ok()) {
           blocking_ok.fetch_add(1);
         } else {
           blocking_failed.fetch_add(1);
@@ -142,25 +154,13 @@ TEST(Concurrency, DeadlineOfAFollowerFiresWhileAnotherCallerLeads) {
   std::atomic<bool> long_call_done{false};
   absl::Notification long_call_sent;
   std::thread leader([&] {
-    EchoRequest req;
-    req.set_text("long");
-    req.set_sleep_ms(1500);
-    EchoResponse resp;
-    ClientContext ctx;
     long_call_sent.Notify();
-    absl::Status s = Echo(f.channel.get(), &ctx, req, &resp);
+    absl::Status s = EchoText(f.channel.get(), "long", absl::Seconds(60), /*sleep_ms=*/1500);
     EXPECT_TRUE(s.ok()) << s;
-    EXPECT_EQ(resp.text(), "long");
     long_call_done.store(true);
   });
   long_call_sent.WaitForNotification();
-  EchoRequest req;
-  req.set_text("short");
-  req.set_sleep_ms(1000);
-  EchoResponse resp;
-  ClientContext ctx;
-  ctx.set_timeout(absl::Milliseconds(50));
-  absl::Status s = Echo(f.channel.get(), &ctx, req, &resp);
+  absl::Status s = EchoText(f.channel.get(), "short", absl::Milliseconds(50), /*sleep_ms=*/1000);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   // Its deadline did not wait for the other caller's call to end.
   EXPECT_FALSE(long_call_done.load());
@@ -169,13 +169,7 @@ TEST(Concurrency, DeadlineOfAFollowerFiresWhileAnotherCallerLeads) {
 
 TEST(Concurrency, LinkDroppedWhileEightCallersPollFailsOnlyUnavailableThenRecovers) {
   EchoFixture f;
-  {
-    EchoRequest req;
-    req.set_text("warm");
-    EchoResponse resp;
-    ClientContext ctx;
-    ASSERT_TRUE(Echo(f.channel.get(), &ctx, req, &resp).ok());
-  }
+  ASSERT_TRUE(EchoText(f.channel.get(), "warm").ok());
   softrdma::DropAfterWrs(300);
   constexpr int kThreads = 8;
   constexpr int kPerThread = 80;
@@ -184,13 +178,8 @@ TEST(Concurrency, LinkDroppedWhileEightCallersPollFailsOnlyUnavailableThenRecove
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
-        EchoRequest req;
-        req.set_text(absl::StrCat(t, ".", i));
-        EchoResponse resp;
-        ClientContext ctx;
-        ctx.set_timeout(absl::Seconds(60));
-        absl::Status s = Echo(f.channel.get(), &ctx, req, &resp);
-        if (s.ok() && resp.text() == req.text()) {
+        absl::Status s = EchoText(f.channel.get(), absl::StrCat(t, ".", i));
+        if (s.ok()) {
           ok.fetch_add(1);
         } else if (s.code() == absl::StatusCode::kUnavailable) {
           unavailable.fetch_add(1);
@@ -207,13 +196,8 @@ TEST(Concurrency, LinkDroppedWhileEightCallersPollFailsOnlyUnavailableThenRecove
   EXPECT_GE(unavailable.load(), 1);
   EXPECT_EQ(ok.load() + unavailable.load(), kThreads * kPerThread);
   // The pool replaced the dropped connection.
-  EchoRequest req;
-  req.set_text("after");
-  EchoResponse resp;
-  ClientContext ctx;
-  absl::Status s = Echo(f.channel.get(), &ctx, req, &resp);
-  ASSERT_TRUE(s.ok()) << s;
-  EXPECT_EQ(resp.text(), "after");
+  absl::Status s = EchoText(f.channel.get(), "after");
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 TEST(Concurrency, KeepaliveLeavesAHandlerSleepingThreeSecondsAlive) {
@@ -234,15 +218,8 @@ TEST(Concurrency, KeepaliveLeavesAHandlerSleepingThreeSecondsAlive) {
                              if (s.ok() && aresp.text() == "async-slow") async_ok.fetch_add(1);
                              async_done.Notify();
                            });
-  EchoRequest req;
-  req.set_text("slow");
-  req.set_sleep_ms(3000);
-  EchoResponse resp;
-  ClientContext ctx;
-  ctx.set_timeout(absl::Seconds(60));
-  absl::Status s = Echo(f.channel.get(), &ctx, req, &resp);
-  ASSERT_TRUE(s.ok()) << s;
-  EXPECT_EQ(resp.text(), "slow");
+  absl::Status s = EchoText(f.channel.get(), "slow", absl::Seconds(60), /*sleep_ms=*/3000);
+  EXPECT_TRUE(s.ok()) << s;
   async_done.WaitForNotification();
   EXPECT_EQ(async_ok.load(), 1);
   EXPECT_EQ(f.service.calls(), 2);
