@@ -12,6 +12,11 @@
 # latency, above 1 for throughput). Extra arguments go to the client, e.g.
 #   bench/run.sh --modes=latency --sizes=32,4096
 # Takes about 2 minutes after the build. Exit status: 0 on success.
+# softrdma acknowledges in a thread of the receiving process, not in a NIC: a
+# process stalled past the QP's transport timeout (~0.5 s; e.g. run under
+# `nice` on a busy host) loses its connections, and the client fails with
+# "connection ... lost: peer disconnected" (the server's log, shown on
+# failure, names "transport retry counter exceeded"). Run on a quiet host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,9 +43,16 @@ fi
 
 server_pid=""
 cleanup() {
+  local rc=$?
   if [[ -n "$server_pid" ]]; then
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
+  fi
+  # On failure the server's log is the evidence (a closed connection names
+  # its reason there only): show it before the work directory goes.
+  if ((rc != 0)) && [[ -s "$work/server.err" ]]; then
+    echo "run.sh: exit status $rc; the server's log (last 40 lines):" >&2
+    tail -n 40 "$work/server.err" >&2
   fi
   rm -rf "$work"
 }

@@ -197,6 +197,10 @@ int BadFlag(const absl::Status& status) {
 }
 
 int RunServer(const std::vector<std::string>& systems) {
+  if (FLAGS_duration < 0) {
+    return BadFlag(absl::InvalidArgumentError(absl::StrFormat(
+        "--duration must be >= 0 seconds (0 = until SIGINT/SIGTERM), got %g", FLAGS_duration)));
+  }
   // Block the stop signals before any thread starts, so every thread
   // inherits the mask and only sigtimedwait below sees them.
   sigset_t stop_signals;
@@ -237,6 +241,10 @@ int RunServer(const std::vector<std::string>& systems) {
 }
 
 int RunClient(std::vector<std::string> systems) {
+  if (FLAGS_connect_timeout_ms < 1) {
+    return BadFlag(absl::InvalidArgumentError(absl::StrCat(
+        "--connect_timeout_ms must be >= 1, got ", FLAGS_connect_timeout_ms)));
+  }
   absl::StatusOr<std::vector<std::string>> modes =
       ParseList("modes", FLAGS_modes, {"latency", "rate", "bandwidth", "budget"});
   if (!modes.ok()) return BadFlag(modes.status());

@@ -19,6 +19,20 @@ trap cleanup EXIT
 fail() { echo "rpc_bench_smoke: $*" >&2; cat "$dir"/*.log >&2 2>/dev/null || true; exit 1; }
 
 export RDMARPC_PROVIDER=${RDMARPC_PROVIDER:-soft}
+# Bad flags: exit status 2 and a message naming the flag and its value.
+expect_bad_flag() {
+  local want=$1
+  shift
+  local rc=0
+  "$bench" "$@" >"$dir/bad.out" 2>"$dir/bad.log" || rc=$?
+  [[ $rc == 2 ]] || fail "$* exited $rc, want 2"
+  grep -qF -- "$want" "$dir/bad.log" || fail "$*: no '$want' in: $(cat "$dir/bad.log")"
+}
+expect_bad_flag "--duration must be >= 0 seconds (0 = until SIGINT/SIGTERM), got -1" \
+  --mode=server --systems=rdmarpc --duration=-1
+expect_bad_flag "--connect_timeout_ms must be >= 1, got 0" \
+  --mode=client --systems=rdmarpc --port=1 --connect_timeout_ms=0
+expect_bad_flag "--sizes: 'abc' is not a size" --mode=client --systems=rdmarpc --port=1 --sizes=abc
 "$bench" --mode=server --systems=rdmarpc --host=127.0.0.1 --port=0 --duration=50 \
   >"$dir/server.log" 2>"$dir/server.err.log" &
 server_pid=$!

@@ -71,6 +71,11 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
         " (2..65535), eager_limit_bytes ", options.eager_limit_bytes, " (>= 256), max_message_bytes ",
         options.max_message_bytes, " (1..4 GiB)"));
   }
+  if (options.connect_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ChannelOptions: connect_timeout ", absl::FormatDuration(options.connect_timeout),
+        " (> 0)"));
+  }
   (void)Verbs();  // choose the provider now, not on the first call
   std::unique_ptr<ChannelImpl> impl(new ChannelImpl(std::string(target), options));
   // Client large buffers are cached up to 4 × max message, unbounded in use.
@@ -107,31 +112,31 @@ ChannelImpl::~ChannelImpl() {
   device_.reset();
 }
 
-void ChannelImpl::Start(ClientCall* call) {
+ChannelImpl::Route ChannelImpl::PickRoute(ClientCall* call) {
   ConnectionPool* pool =
       pools_[next_server_.fetch_add(1, std::memory_order_relaxed) % pools_.size()].get();
   const int slot = pool->PickSlot();
-  Engine* engine = pool->engine_of(slot);
-  call->engine = engine;
+  call->engine = pool->engine_of(slot);
   call->peer = &pool->name();
-  engine->Post([this, call, pool, slot] { StartOnEngine(call, pool, slot); });
+  return Route{pool, slot};
+}
+
+void ChannelImpl::Start(ClientCall* call) {
+  const Route r = PickRoute(call);
+  call->engine->Post([this, call, r] { StartOnEngine(call, r.pool, r.slot); });
 }
 
 void ChannelImpl::RunBlocking(ClientCall* call) {
-  ConnectionPool* pool =
-      pools_[next_server_.fetch_add(1, std::memory_order_relaxed) % pools_.size()].get();
-  const int slot = pool->PickSlot();
-  Engine* engine = pool->engine_of(slot);
-  call->engine = engine;
-  call->peer = &pool->name();
+  const Route r = PickRoute(call);
+  Engine* engine = call->engine;
   CallWaiter* waiter = call->waiter;
   if (engine->TryLead()) {
     // Leader: this thread is the engine until its call is done.
-    StartOnEngine(call, pool, slot);
+    StartOnEngine(call, r.pool, r.slot);
     if (engine->LeadUntil([waiter] { return waiter->done(); })) return;
   } else {
     // Follower: whoever holds the poller starts and finishes it.
-    engine->Post([this, call, pool, slot] { StartOnEngine(call, pool, slot); });
+    engine->Post([this, call, r] { StartOnEngine(call, r.pool, r.slot); });
   }
   waiter->Wait();
 }

@@ -94,6 +94,13 @@ class ChannelImpl {
 
  private:
   ChannelImpl(std::string target, const ChannelOptions& options);
+  // Where a call goes: the next server round robin, and a connection slot
+  // of its pool. Sets call->engine and call->peer. Any thread.
+  struct Route {
+    ConnectionPool* pool;
+    int slot;
+  };
+  Route PickRoute(ClientCall* call);
   void StartOnEngine(ClientCall* call, ConnectionPool* pool, int slot);
 
   const std::string target_;

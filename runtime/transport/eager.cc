@@ -367,6 +367,10 @@ void Connection::OnSendCompletion(const ibv_wc& wc) {
   if (seq < sq_tail_ || seq >= sq_head_) return;
   if (reads_.contains(seq)) OnReadCompletion(seq, wc);
   if (wc.status != IBV_WC_SUCCESS && wc.status != IBV_WC_WR_FLUSH_ERR) {
+    // Logged: the peer sees only "peer disconnected", so this side's log is
+    // the one place that names the cause (e.g. a transport timeout).
+    LOG_IF(WARNING, usable()) << "connection to " << peer_name_ << ": send WR "
+                              << ibv_wc_status_str(wc.status) << "; closing it";
     Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_, " failed: ",
                                               ibv_wc_status_str(wc.status))));
   }
@@ -386,6 +390,8 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
   const int idx = static_cast<int>(wc.wr_id & ~kRecvTag);
   if (wc.status != IBV_WC_SUCCESS) {
     if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+      LOG_IF(WARNING, usable()) << "connection to " << peer_name_ << ": receive "
+                                << ibv_wc_status_str(wc.status) << "; closing it";
       Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
                                                 " failed on receive: ",
                                                 ibv_wc_status_str(wc.status))));

@@ -38,6 +38,22 @@ TEST(CreateChannel, MalformedTargetIsInvalidArgumentNamingIt) {
   EXPECT_EQ((*ok)->target(), "127.0.0.1:7000,localhost:7001");
 }
 
+TEST(CreateChannel, NonPositiveConnectTimeoutIsInvalidArgumentNamingIt) {
+  // Accepted before, it made every call fail "timed out after -5ms".
+  ChannelOptions negative;
+  negative.connect_timeout = absl::Milliseconds(-5);
+  auto a = CreateChannel("127.0.0.1:7000", negative);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("connect_timeout -5ms"), absl::string_view::npos)
+      << a.status();
+  ChannelOptions zero;
+  zero.connect_timeout = absl::ZeroDuration();
+  auto b = CreateChannel("127.0.0.1:7000", zero);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("connect_timeout 0 (> 0)"), absl::string_view::npos)
+      << b.status();
+}
+
 TEST(Server, AddServiceRules) {
   EchoService a;
   EchoService b;

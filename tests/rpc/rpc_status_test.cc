@@ -53,6 +53,32 @@ TEST(Status, UnknownMethodIsUnimplementedNamingIt) {
   EXPECT_NE(s.message().find("/rdmarpc.test.EchoService/Nope"), absl::string_view::npos) << s;
 }
 
+TEST(Status, MethodNameOverOneKiBIsInvalidArgumentNamingItsLength) {
+  EchoFixture f;
+  EchoRequest req;
+  EchoResponse resp;
+  const std::string at_limit = "/" + std::string(1023, 'm');
+  const std::string too_long = "/" + std::string(1024, 'm');
+  ClientContext ctx;
+  ctx.set_timeout(absl::Seconds(10));
+  // 1024 bytes go to the server, which has no such method.
+  EXPECT_EQ(internal::BlockingUnaryCall(f.channel.get(), at_limit, &ctx, req, &resp).code(),
+            absl::StatusCode::kUnimplemented);
+  ClientContext ctx2;
+  ctx2.set_timeout(absl::Seconds(10));
+  absl::Status s = internal::BlockingUnaryCall(f.channel.get(), too_long, &ctx2, req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("method name of 1025 bytes"), absl::string_view::npos) << s;
+  absl::Status async_status;
+  ClientContext ctx3;
+  ctx3.set_timeout(absl::Seconds(10));
+  internal::AsyncUnaryCall(f.channel.get(), too_long, &ctx3, req, &resp,
+                           [&](absl::Status st) { async_status = std::move(st); });
+  // Refused inline, before anything is sent.
+  EXPECT_EQ(async_status.code(), absl::StatusCode::kInvalidArgument) << async_status;
+  EXPECT_EQ(f.service.calls(), 0);
+}
+
 TEST(Status, OversizedRequestIsResourceExhaustedWithBothSizes) {
   EchoFixture f;
   EchoRequest req;

@@ -45,6 +45,7 @@ struct RDMARPC_EXPORT ChannelOptions {
   int recv_depth = 64;
   // Time allowed to set up one connection (address and route resolution,
   // connect, handshake). A call fails with UNAVAILABLE when it runs out.
+  // Must be > 0 (CreateChannel: INVALID_ARGUMENT otherwise).
   absl::Duration connect_timeout = absl::Seconds(5);
   // Threads polling this channel's completion queues.
   int engine_threads = 1;

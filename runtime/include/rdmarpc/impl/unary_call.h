@@ -32,9 +32,12 @@ namespace internal {
 //                      max_message_bytes (message names both sizes);
 //   UNIMPLEMENTED      the server has no such method;
 //   INTERNAL           a payload did not parse;
+//   INVALID_ARGUMENT   `method` is longer than 1024 bytes (message names its
+//                      length), refused before anything is sent;
 //   FAILED_PRECONDITION called from a completion callback of a call on the
-//                      same channel (it runs on the channel's engine thread,
-//                      which would have to deliver this call's response).
+//                      same channel (it runs on the thread polling the
+//                      channel, which would have to deliver this call's
+//                      response).
 RDMARPC_EXPORT absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method,
                                               ClientContext* context,
                                               const google::protobuf::MessageLite& request,
