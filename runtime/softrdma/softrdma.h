@@ -140,7 +140,7 @@
 //
 // Unmodified programs on softrdma (libsoftrdma_preload.so, see preload.cc),
 // each a ctest of server and client over 127.0.0.1 (tests/softrdma/):
-//  - rdma-core's rping -v -C 5, ucmatose -c 2 -C 10, rdma_server/rdma_client
+//  - rdma-core's rping -v -C 100, ucmatose -c 4 -C 100, rdma_server/rdma_client
 //    (rdma_core_tools_test.sh, SoftrdmaPreload.{rping,ucmatose,rdma_server}).
 //  - perftest 4.5 (Debian 12's 4.5+0.17): ib_send_lat, ib_write_lat,
 //    ib_read_lat, ib_write_bw, ib_read_bw, each as `<tool> -R -a -n 5 -p PORT`
@@ -191,6 +191,13 @@ int query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey);
 // --- protection domains and memory regions -------------------------------------
 ibv_pd* alloc_pd(ibv_context* context);
 int dealloc_pd(ibv_pd* pd);
+// Registers [addr, addr + length) of this process. nullptr with errno:
+// EINVAL for a null pd, a null addr with length > 0, an unknown access flag,
+// or remote write / atomic without IBV_ACCESS_LOCAL_WRITE; EFAULT when a page
+// of the range is unmapped, not readable, or not writable while the access
+// lets the device write (local / remote write, atomic, MW bind) -- as
+// ib_umem_get's get_user_pages fails it (checked against /proc/self/maps);
+// ENOMEM past the memlock cap (faults.h); an injected errno (FailNext).
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access);
 int dereg_mr(ibv_mr* mr);
 
