@@ -138,6 +138,24 @@
 //    or the same frames in shared-memory rings on the same-host link.
 // Fault injection for tests: see faults.h.
 //
+// Where softrdma is still more lenient than hardware (besides the same-host
+// link's list in shm_link.h):
+//  - The requester checks lkeys at post and (TCP link, or up to 16 KiB on the
+//    same-host link) copies the payload then: an MR deregistered, or a buffer
+//    changed, after post but before the WR executes goes unnoticed.
+//  - Outstanding READs / atomics are not limited to the QP's max_rd_atomic
+//    (initiator depth; query_qp reports the constant kMaxRdAtom), and the
+//    responder refuses them only when its max_dest_rd_atomic is 0, not when
+//    more than that many are outstanding.
+//  - RNR back-off is a fixed 1 ms; min_rnr_timer is ignored.
+//  - The memlock cap applies only through SetMemlock / SOFTRDMA_FAULT_MEMLOCK_
+//    BYTES: the process's real RLIMIT_MEMLOCK is not enforced by reg_mr.
+//  - iWARP-like mode refuses only immediate data and atomics: a SEND finding
+//    no receive is still RNR-retried (an RNIC has no RNR: the connection is
+//    terminated), an RDMA READ's local sink needs only LOCAL_WRITE (RNICs need
+//    REMOTE_WRITE on it), and the passive side may send first (MPA lets only
+//    the active side).
+//
 // Unmodified programs on softrdma (libsoftrdma_preload.so, see preload.cc),
 // each a ctest of server and client over 127.0.0.1 (tests/softrdma/):
 //  - rdma-core's rping -v -C 100, ucmatose -c 4 -C 100, rdma_server/rdma_client
