@@ -1,5 +1,6 @@
 // device.cc: the device "softrdma0", contexts, PDs, MRs and their keys.
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -389,6 +391,44 @@ int dealloc_pd(ibv_pd* pd) {
   return 0;
 }
 
+namespace internal {
+namespace {
+
+// True when every page of [start, end) is mapped readable, and writable when
+// `write`, by this process's /proc/self/maps: what get_user_pages demands
+// when ib_umem_get pins an MR's pages (FOLL_WRITE for an access that lets the
+// device write), failing ibv_reg_mr with EFAULT otherwise.
+bool MappedForAccess(uintptr_t start, uintptr_t end, bool write) {
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;  // cannot tell: as before, trust the caller
+  std::string maps;
+  char buf[8192];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    maps.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  uintptr_t covered = start;  // [start, covered) checked; lines are sorted
+  for (size_t pos = 0; pos < maps.size() && covered < end;) {
+    size_t eol = maps.find('\n', pos);
+    if (eol == std::string::npos) eol = maps.size();
+    unsigned long lo = 0, hi = 0;
+    char perms[5] = {};
+    const std::string line = maps.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) != 3) continue;
+    if (hi <= covered) continue;
+    if (lo > covered) return false;  // a hole
+    if (perms[0] != 'r' || (write && perms[1] != 'w')) return false;
+    covered = hi;
+  }
+  return covered >= end;
+}
+
+}  // namespace
+}  // namespace internal
+
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
   if (int err = 0; internal::TakeInjectedFailure(FaultOp::kRegMr, &err)) {
     errno = err;
@@ -405,6 +445,15 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
   if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
       !(access & IBV_ACCESS_LOCAL_WRITE)) {
     errno = EINVAL;
+    return nullptr;
+  }
+  const bool device_writes =
+      (access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
+                 IBV_ACCESS_MW_BIND)) != 0;  // ib_access_writable()
+  const auto start = reinterpret_cast<uintptr_t>(addr);
+  if (length > 0 && (start + length < start ||
+                     !internal::MappedForAccess(start, start + length, device_writes))) {
+    errno = EFAULT;
     return nullptr;
   }
   // Pinning the pages fails past the memlock cap, as ib_umem_get does past

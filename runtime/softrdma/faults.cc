@@ -65,13 +65,14 @@ Knobs& K() {
   std::abort();
 }
 
-// Decimal, with an optional K / M / G suffix when `sizes`.
+// Decimal digits only (strtoull alone would take leading white space and a
+// sign, making " -1" 2^64 - 1), with an optional K / M / G suffix when `sizes`.
 bool ParseU64(const char* s, bool sizes, uint64_t* out) {
-  if (s == nullptr || *s == '\0') return false;
+  if (s == nullptr || *s < '0' || *s > '9') return false;
   char* end = nullptr;
   errno = 0;
   const unsigned long long v = std::strtoull(s, &end, 10);
-  if (errno != 0 || end == s || *s == '-') return false;
+  if (errno != 0 || end == s) return false;
   uint64_t mult = 1;
   if (sizes && *end != '\0' && end[1] == '\0') {
     switch (*end) {

@@ -422,6 +422,28 @@ ibv_wc_status RunLocalOpLocked(SoftQp* q, const ibv_send_wr* wr) ABSL_EXCLUSIVE_
              : IBV_WC_LOC_QP_OP_ERR;
 }
 
+// The type, remote address / rkey and invalidate flag of a SEND or WRITE
+// request (any SEND_*, RDMA_WRITE, RDMA_WRITE_WITH_IMM), the same on both
+// links and for payloads of any size.
+void SetSendOrWriteHeader(const ibv_send_wr& wr, FrameHeader* h) {
+  switch (wr.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+      h->type = FrameType::kSend;
+      break;
+    case IBV_WR_SEND_WITH_INV:
+      h->type = FrameType::kSend;
+      h->flags |= kHasInv;
+      h->rkey = wr.invalidate_rkey;
+      break;
+    default:
+      h->type = FrameType::kWrite;
+      h->addr = wr.wr.rdma.remote_addr;
+      h->rkey = wr.wr.rdma.rkey;
+      break;
+  }
+}
+
 // `bind_verb`: the WR comes from the ibv_bind_mw verb, whose invalid binds
 // fail at once with EINVAL (nothing posted) rather than with a completion.
 int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
@@ -549,28 +571,12 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
       } else if (q->shm != nullptr && !is_inline && total > kShmInlineMax) {
         // Same-host link: the responder reads our SGEs when it handles the
         // request (process_vm_readv), as a NIC reads them after post.
-        h.type = (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM)
-                     ? FrameType::kSend
-                     : FrameType::kWrite;
-        if (h.type == FrameType::kWrite) {
-          h.addr = wr->wr.rdma.remote_addr;
-          h.rkey = wr->wr.rdma.rkey;
-        }
+        SetSendOrWriteHeader(*wr, &h);
         h.flags |= kRemoteData;
         h.read_len = static_cast<uint32_t>(total);
         w.frame = NewSglFrame(h, wr->sg_list, wr->num_sge);
       } else {
-        if (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM) {
-          h.type = FrameType::kSend;
-        } else if (wr->opcode == IBV_WR_SEND_WITH_INV) {
-          h.type = FrameType::kSend;
-          h.flags |= kHasInv;
-          h.rkey = wr->invalidate_rkey;
-        } else {
-          h.type = FrameType::kWrite;
-          h.addr = wr->wr.rdma.remote_addr;
-          h.rkey = wr->wr.rdma.rkey;
-        }
+        SetSendOrWriteHeader(*wr, &h);
         // The payload is copied now (inline or not); the WR's buffers are free
         // for reuse earlier than on hardware, which is allowed.
         auto buf = NewFrame(h, static_cast<uint32_t>(total));

@@ -138,9 +138,27 @@
 //    or the same frames in shared-memory rings on the same-host link.
 // Fault injection for tests: see faults.h.
 //
+// Where softrdma is still more lenient than hardware (besides the same-host
+// link's list in shm_link.h):
+//  - The requester checks lkeys at post and (TCP link, or up to 16 KiB on the
+//    same-host link) copies the payload then: an MR deregistered, or a buffer
+//    changed, after post but before the WR executes goes unnoticed.
+//  - Outstanding READs / atomics are not limited to the QP's max_rd_atomic
+//    (initiator depth; query_qp reports the constant kMaxRdAtom), and the
+//    responder refuses them only when its max_dest_rd_atomic is 0, not when
+//    more than that many are outstanding.
+//  - RNR back-off is a fixed 1 ms; min_rnr_timer is ignored.
+//  - The memlock cap applies only through SetMemlock / SOFTRDMA_FAULT_MEMLOCK_
+//    BYTES: the process's real RLIMIT_MEMLOCK is not enforced by reg_mr.
+//  - iWARP-like mode refuses only immediate data and atomics: a SEND finding
+//    no receive is still RNR-retried (an RNIC has no RNR: the connection is
+//    terminated), an RDMA READ's local sink needs only LOCAL_WRITE (RNICs need
+//    REMOTE_WRITE on it), and the passive side may send first (MPA lets only
+//    the active side).
+//
 // Unmodified programs on softrdma (libsoftrdma_preload.so, see preload.cc),
 // each a ctest of server and client over 127.0.0.1 (tests/softrdma/):
-//  - rdma-core's rping -v -C 5, ucmatose -c 2 -C 10, rdma_server/rdma_client
+//  - rdma-core's rping -v -C 100, ucmatose -c 4 -C 100, rdma_server/rdma_client
 //    (rdma_core_tools_test.sh, SoftrdmaPreload.{rping,ucmatose,rdma_server}).
 //  - perftest 4.5 (Debian 12's 4.5+0.17): ib_send_lat, ib_write_lat,
 //    ib_read_lat, ib_write_bw, ib_read_bw, each as `<tool> -R -a -n 5 -p PORT`
@@ -191,6 +209,13 @@ int query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey);
 // --- protection domains and memory regions -------------------------------------
 ibv_pd* alloc_pd(ibv_context* context);
 int dealloc_pd(ibv_pd* pd);
+// Registers [addr, addr + length) of this process. nullptr with errno:
+// EINVAL for a null pd, a null addr with length > 0, an unknown access flag,
+// or remote write / atomic without IBV_ACCESS_LOCAL_WRITE; EFAULT when a page
+// of the range is unmapped, not readable, or not writable while the access
+// lets the device write (local / remote write, atomic, MW bind) -- as
+// ib_umem_get's get_user_pages fails it (checked against /proc/self/maps);
+// ENOMEM past the memlock cap (faults.h); an injected errno (FailNext).
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access);
 int dereg_mr(ibv_mr* mr);
 

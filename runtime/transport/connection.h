@@ -374,6 +374,8 @@ class Connection final : public CmEventHandler {
   Engine::TimerId keepalive_timer_ = 0;
   uint64_t recvs_seen_ = 0;           // receive completions, for the keepalive
   uint64_t recvs_at_last_probe_ = 0;  // recvs_seen_ when its timer was set
+  bool probe_posted_ = false;         // a keepalive probe was ever posted
+  uint64_t probe_seq_ = 0;            // the last probe's SQ sequence number
 };
 
 }  // namespace internal

@@ -639,6 +639,17 @@ TEST(FaultsEnv, MalformedValueAborts) {
   EXPECT_EQ(WTERMSIG(st), SIGABRT);
 }
 
+// strtoull skips leading white space and takes a sign: " -1" would become
+// 2^64 - 1 and silently turn a knob into "never". Only digits are a number.
+TEST(FaultsEnv, SignedOrSpacedNumberAborts) {
+  for (const char* env : {"SOFTRDMA_FAULT_DROP_AFTER_WRS= -1", "SOFTRDMA_FAULT_MEMLOCK_BYTES=+64K",
+                          "SOFTRDMA_FAULT_FAIL_REG_MR=\t2:ENOMEM"}) {
+    const int st = RunChild("FailAndMemlock", {env});
+    ASSERT_TRUE(WIFSIGNALED(st)) << env << ": status " << st;
+    EXPECT_EQ(WTERMSIG(st), SIGABRT) << env;
+  }
+}
+
 // Run only as children of FaultsEnv (the ctest discovery filters them out).
 class FaultsEnvChild : public ::testing::Test {
  protected:

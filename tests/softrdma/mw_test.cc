@@ -417,6 +417,44 @@ TEST(MemoryWindow, SendWithInvalidateFreesTheWindowAtTheResponder) {
   EXPECT_EQ(ibv_dealloc_mw(mw), 0);
 }
 
+// Above kShmInlineMax (16 KiB) the same-host link does not carry the payload
+// in its ring but lets the responder read the requester's SGEs: the request
+// must still be a SEND that invalidates, not become something else.
+TEST(MemoryWindow, SendWithInvalidateLargerThanTheShmRingCopyFreesTheWindow) {
+  constexpr uint32_t kLen = 20000;  // > 16384
+  ConnectedPair p;
+  ASSERT_TRUE(p.ok());
+  Buffer target(p.server_pd, 128, kMwMr);
+  Buffer rbuf(p.server_pd, 32768, kAll);
+  Buffer src(p.client_pd, kLen, kAll);
+  for (uint32_t i = 0; i < kLen; ++i) src.data[i] = static_cast<uint8_t>(i * 7 + 1);
+  ibv_mw* mw = ibv_alloc_mw(p.server_pd, IBV_MW_TYPE_2);
+  ASSERT_NE(mw, nullptr);
+  const uint32_t rkey = ibv_inc_rkey(mw->rkey);
+  ASSERT_EQ(PostBindType2(p.server->qp, mw, rkey,
+                          Info(target.mr, target.addr(), 128, IBV_ACCESS_REMOTE_WRITE), 1),
+            0);
+  ibv_wc wc{};
+  ASSERT_TRUE(PollOne(p.server_cq, &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  ASSERT_EQ(PostRecv(p.server->qp, 50, rbuf, 0, 32768), 0);
+  ASSERT_EQ(PostSendInv(p.client->qp, src, kLen, rkey, 51), 0);
+  ASSERT_TRUE(PollOne(p.client_cq, &wc));
+  EXPECT_EQ(wc.wr_id, 51u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_SEND);
+  ASSERT_TRUE(PollOne(p.server_cq, &wc));
+  EXPECT_EQ(wc.wr_id, 50u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+  EXPECT_EQ(wc.byte_len, kLen);
+  EXPECT_EQ(wc.wc_flags & (IBV_WC_WITH_INV | IBV_WC_WITH_IMM), IBV_WC_WITH_INV);
+  EXPECT_EQ(wc.invalidated_rkey, rkey);
+  EXPECT_EQ(std::memcmp(rbuf.data.data(), src.data.data(), kLen), 0);
+  EXPECT_EQ(Write8(p, src, target.addr(), rkey, 2), IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(ibv_dealloc_mw(mw), 0);
+}
+
 TEST(MemoryWindow, SendWithInvalidateOfNoWindowIsRemoteInvalidRequest) {
   ConnectedPair p;
   ASSERT_TRUE(p.ok());

@@ -16,19 +16,23 @@ fi
 # outgoing connection of a parallel test holds it; a port some other process
 # listens on makes the server fail with EADDRINUSE, and the run is retried on
 # another port.
-pick_port() { PORT=$(( 10000 + ($$ * 7 + ${1:-0} * 997) % 22000 )); }
+# A port nothing listens on now is picked.
+pick_port() {
+  PORT=$(( 10000 + ($$ * 7 + ${1:-0} * 997) % 22000 ))
+  while ss -Htln "sport = :$PORT" | grep -q .; do PORT=$(( PORT + 1 )); done
+}
 pick_port 0
 LOG=$(mktemp -d)
 run_once() {
 case "$TOOL" in
   rping)
-    SERVER="rping -s -a 127.0.0.1 -p $PORT -v -C 5"
-    CLIENT="rping -c -a 127.0.0.1 -p $PORT -v -C 5"
-    EXPECT="ping data: rdma-ping-4"
+    SERVER="rping -s -a 127.0.0.1 -p $PORT -v -C 100"
+    CLIENT="rping -c -a 127.0.0.1 -p $PORT -v -C 100"
+    EXPECT="ping data: rdma-ping-99"
     ;;
   ucmatose)
-    SERVER="ucmatose -b 127.0.0.1 -p $PORT -c 2 -C 10"
-    CLIENT="ucmatose -s 127.0.0.1 -p $PORT -c 2 -C 10"
+    SERVER="ucmatose -b 127.0.0.1 -p $PORT -c 4 -C 100"
+    CLIENT="ucmatose -s 127.0.0.1 -p $PORT -c 4 -C 100"
     EXPECT="test complete"
     ;;
   rdma_server)
@@ -41,7 +45,15 @@ case "$TOOL" in
 esac
 LD_PRELOAD="$PRELOAD" timeout 30 $SERVER >"$LOG/server" 2>&1 &
 SPID=$!
-sleep 1
+# The client fails at once if nobody listens yet, so wait for the server's
+# rdma_cm listener (softrdma listens on the same TCP port) rather than a fixed
+# time: a loaded machine (a parallel ctest, sanitizers) can take over a second
+# to start the server, and the run then failed although nothing was wrong.
+i=0
+while ! ss -Htln "sport = :$PORT" | grep -q . && [ $i -lt 200 ]; do
+  kill -0 $SPID 2>/dev/null || break
+  sleep 0.1; i=$((i + 1))
+done
 LD_PRELOAD="$PRELOAD" timeout 20 $CLIENT >"$LOG/client" 2>&1
 CRC=$?
 wait $SPID

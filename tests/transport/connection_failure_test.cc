@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -161,6 +162,15 @@ std::vector<softrdma::ErrorCqe> ErrorsOf(const std::vector<softrdma::ErrorCqe>& 
   std::vector<softrdma::ErrorCqe> out;
   for (const auto& e : all) {
     if (e.qp_num == qp_num && e.recv == recv) out.push_back(e);
+  }
+  return out;
+}
+
+// "wr_id status, ..." of `cqes`, for failure messages.
+std::string Describe(const std::vector<softrdma::ErrorCqe>& cqes) {
+  std::string out;
+  for (const auto& e : cqes) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", e.wr_id, " ", ibv_wc_status_str(e.status));
   }
   return out;
 }
@@ -367,14 +377,16 @@ TEST(ConnectionFailure, ServerVanishesUnderEightRequestsInFlight) {
 // silent connection with a zero-length RDMA WRITE; the transport timeout
 // fails the probe (IBV_WC_RETRY_EXC_ERR) and every call fails UNAVAILABLE
 // instead of hanging.
-TEST(ConnectionFailure, ServerDiesWithCallsPendingAndNothingInFlight) {
+void ServerDiesWithCallsPending(absl::Duration keepalive_interval) {
   Server server(/*recv_depth=*/64);
   const int port = server.Start();
   Engine engine("cli");
   ASSERT_TRUE(engine.Start().ok());
   DeviceResources device(64 << 20, 64 << 20);
   {
-    ConnectionPool pool(Loopback(port), "test-server", 1, {&engine}, &device, ConnectionOptions());
+    ConnectionOptions options;
+    options.keepalive_interval = keepalive_interval;
+    ConnectionPool pool(Loopback(port), "test-server", 1, {&engine}, &device, options);
     Sink warm;
     engine.Post([&] {
       absl::StatusOr<Connection*> c = pool.Get(0);
@@ -427,12 +439,24 @@ TEST(ConnectionFailure, ServerDiesWithCallsPendingAndNothingInFlight) {
     engine.Post([&] { closed.Notify(); });
     closed.WaitForNotification();
     const auto sends = ErrorsOf(softrdma::TakeErrorCqes(), client_qp_num, /*recv=*/false);
-    ASSERT_EQ(sends.size(), 2u);  // the probe, then the drain marker
+    ASSERT_EQ(sends.size(), 2u) << Describe(sends);  // the probe, then the drain marker
     EXPECT_EQ(sends[0].status, IBV_WC_RETRY_EXC_ERR);
     EXPECT_EQ(sends[1].status, IBV_WC_WR_FLUSH_ERR);
     EXPECT_EQ(sends[1].wr_id, sends[0].wr_id + 1);
     engine.Stop();
   }
+}
+
+TEST(ConnectionFailure, ServerDiesWithCallsPendingAndNothingInFlight) {
+  ServerDiesWithCallsPending(ConnectionOptions().keepalive_interval);  // 1 s
+}
+
+// The same with a keepalive interval (100 ms) well below the transport
+// timeout (0.54 s), as with a NIC's longer timeouts: still one probe, which
+// fails RETRY_EXC_ERR, and no second probe flushed behind it (before, one
+// went out every interval until the first failed).
+TEST(ConnectionFailure, KeepaliveShorterThanTheTransportTimeoutSendsOneProbe) {
+  ServerDiesWithCallsPending(absl::Milliseconds(100));
 }
 
 // Issue 3, failure 5. Both ends keep exactly 4 receives posted; the server
