@@ -160,7 +160,13 @@ void Engine::EndLead() {
   // Decided while still holding the poller; tasks are re-checked after
   // releasing it, against a concurrent Post (which wakes only a sleeping
   // engine thread).
-  const bool engine_needed = calls_in_flight_ > 0 || !timers_.empty() || !touched_.empty();
+  // A timer counts only when it is due before the sleeping engine thread's
+  // own wake-up (it sleeps until its earliest timer as it saw it): a client's
+  // keepalive timer must not cost every synchronous call an eventfd write and
+  // a wake-up of the engine thread.
+  const bool timer_needed =
+      !timers_.empty() && timers_.begin()->first.first < sleep_until_;
+  const bool engine_needed = calls_in_flight_ > 0 || timer_needed || !touched_.empty();
   t_current_ = saved_current_;
   holder_.store(0);
   if (parked_.load() || wants_.load() > 0) {
@@ -206,8 +212,10 @@ void Engine::Wake() {
   }
 }
 
-Engine::TimerId Engine::AddTimer(absl::Time when, absl::AnyInvocable<void()> fn) {
+Engine::TimerId Engine::AddTimer(absl::Time when, absl::AnyInvocable<void()> fn,
+                                 bool needs_completions) {
   const TimerId id = next_timer_++;
+  if (!needs_completions) quiet_timers_.insert(id);
   if (spare_timer_nodes_.empty()) {
     timers_.emplace(std::make_pair(when, id), std::move(fn));
   } else {
@@ -235,6 +243,7 @@ void Engine::CancelTimer(TimerId id) {
   if (it == timer_when_.end()) return;
   RecycleTimerNode(timers_.extract(std::make_pair(it->second, id)));
   timer_when_.erase(it);
+  quiet_timers_.erase(id);
 }
 
 absl::StatusOr<ibv_cq*> Engine::EnsureCq(ibv_context* context) {
@@ -349,6 +358,7 @@ void Engine::RunDueTimers() {
   while (!timers_.empty() && timers_.begin()->first.first <= now) {
     auto node = timers_.extract(timers_.begin());
     timer_when_.erase(node.key().second);
+    quiet_timers_.erase(node.key().second);
     absl::AnyInvocable<void()> fn = std::move(node.mapped());
     RecycleTimerNode(std::move(node));
     std::move(fn)();
@@ -411,6 +421,7 @@ void Engine::Sleep() {
                      : static_cast<int>(std::min<int64_t>(
                            absl::ToInt64Milliseconds(d + absl::Milliseconds(1)), 1 << 30));
   }
+  sleep_until_ = timers_.empty() ? absl::InfiniteFuture() : timers_.begin()->first.first;
   sleeping_.store(true);
   if (tasks_.size() > 0 || stop_.load()) {
     sleeping_.store(false);
@@ -471,7 +482,12 @@ void Engine::Loop() {
         std::this_thread::yield();
       }
       AcquireForEngine();
-      last_work = absl::Now();
+      // Back from a leading caller: spin only for calls still in flight. With
+      // none, go to sleep at once (the next caller then takes the free poller
+      // without asking us to step aside); spinning out the idle window here
+      // would compete for the core with that caller and make each of its
+      // calls a hand-over (a poll(2) here and an eventfd write in EndLead).
+      last_work = calls_in_flight_ > 0 ? absl::Now() : absl::InfinitePast();
       continue;
     }
     if (worked || tasks_.size() > 0) {
@@ -486,7 +502,11 @@ void Engine::Loop() {
       continue;
     }
     FlushIdleReceives();
-    if (cq_ != nullptr && (always_arm_ || calls_in_flight_ > 0 || !timers_.empty())) {
+    // Arming makes softrdma's same-host link ask the peer for a doorbell per
+    // message (the "consumer asleep" flag), so a client engine arms only when
+    // a completion is expected: not for its keepalive timer alone.
+    if (cq_ != nullptr && (always_arm_ || calls_in_flight_ > 0 ||
+                           timers_.size() > quiet_timers_.size())) {
       // Arm, then poll again: a completion that landed after the last poll
       // but before the arm raises no event, and would wait for the next one.
       if (int rc = ibv_req_notify_cq(cq_.get(), 0); rc != 0) {
@@ -537,6 +557,7 @@ void Engine::Teardown() {
   } while (tasks_.size() > 0);
   timers_.clear();
   timer_when_.clear();
+  quiet_timers_.clear();
   spare_timer_nodes_.clear();
   qp_map_.clear();
   if (comp_channel_ != nullptr) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, comp_channel_->fd, nullptr);
