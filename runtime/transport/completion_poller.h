@@ -142,10 +142,12 @@ class Engine {
   int calls_in_flight() const { return calls_in_flight_.load(std::memory_order_relaxed); }
   // By default the engine arms the CQ whenever it sleeps. A client engine
   // (Channel) sets false: it arms only while calls are in flight or timers
-  // run, since nothing else is expected on a client's CQ (a late response or
-  // a kCredit waits for the next poll; a lost peer shows as a cm event), and
-  // not arming spares the engine thread a wake-up per call made by a leading
-  // caller. Before Start.
+  // that expect a completion run (not for a keepalive alone), since nothing
+  // else is expected on a client's CQ (a late response or a kCredit waits
+  // for the next poll; a lost peer shows as a cm event), and not arming
+  // spares the engine thread a wake-up per call made by a leading caller —
+  // and, on softrdma's same-host link, the peer a doorbell per message (an
+  // armed CQ marks its rings' consumer asleep). Before Start.
   void set_always_arm(bool v) { always_arm_ = v; }
 
   // Poller holder only (the engine thread or a leading caller).
