@@ -499,6 +499,7 @@ void Engine::Loop() {
   t_current_ = this;
   AcquireForEngine();
   absl::Time last_work = absl::Now();
+  bool back_from_leader = false;
   while (!stop_.load()) {
     const bool worked = Step();
     if (wants_.load() > 0) {
@@ -515,10 +516,16 @@ void Engine::Loop() {
       // would compete for the core with that caller and make each of its
       // calls a hand-over (a poll(2) here and an eventfd write in EndLead).
       last_work = calls_in_flight_ > 0 ? absl::Now() : absl::InfinitePast();
+      // Nor flush held-back receives on the way (as a leader's EndLead does
+      // not): holding fewer than a re-post batch is safe (transport.h), and
+      // flushing here would make the re-post batches depend on when the
+      // engine thread happened to be woken.
+      back_from_leader = calls_in_flight_ == 0;
       continue;
     }
     if (worked || tasks_.size() > 0) {
       last_work = absl::Now();
+      back_from_leader = false;
       continue;
     }
     const absl::Duration idle = absl::Now() - last_work;
@@ -528,7 +535,8 @@ void Engine::Loop() {
       std::this_thread::yield();
       continue;
     }
-    FlushIdleReceives();
+    if (!back_from_leader) FlushIdleReceives();
+    back_from_leader = false;
     // Arming makes softrdma's same-host link ask the peer for a doorbell per
     // message (the "consumer asleep" flag), so a client engine arms only when
     // a completion is expected: not for its keepalive timer alone.

@@ -150,8 +150,10 @@ TEST(HotPath, ClientEngineIdleBetweenBlockingCallsCostsTheServerNoDoorbell) {
   EXPECT_EQ(c.verbs.send_with_imm, 2u * kCalls);
   // Not exactly 0: softrdma's watchdog marks a poller asleep after 1 ms
   // without a poll, which a preempted caller (ASan, a loaded host) can hit
-  // between two calls; each such gap costs one doorbell.
-  EXPECT_LE(c.verbs.shm_doorbells, kCalls / 100u);
+  // between two calls; each such gap costs one doorbell. Measured under
+  // ASan: 0 alone, 43 while the whole suite ran (ctest -j2); 444 with the
+  // old arming.
+  EXPECT_LE(c.verbs.shm_doorbells, kCalls / 8u);
   channel->reset();
   server.Shutdown();
   server.Wait();
