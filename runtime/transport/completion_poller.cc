@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -26,9 +27,33 @@ DEFINE_int64(rdmarpc_spin_us, absl::ToInt64Microseconds(rdmarpc::internal::kDefa
              "0 = never spin: every wait sleeps on the completion channel. See transport.h "
              "for the measurements behind the default.");
 
+#ifdef NDEBUG
+inline constexpr bool kDefaultMutexDeadlockCheck = false;
+#else
+inline constexpr bool kDefaultMutexDeadlockCheck = true;
+#endif
+DEFINE_bool(rdmarpc_mutex_deadlock_check, kDefaultMutexDeadlockCheck,
+            "Leave absl::Mutex deadlock detection on in this process (Debian's libabsl is "
+            "built with it on: a lock-graph update per Lock, ~0.35 us per softrdma round "
+            "trip, measured with softrdma_pingpong). false (the default in Release builds "
+            "of rdmarpc) calls absl::SetMutexDeadlockDetectionMode(kIgnore) once, when the "
+            "first rdmarpc engine (Channel or Server) is made: process-wide, as an absl "
+            "built with NDEBUG would be. Debug and sanitizer builds keep it on.");
+
 namespace rdmarpc {
 namespace internal {
 namespace {
+
+// Applies --rdmarpc_mutex_deadlock_check once per process.
+void ApplyMutexDeadlockCheckFlag() {
+  static const bool applied = [] {
+    if (!FLAGS_rdmarpc_mutex_deadlock_check) {
+      absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+    }
+    return true;
+  }();
+  (void)applied;
+}
 
 absl::Status SetNonBlocking(int fd, absl::string_view what) {
   const int flags = fcntl(fd, F_GETFL);
@@ -47,7 +72,9 @@ Engine::Engine(std::string name)
       spin_(absl::Microseconds(std::max<int64_t>(0, FLAGS_rdmarpc_spin_us))),
       in_flight_spin_(spin_ == absl::ZeroDuration() ? absl::ZeroDuration() : kMaxInFlightSpin),
       cq_free_(kCqDepth),
-      cq_depth_(kCqDepth) {}
+      cq_depth_(kCqDepth) {
+  ApplyMutexDeadlockCheckFlag();
+}
 
 absl::Status Engine::ReserveCqEntries(int n) {
   if (n > cq_free_) {
@@ -160,7 +187,13 @@ void Engine::EndLead() {
   // Decided while still holding the poller; tasks are re-checked after
   // releasing it, against a concurrent Post (which wakes only a sleeping
   // engine thread).
-  const bool engine_needed = calls_in_flight_ > 0 || !timers_.empty() || !touched_.empty();
+  // A timer counts only when it is due before the sleeping engine thread's
+  // own wake-up (it sleeps until its earliest timer as it saw it): a client's
+  // keepalive timer must not cost every synchronous call an eventfd write and
+  // a wake-up of the engine thread.
+  const bool timer_needed =
+      !timers_.empty() && timers_.begin()->first.first < sleep_until_;
+  const bool engine_needed = calls_in_flight_ > 0 || timer_needed || !touched_.empty();
   t_current_ = saved_current_;
   holder_.store(0);
   if (parked_.load() || wants_.load() > 0) {
@@ -206,8 +239,10 @@ void Engine::Wake() {
   }
 }
 
-Engine::TimerId Engine::AddTimer(absl::Time when, absl::AnyInvocable<void()> fn) {
+Engine::TimerId Engine::AddTimer(absl::Time when, absl::AnyInvocable<void()> fn,
+                                 bool needs_completions) {
   const TimerId id = next_timer_++;
+  if (!needs_completions) quiet_timers_.insert(id);
   if (spare_timer_nodes_.empty()) {
     timers_.emplace(std::make_pair(when, id), std::move(fn));
   } else {
@@ -235,6 +270,7 @@ void Engine::CancelTimer(TimerId id) {
   if (it == timer_when_.end()) return;
   RecycleTimerNode(timers_.extract(std::make_pair(it->second, id)));
   timer_when_.erase(it);
+  quiet_timers_.erase(id);
 }
 
 absl::StatusOr<ibv_cq*> Engine::EnsureCq(ibv_context* context) {
@@ -349,6 +385,7 @@ void Engine::RunDueTimers() {
   while (!timers_.empty() && timers_.begin()->first.first <= now) {
     auto node = timers_.extract(timers_.begin());
     timer_when_.erase(node.key().second);
+    quiet_timers_.erase(node.key().second);
     absl::AnyInvocable<void()> fn = std::move(node.mapped());
     RecycleTimerNode(std::move(node));
     std::move(fn)();
@@ -411,6 +448,7 @@ void Engine::Sleep() {
                      : static_cast<int>(std::min<int64_t>(
                            absl::ToInt64Milliseconds(d + absl::Milliseconds(1)), 1 << 30));
   }
+  sleep_until_ = timers_.empty() ? absl::InfiniteFuture() : timers_.begin()->first.first;
   sleeping_.store(true);
   if (tasks_.size() > 0 || stop_.load()) {
     sleeping_.store(false);
@@ -461,6 +499,7 @@ void Engine::Loop() {
   t_current_ = this;
   AcquireForEngine();
   absl::Time last_work = absl::Now();
+  bool back_from_leader = false;
   while (!stop_.load()) {
     const bool worked = Step();
     if (wants_.load() > 0) {
@@ -471,11 +510,22 @@ void Engine::Loop() {
         std::this_thread::yield();
       }
       AcquireForEngine();
-      last_work = absl::Now();
+      // Back from a leading caller: spin only for calls still in flight. With
+      // none, go to sleep at once (the next caller then takes the free poller
+      // without asking us to step aside); spinning out the idle window here
+      // would compete for the core with that caller and make each of its
+      // calls a hand-over (a poll(2) here and an eventfd write in EndLead).
+      last_work = calls_in_flight_ > 0 ? absl::Now() : absl::InfinitePast();
+      // Nor flush held-back receives on the way (as a leader's EndLead does
+      // not): holding fewer than a re-post batch is safe (transport.h), and
+      // flushing here would make the re-post batches depend on when the
+      // engine thread happened to be woken.
+      back_from_leader = calls_in_flight_ == 0;
       continue;
     }
     if (worked || tasks_.size() > 0) {
       last_work = absl::Now();
+      back_from_leader = false;
       continue;
     }
     const absl::Duration idle = absl::Now() - last_work;
@@ -485,8 +535,13 @@ void Engine::Loop() {
       std::this_thread::yield();
       continue;
     }
-    FlushIdleReceives();
-    if (cq_ != nullptr && (always_arm_ || calls_in_flight_ > 0 || !timers_.empty())) {
+    if (!back_from_leader) FlushIdleReceives();
+    back_from_leader = false;
+    // Arming makes softrdma's same-host link ask the peer for a doorbell per
+    // message (the "consumer asleep" flag), so a client engine arms only when
+    // a completion is expected: not for its keepalive timer alone.
+    if (cq_ != nullptr && (always_arm_ || calls_in_flight_ > 0 ||
+                           timers_.size() > quiet_timers_.size())) {
       // Arm, then poll again: a completion that landed after the last poll
       // but before the arm raises no event, and would wait for the next one.
       if (int rc = ibv_req_notify_cq(cq_.get(), 0); rc != 0) {
@@ -537,6 +592,7 @@ void Engine::Teardown() {
   } while (tasks_.size() > 0);
   timers_.clear();
   timer_when_.clear();
+  quiet_timers_.clear();
   spare_timer_nodes_.clear();
   qp_map_.clear();
   if (comp_channel_ != nullptr) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, comp_channel_->fd, nullptr);

@@ -42,6 +42,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -141,14 +142,20 @@ class Engine {
   int calls_in_flight() const { return calls_in_flight_.load(std::memory_order_relaxed); }
   // By default the engine arms the CQ whenever it sleeps. A client engine
   // (Channel) sets false: it arms only while calls are in flight or timers
-  // run, since nothing else is expected on a client's CQ (a late response or
-  // a kCredit waits for the next poll; a lost peer shows as a cm event), and
-  // not arming spares the engine thread a wake-up per call made by a leading
-  // caller. Before Start.
+  // that expect a completion run (not for a keepalive alone), since nothing
+  // else is expected on a client's CQ (a late response or a kCredit waits
+  // for the next poll; a lost peer shows as a cm event), and not arming
+  // spares the engine thread a wake-up per call made by a leading caller —
+  // and, on softrdma's same-host link, the peer a doorbell per message (an
+  // armed CQ marks its rings' consumer asleep). Before Start.
   void set_always_arm(bool v) { always_arm_ = v; }
 
   // Poller holder only (the engine thread or a leading caller).
-  TimerId AddTimer(absl::Time when, absl::AnyInvocable<void()> fn);
+  // `needs_completions` false marks a timer that expects no completion
+  // before it fires (a keepalive): a client engine with only such timers
+  // and no call in flight sleeps with its CQ unarmed (see set_always_arm).
+  TimerId AddTimer(absl::Time when, absl::AnyInvocable<void()> fn,
+                   bool needs_completions = true);
   void CancelTimer(TimerId id);
   rdma_event_channel* event_channel() const { return event_channel_.get(); }
   // The engine's CQ, made on first use from `context` (the device rdma_cm chose).
@@ -215,6 +222,10 @@ class Engine {
   absl::Duration spin_;                // --rdmarpc_spin_us
   absl::Duration in_flight_spin_;      // kMaxInFlightSpin, 0 when spin_ is 0
   bool always_arm_ = true;
+  // When the engine thread, asleep, wakes on its own: its earliest timer as
+  // it went to sleep (written before it releases the poller, read by a
+  // leader in EndLead).
+  absl::Time sleep_until_ = absl::InfiniteFuture();
   std::atomic<int> calls_in_flight_{0};  // written by the poller holder only
   bool flushing_ = false;
   // Steps between two non-blocking looks at the fds while spinning.
@@ -233,6 +244,7 @@ class Engine {
   static constexpr size_t kMaxSpareTimerNodes = 1024;
   std::vector<TimerMap::node_type> spare_timer_nodes_;
   absl::flat_hash_map<TimerId, absl::Time> timer_when_;
+  absl::flat_hash_set<TimerId> quiet_timers_;  // needs_completions == false
   TimerId next_timer_ = 1;
   int cq_free_;
   int cq_depth_;  // entries of cq_ (kCqDepth until the CQ is made)
