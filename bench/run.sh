@@ -6,6 +6,7 @@
 # serving both systems pinned to core 1, runs the client pinned to core 0 with
 # RDMARPC_PROVIDER=soft (override in the environment), and writes
 #   bench/results/<YYYY-MM-DD>.json       both systems and the ratios
+#                                         (<YYYY-MM-DD>-partial.json when flags narrow the run)
 #   bench/results/latency_vs_size.png     p50 and p99 vs payload size, log-log
 #   bench/results/throughput.png          RPC/s (32 B) and GB/s (1, 16 MiB)
 # then prints the summary table (ratio = rdmarpc/gRPC; below 1 is better for
@@ -31,7 +32,12 @@ bench="$build_dir/bench/rpc/rpc_bench"
 export RDMARPC_PROVIDER=${RDMARPC_PROVIDER:-soft}
 results=bench/results
 mkdir -p "$results"
-json="$results/$(date -u +%Y-%m-%d).json"
+# A full run writes <date>.json and the plots; a run narrowed by flags
+# (--modes, --sizes, ...) writes <date>-partial.json and *-partial.png, so it
+# never replaces the day's full result.
+suffix=""
+[[ $# -eq 0 ]] || suffix="-partial"
+json="$results/$(date -u +%Y-%m-%d)$suffix.json"
 work=$(mktemp -d /tmp/rdmarpc-bench.XXXXXX)
 
 # Client and server on different cores; with one core there is nothing to pin.
@@ -89,9 +95,9 @@ has_data() { grep -qv '^#' "$1" 2>/dev/null; }
 written=("$json")
 plot="set terminal pngcairo size 900,600 font \",10\" noenhanced"
 if has_data "$work/latency.dat"; then
-  written+=("$results/latency_vs_size.png")
+  written+=("$results/latency_vs_size$suffix.png")
   plot+="
-set output \"$results/latency_vs_size.png\"
+set output \"$results/latency_vs_size$suffix.png\"
 set title \"Echo latency, one call at a time (RDMARPC_PROVIDER=$RDMARPC_PROVIDER)\"
 set logscale xy
 set xlabel \"payload bytes (request = response)\"
@@ -108,9 +114,9 @@ panels=0
 has_data "$work/rate.dat" && panels=$((panels + 1))
 has_data "$work/bandwidth.dat" && panels=$((panels + 1))
 if ((panels > 0)); then
-  written+=("$results/throughput.png")
+  written+=("$results/throughput$suffix.png")
   plot+="
-set output \"$results/throughput.png\"
+set output \"$results/throughput$suffix.png\"
 set multiplot layout 1,$panels title \"Throughput (RDMARPC_PROVIDER=$RDMARPC_PROVIDER)\"
 set style data histograms
 set style histogram clustered gap 1
