@@ -27,6 +27,12 @@ DEFINE_int64(rdmarpc_spin_us, absl::ToInt64Microseconds(rdmarpc::internal::kDefa
              "0 = never spin: every wait sleeps on the completion channel. See transport.h "
              "for the measurements behind the default.");
 
+DEFINE_int32(rdmarpc_spin_yield_every,
+             static_cast<int32_t>(rdmarpc::internal::kDefaultSpinYieldEvery),
+             "Empty busy-poll iterations of an rdmarpc completion loop between two "
+             "sched_yield calls; the others issue a CPU pause hint (spin_pause.h). "
+             "1 = yield on every iteration. Values below 1 count as 1.");
+
 #ifdef NDEBUG
 inline constexpr bool kDefaultMutexDeadlockCheck = false;
 #else
@@ -70,6 +76,8 @@ thread_local Engine* Engine::t_current_ = nullptr;
 Engine::Engine(std::string name)
     : name_(std::move(name)),
       spin_(absl::Microseconds(std::max<int64_t>(0, FLAGS_rdmarpc_spin_us))),
+      spin_yield_every_(
+          static_cast<uint32_t>(std::clamp<int32_t>(FLAGS_rdmarpc_spin_yield_every, 1, 1 << 20))),
       in_flight_spin_(spin_ == absl::ZeroDuration() ? absl::ZeroDuration() : kMaxInFlightSpin),
       cq_free_(kCqDepth),
       cq_depth_(kCqDepth) {
@@ -500,6 +508,7 @@ void Engine::Loop() {
   AcquireForEngine();
   absl::Time last_work = absl::Now();
   bool back_from_leader = false;
+  SpinPause idle_pause(spin_yield_every_);
   while (!stop_.load()) {
     const bool worked = Step();
     if (wants_.load() > 0) {
@@ -531,8 +540,9 @@ void Engine::Loop() {
     const absl::Duration idle = absl::Now() - last_work;
     if (idle < spin_ || (calls_in_flight_ > 0 && idle < in_flight_spin_)) {
       // Spin politely: a software device (softrdma) or the peer may need
-      // this core to make the very progress we are waiting for.
-      std::this_thread::yield();
+      // this core to make the very progress we are waiting for; a yield on
+      // every iteration, though, is a syscall per poll (spin_pause.h).
+      idle_pause.Pause();
       continue;
     }
     if (!back_from_leader) FlushIdleReceives();

@@ -48,6 +48,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "runtime/transport/spin_pause.h"
 #include "runtime/transport/task_queue.h"
 #include "runtime/verbs/verbs.h"
 
@@ -113,6 +114,7 @@ class Engine {
   template <class Done>
   bool LeadUntil(Done done) {
     absl::Time last = absl::Now();
+    SpinPause pause(spin_yield_every_);
     while (!done()) {
       if (Step()) {
         last = absl::Now();
@@ -120,7 +122,7 @@ class Engine {
       }
       if (done()) break;
       if (stop_.load(std::memory_order_relaxed) || absl::Now() - last >= in_flight_spin_) break;
-      std::this_thread::yield();  // a software device may need this core
+      pause.Pause();  // yields now and then: a software device may need this core
     }
     const bool finished = done();
     EndLead();
@@ -220,6 +222,7 @@ class Engine {
   static thread_local Engine* t_current_;
   Engine* saved_current_ = nullptr;    // leader's previous t_current_
   absl::Duration spin_;                // --rdmarpc_spin_us
+  uint32_t spin_yield_every_;          // --rdmarpc_spin_yield_every
   absl::Duration in_flight_spin_;      // kMaxInFlightSpin, 0 when spin_ is 0
   bool always_arm_ = true;
   // When the engine thread, asleep, wakes on its own: its earliest timer as

@@ -68,7 +68,9 @@
 //  * Completion loops busy-poll while calls are in flight (up to
 //    kMaxInFlightSpin without a completion) and for --rdmarpc_spin_us after
 //    the last completion, then arm the CQ, poll once more (the arm/re-poll
-//    race) and sleep on the completion channel. A caller never sleeps on
+//    race) and sleep on the completion channel. An empty poll is followed
+//    by a CPU pause hint, and by a sched_yield only every
+//    --rdmarpc_spin_yield_every-th time (spin_pause.h). A caller never sleeps on
 //    the channel itself: past the bound it hands the poller to the engine
 //    thread and sleeps on a futex until its call is finished.
 //  * Buffers: the receive ring and send slab are owned by the Connection and
