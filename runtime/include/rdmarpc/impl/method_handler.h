@@ -21,22 +21,30 @@ namespace internal {
 
 class RDMARPC_EXPORT MethodHandler {
  public:
-  explicit MethodHandler(std::string full_name) : full_name_(std::move(full_name)) {}
+  // `run_inline`: the handler never blocks and runs on the worker thread
+  // that received the call ((rdmarpc.method).run_inline); otherwise it runs
+  // on the server's handler pool.
+  explicit MethodHandler(std::string full_name, bool run_inline = false)
+      : full_name_(std::move(full_name)), run_inline_(run_inline) {}
   virtual ~MethodHandler() = default;
 
   // "/package.Service/Method".
   const std::string& full_name() const { return full_name_; }
+  // True when the handler runs on the worker thread, not the handler pool.
+  bool run_inline() const { return run_inline_; }
 
   virtual std::unique_ptr<google::protobuf::MessageLite> NewRequest() const = 0;
   virtual std::unique_ptr<google::protobuf::MessageLite> NewResponse() const = 0;
   // Calls the user's method. `request` and `response` come from NewRequest()
-  // and NewResponse() of this handler. Runs on a server worker thread.
+  // and NewResponse() of this handler. Runs on a handler-pool thread, or on
+  // the worker thread when run_inline().
   virtual absl::Status Invoke(ServerContext* context,
                               const google::protobuf::MessageLite& request,
                               google::protobuf::MessageLite* response) const = 0;
 
  private:
   std::string full_name_;
+  bool run_inline_;
 };
 
 // A unary RPC: `absl::Status (ServiceT::*)(ServerContext*, const Req&, Resp*)`.
@@ -44,8 +52,9 @@ template <class ServiceT, class Req, class Resp>
 class UnaryMethodHandler final : public MethodHandler {
  public:
   using Method = absl::Status (ServiceT::*)(ServerContext*, const Req&, Resp*);
-  UnaryMethodHandler(std::string full_name, ServiceT* service, Method method)
-      : MethodHandler(std::move(full_name)), service_(service), method_(method) {}
+  UnaryMethodHandler(std::string full_name, ServiceT* service, Method method,
+                     bool run_inline = false)
+      : MethodHandler(std::move(full_name), run_inline), service_(service), method_(method) {}
 
   std::unique_ptr<google::protobuf::MessageLite> NewRequest() const override {
     return std::make_unique<Req>();
