@@ -66,22 +66,24 @@ Connection::Slot* Connection::LiveSlot(uint16_t slot, uint16_t gen) {
 void Connection::FinishSlot(uint16_t idx, bool rekey) {
   Slot& s = slots_[idx];
   if (pool_ != nullptr) {
-    // A buffer the server could still read or write (call ended without its
-    // response) gets a new rkey before anyone reuses it.
+    // A buffer the server could still READ or WRITE (the call ended without
+    // its response) must not be reused with the same rkey.
     const bool exposed = rekey && s.sent;
-    if (s.request_buffer != nullptr) {
-      exposed ? pool_->RekeyAndPut(s.request_buffer) : pool_->Put(s.request_buffer);
-    }
-    if (s.reply_buffer != nullptr) {
-      if (exposed && usable()) {
-        // The server may still WRITE its (late) response here. Re-keying
-        // would turn that WRITE into a remote access error that kills the
-        // connection for every other call on it, so the buffer is instead
-        // kept out of use until that response (or the connection's end)
-        // shows the server is done with it.
-        quarantine_[(static_cast<uint32_t>(s.generation) << 16) | idx] = s.reply_buffer;
-      } else {
-        exposed ? pool_->RekeyAndPut(s.reply_buffer) : pool_->Put(s.reply_buffer);
+    if (exposed && usable()) {
+      // The connection lives on: the server was sent kCancel and answers
+      // it once. Re-keying now would turn its late READ of the request or
+      // WRITE of the response into a remote access error that kills the
+      // connection for every other call on it, so both buffers are kept out
+      // of use until that answer (or the connection's end) shows the server
+      // is done with them.
+      std::vector<LargeBuffer*>& held =
+          quarantine_[(static_cast<uint32_t>(s.generation) << 16) | idx];
+      if (s.request_buffer != nullptr) held.push_back(s.request_buffer);
+      if (s.reply_buffer != nullptr) held.push_back(s.reply_buffer);
+    } else {
+      for (LargeBuffer* b : {s.request_buffer, s.reply_buffer}) {
+        if (b == nullptr) continue;
+        exposed ? pool_->RekeyAndPut(b) : pool_->Put(b);
       }
     }
   }
@@ -102,16 +104,53 @@ void Connection::ReleaseQuarantined(uint16_t slot, uint16_t gen) {
   if (quarantine_.empty()) return;
   auto it = quarantine_.find((static_cast<uint32_t>(gen) << 16) | slot);
   if (it == quarantine_.end()) return;
-  // The server answered this retired call: it will not write here again.
-  if (pool_ != nullptr) pool_->Put(it->second);
+  // The server answered this retired call: it will not read or write these
+  // buffers again.
+  if (pool_ != nullptr) {
+    for (LargeBuffer* b : it->second) pool_->Put(b);
+  }
   quarantine_.erase(it);
 }
 
 void Connection::CancelCall(uint32_t handle) {
   const uint16_t idx = static_cast<uint16_t>(handle & 0xFFFF);
   const uint16_t gen = static_cast<uint16_t>(handle >> 16);
-  if (LiveSlot(idx, gen) == nullptr) return;
+  Slot* s = LiveSlot(idx, gen);
+  if (s == nullptr) return;
+  if (s->sent && usable()) {
+    OutItem item;
+    item.kind = OutKind::kCancel;
+    item.slot = idx;
+    item.generation = gen;
+    out_queue_.push_back(std::move(item));
+    Touch();
+  }
   FinishSlot(idx, /*rekey=*/true);
+}
+
+void Connection::OnCancelFrame(const Imm& imm) {
+  for (ReadCtx& ctx : pending_reads_) {
+    if (ctx.is_request && ctx.token.slot == imm.slot && ctx.token.generation == imm.generation) {
+      ctx.cancelled = true;
+      return;
+    }
+  }
+  for (auto& [seq, ctx] : reads_) {
+    if (ctx.is_request && ctx.token.slot == imm.slot && ctx.token.generation == imm.generation) {
+      ctx.cancelled = true;
+      return;
+    }
+  }
+  for (auto& [id, ctx] : delayed_reads_) {
+    if (ctx.token.slot == imm.slot && ctx.token.generation == imm.generation) {
+      ctx.cancelled = true;
+      return;
+    }
+  }
+  RequestToken token;
+  token.slot = imm.slot;
+  token.generation = imm.generation;
+  if (handler_ != nullptr) handler_->OnCancel(this, token);
 }
 
 }  // namespace internal

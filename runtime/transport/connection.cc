@@ -356,6 +356,7 @@ void Connection::Close(absl::Status reason) {
     FinishSlot(static_cast<uint16_t>(i), /*rekey=*/true);
     sink->OnFailure(reason.code() == absl::StatusCode::kFailedPrecondition ||
                             reason.code() == absl::StatusCode::kUnavailable ||
+                            reason.code() == absl::StatusCode::kCancelled ||
                             reason.code() == absl::StatusCode::kResourceExhausted
                         ? reason
                         : absl::UnavailableError(reason.message()));
@@ -440,8 +441,9 @@ void Connection::Destroy() {
     if (e.large != nullptr && pool_ != nullptr) pool_->Put(e.large);
     e = SqEntry{};
   }
-  for (auto& [handle, buf] : quarantine_) {
-    if (pool_ != nullptr) pool_->RekeyAndPut(buf);
+  for (auto& [handle, bufs] : quarantine_) {
+    if (pool_ == nullptr) continue;
+    for (LargeBuffer* b : bufs) pool_->RekeyAndPut(b);
   }
   quarantine_.clear();
   for (auto& [ref, buf] : exposed_) {

@@ -70,6 +70,8 @@ class ResponseSink {
   virtual ~ResponseSink() = default;
   // The call's handle (for CancelCall), given before anything is sent.
   virtual void OnQueued(uint32_t /*handle*/) {}
+  // The request was posted to the QP (it may reach the server now).
+  virtual void OnSent() {}
   // `message` and `payload` are valid during the call only.
   virtual void OnResponse(absl::StatusCode code, absl::string_view message,
                           absl::string_view payload) = 0;
@@ -97,6 +99,11 @@ class ConnectionHandler {
   virtual ~ConnectionHandler() = default;
   virtual void OnEstablished(Connection*) {}
   virtual void OnRequest(Connection*, const IncomingRequest&) {}
+  // The client abandoned the request `token` names (kCancel). Delivered only
+  // for a request OnRequest already saw and that was not answered yet; the
+  // handler must still answer it exactly once (SendResponse, any code: the
+  // client only waits for it to reuse its buffers).
+  virtual void OnCancel(Connection*, const RequestToken&) {}
   // The connection failed or closed; every call on it already got OnFailure.
   virtual void OnClosed(Connection*, const absl::Status&) {}
 };
@@ -122,7 +129,10 @@ struct OutgoingRequest {
   std::string payload;
   PooledBuffer registered;
   size_t registered_len = 0;
-  uint64_t timeout_us = kNoTimeout;
+  // The call's deadline; the time left until it travels in the header,
+  // taken when the request is posted (so the server never sees more time
+  // than the client has left). InfiniteFuture: none.
+  absl::Time deadline = absl::InfiniteFuture();
   size_t payload_size() const {
     return write != nullptr ? source_size : registered ? registered_len : payload.size();
   }
@@ -159,8 +169,12 @@ class Connection final : public CmEventHandler {
   // before this returns, so callers must not touch it afterwards. Returns the
   // handle, or 0 when it failed at once.
   uint32_t StartCall(OutgoingRequest request, ResponseSink* sink);
-  // Retires the call: its sink is never called again; buffers it exposed are
-  // re-keyed before reuse. No-op for a finished call.
+  // Retires the call: its sink is never called again. A request already sent
+  // is cancelled on the server (kCancel); the buffers it exposed stay out of
+  // use until the server's answer for that slot and generation arrives (the
+  // server may still be reading or writing them), or are re-keyed when the
+  // connection ends first. A request not sent yet is dropped. No-op for a
+  // finished call.
   void CancelCall(uint32_t handle);
 
   // --- server role ---
@@ -225,7 +239,7 @@ class Connection final : public CmEventHandler {
     LargeBuffer* request_buffer = nullptr;
     LargeBuffer* reply_buffer = nullptr;
   };
-  enum class OutKind { kRequest, kResponse, kRelease };
+  enum class OutKind { kRequest, kResponse, kRelease, kCancel };
   struct OutItem {
     OutKind kind = OutKind::kRequest;
     uint32_t handle = 0;  // kRequest
@@ -236,6 +250,8 @@ class Connection final : public CmEventHandler {
     PooledBuffer registered;  // kResponse: payload at kRegisteredResponseOffset
     size_t registered_len = 0;
     uint32_t ref = 0;  // kRelease
+    uint16_t slot = 0;        // kCancel
+    uint16_t generation = 0;  // kCancel
   };
   struct ReadCtx {
     bool is_request = false;
@@ -245,6 +261,7 @@ class Connection final : public CmEventHandler {
     RequestToken token;
     std::string method;
     uint64_t timeout_us = kNoTimeout;
+    bool cancelled = false;  // the client sent kCancel meanwhile
     // response pull (client)
     uint32_t handle = 0;
     uint32_t ref = 0;
@@ -299,6 +316,9 @@ class Connection final : public CmEventHandler {
   Slot* LiveSlot(uint16_t slot, uint16_t gen);
   void FinishSlot(uint16_t slot, bool rekey);
   void ReleaseQuarantined(uint16_t slot, uint16_t gen);
+  // Server: kCancel for (slot, gen). A request still being pulled is
+  // answered CANCELLED when its READ ends instead of being delivered.
+  void OnCancelFrame(const Imm& imm);
 
   // Rendezvous (rendezvous.cc).
   void StartRequestPull(const Imm& imm, const ParsedMessage& m);
@@ -360,9 +380,10 @@ class Connection final : public CmEventHandler {
   // Client slots.
   std::vector<Slot> slots_;
   std::vector<uint16_t> free_slots_;
-  // Reply buffers of calls retired before their response, by (gen << 16 |
-  // slot): kept out of use until the late response arrives.
-  absl::flat_hash_map<uint32_t, LargeBuffer*> quarantine_;
+  // Buffers of calls retired before their response (request and reply
+  // buffers), by (gen << 16 | slot): kept out of use until the late
+  // response arrives (the server may still READ or WRITE them).
+  absl::flat_hash_map<uint32_t, std::vector<LargeBuffer*>> quarantine_;
   size_t busy_slots_ = 0;
 
   // Server: response buffers exposed to the client until kRelease.

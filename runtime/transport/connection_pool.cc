@@ -29,5 +29,14 @@ absl::StatusOr<Connection*> ConnectionPool::Get(int slot) {
   return s.conn;
 }
 
+void ConnectionPool::CloseConnectionsOf(Engine* engine, const absl::Status& reason) {
+  for (auto& s : slots_) {
+    if (s->engine != engine || s->conn == nullptr) continue;
+    Connection* c = s->conn;
+    s->conn = nullptr;
+    c->Close(reason);
+  }
+}
+
 }  // namespace internal
 }  // namespace rdmarpc

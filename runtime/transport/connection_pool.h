@@ -33,6 +33,9 @@ class ConnectionPool {
   // Engine thread of `slot`: its connection, connecting a new one when there
   // is none or it failed. Status says why a connection could not be started.
   absl::StatusOr<Connection*> Get(int slot);
+  // Engine thread of `engine`: closes the connections of its slots; their
+  // calls fail with `reason`.
+  void CloseConnectionsOf(Engine* engine, const absl::Status& reason);
 
  private:
   struct Slot final : ConnectionHandler {

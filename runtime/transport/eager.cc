@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/transport_stats.h"
@@ -90,6 +91,12 @@ bool Connection::SendOne(OutItem& item) {
       PostEager(MsgKind::kRelease, 0, 0, h, {}, {}, {}, {});
       return true;
     }
+    case OutKind::kCancel: {
+      WireHeader h;
+      h.kind = MsgKind::kCancel;
+      PostEager(MsgKind::kCancel, item.slot, item.generation, h, {}, {}, {}, {});
+      return true;
+    }
   }
   return true;
 }
@@ -105,7 +112,12 @@ bool Connection::SendRequest(uint32_t handle) {
   h.kind = MsgKind::kRequest;
   h.aux_len = static_cast<uint16_t>(r.method.size());
   h.payload_len = static_cast<uint32_t>(payload_size);
-  h.timeout_us = r.timeout_us;
+  if (r.deadline != absl::InfiniteFuture()) {
+    // Taken now, as the request goes on the wire: time spent connecting or
+    // queued behind other requests is not offered to the server.
+    h.timeout_us = static_cast<uint64_t>(
+        std::max<int64_t>(0, absl::ToInt64Microseconds(r.deadline - absl::Now())));
+  }
   const size_t eager_total = kWireHeaderBytes + r.method.size() + payload_size;
   if (eager_total <= EagerLimit()) {
     if (r.write != nullptr) {
@@ -115,6 +127,7 @@ bool Connection::SendRequest(uint32_t handle) {
       PostEager(MsgKind::kRequest, idx, gen, h, r.method, {}, {}, r.payload_view());
     }
     s->sent = true;
+    s->sink->OnSent();
     r.payload = std::string();
     r.registered.reset();
     return true;
@@ -160,6 +173,7 @@ bool Connection::SendRequest(uint32_t handle) {
                   static_cast<uint32_t>(std::min<size_t>((*reply)->capacity, UINT32_MAX))};
   PostEager(MsgKind::kRequest, idx, gen, h, r.method, pr, rb, {});
   s->sent = true;
+  s->sink->OnSent();
   r.payload = std::string();
   return true;
 }
@@ -455,9 +469,11 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
         " disagrees with header kind ", static_cast<int>(m.header.kind))));
     return;
   }
-  // Requests and releases only go client → server, responses the other way.
+  // Requests, releases and cancels only go client → server, responses the
+  // other way.
   const bool wrong_way =
-      is_client_ ? (m.header.kind == MsgKind::kRequest || m.header.kind == MsgKind::kRelease)
+      is_client_ ? (m.header.kind == MsgKind::kRequest || m.header.kind == MsgKind::kRelease ||
+                    m.header.kind == MsgKind::kCancel)
                  : (m.header.kind == MsgKind::kResponse ||
                     m.header.kind == MsgKind::kResponseWritten);
   if (wrong_way) {
@@ -471,6 +487,9 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
       return;
     case MsgKind::kRelease:
       OnRelease(m.header.ref);
+      return;
+    case MsgKind::kCancel:
+      OnCancelFrame(imm);
       return;
     case MsgKind::kRequest: {
       if (m.header.flags & kFlagPayloadRemote) {

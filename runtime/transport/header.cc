@@ -39,7 +39,7 @@ RemoteBuffer GetRemote(const char* in) {
 
 }  // namespace
 
-bool IsValidKind(uint8_t kind) { return kind >= 1 && kind <= 5; }
+bool IsValidKind(uint8_t kind) { return kind >= 1 && kind <= 6; }
 
 uint32_t EncodeImm(const Imm& imm) {
   return (static_cast<uint32_t>(imm.kind) << 28) |

@@ -19,6 +19,11 @@ enum class MsgKind : uint8_t {
   kCredit = 3,           // either way: only returns credits
   kRelease = 4,          // client → server: done pulling an exposed response
   kResponseWritten = 5,  // server → client, WRITE_WITH_IMM into the reply buffer
+  // client → server: the call in imm_data's slot and generation was abandoned
+  // (cancelled, or its deadline passed). The server still answers it once
+  // (then CANCELLED), so the client knows when the buffers it exposed for
+  // the call are no longer touched.
+  kCancel = 6,
 };
 bool IsValidKind(uint8_t kind);
 

@@ -52,8 +52,13 @@ void Connection::StartRequestPull(const Imm& imm, const ParsedMessage& m) {
     timers_.push_back(engine_->AddTimer(absl::Now() + delay, [this, id] {
       auto node = delayed_reads_.extract(id);
       if (node.empty()) return;
-      if (!usable()) {
+      if (!usable() || node.mapped().cancelled) {
         if (pool_ != nullptr) pool_->Put(node.mapped().buffer);
+        if (usable()) {
+          SendResponse(node.mapped().token, absl::StatusCode::kCancelled,
+                       "cancelled by the client", std::string());
+          Flush();
+        }
         return;
       }
       PostRead(std::move(node.mapped()));
@@ -147,6 +152,14 @@ void Connection::OnReadCompletion(uint64_t seq, const ibv_wc& wc) {
         << " failed: " << ibv_wc_status_str(wc.status);
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
     return;  // OnSendCompletion closes the connection
+  }
+  if (ctx.is_request && ctx.cancelled) {
+    // Abandoned by the client while we pulled it: answer so the client may
+    // reuse the buffers it exposed; the handler never sees it.
+    if (pool_ != nullptr) pool_->Put(ctx.buffer);
+    SendResponse(ctx.token, absl::StatusCode::kCancelled, "cancelled by the client",
+                 std::string());
+    return;
   }
   if (ctx.is_request) {
     DeliverRequest(ctx.token, ctx.method, absl::string_view(ctx.buffer->data, ctx.remote.length),

@@ -220,7 +220,7 @@ TEST(ConnectionFailure, PeerVanishesWithEightWritesInFlight) {
         OutgoingRequest r;
         r.method = "/t.S/M";
         r.payload = std::string(kLarge, static_cast<char>('a' + i));
-        r.timeout_us = 5'000'000;
+        r.deadline = absl::Now() + absl::Seconds(5);
         (*c)->StartCall(std::move(r), &sinks[i]);
       }
     });
@@ -329,7 +329,7 @@ TEST(ConnectionFailure, ServerVanishesUnderEightRequestsInFlight) {
         OutgoingRequest r;
         r.method = "/t.S/M";
         r.payload = std::string(100, static_cast<char>('a' + i));
-        r.timeout_us = 5'000'000;
+        r.deadline = absl::Now() + absl::Seconds(5);
         (*c)->StartCall(std::move(r), &sinks[i]);
       }
     });
