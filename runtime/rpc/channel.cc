@@ -6,6 +6,7 @@
 #include "glog/logging.h"
 #include "runtime/rpc/address.h"
 #include "runtime/rpc/channel_impl.h"
+#include "runtime/rpc/status_payloads.h"
 #include "runtime/verbs/verbs.h"
 
 namespace rdmarpc {
@@ -19,17 +20,21 @@ absl::StatusOr<std::shared_ptr<Channel>> CreateChannel(absl::string_view target,
   absl::StatusOr<std::unique_ptr<internal::ChannelImpl>> impl =
       internal::ChannelImpl::Create(target, options);
   if (!impl.ok()) return impl.status();
-  return std::make_shared<Channel>(std::move(*impl));
+  return std::shared_ptr<Channel>(new Channel(std::move(*impl)));
 }
 
 namespace internal {
 
 void ClientCall::OnResponse(absl::StatusCode code, absl::string_view message,
                             absl::string_view payload) {
-  // A server answered: ClientContext::peer() names it.
-  if (context != nullptr) context->set_peer_for_runtime(*peer);
   if (code != absl::StatusCode::kOk) {
-    Finish(absl::Status(code, message));
+    absl::Status status(code, message);
+    if (!payload.empty() && !DecodeStatusPayloads(payload, &status)) {
+      status = absl::InternalError(absl::StrCat(
+          "status details of ", payload.size(), " bytes from ", *peer,
+          " did not decode; the status was ", absl::StatusCodeToString(code), ": ", message));
+    }
+    Finish(std::move(status));
     return;
   }
   if (!response->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
@@ -43,6 +48,32 @@ void ClientCall::OnResponse(absl::StatusCode code, absl::string_view message,
 void ClientCall::OnFailure(absl::Status status) { Finish(std::move(status)); }
 
 void ClientCall::Finish(absl::Status status) {
+  if (bound && !ClientContextAccess::Unbind(context)) {
+    // TryCancel won: its task (already posted) ends the call CANCELLED.
+    if (timer != 0) engine->CancelTimer(timer);
+    timer = 0;
+    end_deferred = true;
+    return;
+  }
+  Deliver(std::move(status));
+}
+
+void ClientCall::RequestCancel() {
+  engine->Post([this] { OnCancelRequested(); });
+}
+
+void ClientCall::OnCancelRequested() {
+  if (timer != 0) engine->CancelTimer(timer);
+  timer = 0;
+  // Still live on its connection unless it ended meanwhile (a connection
+  // fails its calls before it goes away, so `conn` is valid here).
+  if (!end_deferred && handle != 0 && conn != nullptr) conn->CancelCall(handle);
+  ClientContextAccess::FinishCancel(context);
+  Deliver(absl::CancelledError(
+      absl::StrCat(method, " to ", *peer, " was cancelled (ClientContext::TryCancel)")));
+}
+
+void ClientCall::Deliver(absl::Status status) {
   if (timer != 0 && engine != nullptr) engine->CancelTimer(timer);
   if (waiter != nullptr) {
     CallWaiter* w = waiter;
@@ -105,8 +136,17 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
 }
 
 ChannelImpl::~ChannelImpl() {
-  // Engines first: their connections fail pending calls and tell the pools.
-  for (auto& e : engines_) e->Stop();
+  // Engines first: their connections fail pending calls (CANCELLED, as
+  // gRPC's channel destruction does) and tell the pools.
+  for (auto& e : engines_) {
+    Engine* engine = e.get();
+    e->Stop([this, engine] {
+      for (auto& pool : pools_) {
+        pool->CloseConnectionsOf(
+            engine, absl::CancelledError(absl::StrCat("channel to ", target_, " destroyed")));
+      }
+    });
+  }
   engines_.clear();
   pools_.clear();
   device_.reset();
@@ -148,6 +188,15 @@ void ChannelImpl::StartOnEngine(ClientCall* call, ConnectionPool* pool, int slot
         "deadline passed before ", call->method, " was sent to ", pool->name())));
     return;
   }
+  if (call->context != nullptr) {
+    if (!ClientContextAccess::Bind(call->context, call)) {
+      ClientContextAccess::FinishCancel(call->context);
+      call->Finish(absl::CancelledError(absl::StrCat(
+          call->method, " was cancelled (ClientContext::TryCancel) before it was sent")));
+      return;
+    }
+    call->bound = true;
+  }
   absl::StatusOr<Connection*> conn = pool->Get(slot);
   if (!conn.ok()) {
     call->Finish(absl::UnavailableError(conn.status().message()));
@@ -179,10 +228,7 @@ void ChannelImpl::StartOnEngine(ClientCall* call, ConnectionPool* pool, int slot
   req.payload = std::move(call->payload);
   req.registered = std::move(call->registered);
   req.registered_len = call->registered_len;
-  if (call->deadline != absl::InfiniteFuture()) {
-    req.timeout_us = static_cast<uint64_t>(
-        std::max<int64_t>(0, absl::ToInt64Microseconds(call->deadline - now)));
-  }
+  req.deadline = call->deadline;
   // May finish (and delete) the call before returning.
   call->conn->StartCall(std::move(req), call);
 }

@@ -15,6 +15,7 @@
 #include "rdmarpc/channel.h"
 #include "rdmarpc/client_context.h"
 #include "runtime/rpc/call_waiter.h"
+#include "runtime/rpc/context_access.h"
 #include "runtime/transport/completion_poller.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/connection_pool.h"
@@ -23,11 +24,13 @@
 namespace rdmarpc {
 namespace internal {
 
+class ChannelImpl;
+
 // One unary call in flight. Touched only by the engine's poller holder
 // after Start. Asynchronous: heap-allocated, owned by itself once started,
 // deleted right after `done` runs. Synchronous: on the caller's stack; Finish
 // stores the status in `*result` and notifies `waiter` (its last touch).
-class ClientCall final : public ResponseSink {
+class ClientCall final : public ResponseSink, public CallCanceller {
  public:
   absl::string_view method;   // valid while the call lives (see method_storage)
   std::string method_storage;  // asynchronous calls own their method name
@@ -53,13 +56,36 @@ class ClientCall final : public ResponseSink {
   Engine::TimerId timer = 0;
   const std::string* peer = nullptr;  // the pool's name; outlives the call
 
+  // The context's cancellation is bound (ClientContextAccess::Bind).
+  bool bound = false;
+  // The call ended while TryCancel was handing it its cancellation: the
+  // cancel task delivers the end.
+  bool end_deferred = false;
+
   void OnQueued(uint32_t h) override { handle = h; }
+  void OnSent() override {
+    if (context != nullptr) ClientContextAccess::SetPeer(context, *peer);
+  }
   void OnResponse(absl::StatusCode code, absl::string_view message,
                   absl::string_view payload) override;
   void OnFailure(absl::Status status) override;
+  // TryCancel (any thread): posts OnCancelRequested to the call's engine.
+  void RequestCancel() override;
+  // Engine thread: retires the call on its connection (the server is told)
+  // and ends it CANCELLED.
+  void OnCancelRequested();
+  // The call's own end (response, failure, deadline): delivered unless
+  // TryCancel won the race, then OnCancelRequested delivers CANCELLED.
+  void Finish(absl::Status status);
   // Asynchronous: runs `done` and deletes this. Synchronous: stores the
   // status and wakes the caller.
-  void Finish(absl::Status status);
+  void Deliver(absl::Status status);
+};
+
+// The runtime's access to Channel's internals (the public class exposes none).
+class ChannelAccess {
+ public:
+  static ChannelImpl* Impl(const Channel* channel) { return channel->impl_.get(); }
 };
 
 class ChannelImpl {

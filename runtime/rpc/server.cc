@@ -5,13 +5,17 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "runtime/rpc/address.h"
+#include "runtime/rpc/context_access.h"
 #include "runtime/rpc/server_impl.h"
+#include "runtime/rpc/status_payloads.h"
 #include "runtime/rpc/server_test_hooks.h"
 #include "runtime/transport/header.h"
 #include "runtime/transport/transport.h"
@@ -30,6 +34,14 @@ void Server::Shutdown(absl::Duration grace) { impl_->Shutdown(grace); }
 void Server::Wait() { impl_->Wait(); }
 
 namespace internal {
+namespace {
+// How long a handler-pool thread that ran out of work spins before it
+// sleeps. Short: on a 2-core host a spinning pool thread takes the core the
+// worker and the peer need.
+constexpr absl::Duration kHandlerSpin = absl::Microseconds(20);
+// Most handler threads when ServerOptions::max_handler_threads is 0.
+constexpr int kDefaultMaxHandlerThreads = 256;
+}  // namespace
 
 ServerImpl::ServerImpl(const ServerOptions& options) : options_(options) {}
 
@@ -57,6 +69,11 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
     absl::MutexLock lock(&mu_);
     if (state_ != State::kNew) return absl::FailedPreconditionError("Server already started");
   }
+  if (options_.handler_threads < 0 || options_.max_handler_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServerOptions: handler_threads ", options_.handler_threads, " and max_handler_threads ",
+        options_.max_handler_threads, " (>= 0)"));
+  }
   if (options_.num_workers < 1 || options_.recv_depth < 2 || options_.recv_depth > 65535 ||
       options_.recv_buffer_bytes < 256 || options_.eager_limit_bytes < 256 ||
       options_.max_message_bytes == 0 || options_.max_message_bytes > 0xFFFFFF00u) {
@@ -71,6 +88,20 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
   (void)Verbs();
   device_ = std::make_unique<DeviceResources>(options_.large_buffer_pool_bytes,
                                               options_.large_buffer_pool_bytes);
+  const int handler_threads =
+      options_.handler_threads > 0
+          ? options_.handler_threads
+          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (options_.max_handler_threads != 0 && options_.max_handler_threads < handler_threads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ServerOptions: max_handler_threads ", options_.max_handler_threads,
+                     " is below handler_threads ", handler_threads));
+  }
+  const int max_threads =
+      options_.max_handler_threads != 0 ? options_.max_handler_threads
+                                        : std::max(handler_threads, kDefaultMaxHandlerThreads);
+  pool_ = std::make_unique<HandlerPool>(handler_threads, max_threads, "rdmarpc-handler",
+                                        kHandlerSpin);
   acceptor_ = std::make_unique<Engine>("rdmarpc-acceptor");
   if (absl::Status s = acceptor_->Start(); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("starting acceptor: ", s.message()));
@@ -246,18 +277,72 @@ void ServerImpl::Worker::OnRequest(Connection* conn, const IncomingRequest& req)
   server->Dispatch(this, conn, req);
 }
 
+void ServerImpl::Worker::OnCancel(Connection* conn, const RequestToken& token) {
+  auto calls = pool_calls.find(conn);
+  if (calls == pool_calls.end()) return;
+  auto it = calls->second.find(static_cast<uint32_t>(token.generation) << 16 | token.slot);
+  if (it == calls->second.end()) return;
+  PoolCall* call = it->second;
+  if (call->answered) return;
+  call->answered = true;
+  // Answered now, so the client may reuse the buffers it exposed; the
+  // handler's own answer will be dropped.
+  conn->SendResponse(token, absl::StatusCode::kCancelled,
+                     absl::StrCat(*call->method, " was cancelled by the client"), std::string());
+  ServerContextAccess::Cancel(&call->context);
+}
+
+void ServerImpl::Worker::OnClosed(Connection* conn, const absl::Status&) {
+  conns.erase(conn);
+  auto calls = pool_calls.extract(conn);
+  if (calls.empty()) return;
+  // The client is gone: its calls' handlers are told, their answers dropped.
+  for (auto& [key, call] : calls.mapped()) {
+    call->conn = nullptr;
+    call->answered = true;
+    ServerContextAccess::Cancel(&call->context);
+  }
+}
+
 void ServerImpl::Dispatch(Worker* worker, Connection* conn, const IncomingRequest& req) {
-  in_flight_.fetch_add(1);
+  if (draining_.load(std::memory_order_relaxed)) {
+    conn->SendResponse(req.token, absl::StatusCode::kUnavailable,
+                       absl::StrCat("server shutting down: ", req.method, " was not started"),
+                       std::string());
+    return;
+  }
   // Heterogeneous lookup: no std::string made for the method name.
   auto it = methods_.find(req.method);
   if (it == methods_.end()) {
     conn->SendResponse(req.token, absl::StatusCode::kUnimplemented,
                        absl::StrCat("method ", req.method, " is not implemented by this server"),
                        std::string());
-    in_flight_.fetch_sub(1);
     return;
   }
-  const MethodHandler* handler = it->second;
+  if (it->second->run_inline()) {
+    RunInline(worker, conn, req, &it->first, it->second);
+  } else {
+    SubmitToPool(worker, conn, req, &it->first, it->second);
+  }
+}
+
+namespace {
+
+absl::Time DeadlineFrom(uint64_t timeout_us) {
+  return timeout_us == kNoTimeout ? absl::InfiniteFuture()
+                                  : absl::Now() + absl::Microseconds(timeout_us);
+}
+
+absl::Status ParseFailure(const IncomingRequest& req, const std::string& method,
+                          const google::protobuf::MessageLite& request) {
+  return absl::InternalError(absl::StrCat("request of ", req.payload.size(), " bytes to ", method,
+                                          " did not parse as ", request.GetTypeName()));
+}
+
+}  // namespace
+
+void ServerImpl::RunInline(Worker* worker, Connection* conn, const IncomingRequest& req,
+                           const std::string* method, const MethodHandler* handler) {
   Worker::Messages& cached = worker->messages[handler];
   std::unique_ptr<google::protobuf::MessageLite> fresh_request, fresh_response;
   google::protobuf::MessageLite* request;
@@ -280,57 +365,132 @@ void ServerImpl::Dispatch(Worker* worker, Connection* conn, const IncomingReques
   }
   // Parsed straight from the receive buffer (ParseFromArray clears first).
   if (!request->ParseFromArray(req.payload.data(), static_cast<int>(req.payload.size()))) {
-    conn->SendResponse(req.token, absl::StatusCode::kInternal,
-                       absl::StrCat("request of ", req.payload.size(), " bytes to ", it->first,
-                                    " did not parse as ", request->GetTypeName()),
-                       std::string());
-    if (reuse) cached.busy = false;
-    in_flight_.fetch_sub(1);
-    return;
-  }
-  const absl::Time deadline = req.timeout_us == kNoTimeout
-                                  ? absl::InfiniteFuture()
-                                  : absl::Now() + absl::Microseconds(req.timeout_us);
-  ServerContext context(&it->first, &conn->peer(), deadline);
-  absl::Status status = handler->Invoke(&context, *request, response);
-  if (status.ok()) {
-    const size_t size = response->ByteSizeLong();
-    // Small: serialised straight into the registered send buffer.
-    const bool sent = conn->TrySendResponseInPlace(
-        req.token, size,
-        [](const void* source, char* out) {
-          static_cast<const google::protobuf::MessageLite*>(source)
-              ->SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out));
-        },
-        response);
-    LargeBufferPool* pool = conn->large_pool();
-    if (sent) {
-      // done
-    } else if (size + kWireHeaderBytes > conn->eager_limit() && pool != nullptr &&
-               size <= options_.max_message_bytes) {
-      // Large: serialise straight into registered memory (no extra copy).
-      absl::StatusOr<LargeBuffer*> buf = pool->Get(kRegisteredResponseOffset + size);
-      if (buf.ok()) {
-        response->SerializeWithCachedSizesToArray(
-            reinterpret_cast<uint8_t*>((*buf)->data + kRegisteredResponseOffset));
-        conn->SendRegisteredResponse(req.token, PooledBuffer(pool, *buf), size);
-      } else {
-        std::string payload;
-        response->SerializeToString(&payload);
-        conn->SendResponse(req.token, absl::StatusCode::kOk, std::string(), std::move(payload));
-      }
-    } else {
-      // Queued behind others or out of credits: serialised now, copied into
-      // the send buffer later (counted by CountPayloadCopy).
-      std::string payload;
-      response->SerializeToString(&payload);
-      conn->SendResponse(req.token, absl::StatusCode::kOk, std::string(), std::move(payload));
-    }
+    SendReply(conn, req.token, ParseFailure(req, *method, *request), nullptr);
   } else {
-    conn->SendResponse(req.token, status.code(), std::string(status.message()), std::string());
+    ServerContext context;
+    ServerContextAccess::Init(&context, method, &conn->peer(), DeadlineFrom(req.timeout_us));
+    running_handlers_.fetch_add(1, std::memory_order_relaxed);
+    const absl::Status status = handler->Invoke(&context, *request, response);
+    running_handlers_.fetch_sub(1, std::memory_order_relaxed);
+    SendReply(conn, req.token, status, response);
   }
   if (reuse) cached.busy = false;
-  in_flight_.fetch_sub(1);
+}
+
+void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRequest& req,
+                              const std::string* method, const MethodHandler* handler) {
+  auto call = std::make_unique<PoolCall>();
+  call->request = handler->NewRequest();
+  // Parsed here: the receive buffer is re-posted once this step ends.
+  if (!call->request->ParseFromArray(req.payload.data(), static_cast<int>(req.payload.size()))) {
+    SendReply(conn, req.token, ParseFailure(req, *method, *call->request), nullptr);
+    return;
+  }
+  call->response = handler->NewResponse();
+  call->worker = worker;
+  call->conn = conn;
+  call->token = req.token;
+  call->handler = handler;
+  call->method = method;
+  call->peer = conn->peer();
+  ServerContextAccess::Init(&call->context, method, &call->peer, DeadlineFrom(req.timeout_us));
+  worker->pool_calls[conn][static_cast<uint32_t>(req.token.generation) << 16 | req.token.slot] =
+      call.get();
+  pool_calls_.fetch_add(1, std::memory_order_relaxed);
+  pool_->Submit([this, call = std::move(call)]() mutable { RunOnPool(std::move(call)); });
+  if (draining_.load(std::memory_order_acquire)) {
+    // Shutdown began after Dispatch looked, and may have emptied the queue
+    // before this call joined it: answer what is queued now (not started).
+    for (auto& task : pool_->TakeQueued()) std::move(task)();
+  }
+}
+
+void ServerImpl::RunOnPool(std::unique_ptr<PoolCall> call) {
+  absl::Status status;
+  if (draining_.load(std::memory_order_acquire)) {
+    status = absl::UnavailableError(
+        absl::StrCat("server shutting down: ", *call->method, " was not started"));
+  } else {
+    running_handlers_.fetch_add(1, std::memory_order_relaxed);
+    call->started.store(true, std::memory_order_relaxed);
+    status = call->handler->Invoke(&call->context, *call->request, call->response.get());
+    running_handlers_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  Worker* worker = call->worker;
+  // The reply is posted as soon as the worker runs this task: the handler
+  // does not wait for other handlers, or for the worker's poll batch.
+  worker->engine->Post([this, call = std::move(call), status = std::move(status)]() mutable {
+    FinishPoolCall(std::move(call), std::move(status));
+  });
+  // Last: Shutdown waits for this count before it stops the workers, so
+  // the task above is never posted to a stopped engine.
+  pool_calls_.fetch_sub(1, std::memory_order_release);
+}
+
+void ServerImpl::FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status status) {
+  Worker* worker = call->worker;
+  if (call->conn == nullptr) return;  // the connection closed: nobody to answer
+  auto calls = worker->pool_calls.find(call->conn);
+  if (calls != worker->pool_calls.end()) {
+    calls->second.erase(static_cast<uint32_t>(call->token.generation) << 16 | call->token.slot);
+    if (calls->second.empty()) worker->pool_calls.erase(calls);
+  }
+  if (call->answered) return;
+  SendReply(call->conn, call->token, status, call->response.get());
+}
+
+void ServerImpl::SendReply(Connection* conn, const RequestToken& token,
+                           const absl::Status& status,
+                           const google::protobuf::MessageLite* response) {
+  if (!status.ok()) {
+    // Binary details travel as the payload of the error response.
+    conn->SendResponse(token, status.code(), std::string(status.message()),
+                       EncodeStatusPayloads(status));
+    return;
+  }
+  const size_t size = response->ByteSizeLong();
+  // Small: serialised straight into the registered send buffer.
+  const bool sent = conn->TrySendResponseInPlace(
+      token, size,
+      [](const void* source, char* out) {
+        static_cast<const google::protobuf::MessageLite*>(source)
+            ->SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out));
+      },
+      response);
+  if (sent) return;
+  LargeBufferPool* pool = conn->large_pool();
+  if (size + kWireHeaderBytes > conn->eager_limit() && pool != nullptr &&
+      size <= options_.max_message_bytes) {
+    // Large: serialise straight into registered memory (no extra copy).
+    absl::StatusOr<LargeBuffer*> buf = pool->Get(kRegisteredResponseOffset + size);
+    if (buf.ok()) {
+      response->SerializeWithCachedSizesToArray(
+          reinterpret_cast<uint8_t*>((*buf)->data + kRegisteredResponseOffset));
+      conn->SendRegisteredResponse(token, PooledBuffer(pool, *buf), size);
+      return;
+    }
+  }
+  // Queued behind others or out of credits: serialised now, copied into
+  // the send buffer later (counted by CountPayloadCopy).
+  std::string payload;
+  response->SerializeToString(&payload);
+  conn->SendResponse(token, absl::StatusCode::kOk, std::string(), std::move(payload));
+}
+
+void ServerImpl::CancelPoolCalls(Worker* worker) {
+  for (auto& [conn, calls] : worker->pool_calls) {
+    for (auto& [key, call] : calls) {
+      if (call->answered) continue;
+      call->answered = true;
+      conn->SendResponse(call->token, absl::StatusCode::kUnavailable,
+                         absl::StrCat("server shutting down: ", *call->method,
+                                      call->started.load(std::memory_order_relaxed)
+                                          ? " did not finish within the grace period"
+                                          : " was not started"),
+                         std::string());
+      ServerContextAccess::Cancel(&call->context);
+    }
+  }
 }
 
 void ServerImpl::Shutdown(absl::Duration grace) {
@@ -339,14 +499,58 @@ void ServerImpl::Shutdown(absl::Duration grace) {
     if (state_ != State::kRunning) return;
     state_ = State::kStopping;
   }
-  // 1. Stop accepting: the listener goes with the acceptor.
+  for (auto& w : workers_) {
+    CHECK(!w->engine->InEngineThread()) << "Server::Shutdown called from a service method";
+  }
+  // 1. No handler starts from now on: new requests and queued pool calls
+  //    are answered UNAVAILABLE. Stop accepting: the listener goes with
+  //    the acceptor.
+  draining_.store(true, std::memory_order_release);
+  // Calls still waiting for a pool thread are answered now, here, rather
+  // than when a thread frees up (each sees draining_ and starts nothing).
+  for (auto& task : pool_->TakeQueued()) std::move(task)();
   accepting_.store(false);
   acceptor_->Stop([this] { listen_id_.reset(); });
-  // 2. Let handlers that are running finish, up to `grace`.
+  // 2. Handlers that run may finish within `grace`; their replies are posted
+  //    as they return.
   const absl::Time until = absl::Now() + grace;
-  while (in_flight_.load() > 0 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(1));
-  // 3. Disconnect every client and join the workers; Engine::Stop destroys
-  //    the connections (QP first) after they are closed.
+  while ((pool_calls_.load(std::memory_order_acquire) > 0 ||
+          running_handlers_.load(std::memory_order_relaxed) > 0) &&
+         absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  // 3. The rest are cancelled: their clients get UNAVAILABLE now, their
+  //    contexts report IsCancelled(). Then wait for those handlers to
+  //    return (one that ignores IsCancelled() holds Shutdown up; it is
+  //    logged by method name every second).
+  if (pool_calls_.load(std::memory_order_acquire) > 0) {
+    for (auto& w : workers_) {
+      Worker* wp = w.get();
+      w->engine->Post([this, wp] { CancelPoolCalls(wp); });
+    }
+    absl::Time next_log = absl::Now() + absl::Seconds(1);
+    while (pool_calls_.load(std::memory_order_acquire) > 0) {
+      absl::SleepFor(absl::Milliseconds(1));
+      if (absl::Now() >= next_log) {
+        next_log = absl::Now() + absl::Seconds(1);
+        for (auto& w : workers_) {
+          Worker* wp = w.get();
+          w->engine->Post([wp] {
+            for (const auto& [conn, calls] : wp->pool_calls) {
+              for (const auto& [key, call] : calls) {
+                LOG(WARNING) << "Server::Shutdown waits for a cancelled handler of "
+                             << *call->method << " (from " << call->peer
+                             << ") that has not returned";
+              }
+            }
+          });
+        }
+      }
+    }
+  }
+  // 4. Disconnect every client and join the workers; Engine::Stop destroys
+  //    the connections (QP first) after they are closed. Replies posted
+  //    above go out first: a worker runs its tasks in order.
   for (auto& w : workers_) {
     Worker* wp = w.get();
     w->engine->Stop([wp] {
@@ -356,6 +560,7 @@ void ServerImpl::Shutdown(absl::Duration grace) {
       }
     });
   }
+  pool_->Stop();
   absl::MutexLock lock(&mu_);
   state_ = State::kStopped;
 }

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "rdmarpc/server.h"
 #include "rdmarpc/service.h"
+#include "runtime/rpc/handler_pool.h"
 #include "runtime/transport/completion_poller.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/buffer_pool.h"
@@ -39,11 +40,35 @@ class ServerImpl final : public CmEventHandler {
   void OnCmEvent(const CmEvent& event) override;
 
  private:
+  struct Worker;
+  // A call whose handler runs (or waits to run) on the handler pool. Owned
+  // by the pool task until the handler returned, then by the engine task
+  // that answers it.
+  struct PoolCall {
+    Worker* worker = nullptr;
+    // Engine thread only: nullptr once the connection closed.
+    Connection* conn = nullptr;
+    RequestToken token;
+    const MethodHandler* handler = nullptr;
+    const std::string* method = nullptr;  // key in methods_
+    std::string peer;                     // the connection may close first
+    std::unique_ptr<google::protobuf::MessageLite> request;
+    std::unique_ptr<google::protobuf::MessageLite> response;
+    ServerContext context;
+    // Engine thread only: the client was answered already (cancelled by it,
+    // or by Shutdown); the handler's own answer is dropped.
+    bool answered = false;
+    // Set by the pool thread as the handler starts.
+    std::atomic<bool> started{false};
+  };
   // Per worker: its connections and the dispatch upcall.
   struct Worker final : ConnectionHandler {
     ServerImpl* server = nullptr;
     std::unique_ptr<Engine> engine;
     absl::flat_hash_set<Connection*> conns;  // engine thread only
+    // Pool calls not answered yet, by connection and request token
+    // (slot | generation << 16). Engine thread only.
+    absl::flat_hash_map<Connection*, absl::flat_hash_map<uint32_t, PoolCall*>> pool_calls;
     // Request/response messages kept per method and reused (Clear keeps
     // their buffers), so a small call allocates nothing in steady state.
     // Engine thread only; `busy` while a handler runs (never nested today,
@@ -55,11 +80,30 @@ class ServerImpl final : public CmEventHandler {
     };
     absl::flat_hash_map<const MethodHandler*, Messages> messages;
     void OnRequest(Connection* conn, const IncomingRequest& req) override;
-    void OnClosed(Connection* conn, const absl::Status&) override { conns.erase(conn); }
+    void OnCancel(Connection* conn, const RequestToken& token) override;
+    void OnClosed(Connection* conn, const absl::Status&) override;
   };
   enum class State { kNew, kRunning, kStopping, kStopped };
 
   void Dispatch(Worker* worker, Connection* conn, const IncomingRequest& req);
+  // Runs a synchronous handler inline on the worker; answers at once.
+  void RunInline(Worker* worker, Connection* conn, const IncomingRequest& req,
+                 const std::string* method, const MethodHandler* handler);
+  // Worker: parses the request and queues the call on the handler pool.
+  void SubmitToPool(Worker* worker, Connection* conn, const IncomingRequest& req,
+                    const std::string* method, const MethodHandler* handler);
+  // Pool thread: runs the handler (unless Shutdown began before it started),
+  // then hands the call back to its worker.
+  void RunOnPool(std::unique_ptr<PoolCall> call);
+  // Worker: answers a pool call whose handler returned `status`.
+  void FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status status);
+  // Worker: the answer of a call, serialised straight into registered
+  // memory where it fits (see Connection::TrySendResponseInPlace).
+  void SendReply(Connection* conn, const RequestToken& token, const absl::Status& status,
+                 const google::protobuf::MessageLite* response);
+  // Worker: cancels every pool call of its connections that is not
+  // answered yet, answering it UNAVAILABLE.
+  void CancelPoolCalls(Worker* worker);
   void OnConnectRequest(const CmEvent& event);
   static void Reject(rdma_cm_id* id, uint32_t reason);
   absl::Status ProbeRegistration();
@@ -76,7 +120,13 @@ class ServerImpl final : public CmEventHandler {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<uint32_t> next_worker_{0};
   std::atomic<bool> accepting_{false};
-  std::atomic<int> in_flight_{0};
+  std::unique_ptr<HandlerPool> pool_;
+  // Set when Shutdown begins: no handler starts after it.
+  std::atomic<bool> draining_{false};
+  // Pool calls submitted and not yet handed back to their worker.
+  std::atomic<int> pool_calls_{0};
+  // Handlers running now (pool and inline).
+  std::atomic<int> running_handlers_{0};
   int port_ = 0;
 
   absl::Mutex mu_;

@@ -51,7 +51,7 @@ void AsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* c
                     const google::protobuf::MessageLite& request,
                     google::protobuf::MessageLite* response,
                     absl::AnyInvocable<void(absl::Status) &&> done) {
-  ChannelImpl* impl = channel->impl();
+  ChannelImpl* impl = ChannelAccess::Impl(channel);
   const size_t size = request.ByteSizeLong();
   if (absl::Status s = CheckCall(impl, method, size, context); !s.ok()) {
     std::move(done)(std::move(s));
@@ -78,7 +78,7 @@ void AsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* c
 absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method, ClientContext* context,
                                const google::protobuf::MessageLite& request,
                                google::protobuf::MessageLite* response) {
-  ChannelImpl* impl = channel->impl();
+  ChannelImpl* impl = ChannelAccess::Impl(channel);
   if (impl->OnEngineThread()) {
     // Inside a completion callback: this thread drives the engine that would
     // have to deliver the response, and the deadline timer runs here too.

@@ -33,8 +33,7 @@ absl::Status InvokeMethod(const rdmarpc::Service& service, size_t index,
   std::unique_ptr<google::protobuf::MessageLite> parsed = handler.NewRequest();
   EXPECT_TRUE(parsed->ParseFromString(request.SerializeAsString()));
   *response = handler.NewResponse();
-  rdmarpc::ServerContext context(handler.full_name(), "127.0.0.1:5000",
-                                 absl::InfiniteFuture());
+  rdmarpc::ServerContext context;
   return handler.Invoke(&context, *parsed, response->get());
 }
 
@@ -132,7 +131,8 @@ TEST(GeneratedService, OverrideIsCalledThroughInvokeWithTheRequest) {
   const auto& typed = static_cast<const golden::v1::Response&>(*response);
   EXPECT_EQ(typed.key(), "k!");
   EXPECT_EQ(typed.value(), 42);
-  EXPECT_EQ(store.seen_method_, "/golden.v1.Store/Get");
+  // A ServerContext made for a unit test names no method (the runtime's do).
+  EXPECT_EQ(store.seen_method_, "");
 }
 
 TEST(GeneratedService, MangledOverridesAreCalledForTheirWireNames) {

@@ -24,9 +24,14 @@
 
 namespace rdmarpc {
 
+class Channel;
+struct ChannelOptions;
 namespace internal {
 class ChannelImpl;
+class ChannelAccess;
 }  // namespace internal
+absl::StatusOr<std::shared_ptr<Channel>> CreateChannel(absl::string_view target,
+                                                       const ChannelOptions& options);
 
 struct RDMARPC_EXPORT ChannelOptions {
   // RC connections kept per server address.
@@ -53,7 +58,7 @@ struct RDMARPC_EXPORT ChannelOptions {
 
 class RDMARPC_EXPORT Channel {
  public:
-  // Fails every call still in flight with UNAVAILABLE (their callbacks run
+  // Fails every call still in flight with CANCELLED (their callbacks run
   // before this returns), closes the connections and joins the engine
   // threads. Must not run on an engine thread, i.e. the last reference must
   // not be dropped inside a call's callback (CHECK failure).
@@ -64,11 +69,12 @@ class RDMARPC_EXPORT Channel {
   // The target this channel was created with.
   const std::string& target() const;
 
-  // Internal: used by generated code and the runtime.
-  internal::ChannelImpl* impl() const { return impl_.get(); }
+ private:
+  friend class internal::ChannelAccess;
+  friend absl::StatusOr<std::shared_ptr<Channel>> CreateChannel(absl::string_view target,
+                                                                const ChannelOptions& options);
   explicit Channel(std::unique_ptr<internal::ChannelImpl> impl);
 
- private:
   std::unique_ptr<internal::ChannelImpl> impl_;
 };
 
@@ -79,7 +85,10 @@ class RDMARPC_EXPORT Channel {
 // Returns INVALID_ARGUMENT when `target` or `options` is malformed (the message
 // names the bad part), UNAVAILABLE when no RDMA provider can be opened.
 RDMARPC_EXPORT absl::StatusOr<std::shared_ptr<Channel>> CreateChannel(
-    absl::string_view target, const ChannelOptions& options = ChannelOptions());
+    absl::string_view target, const ChannelOptions& options);
+inline absl::StatusOr<std::shared_ptr<Channel>> CreateChannel(absl::string_view target) {
+  return CreateChannel(target, ChannelOptions());
+}
 
 }  // namespace rdmarpc
 

@@ -1,19 +1,32 @@
 // rdmarpc/client_context.h: per-call settings and results on the client side.
 //
-// A ClientContext carries the deadline of one call and, after the call, what
-// the runtime learned about it. Use a fresh ClientContext for every call, as
-// in gRPC:
+// A ClientContext carries the deadline of one call, lets another thread
+// cancel it, and after the call tells what the runtime learned about it. Use
+// a fresh ClientContext for every call, as in gRPC:
 //
 //   rdmarpc::ClientContext ctx;
 //   ctx.set_timeout(absl::Milliseconds(50));
 //   absl::Status s = stub->Echo(&ctx, request, &response);
 //   if (absl::IsDeadlineExceeded(s)) { ... }
 //
+// A call made while serving another one inherits that call's deadline and
+// cancellation:
+//
+//   absl::Status Frontend::Get(rdmarpc::ServerContext* server_ctx, ...) {
+//     std::unique_ptr<rdmarpc::ClientContext> ctx =
+//         rdmarpc::ClientContext::FromServerContext(*server_ctx);
+//     return backend_stub_->Get(ctx.get(), request, response);
+//   }
+//
 // Thread safety: a ClientContext belongs to one call; it may be set up on any
-// thread but must not be touched while its call is in flight.
+// thread but must not be touched while its call is in flight, except for
+// TryCancel, which any thread may call at any time while the context lives.
 #ifndef RDMARPC_CLIENT_CONTEXT_H_
 #define RDMARPC_CLIENT_CONTEXT_H_
 
+#include <atomic>
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/time/clock.h"
@@ -22,11 +35,26 @@
 
 namespace rdmarpc {
 
+class ServerContext;
+namespace internal {
+class ClientContextAccess;
+class CallCanceller;
+}  // namespace internal
+
 class RDMARPC_EXPORT ClientContext {
  public:
   ClientContext() = default;
+  // Detaches from the parent ServerContext (FromServerContext). The call
+  // must have finished.
+  ~ClientContext();
   ClientContext(const ClientContext&) = delete;
   ClientContext& operator=(const ClientContext&) = delete;
+
+  // A context for a call made while serving `server_context`'s call: its
+  // deadline is the server call's deadline, and cancelling the server call
+  // (the client gave up, the connection was lost, Shutdown's grace ran out)
+  // cancels this one. It must not outlive `server_context`. Any thread.
+  static std::unique_ptr<ClientContext> FromServerContext(const ServerContext& server_context);
 
   // The absolute time after which the call fails with DEADLINE_EXCEEDED.
   // Default: absl::InfiniteFuture() (no deadline, as in gRPC). The deadline
@@ -37,14 +65,38 @@ class RDMARPC_EXPORT ClientContext {
   void set_timeout(absl::Duration timeout) { deadline_ = absl::Now() + timeout; }
   absl::Time deadline() const { return deadline_; }
 
-  // After the call completes: the server address ("ip:port") that served it,
-  // or empty when no connection was made.
+  // Cancels the call: it ends with CANCELLED at once (its callback runs, or
+  // its blocking caller returns, without waiting for the server), exactly
+  // once. When the request was sent the server is told (its
+  // ServerContext::IsCancelled() turns true). Any thread, at any time while
+  // this context lives: before the call starts (it then fails CANCELLED
+  // without being sent), during it, or after it ended (then nothing
+  // happens). A call that completes while TryCancel runs may end either way.
+  void TryCancel();
+
+  // The server address ("ip:port") the call was sent to, set once the
+  // request went to a connection, whatever the call's outcome; empty when
+  // it never reached one.
   const std::string& peer() const { return peer_; }
-  void set_peer_for_runtime(std::string peer) { peer_ = std::move(peer); }
 
  private:
+  friend class internal::ClientContextAccess;
+
+  // Cancellation handshake between TryCancel and the call (see
+  // runtime/rpc/client_context.cc).
+  enum CancelState : int {
+    kIdle = 0,             // no call bound
+    kBound = 1,            // a call runs; canceller_ is valid
+    kCancelRequested = 2,  // TryCancel won: the canceller delivers the end
+    kCancelledEarly = 3,   // TryCancel before any call: the next one fails
+  };
+
   absl::Time deadline_ = absl::InfiniteFuture();
   std::string peer_;
+  std::atomic<int> cancel_state_{kIdle};
+  internal::CallCanceller* canceller_ = nullptr;
+  const ServerContext* parent_ = nullptr;
+  uint64_t parent_callback_ = 0;
 };
 
 }  // namespace rdmarpc

@@ -9,7 +9,12 @@
 //   server.Wait();
 //
 // The server listens with rdma_cm. Each worker thread owns a completion queue
-// and the connections assigned to it; handlers run on that worker.
+// and the connections assigned to it. Handlers run on a handler pool
+// (ServerOptions::handler_threads), never on a thread that polls a
+// completion queue, so a slow handler delays no other call; a method marked
+// `option (rdmarpc.method).run_inline = true` (rdmarpc/options.proto) runs
+// on its worker instead, for handlers that never block. A reply is posted
+// as soon as its handler returns.
 //
 // Thread safety: AddService before Start, from one thread. Shutdown and Wait
 // may be called from any thread, once Start returned OK.
@@ -45,6 +50,16 @@ struct RDMARPC_EXPORT ServerOptions {
   int recv_depth = 64;
   // Largest request or response, in bytes; larger fail RESOURCE_EXHAUSTED.
   size_t max_message_bytes = 64 * 1024 * 1024;
+  // Threads running synchronous handlers, kept even when idle; 0 = one per
+  // hardware thread (std::thread::hardware_concurrency()). Handlers of
+  // run_inline methods run on the workers instead.
+  int handler_threads = 0;
+  // The handler pool grows up to this many threads while every thread is
+  // busy (blocking handlers do not wait for each other), and shrinks back
+  // after 10 s without work; 0 = max(handler_threads, 256). Calls beyond it
+  // wait for a free thread. Start: INVALID_ARGUMENT when below
+  // handler_threads.
+  int max_handler_threads = 0;
   // Registered memory the server may hold for large messages, in bytes.
   // Start fails with RESOURCE_EXHAUSTED when it cannot be registered.
   size_t large_buffer_pool_bytes = 256 * 1024 * 1024;
@@ -73,10 +88,21 @@ class RDMARPC_EXPORT Server {
   // The port actually bound (after Start).
   int port() const;
 
-  // Stops accepting connections, lets calls in progress finish (up to
-  // `grace`), then disconnects every client; blocks until all that is done.
-  // Idempotent. Must not be called from a service method: it joins the
-  // worker threads, and a worker cannot join itself (CHECK failure).
+  // Stops the server; every call it accepted gets exactly one answer:
+  //  1. at once, no new handler starts: new connections are refused, and
+  //     calls arriving or still queued for the handler pool are answered
+  //     UNAVAILABLE without running;
+  //  2. handlers already running may finish within `grace`; each reply is
+  //     delivered as its handler returns;
+  //  3. handlers still running then are cancelled: their clients get
+  //     UNAVAILABLE now, their ServerContext::IsCancelled() turns true and
+  //     their on-cancel callbacks run; Shutdown waits for them to return (a
+  //     handler that ignores IsCancelled() holds it up, and is logged by
+  //     method name every second);
+  //  4. then every client is disconnected and the threads are joined.
+  // Returns as soon as that is done. Idempotent. Must not be called from a
+  // service method or an inline handler: it joins the threads (CHECK
+  // failure).
   void Shutdown(absl::Duration grace = absl::Seconds(5));
 
   // Blocks until Shutdown has completed.

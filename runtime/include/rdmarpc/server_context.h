@@ -1,50 +1,96 @@
 // rdmarpc/server_context.h: what a service method knows about its call.
 //
 // The runtime creates one ServerContext per incoming call and passes it to the
-// user's override of the generated Service method; it lives until the method
-// returns.
+// user's override of the generated Service method; it lives until the call
+// has been answered (for a synchronous handler: until the method returns).
 //
 //   absl::Status Echo(rdmarpc::ServerContext* ctx, const EchoRequest& req,
 //                     EchoResponse* resp) override {
-//     if (absl::Now() > ctx->deadline()) return absl::DeadlineExceededError("late");
+//     for (int i = 0; i < 100; ++i) {
+//       if (ctx->IsCancelled()) return absl::CancelledError("client gave up");
+//       DoSomeWork();
+//     }
 //     ...
 //   }
+//
+// A call is cancelled when the client cancels it (ClientContext::TryCancel,
+// or its deadline passed and it stopped waiting), when the client's
+// connection is lost, or when Server::Shutdown's grace period ran out before
+// the handler returned. The client has been answered by then; whatever the
+// handler returns afterwards is dropped.
 #ifndef RDMARPC_SERVER_CONTEXT_H_
 #define RDMARPC_SERVER_CONTEXT_H_
 
+#include <atomic>
+#include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "rdmarpc/export.h"
 
 namespace rdmarpc {
 
+namespace internal {
+class ServerContextAccess;
+}  // namespace internal
+
 class RDMARPC_EXPORT ServerContext {
  public:
-  ServerContext(std::string method, std::string peer, absl::Time deadline)
-      : method_(std::move(method)), peer_(std::move(peer)), deadline_(deadline) {}
-  // Runtime use: refers to `*method` and `*peer` without copying them (no
-  // allocation per call); both must outlive this context.
-  ServerContext(const std::string* method, const std::string* peer, absl::Time deadline)
-      : method_ref_(method), peer_ref_(peer), deadline_(deadline) {}
+  // A context for calling a service method directly, e.g. in a unit test of
+  // the service: no method name, empty peer, no deadline, not cancelled.
+  ServerContext() = default;
+  ~ServerContext() = default;
   ServerContext(const ServerContext&) = delete;
   ServerContext& operator=(const ServerContext&) = delete;
 
   // Full method name, "/package.Service/Method".
-  const std::string& method() const { return *method_ref_; }
+  const std::string& method() const { return *method_; }
   // The client's address, "ip:port".
-  const std::string& peer() const { return *peer_ref_; }
+  const std::string& peer() const { return *peer_; }
   // The client's deadline translated to this host's clock (the client sends
-  // the time remaining, as gRPC's grpc-timeout header does);
-  // absl::InfiniteFuture() when the client set none.
+  // the time remaining when its request goes on the wire, as gRPC's
+  // grpc-timeout header does); absl::InfiniteFuture() when it set none.
   absl::Time deadline() const { return deadline_; }
 
+  // True once the call was cancelled (see the top of this file). Any thread;
+  // cheap (one atomic load), so a long handler may poll it.
+  bool IsCancelled() const { return cancelled_.load(std::memory_order_acquire); }
+
+  // Runs `callback` once when the call is cancelled: on the thread that
+  // cancels it (a server worker, or the thread in Server::Shutdown), so it
+  // must not block; at once on this thread when the call is cancelled
+  // already. Never runs for a call that finishes uncancelled. Any thread,
+  // while the context lives. A ClientContext made by FromServerContext from
+  // this context must not be destroyed inside such a callback.
+  void AddOnCancelCallback(absl::AnyInvocable<void() &&> callback);
+
  private:
-  std::string method_;
-  std::string peer_;
-  const std::string* method_ref_ = &method_;
-  const std::string* peer_ref_ = &peer_;
-  absl::Time deadline_;
+  friend class internal::ServerContextAccess;
+
+  // Marks the call cancelled and runs the callbacks; false when it was
+  // cancelled already.
+  bool Cancel();
+  // Registers a callback that RemoveOnCancelCallback can take back; returns
+  // 0 (and runs nothing) when the call is cancelled already.
+  uint64_t AddRemovableOnCancelCallback(absl::AnyInvocable<void() &&> callback);
+  void RemoveOnCancelCallback(uint64_t id);
+
+  static const std::string& EmptyString();
+
+  const std::string* method_ = &EmptyString();
+  const std::string* peer_ = &EmptyString();
+  absl::Time deadline_ = absl::InfiniteFuture();
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex mu_;  // only for callbacks: never taken on a call's fast path
+  uint64_t next_callback_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool callbacks_running_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::pair<uint64_t, absl::AnyInvocable<void() &&>>> on_cancel_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rdmarpc

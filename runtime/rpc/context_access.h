@@ -1,0 +1,77 @@
+// context_access.h: the runtime's access to ClientContext and ServerContext
+// internals (the LevelDB WriteBatchInternal pattern: the public classes expose
+// no runtime plumbing, and befriend these classes instead).
+#ifndef RDMARPC_RUNTIME_RPC_CONTEXT_ACCESS_H_
+#define RDMARPC_RUNTIME_RPC_CONTEXT_ACCESS_H_
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "rdmarpc/client_context.h"
+#include "rdmarpc/server_context.h"
+
+namespace rdmarpc {
+namespace internal {
+
+// What ClientContext::TryCancel asks of the call bound to the context.
+class CallCanceller {
+ public:
+  // Called once, from the thread in TryCancel, after it won the race with the
+  // call's end: the call must end with CANCELLED (on its own engine thread),
+  // and only through this path (ClientContextAccess::Unbind fails for it).
+  virtual void RequestCancel() = 0;
+
+ protected:
+  ~CallCanceller() = default;
+};
+
+class ClientContextAccess {
+ public:
+  static void SetPeer(ClientContext* ctx, const std::string& peer) { ctx->peer_ = peer; }
+  // Binds a starting call. False when TryCancel ran before: the call must
+  // fail CANCELLED without being sent.
+  static bool Bind(ClientContext* ctx, CallCanceller* canceller) {
+    ctx->canceller_ = canceller;
+    int expected = ClientContext::kIdle;
+    return ctx->cancel_state_.compare_exchange_strong(expected, ClientContext::kBound,
+                                                      std::memory_order_acq_rel);
+  }
+  // The call ended on its own. False when TryCancel won meanwhile: the call
+  // must not deliver its end; RequestCancel is on its way and delivers
+  // CANCELLED.
+  static bool Unbind(ClientContext* ctx) {
+    int expected = ClientContext::kBound;
+    return ctx->cancel_state_.compare_exchange_strong(expected, ClientContext::kIdle,
+                                                      std::memory_order_acq_rel);
+  }
+  // The cancel path ends the call: the context is free again.
+  static void FinishCancel(ClientContext* ctx) {
+    ctx->cancel_state_.store(ClientContext::kIdle, std::memory_order_release);
+  }
+};
+
+class ServerContextAccess {
+ public:
+  // `method` and `peer` must outlive the context (no copy per call).
+  static void Init(ServerContext* ctx, const std::string* method, const std::string* peer,
+                   absl::Time deadline) {
+    ctx->method_ = method;
+    ctx->peer_ = peer;
+    ctx->deadline_ = deadline;
+  }
+  // Marks the call cancelled and runs its on-cancel callbacks on this
+  // thread. False when it was cancelled already.
+  static bool Cancel(ServerContext* ctx) { return ctx->Cancel(); }
+  static uint64_t AddRemovableOnCancelCallback(const ServerContext& ctx,
+                                               absl::AnyInvocable<void() &&> callback) {
+    return const_cast<ServerContext&>(ctx).AddRemovableOnCancelCallback(std::move(callback));
+  }
+  static void RemoveOnCancelCallback(const ServerContext& ctx, uint64_t id) {
+    const_cast<ServerContext&>(ctx).RemoveOnCancelCallback(id);
+  }
+};
+
+}  // namespace internal
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_RUNTIME_RPC_CONTEXT_ACCESS_H_
