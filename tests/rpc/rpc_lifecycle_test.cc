@@ -152,7 +152,7 @@ TEST(ConnectionPool, ReplacesAFailedConnection) {
   EXPECT_EQ(ok, 3);
 }
 
-TEST(Channel, DestroyedWithCallsInFlightFailsThemUnavailable) {
+TEST(Channel, DestroyedWithCallsInFlightFailsThemCancelled) {
   EchoService service;
   Server server;
   ASSERT_TRUE(server.AddService(&service).ok());
@@ -179,7 +179,7 @@ TEST(Channel, DestroyedWithCallsInFlightFailsThemUnavailable) {
   }  // channel destroyed here
   done.Wait();
   for (int i = 0; i < kCalls; ++i) {
-    EXPECT_EQ(results[i].code(), absl::StatusCode::kUnavailable) << results[i];
+    EXPECT_EQ(results[i].code(), absl::StatusCode::kCancelled) << results[i];
   }
 }
 
