@@ -116,18 +116,31 @@ void PrintHeaderPrologue(const FileDescriptor* file, const GeneratorParams& para
                  "\n");
 }
 
-void PrintServerMethodDecl(const ServiceModel& service, const MethodModel& method, size_t index,
-                           Printer* printer) {
-  printer->Print("\n");
+// A method's comments from the .proto, then a blank comment line before
+// what the generator says about it.
+void PrintMethodComments(const MethodModel& method, Printer* printer) {
   PrintCommentLines(method.comment_lines, printer);
   if (!method.comment_lines.empty()) printer->Print("//\n");
-  printer->Print(MethodVars(service, method, index),
-                 "// rpc $proto_method$($request_proto$) returns ($response_proto$): "
-                 "\"$method_full_name$\".\n"
-                 "virtual ::absl::Status $Method$(\n"
-                 "    ::rdmarpc::ServerContext* context,\n"
-                 "    const $Request$& request,\n"
-                 "    $Response$* response);\n");
+}
+
+// S::Service's virtual method for `method`.
+void PrintHeaderServerMethod(const ServiceModel& service, const MethodModel& method, size_t index,
+                             Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  printer->Print("\n");
+  PrintMethodComments(method, printer);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "// rpc $proto_method$($request_proto$) returns ($response_proto$): "
+                     "\"$method_full_name$\".\n");
+      printer->Print(vars,
+                     "virtual ::absl::Status $Method$(\n"
+                     "    ::rdmarpc::ServerContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    $Response$* response);\n");
+      break;
+  }
 }
 
 void PrintServerClassDecl(const ServiceModel& service, Printer* printer) {
@@ -143,31 +156,52 @@ void PrintServerClassDecl(const ServiceModel& service, Printer* printer) {
                  "  ~Service() override;\n");
   printer->Indent();
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    PrintServerMethodDecl(service, service.methods[i], i, printer);
+    PrintHeaderServerMethod(service, service.methods[i], i, printer);
   }
   printer->Outdent();
   printer->Print("};\n");
 }
 
-void PrintStubMethodDecl(const ServiceModel& service, const MethodModel& method, size_t index,
-                         Printer* printer) {
+// Stub's blocking call for `method`.
+void PrintHeaderClientMethod(const ServiceModel& service, const MethodModel& method,
+                             size_t index, Printer* printer) {
   Vars vars = MethodVars(service, method, index);
   printer->Print("\n");
-  PrintCommentLines(method.comment_lines, printer);
-  if (!method.comment_lines.empty()) printer->Print("//\n");
-  printer->Print(vars,
-                 "// Calls \"$method_full_name$\" and waits for its response. Returns the\n"
-                 "// server method's status or the runtime's (rdmarpc/impl/unary_call.h).\n");
-  if (method.default_timeout_ms != 0) {
-    printer->Print(vars,
-                   "// When `context` has no deadline, sets one $timeout_ms$ ms from now\n"
-                   "// ($timeout_source$.default_timeout_ms).\n");
+  PrintMethodComments(method, printer);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "// Calls \"$method_full_name$\" and waits for its response. Returns the\n"
+                     "// server method's status or the runtime's (rdmarpc/impl/unary_call.h).\n");
+      if (method.default_timeout_ms != 0) {
+        printer->Print(vars,
+                       "// When `context` has no deadline, sets one $timeout_ms$ ms from now\n"
+                       "// ($timeout_source$.default_timeout_ms).\n");
+      }
+      printer->Print(vars,
+                     "::absl::Status $Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    $Response$* response);\n");
+      break;
   }
-  printer->Print(vars,
-                 "::absl::Status $Method$(\n"
-                 "    ::rdmarpc::ClientContext* context,\n"
-                 "    const $Request$& request,\n"
-                 "    $Response$* response);\n");
+}
+
+// Stub::async's call for `method`.
+void PrintHeaderClientMethodAsync(const ServiceModel& service, const MethodModel& method,
+                                  size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "// \"$method_full_name$\".\n"
+                     "void $Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    $Response$* response,\n"
+                     "    ::absl::AnyInvocable<void(::absl::Status) &&> done);\n");
+      break;
+  }
 }
 
 void PrintAsyncClassDecl(const ServiceModel& service, Printer* printer) {
@@ -186,13 +220,7 @@ void PrintAsyncClassDecl(const ServiceModel& service, Printer* printer) {
   printer->Indent();
   for (size_t i = 0; i < service.methods.size(); ++i) {
     if (i > 0) printer->Print("\n");
-    printer->Print(MethodVars(service, service.methods[i], i),
-                   "// \"$method_full_name$\".\n"
-                   "void $Method$(\n"
-                   "    ::rdmarpc::ClientContext* context,\n"
-                   "    const $Request$& request,\n"
-                   "    $Response$* response,\n"
-                   "    ::absl::AnyInvocable<void(::absl::Status) &&> done);\n");
+    PrintHeaderClientMethodAsync(service, service.methods[i], i, printer);
   }
   printer->Outdent();
   if (!service.methods.empty()) printer->Print("\n");
@@ -216,7 +244,7 @@ void PrintStubClassDecl(const ServiceModel& service, Printer* printer) {
                  "  Stub& operator=(const Stub&) = delete;\n");
   printer->Indent();
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    PrintStubMethodDecl(service, service.methods[i], i, printer);
+    PrintHeaderClientMethod(service, service.methods[i], i, printer);
   }
   PrintAsyncClassDecl(service, printer);
   printer->Outdent();
@@ -280,15 +308,45 @@ void PrintMethodNameTable(const ServiceModel& service, Printer* printer) {
   printer->Print("};\n");
 }
 
+// The line of S::Service::Service() that registers `method`'s handler.
+void PrintSourceServerMethodHandler(const ServiceModel& service, const MethodModel& method,
+                                    size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<\n"
+                     "              $Service$::Service, $Request$, $Response$>>(\n"
+                     "    $method_names$[$index$], this, &$Service$::Service::$Method$));\n");
+      break;
+  }
+}
+
+// The default body of S::Service's virtual method for `method`.
+void PrintSourceServerMethodDefault(const ServiceModel& service, const MethodModel& method,
+                                    size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "\n"
+                     "::absl::Status $Service$::Service::$Method$(\n"
+                     "    ::rdmarpc::ServerContext* /*context*/,\n"
+                     "    const $Request$& /*request*/,\n"
+                     "    $Response$* /*response*/) {\n"
+                     "  return ::absl::UnimplementedError(\n"
+                     "      \"method $method_full_name$ is not implemented by this server\");\n"
+                     "}\n");
+      break;
+  }
+}
+
 void PrintServerDefinitions(const ServiceModel& service, Printer* printer) {
   printer->Print(ServiceVars(service),
                  "$Service$::Service::Service() : ::rdmarpc::Service($Service$::service_full_name) {\n");
   printer->Indent();
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    printer->Print(MethodVars(service, service.methods[i], i),
-                   "AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<\n"
-                   "              $Service$::Service, $Request$, $Response$>>(\n"
-                   "    $method_names$[$index$], this, &$Service$::Service::$Method$));\n");
+    PrintSourceServerMethodHandler(service, service.methods[i], i, printer);
   }
   printer->Outdent();
   printer->Print(ServiceVars(service),
@@ -296,15 +354,7 @@ void PrintServerDefinitions(const ServiceModel& service, Printer* printer) {
                  "\n"
                  "$Service$::Service::~Service() = default;\n");
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    printer->Print(MethodVars(service, service.methods[i], i),
-                   "\n"
-                   "::absl::Status $Service$::Service::$Method$(\n"
-                   "    ::rdmarpc::ServerContext* /*context*/,\n"
-                   "    const $Request$& /*request*/,\n"
-                   "    $Response$* /*response*/) {\n"
-                   "  return ::absl::UnimplementedError(\n"
-                   "      \"method $method_full_name$ is not implemented by this server\");\n"
-                   "}\n");
+    PrintSourceServerMethodDefault(service, service.methods[i], i, printer);
   }
 }
 
@@ -318,42 +368,60 @@ void PrintDefaultDeadline(const MethodModel& method, const Vars& vars, Printer* 
                  "  }\n");
 }
 
+// Stub's blocking call for `method`.
+void PrintSourceClientMethod(const ServiceModel& service, const MethodModel& method, size_t index,
+                             Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "\n"
+                     "::absl::Status $Service$::Stub::$Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    $Response$* response) {\n");
+      PrintDefaultDeadline(method, vars, printer);
+      printer->Print(vars,
+                     "  return ::rdmarpc::internal::BlockingUnaryCall(\n"
+                     "      channel_.get(), $method_names$[$index$], context, request, response);\n"
+                     "}\n");
+      break;
+  }
+}
+
+// Stub::async's call for `method`.
+void PrintSourceClientMethodAsync(const ServiceModel& service, const MethodModel& method,
+                                  size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "\n"
+                     "void $Service$::Stub::async::$Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    $Response$* response,\n"
+                     "    ::absl::AnyInvocable<void(::absl::Status) &&> done) {\n");
+      PrintDefaultDeadline(method, vars, printer);
+      printer->Print(vars,
+                     "  ::rdmarpc::internal::AsyncUnaryCall(\n"
+                     "      channel_, $method_names$[$index$], context, request, response,\n"
+                     "      ::std::move(done));\n"
+                     "}\n");
+      break;
+  }
+}
+
 void PrintStubDefinitions(const ServiceModel& service, Printer* printer) {
   printer->Print(ServiceVars(service),
                  "\n"
                  "$Service$::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)\n"
                  "    : channel_(::std::move(channel)), async_stub_(channel_.get()) {}\n");
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    const MethodModel& method = service.methods[i];
-    Vars vars = MethodVars(service, method, i);
-    printer->Print(vars,
-                   "\n"
-                   "::absl::Status $Service$::Stub::$Method$(\n"
-                   "    ::rdmarpc::ClientContext* context,\n"
-                   "    const $Request$& request,\n"
-                   "    $Response$* response) {\n");
-    PrintDefaultDeadline(method, vars, printer);
-    printer->Print(vars,
-                   "  return ::rdmarpc::internal::BlockingUnaryCall(\n"
-                   "      channel_.get(), $method_names$[$index$], context, request, response);\n"
-                   "}\n");
+    PrintSourceClientMethod(service, service.methods[i], i, printer);
   }
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    const MethodModel& method = service.methods[i];
-    Vars vars = MethodVars(service, method, i);
-    printer->Print(vars,
-                   "\n"
-                   "void $Service$::Stub::async::$Method$(\n"
-                   "    ::rdmarpc::ClientContext* context,\n"
-                   "    const $Request$& request,\n"
-                   "    $Response$* response,\n"
-                   "    ::absl::AnyInvocable<void(::absl::Status) &&> done) {\n");
-    PrintDefaultDeadline(method, vars, printer);
-    printer->Print(vars,
-                   "  ::rdmarpc::internal::AsyncUnaryCall(\n"
-                   "      channel_, $method_names$[$index$], context, request, response,\n"
-                   "      ::std::move(done));\n"
-                   "}\n");
+    PrintSourceClientMethodAsync(service, service.methods[i], i, printer);
   }
   printer->Print(ServiceVars(service),
                  "\n"

@@ -53,6 +53,9 @@ ServiceModel BuildServiceModel(const google::protobuf::ServiceDescriptor* servic
   for (int i = 0; i < service->method_count(); ++i) {
     const google::protobuf::MethodDescriptor* method = service->method(i);
     MethodModel m;
+    // The only kind that gets here: streaming methods were rejected before
+    // (FindStreamingMethod).
+    m.kind = MethodKind::kUnary;
     m.proto_name = method->name();
     m.cpp_name = cpp_names[i];
     m.full_name = "/" + service->full_name() + "/" + method->name();

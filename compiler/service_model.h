@@ -15,7 +15,16 @@
 namespace rdmarpc {
 namespace compiler {
 
+// What a method streams, which decides every piece of code printed for it
+// (gRPC's cpp_generator branches the same way). Only unary methods reach
+// the printers: FindStreamingMethod rejects the other kinds before, and each
+// gets its enumerator here, and its own printers, when it is generated.
+enum class MethodKind {
+  kUnary,  // one request, one response
+};
+
 struct MethodModel {
+  MethodKind kind = MethodKind::kUnary;
   std::string proto_name;   // "delete", as in the .proto
   std::string cpp_name;     // "delete_", after the rule in names.h
   std::string full_name;    // "/a.b.S/delete", the name on the wire

@@ -56,6 +56,7 @@ TEST(BuildServiceModel, NamesTypesAndWireNames) {
   EXPECT_EQ(model.full_name, "a.b.S");
   EXPECT_EQ(model.qualified_class, "::a::b::S");
   ASSERT_EQ(model.methods.size(), 2u);
+  EXPECT_EQ(model.methods[0].kind, MethodKind::kUnary);
   EXPECT_EQ(model.methods[0].cpp_name, "Get");
   EXPECT_EQ(model.methods[0].full_name, "/a.b.S/Get");
   EXPECT_EQ(model.methods[0].request, "::a::b::Req");
