@@ -36,6 +36,7 @@ Vars MethodVars(const ServiceModel& service, const MethodModel& method, size_t i
   vars["index"] = std::to_string(index);
   vars["timeout_ms"] = std::to_string(method.default_timeout_ms);
   vars["timeout_source"] = method.default_timeout_source;
+  vars["run_inline_source"] = method.run_inline_source;
   return vars;
 }
 
@@ -134,6 +135,11 @@ void PrintHeaderServerMethod(const ServiceModel& service, const MethodModel& met
       printer->Print(vars,
                      "// rpc $proto_method$($request_proto$) returns ($response_proto$): "
                      "\"$method_full_name$\".\n");
+      if (method.run_inline) {
+        printer->Print(vars,
+                       "// Runs inline on the worker thread ($run_inline_source$.run_inline):\n"
+                       "// it must never block.\n");
+      }
       printer->Print(vars,
                      "virtual ::absl::Status $Method$(\n"
                      "    ::rdmarpc::ServerContext* context,\n"
@@ -147,8 +153,9 @@ void PrintServerClassDecl(const ServiceModel& service, Printer* printer) {
   printer->Print(ServiceVars(service),
                  "// The server side. Derive from it, override the methods this server\n"
                  "// implements and pass an instance to ::rdmarpc::Server::AddService;\n"
-                 "// methods left alone return UNIMPLEMENTED. Overrides run on server\n"
-                 "// worker threads, several at a time.\n"
+                 "// methods left alone return UNIMPLEMENTED. Overrides run on the server's\n"
+                 "// handler pool, several at a time, or inline on the worker thread that\n"
+                 "// received the call where the method says so (run_inline).\n"
                  "class Service : public ::rdmarpc::Service {\n"
                  " public:\n"
                  "  // Registers one handler per method, in .proto order (methods()).\n"
@@ -312,12 +319,16 @@ void PrintMethodNameTable(const ServiceModel& service, Printer* printer) {
 void PrintSourceServerMethodHandler(const ServiceModel& service, const MethodModel& method,
                                     size_t index, Printer* printer) {
   Vars vars = MethodVars(service, method, index);
+  // The handler's run_inline parameter defaults to false; printing it only
+  // when true keeps the registration of ordinary methods short.
+  vars["run_inline_arg"] = method.run_inline ? ", /*run_inline=*/true" : "";
   switch (method.kind) {
     case MethodKind::kUnary:
       printer->Print(vars,
                      "AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<\n"
                      "              $Service$::Service, $Request$, $Response$>>(\n"
-                     "    $method_names$[$index$], this, &$Service$::Service::$Method$));\n");
+                     "    $method_names$[$index$], this, &$Service$::Service::$Method$"
+                     "$run_inline_arg$));\n");
       break;
   }
 }

@@ -38,6 +38,14 @@ struct MethodModel {
   // Which option default_timeout_ms came from ("(rdmarpc.method)" or
   // "(rdmarpc.service)"); empty when there is none.
   std::string default_timeout_source;
+  // The server runs the handler on the worker thread that received the call,
+  // not on the handler pool. From (rdmarpc.method).run_inline when set,
+  // else (rdmarpc.service).run_inline.
+  bool run_inline = false;
+  // Which option run_inline came from ("(rdmarpc.method)" or
+  // "(rdmarpc.service)"); empty when the method sets none and the service's
+  // is false.
+  std::string run_inline_source;
   std::vector<std::string> comment_lines;  // leading comments in the .proto
 };
 

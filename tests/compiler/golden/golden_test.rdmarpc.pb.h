@@ -32,8 +32,9 @@ class Store final {
 
   // The server side. Derive from it, override the methods this server
   // implements and pass an instance to ::rdmarpc::Server::AddService;
-  // methods left alone return UNIMPLEMENTED. Overrides run on server
-  // worker threads, several at a time.
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
   class Service : public ::rdmarpc::Service {
    public:
     // Registers one handler per method, in .proto order (methods()).
@@ -92,6 +93,16 @@ class Store final {
     //
     // rpc Store(golden.v1.Request) returns (golden.v1.Response): "/golden.v1.Store/Store".
     virtual ::absl::Status Store_(
+        ::rdmarpc::ServerContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response);
+
+    // Reads a key without waiting on anything, so it may run inline.
+    //
+    // rpc Peek(golden.v1.Request) returns (golden.v1.Response): "/golden.v1.Store/Peek".
+    // Runs inline on the worker thread ((rdmarpc.method).run_inline):
+    // it must never block.
+    virtual ::absl::Status Peek(
         ::rdmarpc::ServerContext* context,
         const ::golden::v1::Request& request,
         ::golden::v1::Response* response);
@@ -185,6 +196,17 @@ class Store final {
         const ::golden::v1::Request& request,
         ::golden::v1::Response* response);
 
+    // Reads a key without waiting on anything, so it may run inline.
+    //
+    // Calls "/golden.v1.Store/Peek" and waits for its response. Returns the
+    // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
+    // When `context` has no deadline, sets one 1000 ms from now
+    // ((rdmarpc.service).default_timeout_ms).
+    ::absl::Status Peek(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response);
+
     // Asynchronous calls in gRPC's callback style:
     //   stub->async()->Method(&context, request, &response, done);
     // Each returns at once; `done` runs exactly once with the call's status,
@@ -250,6 +272,13 @@ class Store final {
           ::golden::v1::Response* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done);
 
+      // "/golden.v1.Store/Peek".
+      void Peek(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Response* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+
      private:
       friend class ::golden::v1::Store::Stub;
       explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}
@@ -266,7 +295,8 @@ class Store final {
   static ::std::unique_ptr<Stub> NewStub(::std::shared_ptr<::rdmarpc::Channel> channel);
 };
 
-// A second service in the same file, without default deadlines.
+// A second service in the same file, without default deadlines, whose
+// methods run inline unless they say otherwise.
 //
 // rdmarpc service golden.v1.Admin.
 class Admin final {
@@ -276,8 +306,9 @@ class Admin final {
 
   // The server side. Derive from it, override the methods this server
   // implements and pass an instance to ::rdmarpc::Server::AddService;
-  // methods left alone return UNIMPLEMENTED. Overrides run on server
-  // worker threads, several at a time.
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
   class Service : public ::rdmarpc::Service {
    public:
     // Registers one handler per method, in .proto order (methods()).
@@ -285,11 +316,15 @@ class Admin final {
     ~Service() override;
 
     // rpc class(golden.common.Empty) returns (golden.common.Empty): "/golden.v1.Admin/class".
+    // Runs inline on the worker thread ((rdmarpc.service).run_inline):
+    // it must never block.
     virtual ::absl::Status class_(
         ::rdmarpc::ServerContext* context,
         const ::golden::common::Empty& request,
         ::golden::common::Empty* response);
 
+    // Runs on the handler pool: the method's option wins over the service's.
+    //
     // rpc new(golden.common.Ping) returns (golden.common.Ping): "/golden.v1.Admin/new".
     virtual ::absl::Status new_(
         ::rdmarpc::ServerContext* context,
@@ -297,6 +332,8 @@ class Admin final {
         ::golden::common::Ping* response);
 
     // rpc Ping(golden.common.Ping) returns (golden.v1.Status): "/golden.v1.Admin/Ping".
+    // Runs inline on the worker thread ((rdmarpc.service).run_inline):
+    // it must never block.
     virtual ::absl::Status Ping(
         ::rdmarpc::ServerContext* context,
         const ::golden::common::Ping& request,
@@ -318,6 +355,8 @@ class Admin final {
         const ::golden::common::Empty& request,
         ::golden::common::Empty* response);
 
+    // Runs on the handler pool: the method's option wins over the service's.
+    //
     // Calls "/golden.v1.Admin/new" and waits for its response. Returns the
     // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
     ::absl::Status new_(

@@ -24,8 +24,9 @@ class Bare final {
 
   // The server side. Derive from it, override the methods this server
   // implements and pass an instance to ::rdmarpc::Server::AddService;
-  // methods left alone return UNIMPLEMENTED. Overrides run on server
-  // worker threads, several at a time.
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
   class Service : public ::rdmarpc::Service {
    public:
     // Registers one handler per method, in .proto order (methods()).
@@ -74,8 +75,9 @@ class Notes final {
 
   // The server side. Derive from it, override the methods this server
   // implements and pass an instance to ::rdmarpc::Server::AddService;
-  // methods left alone return UNIMPLEMENTED. Overrides run on server
-  // worker threads, several at a time.
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
   class Service : public ::rdmarpc::Service {
    public:
     // Registers one handler per method, in .proto order (methods()).

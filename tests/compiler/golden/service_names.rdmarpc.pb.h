@@ -31,8 +31,9 @@ class Service_ final {
 
   // The server side. Derive from it, override the methods this server
   // implements and pass an instance to ::rdmarpc::Server::AddService;
-  // methods left alone return UNIMPLEMENTED. Overrides run on server
-  // worker threads, several at a time.
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
   class Service : public ::rdmarpc::Service {
    public:
     // Registers one handler per method, in .proto order (methods()).
@@ -105,8 +106,9 @@ class Stub_ final {
 
   // The server side. Derive from it, override the methods this server
   // implements and pass an instance to ::rdmarpc::Server::AddService;
-  // methods left alone return UNIMPLEMENTED. Overrides run on server
-  // worker threads, several at a time.
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
   class Service : public ::rdmarpc::Service {
    public:
     // Registers one handler per method, in .proto order (methods()).
@@ -197,8 +199,9 @@ class delete_ final {
 
   // The server side. Derive from it, override the methods this server
   // implements and pass an instance to ::rdmarpc::Server::AddService;
-  // methods left alone return UNIMPLEMENTED. Overrides run on server
-  // worker threads, several at a time.
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
   class Service : public ::rdmarpc::Service {
    public:
     // Registers one handler per method, in .proto order (methods()).
