@@ -169,6 +169,71 @@ void PrintServerClassDecl(const ServiceModel& service, Printer* printer) {
   printer->Print("};\n");
 }
 
+// S::StubInterface's pure virtual method for `method`'s blocking call.
+void PrintHeaderClientMethodInterface(const ServiceModel& service, const MethodModel& method,
+                                      size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "\n"
+                     "// \"$method_full_name$\"; see Stub::$Method$.\n"
+                     "virtual ::absl::Status $Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    $Response$* response) = 0;\n");
+      break;
+  }
+}
+
+// S::StubInterface::async_interface's pure virtual method for `method`.
+void PrintHeaderClientMethodAsyncInterface(const ServiceModel& service,
+                                           const MethodModel& method, size_t index,
+                                           Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "\n"
+                     "// \"$method_full_name$\"; see Stub::async::$Method$.\n"
+                     "virtual void $Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    $Response$* response,\n"
+                     "    ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;\n");
+      break;
+  }
+}
+
+void PrintStubInterfaceClassDecl(const ServiceModel& service, Printer* printer) {
+  printer->Print(ServiceVars(service),
+                 "// The client side as an interface: Stub's calls, pure virtual, in the\n"
+                 "// manner of gRPC's StubInterface. Code that takes a StubInterface*\n"
+                 "// works with a Stub and with test doubles. Stub documents each call.\n"
+                 "class StubInterface {\n"
+                 " public:\n"
+                 "  virtual ~StubInterface() = default;\n");
+  printer->Indent();
+  for (size_t i = 0; i < service.methods.size(); ++i) {
+    PrintHeaderClientMethodInterface(service, service.methods[i], i, printer);
+  }
+  printer->Print("\n"
+                 "// Stub::async's calls.\n"
+                 "class async_interface {\n"
+                 " public:\n"
+                 "  virtual ~async_interface() = default;\n");
+  printer->Indent();
+  for (size_t i = 0; i < service.methods.size(); ++i) {
+    PrintHeaderClientMethodAsyncInterface(service, service.methods[i], i, printer);
+  }
+  printer->Outdent();
+  printer->Print("};\n"
+                 "// The asynchronous calls; owned by the stub.\n"
+                 "virtual class async_interface* async() = 0;\n");
+  printer->Outdent();
+  printer->Print("};\n");
+}
+
 // Stub's blocking call for `method`.
 void PrintHeaderClientMethod(const ServiceModel& service, const MethodModel& method,
                              size_t index, Printer* printer) {
@@ -189,7 +254,7 @@ void PrintHeaderClientMethod(const ServiceModel& service, const MethodModel& met
                      "::absl::Status $Method$(\n"
                      "    ::rdmarpc::ClientContext* context,\n"
                      "    const $Request$& request,\n"
-                     "    $Response$* response);\n");
+                     "    $Response$* response) override;\n");
       break;
   }
 }
@@ -206,7 +271,7 @@ void PrintHeaderClientMethodAsync(const ServiceModel& service, const MethodModel
                      "    ::rdmarpc::ClientContext* context,\n"
                      "    const $Request$& request,\n"
                      "    $Response$* response,\n"
-                     "    ::absl::AnyInvocable<void(::absl::Status) &&> done);\n");
+                     "    ::absl::AnyInvocable<void(::absl::Status) &&> done) override;\n");
       break;
   }
 }
@@ -222,7 +287,7 @@ void PrintAsyncClassDecl(const ServiceModel& service, Printer* printer) {
                  "// anything is sent). `request` may be freed on return; `context` and\n"
                  "// `response` must stay alive until `done` runs. Default deadlines apply\n"
                  "// as for the blocking calls.\n"
-                 "class async final {\n"
+                 "class async final : public StubInterface::async_interface {\n"
                  " public:\n");
   printer->Indent();
   for (size_t i = 0; i < service.methods.size(); ++i) {
@@ -237,14 +302,14 @@ void PrintAsyncClassDecl(const ServiceModel& service, Printer* printer) {
                  "  explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}\n"
                  "  ::rdmarpc::Channel* channel_;  // owned by the enclosing Stub\n"
                  "};\n"
-                 "class async* async() { return &async_stub_; }\n");
+                 "class async* async() override { return &async_stub_; }\n");
 }
 
 void PrintStubClassDecl(const ServiceModel& service, Printer* printer) {
   printer->Print(ServiceVars(service),
                  "// The client side. A Stub only names the methods of one Channel; it is\n"
                  "// cheap to make, and any number of threads may use one at a time.\n"
-                 "class Stub final {\n"
+                 "class Stub final : public StubInterface {\n"
                  " public:\n"
                  "  explicit Stub(::std::shared_ptr<::rdmarpc::Channel> channel);\n"
                  "  Stub(const Stub&) = delete;\n"
@@ -275,6 +340,8 @@ void PrintServiceDecl(const ServiceModel& service, Printer* printer) {
                  "\n");
   printer->Indent();
   PrintServerClassDecl(service, printer);
+  printer->Print("\n");
+  PrintStubInterfaceClassDecl(service, printer);
   printer->Print("\n");
   PrintStubClassDecl(service, printer);
   printer->Print(

@@ -34,8 +34,11 @@ bool IsCppKeyword(const std::string& name) {
 std::set<std::string> ReservedMemberNames(const google::protobuf::ServiceDescriptor* service) {
   return {
       // Members and nested types of the generated class S and its nested
-      // Service, Stub and Stub::async classes.
-      "Service", "Stub", "NewStub", "async", "service_full_name", "channel_", "async_stub_",
+      // Service, StubInterface, StubInterface::async_interface, Stub and
+      // Stub::async classes (a method named like the class that declares it
+      // would be a constructor).
+      "Service", "StubInterface", "async_interface", "Stub", "NewStub", "async",
+      "service_full_name", "channel_", "async_stub_",
       // Members of ::rdmarpc::Service the generated constructor calls or that
       // users and the Server call on a generated Service; a method of the
       // same name would hide them.
@@ -51,7 +54,8 @@ std::string CppServiceName(const google::protobuf::ServiceDescriptor* service) {
   // The members of the generated class S itself: a nested class or member
   // function named like its enclosing class is ill-formed.
   static const std::set<std::string>* const kReserved =
-      new std::set<std::string>{"Service", "Stub", "NewStub", "service_full_name"};
+      new std::set<std::string>{"Service", "StubInterface", "Stub", "NewStub",
+                                "service_full_name"};
   // A file without a package puts S in the global namespace, where a class
   // named like a namespace the generated code (or the .pb.h it includes)
   // uses is ill-formed: "class rdmarpc" clashes with namespace ::rdmarpc.

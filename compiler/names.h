@@ -19,7 +19,7 @@
 // names, e.g. "delete" and "delete_", and compilers accept it.)
 //
 // Service classes follow the same rule with their own reserved names: a
-// service called "delete", "Service", "Stub", "NewStub" or
+// service called "delete", "Service", "StubInterface", "Stub", "NewStub" or
 // "service_full_name" becomes class delete_, Service_, ... (protobuf itself
 // appends '_' to message names that are keywords).
 //
@@ -41,10 +41,11 @@ namespace compiler {
 bool IsCppKeyword(const std::string& name);
 
 // Names a method of `service` may not have in C++: the members and nested
-// types of the generated classes (Service, Stub, NewStub, async,
-// service_full_name, channel_, async_stub_), those of the ::rdmarpc::Service base
-// that generated code calls (full_name, methods, AddMethod), and the
-// service's own name, both as in the .proto and as a C++ class.
+// types of the generated classes (Service, StubInterface, async_interface,
+// Stub, NewStub, async, service_full_name, channel_, async_stub_), those of
+// the ::rdmarpc::Service base that generated code calls (full_name, methods,
+// AddMethod), and the service's own name, both as in the .proto and as a
+// C++ class.
 std::set<std::string> ReservedMemberNames(const google::protobuf::ServiceDescriptor* service);
 
 // The C++ name of the class generated for `service`, after the rule above;

@@ -244,6 +244,14 @@ TEST(GeneratedService, ServicesNamedLikeGeneratedClassesOrKeywords) {
             absl::AbortedError("Stub__ called"));
   EXPECT_EQ(InvokeMethod(stub_service, 1, golden::names::M(), &response).code(),
             absl::StatusCode::kUnimplemented);
+
+  // Service StubInterface is class StubInterface_, with methods
+  // StubInterface__ and async_interface_.
+  ::golden::names::StubInterface_::Service interface_service;
+  EXPECT_EQ(interface_service.full_name(), "golden.names.StubInterface");
+  EXPECT_EQ(MethodNames(interface_service),
+            (std::vector<std::string>{"/golden.names.StubInterface/StubInterface",
+                                      "/golden.names.StubInterface/async_interface"}));
 }
 
 }  // namespace service_names

@@ -65,12 +65,13 @@ TEST(CppMethodNames, AppendsUnderscoreToKeywordsAndReservedNames) {
       &pool, "a.b", "S",
       {"delete", "new", "class", "register", "default", "Service", "Stub", "NewStub", "async",
        "service_full_name", "channel_", "async_stub_", "full_name", "methods", "AddMethod",
-       "S"});
+       "S", "StubInterface", "async_interface"});
   EXPECT_EQ(CppMethodNames(file->service(0)),
             (std::vector<std::string>{
                 "delete_", "new_", "class_", "register_", "default_", "Service_", "Stub_",
                 "NewStub_", "async_", "service_full_name_", "channel__", "async_stub__",
-                "full_name_", "methods_", "AddMethod_", "S_"}));
+                "full_name_", "methods_", "AddMethod_", "S_", "StubInterface_",
+                "async_interface_"}));
 }
 
 TEST(CppMethodNames, SkipsNamesOfOtherMethods) {
@@ -99,6 +100,8 @@ TEST(CppServiceName, AppendsUnderscoreToKeywordsAndClassMembers) {
                                                         {"Service", "Service_"},
                                                         {"Stub", "Stub_"},
                                                         {"NewStub", "NewStub_"},
+                                                        {"StubInterface", "StubInterface_"},
+                                                        {"async_interface", "async_interface"},
                                                         {"service_full_name", "service_full_name_"},
                                                         {"async", "async"}}) {
     DescriptorPool pool;

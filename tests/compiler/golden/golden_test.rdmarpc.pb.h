@@ -108,9 +108,142 @@ class Store final {
         ::golden::v1::Response* response);
   };
 
+  // The client side as an interface: Stub's calls, pure virtual, in the
+  // manner of gRPC's StubInterface. Code that takes a StubInterface*
+  // works with a Stub and with test doubles. Stub documents each call.
+  class StubInterface {
+   public:
+    virtual ~StubInterface() = default;
+
+    // "/golden.v1.Store/Get"; see Stub::Get.
+    virtual ::absl::Status Get(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response) = 0;
+
+    // "/golden.v1.Store/delete"; see Stub::delete__.
+    virtual ::absl::Status delete__(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Status* response) = 0;
+
+    // "/golden.v1.Store/delete_"; see Stub::delete_.
+    virtual ::absl::Status delete_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response) = 0;
+
+    // "/golden.v1.Store/Stub"; see Stub::Stub_.
+    virtual ::absl::Status Stub_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::common::Ping& request,
+        ::golden::common::Empty* response) = 0;
+
+    // "/golden.v1.Store/Service"; see Stub::Service_.
+    virtual ::absl::Status Service_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Outer_Inner& request,
+        ::golden::v1::Channel* response) = 0;
+
+    // "/golden.v1.Store/NewStub"; see Stub::NewStub_.
+    virtual ::absl::Status NewStub_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response) = 0;
+
+    // "/golden.v1.Store/async"; see Stub::async_.
+    virtual ::absl::Status async_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response) = 0;
+
+    // "/golden.v1.Store/Store"; see Stub::Store_.
+    virtual ::absl::Status Store_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response) = 0;
+
+    // "/golden.v1.Store/Peek"; see Stub::Peek.
+    virtual ::absl::Status Peek(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response) = 0;
+
+    // Stub::async's calls.
+    class async_interface {
+     public:
+      virtual ~async_interface() = default;
+
+      // "/golden.v1.Store/Get"; see Stub::async::Get.
+      virtual void Get(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Response* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/delete"; see Stub::async::delete__.
+      virtual void delete__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Status* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/delete_"; see Stub::async::delete_.
+      virtual void delete_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Response* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/Stub"; see Stub::async::Stub_.
+      virtual void Stub_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Ping& request,
+          ::golden::common::Empty* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/Service"; see Stub::async::Service_.
+      virtual void Service_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Outer_Inner& request,
+          ::golden::v1::Channel* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/NewStub"; see Stub::async::NewStub_.
+      virtual void NewStub_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Response* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/async"; see Stub::async::async_.
+      virtual void async_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Response* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/Store"; see Stub::async::Store_.
+      virtual void Store_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Response* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/Peek"; see Stub::async::Peek.
+      virtual void Peek(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Response* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+    };
+    // The asynchronous calls; owned by the stub.
+    virtual class async_interface* async() = 0;
+  };
+
   // The client side. A Stub only names the methods of one Channel; it is
   // cheap to make, and any number of threads may use one at a time.
-  class Stub final {
+  class Stub final : public StubInterface {
    public:
     explicit Stub(::std::shared_ptr<::rdmarpc::Channel> channel);
     Stub(const Stub&) = delete;
@@ -125,7 +258,7 @@ class Store final {
     ::absl::Status Get(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Request& request,
-        ::golden::v1::Response* response);
+        ::golden::v1::Response* response) override;
 
     // A C++ keyword, beside a method already called delete_: becomes delete__.
     //
@@ -136,7 +269,7 @@ class Store final {
     ::absl::Status delete__(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Request& request,
-        ::golden::v1::Status* response);
+        ::golden::v1::Status* response) override;
 
     // Calls "/golden.v1.Store/delete_" and waits for its response. Returns the
     // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
@@ -145,7 +278,7 @@ class Store final {
     ::absl::Status delete_(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Request& request,
-        ::golden::v1::Response* response);
+        ::golden::v1::Response* response) override;
 
     // Names the generated classes use themselves: Stub_, Service_, async_...
     //
@@ -156,7 +289,7 @@ class Store final {
     ::absl::Status Stub_(
         ::rdmarpc::ClientContext* context,
         const ::golden::common::Ping& request,
-        ::golden::common::Empty* response);
+        ::golden::common::Empty* response) override;
 
     // Calls "/golden.v1.Store/Service" and waits for its response. Returns the
     // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
@@ -165,7 +298,7 @@ class Store final {
     ::absl::Status Service_(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Outer_Inner& request,
-        ::golden::v1::Channel* response);
+        ::golden::v1::Channel* response) override;
 
     // Calls "/golden.v1.Store/NewStub" and waits for its response. Returns the
     // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
@@ -174,7 +307,7 @@ class Store final {
     ::absl::Status NewStub_(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Request& request,
-        ::golden::v1::Response* response);
+        ::golden::v1::Response* response) override;
 
     // Calls "/golden.v1.Store/async" and waits for its response. Returns the
     // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
@@ -183,7 +316,7 @@ class Store final {
     ::absl::Status async_(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Request& request,
-        ::golden::v1::Response* response);
+        ::golden::v1::Response* response) override;
 
     // The service's own name.
     //
@@ -194,7 +327,7 @@ class Store final {
     ::absl::Status Store_(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Request& request,
-        ::golden::v1::Response* response);
+        ::golden::v1::Response* response) override;
 
     // Reads a key without waiting on anything, so it may run inline.
     //
@@ -205,7 +338,7 @@ class Store final {
     ::absl::Status Peek(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Request& request,
-        ::golden::v1::Response* response);
+        ::golden::v1::Response* response) override;
 
     // Asynchronous calls in gRPC's callback style:
     //   stub->async()->Method(&context, request, &response, done);
@@ -214,77 +347,77 @@ class Store final {
     // anything is sent). `request` may be freed on return; `context` and
     // `response` must stay alive until `done` runs. Default deadlines apply
     // as for the blocking calls.
-    class async final {
+    class async final : public StubInterface::async_interface {
      public:
       // "/golden.v1.Store/Get".
       void Get(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/delete".
       void delete__(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Status* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/delete_".
       void delete_(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/Stub".
       void Stub_(
           ::rdmarpc::ClientContext* context,
           const ::golden::common::Ping& request,
           ::golden::common::Empty* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/Service".
       void Service_(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Outer_Inner& request,
           ::golden::v1::Channel* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/NewStub".
       void NewStub_(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/async".
       void async_(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/Store".
       void Store_(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/Peek".
       void Peek(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
      private:
       friend class ::golden::v1::Store::Stub;
       explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}
       ::rdmarpc::Channel* channel_;  // owned by the enclosing Stub
     };
-    class async* async() { return &async_stub_; }
+    class async* async() override { return &async_stub_; }
 
    private:
     ::std::shared_ptr<::rdmarpc::Channel> channel_;
@@ -340,9 +473,64 @@ class Admin final {
         ::golden::v1::Status* response);
   };
 
+  // The client side as an interface: Stub's calls, pure virtual, in the
+  // manner of gRPC's StubInterface. Code that takes a StubInterface*
+  // works with a Stub and with test doubles. Stub documents each call.
+  class StubInterface {
+   public:
+    virtual ~StubInterface() = default;
+
+    // "/golden.v1.Admin/class"; see Stub::class_.
+    virtual ::absl::Status class_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::common::Empty& request,
+        ::golden::common::Empty* response) = 0;
+
+    // "/golden.v1.Admin/new"; see Stub::new_.
+    virtual ::absl::Status new_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::common::Ping& request,
+        ::golden::common::Ping* response) = 0;
+
+    // "/golden.v1.Admin/Ping"; see Stub::Ping.
+    virtual ::absl::Status Ping(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::common::Ping& request,
+        ::golden::v1::Status* response) = 0;
+
+    // Stub::async's calls.
+    class async_interface {
+     public:
+      virtual ~async_interface() = default;
+
+      // "/golden.v1.Admin/class"; see Stub::async::class_.
+      virtual void class_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Empty& request,
+          ::golden::common::Empty* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Admin/new"; see Stub::async::new_.
+      virtual void new_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Ping& request,
+          ::golden::common::Ping* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Admin/Ping"; see Stub::async::Ping.
+      virtual void Ping(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Ping& request,
+          ::golden::v1::Status* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+    };
+    // The asynchronous calls; owned by the stub.
+    virtual class async_interface* async() = 0;
+  };
+
   // The client side. A Stub only names the methods of one Channel; it is
   // cheap to make, and any number of threads may use one at a time.
-  class Stub final {
+  class Stub final : public StubInterface {
    public:
     explicit Stub(::std::shared_ptr<::rdmarpc::Channel> channel);
     Stub(const Stub&) = delete;
@@ -353,7 +541,7 @@ class Admin final {
     ::absl::Status class_(
         ::rdmarpc::ClientContext* context,
         const ::golden::common::Empty& request,
-        ::golden::common::Empty* response);
+        ::golden::common::Empty* response) override;
 
     // Runs on the handler pool: the method's option wins over the service's.
     //
@@ -362,14 +550,14 @@ class Admin final {
     ::absl::Status new_(
         ::rdmarpc::ClientContext* context,
         const ::golden::common::Ping& request,
-        ::golden::common::Ping* response);
+        ::golden::common::Ping* response) override;
 
     // Calls "/golden.v1.Admin/Ping" and waits for its response. Returns the
     // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
     ::absl::Status Ping(
         ::rdmarpc::ClientContext* context,
         const ::golden::common::Ping& request,
-        ::golden::v1::Status* response);
+        ::golden::v1::Status* response) override;
 
     // Asynchronous calls in gRPC's callback style:
     //   stub->async()->Method(&context, request, &response, done);
@@ -378,35 +566,35 @@ class Admin final {
     // anything is sent). `request` may be freed on return; `context` and
     // `response` must stay alive until `done` runs. Default deadlines apply
     // as for the blocking calls.
-    class async final {
+    class async final : public StubInterface::async_interface {
      public:
       // "/golden.v1.Admin/class".
       void class_(
           ::rdmarpc::ClientContext* context,
           const ::golden::common::Empty& request,
           ::golden::common::Empty* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Admin/new".
       void new_(
           ::rdmarpc::ClientContext* context,
           const ::golden::common::Ping& request,
           ::golden::common::Ping* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Admin/Ping".
       void Ping(
           ::rdmarpc::ClientContext* context,
           const ::golden::common::Ping& request,
           ::golden::v1::Status* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
      private:
       friend class ::golden::v1::Admin::Stub;
       explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}
       ::rdmarpc::Channel* channel_;  // owned by the enclosing Stub
     };
-    class async* async() { return &async_stub_; }
+    class async* async() override { return &async_stub_; }
 
    private:
     ::std::shared_ptr<::rdmarpc::Channel> channel_;

@@ -34,9 +34,25 @@ class Bare final {
     ~Service() override;
   };
 
+  // The client side as an interface: Stub's calls, pure virtual, in the
+  // manner of gRPC's StubInterface. Code that takes a StubInterface*
+  // works with a Stub and with test doubles. Stub documents each call.
+  class StubInterface {
+   public:
+    virtual ~StubInterface() = default;
+
+    // Stub::async's calls.
+    class async_interface {
+     public:
+      virtual ~async_interface() = default;
+    };
+    // The asynchronous calls; owned by the stub.
+    virtual class async_interface* async() = 0;
+  };
+
   // The client side. A Stub only names the methods of one Channel; it is
   // cheap to make, and any number of threads may use one at a time.
-  class Stub final {
+  class Stub final : public StubInterface {
    public:
     explicit Stub(::std::shared_ptr<::rdmarpc::Channel> channel);
     Stub(const Stub&) = delete;
@@ -49,14 +65,14 @@ class Bare final {
     // anything is sent). `request` may be freed on return; `context` and
     // `response` must stay alive until `done` runs. Default deadlines apply
     // as for the blocking calls.
-    class async final {
+    class async final : public StubInterface::async_interface {
      public:
      private:
       friend class ::Bare::Stub;
       explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}
       ::rdmarpc::Channel* channel_;  // owned by the enclosing Stub
     };
-    class async* async() { return &async_stub_; }
+    class async* async() override { return &async_stub_; }
 
    private:
     ::std::shared_ptr<::rdmarpc::Channel> channel_;
@@ -91,9 +107,38 @@ class Notes final {
         ::Note* response);
   };
 
+  // The client side as an interface: Stub's calls, pure virtual, in the
+  // manner of gRPC's StubInterface. Code that takes a StubInterface*
+  // works with a Stub and with test doubles. Stub documents each call.
+  class StubInterface {
+   public:
+    virtual ~StubInterface() = default;
+
+    // "/Notes/Add"; see Stub::Add.
+    virtual ::absl::Status Add(
+        ::rdmarpc::ClientContext* context,
+        const ::Note& request,
+        ::Note* response) = 0;
+
+    // Stub::async's calls.
+    class async_interface {
+     public:
+      virtual ~async_interface() = default;
+
+      // "/Notes/Add"; see Stub::async::Add.
+      virtual void Add(
+          ::rdmarpc::ClientContext* context,
+          const ::Note& request,
+          ::Note* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+    };
+    // The asynchronous calls; owned by the stub.
+    virtual class async_interface* async() = 0;
+  };
+
   // The client side. A Stub only names the methods of one Channel; it is
   // cheap to make, and any number of threads may use one at a time.
-  class Stub final {
+  class Stub final : public StubInterface {
    public:
     explicit Stub(::std::shared_ptr<::rdmarpc::Channel> channel);
     Stub(const Stub&) = delete;
@@ -104,7 +149,7 @@ class Notes final {
     ::absl::Status Add(
         ::rdmarpc::ClientContext* context,
         const ::Note& request,
-        ::Note* response);
+        ::Note* response) override;
 
     // Asynchronous calls in gRPC's callback style:
     //   stub->async()->Method(&context, request, &response, done);
@@ -113,21 +158,21 @@ class Notes final {
     // anything is sent). `request` may be freed on return; `context` and
     // `response` must stay alive until `done` runs. Default deadlines apply
     // as for the blocking calls.
-    class async final {
+    class async final : public StubInterface::async_interface {
      public:
       // "/Notes/Add".
       void Add(
           ::rdmarpc::ClientContext* context,
           const ::Note& request,
           ::Note* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
      private:
       friend class ::Notes::Stub;
       explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}
       ::rdmarpc::Channel* channel_;  // owned by the enclosing Stub
     };
-    class async* async() { return &async_stub_; }
+    class async* async() override { return &async_stub_; }
 
    private:
     ::std::shared_ptr<::rdmarpc::Channel> channel_;
