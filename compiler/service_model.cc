@@ -41,6 +41,7 @@ ServiceModel BuildServiceModel(const google::protobuf::ServiceDescriptor* servic
   model.name = CppServiceName(service);
   model.full_name = service->full_name();
   model.qualified_class = QualifiedServiceClass(service);
+  model.mock_class = MockStubClassName(service);
   model.comment_lines = LeadingComments(service);
 
   // The options arrive in the CodeGeneratorRequest as serialised

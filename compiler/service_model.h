@@ -53,6 +53,7 @@ struct ServiceModel {
   std::string name;            // C++ class: "S" ("Stub_" for a service Stub)
   std::string full_name;       // "a.b.S"
   std::string qualified_class; // "::a::b::S"
+  std::string mock_class;      // "MockSStub", in the same namespace as S
   std::vector<MethodModel> methods;  // .proto order
   std::vector<std::string> comment_lines;
 };

@@ -55,6 +55,7 @@ TEST(BuildServiceModel, NamesTypesAndWireNames) {
   EXPECT_EQ(model.name, "S");
   EXPECT_EQ(model.full_name, "a.b.S");
   EXPECT_EQ(model.qualified_class, "::a::b::S");
+  EXPECT_EQ(model.mock_class, "MockSStub");
   ASSERT_EQ(model.methods.size(), 2u);
   EXPECT_EQ(model.methods[0].kind, MethodKind::kUnary);
   EXPECT_EQ(model.methods[0].cpp_name, "Get");

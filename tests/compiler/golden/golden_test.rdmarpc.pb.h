@@ -9,6 +9,11 @@
 //   };
 //   auto stub = golden::v1::Store::NewStub(channel);
 //   absl::Status status = stub->Get(&context, request, &response);
+//
+// Code that takes a golden::v1::Store::StubInterface* can be unit-tested
+// with the gMock class golden::v1::MockStoreStub, from
+// golden/golden_test_mock.rdmarpc.pb.h: protoc-gen-rdmarpc writes it with
+// generate_mock_code=true (rdmarpc_generate(... GENERATE_MOCKS)).
 #ifndef RDMARPC_GENERATED_golden_2fgolden_5ftest_2eproto_INCLUDED
 #define RDMARPC_GENERATED_golden_2fgolden_5ftest_2eproto_INCLUDED
 
@@ -110,7 +115,8 @@ class Store final {
 
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
-  // works with a Stub and with test doubles. Stub documents each call.
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockStoreStub (see the top of this file). Stub documents each call.
   class StubInterface {
    public:
     virtual ~StubInterface() = default;
@@ -475,7 +481,8 @@ class Admin final {
 
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
-  // works with a Stub and with test doubles. Stub documents each call.
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockAdminStub (see the top of this file). Stub documents each call.
   class StubInterface {
    public:
     virtual ~StubInterface() = default;

@@ -8,6 +8,11 @@
 //     // override the methods this server implements
 //   };
 //   auto stub = Bare::NewStub(channel);
+//
+// Code that takes a Bare::StubInterface* can be unit-tested
+// with the gMock class MockBareStub, from
+// golden/no_package_mock.rdmarpc.pb.h: protoc-gen-rdmarpc writes it with
+// generate_mock_code=true (rdmarpc_generate(... GENERATE_MOCKS)).
 #ifndef RDMARPC_GENERATED_golden_2fno_5fpackage_2eproto_INCLUDED
 #define RDMARPC_GENERATED_golden_2fno_5fpackage_2eproto_INCLUDED
 
@@ -36,7 +41,8 @@ class Bare final {
 
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
-  // works with a Stub and with test doubles. Stub documents each call.
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockBareStub (see the top of this file). Stub documents each call.
   class StubInterface {
    public:
     virtual ~StubInterface() = default;
@@ -109,7 +115,8 @@ class Notes final {
 
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
-  // works with a Stub and with test doubles. Stub documents each call.
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockNotesStub (see the top of this file). Stub documents each call.
   class StubInterface {
    public:
     virtual ~StubInterface() = default;

@@ -9,6 +9,11 @@
 //   };
 //   auto stub = golden::names::Service_::NewStub(channel);
 //   absl::Status status = stub->Service__(&context, request, &response);
+//
+// Code that takes a golden::names::Service_::StubInterface* can be unit-tested
+// with the gMock class golden::names::MockServiceStub, from
+// golden/service_names_mock.rdmarpc.pb.h: protoc-gen-rdmarpc writes it with
+// generate_mock_code=true (rdmarpc_generate(... GENERATE_MOCKS)).
 #ifndef RDMARPC_GENERATED_golden_2fservice_5fnames_2eproto_INCLUDED
 #define RDMARPC_GENERATED_golden_2fservice_5fnames_2eproto_INCLUDED
 
@@ -49,7 +54,8 @@ class Service_ final {
 
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
-  // works with a Stub and with test doubles. Stub documents each call.
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockServiceStub (see the top of this file). Stub documents each call.
   class StubInterface {
    public:
     virtual ~StubInterface() = default;
@@ -159,7 +165,8 @@ class Stub_ final {
 
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
-  // works with a Stub and with test doubles. Stub documents each call.
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockStubStub (see the top of this file). Stub documents each call.
   class StubInterface {
    public:
     virtual ~StubInterface() = default;
@@ -260,7 +267,8 @@ class Stub_ final {
   static ::std::unique_ptr<Stub> NewStub(::std::shared_ptr<::rdmarpc::Channel> channel);
 };
 
-// Generated as class delete_.
+// Generated as class delete_. Its gMock class would be MockdeleteStub, the
+// name of the message below: it becomes MockdeleteStub_.
 //
 // rdmarpc service golden.names.delete.
 class delete_ final {
@@ -288,7 +296,8 @@ class delete_ final {
 
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
-  // works with a Stub and with test doubles. Stub documents each call.
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockdeleteStub_ (see the top of this file). Stub documents each call.
   class StubInterface {
    public:
     virtual ~StubInterface() = default;
@@ -398,7 +407,8 @@ class StubInterface_ final {
 
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
-  // works with a Stub and with test doubles. Stub documents each call.
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockStubInterfaceStub (see the top of this file). Stub documents each call.
   class StubInterface {
    public:
     virtual ~StubInterface() = default;
