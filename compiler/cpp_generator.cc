@@ -21,6 +21,7 @@ Vars ServiceVars(const ServiceModel& service) {
       {"service_full_name", service.full_name},
       {"qualified_service", service.qualified_class},
       {"method_names", "k" + service.name + "MethodNames"},
+      {"mock_class", service.mock_class},
   };
 }
 
@@ -36,6 +37,7 @@ Vars MethodVars(const ServiceModel& service, const MethodModel& method, size_t i
   vars["index"] = std::to_string(index);
   vars["timeout_ms"] = std::to_string(method.default_timeout_ms);
   vars["timeout_source"] = method.default_timeout_source;
+  vars["run_inline_source"] = method.run_inline_source;
   return vars;
 }
 
@@ -71,14 +73,35 @@ void PrintNamespacesClose(const FileDescriptor* file, Printer* printer) {
 
 // ---- header ---------------------------------------------------------------
 
+// The include paths of the headers generated for `file`, as users write them.
+std::string RdmarpcHeaderPath(const FileDescriptor* file, const GeneratorParams& params) {
+  return params.include_prefix + StripProtoExtension(file->name()) + ".rdmarpc.pb.h";
+}
+
+std::string MockHeaderPath(const FileDescriptor* file, const GeneratorParams& params) {
+  return params.include_prefix + StripProtoExtension(file->name()) + "_mock.rdmarpc.pb.h";
+}
+
+// What the usage comments say of `service`: its class and its mock's class
+// as users write them (no leading "::"), and where the mock is declared.
+Vars UsageVars(const FileDescriptor* file, const GeneratorParams& params,
+               const ServiceModel& service) {
+  const std::string ns = service.qualified_class.substr(
+      2, service.qualified_class.size() - 2 - service.name.size());
+  return {{"Service", service.name},
+          {"service_full_name", service.full_name},
+          {"class", service.qualified_class.substr(2)},
+          {"mock_class", ns + service.mock_class},
+          {"mock_h", MockHeaderPath(file, params)}};
+}
+
 // A short example with the file's first service, as STYLE.md asks of every
 // public header.
-void PrintUsageExample(const std::vector<ServiceModel>& services, Printer* printer) {
+void PrintUsageExample(const FileDescriptor* file, const GeneratorParams& params,
+                       const std::vector<ServiceModel>& services, Printer* printer) {
   if (services.empty()) return;
   const ServiceModel& service = services.front();
-  // Without the leading "::", as users write it.
-  Vars vars = {{"Service", service.name}, {"service_full_name", service.full_name},
-               {"class", service.qualified_class.substr(2)}};
+  Vars vars = UsageVars(file, params, service);
   printer->Print(vars,
                  "//\n"
                  "// Usage, with service $service_full_name$:\n"
@@ -90,6 +113,12 @@ void PrintUsageExample(const std::vector<ServiceModel>& services, Printer* print
     printer->Print("//   absl::Status status = stub->$Method$(&context, request, &response);\n",
                    "Method", service.methods.front().cpp_name);
   }
+  printer->Print(vars,
+                 "//\n"
+                 "// Code that takes a $class$::StubInterface* can be unit-tested\n"
+                 "// with the gMock class $mock_class$, from\n"
+                 "// $mock_h$: protoc-gen-rdmarpc writes it with\n"
+                 "// generate_mock_code=true (rdmarpc_generate(... GENERATE_MOCKS)).\n");
 }
 
 void PrintHeaderPrologue(const FileDescriptor* file, const GeneratorParams& params,
@@ -104,7 +133,7 @@ void PrintHeaderPrologue(const FileDescriptor* file, const GeneratorParams& para
                  "//\n"
                  "// Client stubs and server skeletons for the services in $proto$;\n"
                  "// see rdmarpc/service.h and rdmarpc/channel.h for how to use them.\n");
-  PrintUsageExample(services, printer);
+  PrintUsageExample(file, params, services, printer);
   printer->Print(vars,
                  "#ifndef $guard$\n"
                  "#define $guard$\n"
@@ -116,26 +145,45 @@ void PrintHeaderPrologue(const FileDescriptor* file, const GeneratorParams& para
                  "\n");
 }
 
-void PrintServerMethodDecl(const ServiceModel& service, const MethodModel& method, size_t index,
-                           Printer* printer) {
-  printer->Print("\n");
+// A method's comments from the .proto, then a blank comment line before
+// what the generator says about it.
+void PrintMethodComments(const MethodModel& method, Printer* printer) {
   PrintCommentLines(method.comment_lines, printer);
   if (!method.comment_lines.empty()) printer->Print("//\n");
-  printer->Print(MethodVars(service, method, index),
-                 "// rpc $proto_method$($request_proto$) returns ($response_proto$): "
-                 "\"$method_full_name$\".\n"
-                 "virtual ::absl::Status $Method$(\n"
-                 "    ::rdmarpc::ServerContext* context,\n"
-                 "    const $Request$& request,\n"
-                 "    $Response$* response);\n");
+}
+
+// S::Service's virtual method for `method`.
+void PrintHeaderServerMethod(const ServiceModel& service, const MethodModel& method, size_t index,
+                             Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  printer->Print("\n");
+  PrintMethodComments(method, printer);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "// rpc $proto_method$($request_proto$) returns ($response_proto$): "
+                     "\"$method_full_name$\".\n");
+      if (method.run_inline) {
+        printer->Print(vars,
+                       "// Runs inline on the worker thread ($run_inline_source$.run_inline):\n"
+                       "// it must never block.\n");
+      }
+      printer->Print(vars,
+                     "virtual ::absl::Status $Method$(\n"
+                     "    ::rdmarpc::ServerContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    $Response$* response);\n");
+      break;
+  }
 }
 
 void PrintServerClassDecl(const ServiceModel& service, Printer* printer) {
   printer->Print(ServiceVars(service),
                  "// The server side. Derive from it, override the methods this server\n"
                  "// implements and pass an instance to ::rdmarpc::Server::AddService;\n"
-                 "// methods left alone return UNIMPLEMENTED. Overrides run on server\n"
-                 "// worker threads, several at a time.\n"
+                 "// methods left alone return UNIMPLEMENTED. Overrides run on the server's\n"
+                 "// handler pool, several at a time, or inline on the worker thread that\n"
+                 "// received the call where the method says so (run_inline).\n"
                  "class Service : public ::rdmarpc::Service {\n"
                  " public:\n"
                  "  // Registers one handler per method, in .proto order (methods()).\n"
@@ -143,31 +191,118 @@ void PrintServerClassDecl(const ServiceModel& service, Printer* printer) {
                  "  ~Service() override;\n");
   printer->Indent();
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    PrintServerMethodDecl(service, service.methods[i], i, printer);
+    PrintHeaderServerMethod(service, service.methods[i], i, printer);
   }
   printer->Outdent();
   printer->Print("};\n");
 }
 
-void PrintStubMethodDecl(const ServiceModel& service, const MethodModel& method, size_t index,
-                         Printer* printer) {
+// S::StubInterface's pure virtual method for `method`'s blocking call.
+void PrintHeaderClientMethodInterface(const ServiceModel& service, const MethodModel& method,
+                                      size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "\n"
+                     "// \"$method_full_name$\"; see Stub::$Method$.\n"
+                     "virtual ::absl::Status $Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    $Response$* response) = 0;\n");
+      break;
+  }
+}
+
+// S::StubInterface::async_interface's pure virtual method for `method`.
+void PrintHeaderClientMethodAsyncInterface(const ServiceModel& service,
+                                           const MethodModel& method, size_t index,
+                                           Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "\n"
+                     "// \"$method_full_name$\"; see Stub::async::$Method$.\n"
+                     "virtual void $Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    $Response$* response,\n"
+                     "    ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;\n");
+      break;
+  }
+}
+
+void PrintStubInterfaceClassDecl(const ServiceModel& service, Printer* printer) {
+  printer->Print(ServiceVars(service),
+                 "// The client side as an interface: Stub's calls, pure virtual, in the\n"
+                 "// manner of gRPC's StubInterface. Code that takes a StubInterface*\n"
+                 "// works with a Stub and, in unit tests, with the gMock class\n"
+                 "// $mock_class$ (see the top of this file). Stub documents each call.\n"
+                 "class StubInterface {\n"
+                 " public:\n"
+                 "  virtual ~StubInterface() = default;\n");
+  printer->Indent();
+  for (size_t i = 0; i < service.methods.size(); ++i) {
+    PrintHeaderClientMethodInterface(service, service.methods[i], i, printer);
+  }
+  printer->Print("\n"
+                 "// Stub::async's calls.\n"
+                 "class async_interface {\n"
+                 " public:\n"
+                 "  virtual ~async_interface() = default;\n");
+  printer->Indent();
+  for (size_t i = 0; i < service.methods.size(); ++i) {
+    PrintHeaderClientMethodAsyncInterface(service, service.methods[i], i, printer);
+  }
+  printer->Outdent();
+  printer->Print("};\n"
+                 "// The asynchronous calls; owned by the stub.\n"
+                 "virtual class async_interface* async() = 0;\n");
+  printer->Outdent();
+  printer->Print("};\n");
+}
+
+// Stub's blocking call for `method`.
+void PrintHeaderClientMethod(const ServiceModel& service, const MethodModel& method,
+                             size_t index, Printer* printer) {
   Vars vars = MethodVars(service, method, index);
   printer->Print("\n");
-  PrintCommentLines(method.comment_lines, printer);
-  if (!method.comment_lines.empty()) printer->Print("//\n");
-  printer->Print(vars,
-                 "// Calls \"$method_full_name$\" and waits for its response. Returns the\n"
-                 "// server method's status or the runtime's (rdmarpc/impl/unary_call.h).\n");
-  if (method.default_timeout_ms != 0) {
-    printer->Print(vars,
-                   "// When `context` has no deadline, sets one $timeout_ms$ ms from now\n"
-                   "// ($timeout_source$.default_timeout_ms).\n");
+  PrintMethodComments(method, printer);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "// Calls \"$method_full_name$\" and waits for its response. Returns the\n"
+                     "// server method's status or the runtime's (rdmarpc/impl/unary_call.h).\n");
+      if (method.default_timeout_ms != 0) {
+        printer->Print(vars,
+                       "// When `context` has no deadline, sets one $timeout_ms$ ms from now\n"
+                       "// ($timeout_source$.default_timeout_ms).\n");
+      }
+      printer->Print(vars,
+                     "::absl::Status $Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    $Response$* response) override;\n");
+      break;
   }
-  printer->Print(vars,
-                 "::absl::Status $Method$(\n"
-                 "    ::rdmarpc::ClientContext* context,\n"
-                 "    const $Request$& request,\n"
-                 "    $Response$* response);\n");
+}
+
+// Stub::async's call for `method`.
+void PrintHeaderClientMethodAsync(const ServiceModel& service, const MethodModel& method,
+                                  size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "// \"$method_full_name$\".\n"
+                     "void $Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    $Response$* response,\n"
+                     "    ::absl::AnyInvocable<void(::absl::Status) &&> done) override;\n");
+      break;
+  }
 }
 
 void PrintAsyncClassDecl(const ServiceModel& service, Printer* printer) {
@@ -181,18 +316,12 @@ void PrintAsyncClassDecl(const ServiceModel& service, Printer* printer) {
                  "// anything is sent). `request` may be freed on return; `context` and\n"
                  "// `response` must stay alive until `done` runs. Default deadlines apply\n"
                  "// as for the blocking calls.\n"
-                 "class async final {\n"
+                 "class async final : public StubInterface::async_interface {\n"
                  " public:\n");
   printer->Indent();
   for (size_t i = 0; i < service.methods.size(); ++i) {
     if (i > 0) printer->Print("\n");
-    printer->Print(MethodVars(service, service.methods[i], i),
-                   "// \"$method_full_name$\".\n"
-                   "void $Method$(\n"
-                   "    ::rdmarpc::ClientContext* context,\n"
-                   "    const $Request$& request,\n"
-                   "    $Response$* response,\n"
-                   "    ::absl::AnyInvocable<void(::absl::Status) &&> done);\n");
+    PrintHeaderClientMethodAsync(service, service.methods[i], i, printer);
   }
   printer->Outdent();
   if (!service.methods.empty()) printer->Print("\n");
@@ -202,21 +331,21 @@ void PrintAsyncClassDecl(const ServiceModel& service, Printer* printer) {
                  "  explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}\n"
                  "  ::rdmarpc::Channel* channel_;  // owned by the enclosing Stub\n"
                  "};\n"
-                 "class async* async() { return &async_stub_; }\n");
+                 "class async* async() override { return &async_stub_; }\n");
 }
 
 void PrintStubClassDecl(const ServiceModel& service, Printer* printer) {
   printer->Print(ServiceVars(service),
                  "// The client side. A Stub only names the methods of one Channel; it is\n"
                  "// cheap to make, and any number of threads may use one at a time.\n"
-                 "class Stub final {\n"
+                 "class Stub final : public StubInterface {\n"
                  " public:\n"
                  "  explicit Stub(::std::shared_ptr<::rdmarpc::Channel> channel);\n"
                  "  Stub(const Stub&) = delete;\n"
                  "  Stub& operator=(const Stub&) = delete;\n");
   printer->Indent();
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    PrintStubMethodDecl(service, service.methods[i], i, printer);
+    PrintHeaderClientMethod(service, service.methods[i], i, printer);
   }
   PrintAsyncClassDecl(service, printer);
   printer->Outdent();
@@ -241,6 +370,8 @@ void PrintServiceDecl(const ServiceModel& service, Printer* printer) {
   printer->Indent();
   PrintServerClassDecl(service, printer);
   printer->Print("\n");
+  PrintStubInterfaceClassDecl(service, printer);
+  printer->Print("\n");
   PrintStubClassDecl(service, printer);
   printer->Print(
       "\n"
@@ -256,8 +387,7 @@ void PrintSourcePrologue(const FileDescriptor* file, const GeneratorParams& para
                          Printer* printer) {
   Vars vars = {
       {"proto", file->name()},
-      {"rdmarpc_h",
-       params.include_prefix + StripProtoExtension(file->name()) + ".rdmarpc.pb.h"},
+      {"rdmarpc_h", RdmarpcHeaderPath(file, params)},
   };
   printer->Print(vars,
                  "// Generated by protoc-gen-rdmarpc from $proto$. DO NOT EDIT!\n"
@@ -280,15 +410,49 @@ void PrintMethodNameTable(const ServiceModel& service, Printer* printer) {
   printer->Print("};\n");
 }
 
+// The line of S::Service::Service() that registers `method`'s handler.
+void PrintSourceServerMethodHandler(const ServiceModel& service, const MethodModel& method,
+                                    size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  // The handler's run_inline parameter defaults to false; printing it only
+  // when true keeps the registration of ordinary methods short.
+  vars["run_inline_arg"] = method.run_inline ? ", /*run_inline=*/true" : "";
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<\n"
+                     "              $Service$::Service, $Request$, $Response$>>(\n"
+                     "    $method_names$[$index$], this, &$Service$::Service::$Method$"
+                     "$run_inline_arg$));\n");
+      break;
+  }
+}
+
+// The default body of S::Service's virtual method for `method`.
+void PrintSourceServerMethodDefault(const ServiceModel& service, const MethodModel& method,
+                                    size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "\n"
+                     "::absl::Status $Service$::Service::$Method$(\n"
+                     "    ::rdmarpc::ServerContext* /*context*/,\n"
+                     "    const $Request$& /*request*/,\n"
+                     "    $Response$* /*response*/) {\n"
+                     "  return ::absl::UnimplementedError(\n"
+                     "      \"method $method_full_name$ is not implemented by this server\");\n"
+                     "}\n");
+      break;
+  }
+}
+
 void PrintServerDefinitions(const ServiceModel& service, Printer* printer) {
   printer->Print(ServiceVars(service),
                  "$Service$::Service::Service() : ::rdmarpc::Service($Service$::service_full_name) {\n");
   printer->Indent();
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    printer->Print(MethodVars(service, service.methods[i], i),
-                   "AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<\n"
-                   "              $Service$::Service, $Request$, $Response$>>(\n"
-                   "    $method_names$[$index$], this, &$Service$::Service::$Method$));\n");
+    PrintSourceServerMethodHandler(service, service.methods[i], i, printer);
   }
   printer->Outdent();
   printer->Print(ServiceVars(service),
@@ -296,15 +460,7 @@ void PrintServerDefinitions(const ServiceModel& service, Printer* printer) {
                  "\n"
                  "$Service$::Service::~Service() = default;\n");
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    printer->Print(MethodVars(service, service.methods[i], i),
-                   "\n"
-                   "::absl::Status $Service$::Service::$Method$(\n"
-                   "    ::rdmarpc::ServerContext* /*context*/,\n"
-                   "    const $Request$& /*request*/,\n"
-                   "    $Response$* /*response*/) {\n"
-                   "  return ::absl::UnimplementedError(\n"
-                   "      \"method $method_full_name$ is not implemented by this server\");\n"
-                   "}\n");
+    PrintSourceServerMethodDefault(service, service.methods[i], i, printer);
   }
 }
 
@@ -318,42 +474,60 @@ void PrintDefaultDeadline(const MethodModel& method, const Vars& vars, Printer* 
                  "  }\n");
 }
 
+// Stub's blocking call for `method`.
+void PrintSourceClientMethod(const ServiceModel& service, const MethodModel& method, size_t index,
+                             Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "\n"
+                     "::absl::Status $Service$::Stub::$Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    $Response$* response) {\n");
+      PrintDefaultDeadline(method, vars, printer);
+      printer->Print(vars,
+                     "  return ::rdmarpc::internal::BlockingUnaryCall(\n"
+                     "      channel_.get(), $method_names$[$index$], context, request, response);\n"
+                     "}\n");
+      break;
+  }
+}
+
+// Stub::async's call for `method`.
+void PrintSourceClientMethodAsync(const ServiceModel& service, const MethodModel& method,
+                                  size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "\n"
+                     "void $Service$::Stub::async::$Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    $Response$* response,\n"
+                     "    ::absl::AnyInvocable<void(::absl::Status) &&> done) {\n");
+      PrintDefaultDeadline(method, vars, printer);
+      printer->Print(vars,
+                     "  ::rdmarpc::internal::AsyncUnaryCall(\n"
+                     "      channel_, $method_names$[$index$], context, request, response,\n"
+                     "      ::std::move(done));\n"
+                     "}\n");
+      break;
+  }
+}
+
 void PrintStubDefinitions(const ServiceModel& service, Printer* printer) {
   printer->Print(ServiceVars(service),
                  "\n"
                  "$Service$::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)\n"
                  "    : channel_(::std::move(channel)), async_stub_(channel_.get()) {}\n");
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    const MethodModel& method = service.methods[i];
-    Vars vars = MethodVars(service, method, i);
-    printer->Print(vars,
-                   "\n"
-                   "::absl::Status $Service$::Stub::$Method$(\n"
-                   "    ::rdmarpc::ClientContext* context,\n"
-                   "    const $Request$& request,\n"
-                   "    $Response$* response) {\n");
-    PrintDefaultDeadline(method, vars, printer);
-    printer->Print(vars,
-                   "  return ::rdmarpc::internal::BlockingUnaryCall(\n"
-                   "      channel_.get(), $method_names$[$index$], context, request, response);\n"
-                   "}\n");
+    PrintSourceClientMethod(service, service.methods[i], i, printer);
   }
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    const MethodModel& method = service.methods[i];
-    Vars vars = MethodVars(service, method, i);
-    printer->Print(vars,
-                   "\n"
-                   "void $Service$::Stub::async::$Method$(\n"
-                   "    ::rdmarpc::ClientContext* context,\n"
-                   "    const $Request$& request,\n"
-                   "    $Response$* response,\n"
-                   "    ::absl::AnyInvocable<void(::absl::Status) &&> done) {\n");
-    PrintDefaultDeadline(method, vars, printer);
-    printer->Print(vars,
-                   "  ::rdmarpc::internal::AsyncUnaryCall(\n"
-                   "      channel_, $method_names$[$index$], context, request, response,\n"
-                   "      ::std::move(done));\n"
-                   "}\n");
+    PrintSourceClientMethodAsync(service, service.methods[i], i, printer);
   }
   printer->Print(ServiceVars(service),
                  "\n"
@@ -361,6 +535,118 @@ void PrintStubDefinitions(const ServiceModel& service, Printer* printer) {
                  "    ::std::shared_ptr<::rdmarpc::Channel> channel) {\n"
                  "  return ::std::make_unique<$Service$::Stub>(::std::move(channel));\n"
                  "}\n");
+}
+
+// ---- mock header ----------------------------------------------------------
+
+void PrintMockHeaderPrologue(const FileDescriptor* file, const GeneratorParams& params,
+                             const std::vector<ServiceModel>& services, Printer* printer) {
+  Vars vars = {
+      {"proto", file->name()},
+      {"guard", MockHeaderGuard(file->name())},
+      {"rdmarpc_h", RdmarpcHeaderPath(file, params)},
+  };
+  printer->Print(vars,
+                 "// Generated by protoc-gen-rdmarpc from $proto$. DO NOT EDIT!\n"
+                 "//\n"
+                 "// gMock classes of the client stubs in $proto$, written with\n"
+                 "// the plugin parameter generate_mock_code=true. Each is named\n"
+                 "// Mock<Service>Stub, as gRPC's generate_mock_code names it, and derives\n"
+                 "// from <Service>::StubInterface, so code that takes a StubInterface* can\n"
+                 "// be unit-tested without a server. Tests link gMock (GTest::gmock).\n");
+  if (!services.empty()) {
+    const ServiceModel& service = services.front();
+    printer->Print(UsageVars(file, params, service),
+                   "//\n"
+                   "// Usage, with service $service_full_name$:\n"
+                   "//   $mock_class$ stub;\n");
+    if (!service.methods.empty()) {
+      // Actions for the asynchronous calls must run `done` as an rvalue: it
+      // is an ::absl::AnyInvocable<void(::absl::Status) &&>.
+      printer->Print("//   EXPECT_CALL(stub, $Method$(_, _, _))\n"
+                     "//       .WillOnce(Return(absl::OkStatus()));\n"
+                     "//   EXPECT_CALL(*stub.async(), $Method$(_, _, _, _))\n"
+                     "//       .WillOnce([](auto*, const auto&, auto*, auto done) {\n"
+                     "//         std::move(done)(absl::OkStatus());\n"
+                     "//       });\n",
+                     "Method", service.methods.front().cpp_name);
+    }
+    printer->Print(UsageVars(file, params, service),
+                   "//   CodeUnderTest(&stub);  // takes a $class$::StubInterface*\n");
+  }
+  printer->Print(vars,
+                 "#ifndef $guard$\n"
+                 "#define $guard$\n"
+                 "\n"
+                 "#include \"$rdmarpc_h$\"\n"
+                 "#include \"gmock/gmock.h\"\n"
+                 "\n");
+}
+
+// Mock<S>Stub's MOCK_METHOD for `method`'s blocking call.
+void PrintMockClientMethod(const ServiceModel& service, const MethodModel& method, size_t index,
+                           Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "MOCK_METHOD(::absl::Status, $Method$,\n"
+                     "            (::rdmarpc::ClientContext* context,\n"
+                     "             const $Request$& request,\n"
+                     "             $Response$* response),\n"
+                     "            (override));\n");
+      break;
+  }
+}
+
+// The MOCK_METHOD of Mock<S>Stub's async() for `method`.
+void PrintMockClientMethodAsync(const ServiceModel& service, const MethodModel& method,
+                                size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "MOCK_METHOD(void, $Method$,\n"
+                     "            (::rdmarpc::ClientContext* context,\n"
+                     "             const $Request$& request,\n"
+                     "             $Response$* response,\n"
+                     "             ::absl::AnyInvocable<void(::absl::Status) &&> done),\n"
+                     "            (override));\n");
+      break;
+  }
+}
+
+void PrintMockStubClassDecl(const ServiceModel& service, Printer* printer) {
+  Vars vars = ServiceVars(service);
+  // Not final: tests may wrap it in ::testing::NiceMock or StrictMock.
+  printer->Print(vars,
+                 "// The gMock class of $service_full_name$'s StubInterface. async()\n"
+                 "// returns a mock of the asynchronous calls: EXPECT_CALL(*stub.async(), ...).\n"
+                 "// ::testing::NiceMock and StrictMock wrap the blocking calls only; the\n"
+                 "// asynchronous ones keep gMock's default of warning on uninteresting calls.\n"
+                 "class $mock_class$ : public $qualified_service$::StubInterface {\n"
+                 " public:\n");
+  printer->Indent();
+  for (size_t i = 0; i < service.methods.size(); ++i) {
+    PrintMockClientMethod(service, service.methods[i], i, printer);
+  }
+  if (!service.methods.empty()) printer->Print("\n");
+  printer->Print(vars,
+                 "// The asynchronous calls' mocks, which async() returns.\n"
+                 "class async : public $qualified_service$::StubInterface::async_interface {\n"
+                 " public:\n");
+  printer->Indent();
+  for (size_t i = 0; i < service.methods.size(); ++i) {
+    PrintMockClientMethodAsync(service, service.methods[i], i, printer);
+  }
+  printer->Outdent();
+  printer->Print("};\n"
+                 "class async* async() override { return &async_stub_; }\n");
+  printer->Outdent();
+  printer->Print("\n"
+                 " private:\n"
+                 "  class async async_stub_;\n"
+                 "};\n");
 }
 
 std::vector<ServiceModel> BuildServiceModels(const FileDescriptor* file) {
@@ -409,6 +695,23 @@ void PrintSource(const FileDescriptor* file, const GeneratorParams& params, Prin
     printer->Print("\n");
     PrintNamespacesClose(file, printer);
   }
+}
+
+void PrintMockHeader(const FileDescriptor* file, const GeneratorParams& params,
+                     Printer* printer) {
+  const std::vector<ServiceModel> services = BuildServiceModels(file);
+  PrintMockHeaderPrologue(file, params, services, printer);
+  if (!services.empty()) {
+    PrintNamespacesOpen(file, printer);
+    for (size_t i = 0; i < services.size(); ++i) {
+      if (i > 0) printer->Print("\n");
+      PrintMockStubClassDecl(services[i], printer);
+    }
+    printer->Print("\n");
+    PrintNamespacesClose(file, printer);
+    if (!file->package().empty()) printer->Print("\n");
+  }
+  printer->Print("#endif  // $guard$\n", "guard", MockHeaderGuard(file->name()));
 }
 
 }  // namespace compiler

@@ -1,4 +1,5 @@
-// compiler/cpp_generator.h: prints NAME.rdmarpc.pb.h and NAME.rdmarpc.pb.cc.
+// compiler/cpp_generator.h: prints NAME.rdmarpc.pb.h and NAME.rdmarpc.pb.cc,
+// and NAME_mock.rdmarpc.pb.h when asked for (generate_mock_code=true).
 //
 // Each function prints one piece of the output from a `$var$` template with
 // io::Printer, in the manner of gRPC's cpp_generator.cc. The front end
@@ -21,6 +22,12 @@ void PrintHeader(const google::protobuf::FileDescriptor* file, const GeneratorPa
 // The whole source file for `file`.
 void PrintSource(const google::protobuf::FileDescriptor* file, const GeneratorParams& params,
                  google::protobuf::io::Printer* printer);
+
+// The gMock header for `file`: class Mock<S>Stub for each service S, beside
+// S in its namespace. Written whatever `params.generate_mock_code` says;
+// the front end decides whether to call it.
+void PrintMockHeader(const google::protobuf::FileDescriptor* file, const GeneratorParams& params,
+                     google::protobuf::io::Printer* printer);
 
 }  // namespace compiler
 }  // namespace rdmarpc

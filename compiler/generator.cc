@@ -58,6 +58,16 @@ bool RdmarpcGenerator::Generate(const google::protobuf::FileDescriptor* file,
       return false;
     }
   }
+  if (params.generate_mock_code) {
+    std::unique_ptr<google::protobuf::io::ZeroCopyOutputStream> out(
+        context->Open(base + "_mock.rdmarpc.pb.h"));
+    google::protobuf::io::Printer printer(out.get(), '$');
+    PrintMockHeader(file, params, &printer);
+    if (printer.failed()) {
+      *error = "failed to write " + base + "_mock.rdmarpc.pb.h";
+      return false;
+    }
+  }
   return true;
 }
 

@@ -1,7 +1,9 @@
 // compiler/generator.h: the protoc plugin's front end.
 //
 // For each foo/bar.proto that protoc asks for, writes foo/bar.rdmarpc.pb.h
-// and foo/bar.rdmarpc.pb.cc beside protobuf's foo/bar.pb.h/.cc. The front
+// and foo/bar.rdmarpc.pb.cc beside protobuf's foo/bar.pb.h/.cc, and with
+// generate_mock_code=true also foo/bar_mock.rdmarpc.pb.h (gMock stubs,
+// named and placed as gRPC's foo/bar_mock.grpc.pb.h). The front
 // end only parses the parameters (generator_params.h) and rejects what the
 // generator cannot handle -- unknown parameters, streaming methods -- with an
 // error that protoc prints and turns into a non-zero exit; the printing is in

@@ -6,6 +6,7 @@
 // a misspelt option fails the build instead of being ignored:
 //
 //   protoc --rdmarpc_out=gen --rdmarpc_opt=include_prefix=proto/ ...
+//   protoc --rdmarpc_out=gen --rdmarpc_opt=generate_mock_code=true ...
 #ifndef RDMARPC_COMPILER_GENERATOR_PARAMS_H_
 #define RDMARPC_COMPILER_GENERATOR_PARAMS_H_
 
@@ -20,6 +21,10 @@ struct GeneratorParams {
   // install generated headers under a directory of their own. Empty by
   // default: "foo/bar.proto" gives #include "foo/bar.pb.h".
   std::string include_prefix;
+  // Also write NAME_mock.rdmarpc.pb.h, with a gMock class Mock<Service>Stub
+  // of each service's StubInterface, for unit tests of code that calls the
+  // service (gRPC's generate_mock_code). Off by default.
+  bool generate_mock_code = false;
 };
 
 // Parses protoc's parameter string ("key=value,flag,...") into `*params`.

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "google/protobuf/compiler/cpp/names.h"
+
 namespace rdmarpc {
 namespace compiler {
 
@@ -34,8 +36,11 @@ bool IsCppKeyword(const std::string& name) {
 std::set<std::string> ReservedMemberNames(const google::protobuf::ServiceDescriptor* service) {
   return {
       // Members and nested types of the generated class S and its nested
-      // Service, Stub and Stub::async classes.
-      "Service", "Stub", "NewStub", "async", "service_full_name", "channel_", "async_stub_",
+      // Service, StubInterface, StubInterface::async_interface, Stub and
+      // Stub::async classes (a method named like the class that declares it
+      // would be a constructor), and of the gMock class Mock<S>Stub.
+      "Service", "StubInterface", "async_interface", "Stub", "NewStub", "async",
+      "service_full_name", "channel_", "async_stub_",
       // Members of ::rdmarpc::Service the generated constructor calls or that
       // users and the Server call on a generated Service; a method of the
       // same name would hide them.
@@ -51,7 +56,8 @@ std::string CppServiceName(const google::protobuf::ServiceDescriptor* service) {
   // The members of the generated class S itself: a nested class or member
   // function named like its enclosing class is ill-formed.
   static const std::set<std::string>* const kReserved =
-      new std::set<std::string>{"Service", "Stub", "NewStub", "service_full_name"};
+      new std::set<std::string>{"Service", "StubInterface", "Stub", "NewStub",
+                                "service_full_name"};
   // A file without a package puts S in the global namespace, where a class
   // named like a namespace the generated code (or the .pb.h it includes)
   // uses is ill-formed: "class rdmarpc" clashes with namespace ::rdmarpc.
@@ -63,6 +69,48 @@ std::string CppServiceName(const google::protobuf::ServiceDescriptor* service) {
          (global && kGlobalNamespaces->count(name) > 0)) {
     name += '_';
   }
+  return name;
+}
+
+namespace {
+
+// The names protobuf's C++ generator declares at namespace scope for
+// `enum_type`: the enum itself and, since it is an unscoped enum, its values
+// (nested enums come out as Outer_Color with values Outer_Color_RED).
+void AddEnumNames(const google::protobuf::EnumDescriptor* enum_type, std::set<std::string>* names) {
+  const std::string name = google::protobuf::compiler::cpp::ClassName(enum_type);
+  names->insert(name);
+  const std::string value_prefix = enum_type->containing_type() == nullptr ? "" : name + "_";
+  for (int i = 0; i < enum_type->value_count(); ++i) {
+    names->insert(value_prefix + enum_type->value(i)->name());
+  }
+}
+
+// The same for `message` and the types nested in it (Outer.Inner is class
+// Outer_Inner at namespace scope).
+void AddMessageNames(const google::protobuf::Descriptor* message, std::set<std::string>* names) {
+  names->insert(google::protobuf::compiler::cpp::ClassName(message));
+  for (int i = 0; i < message->nested_type_count(); ++i) {
+    AddMessageNames(message->nested_type(i), names);
+  }
+  for (int i = 0; i < message->enum_type_count(); ++i) AddEnumNames(message->enum_type(i), names);
+}
+
+}  // namespace
+
+std::string MockStubClassName(const google::protobuf::ServiceDescriptor* service) {
+  const google::protobuf::FileDescriptor* file = service->file();
+  // What the file's .pb.h and .rdmarpc.pb.h declare in the package's
+  // namespace, where the mock goes.
+  std::set<std::string> taken;
+  for (int i = 0; i < file->message_type_count(); ++i) {
+    AddMessageNames(file->message_type(i), &taken);
+  }
+  for (int i = 0; i < file->enum_type_count(); ++i) AddEnumNames(file->enum_type(i), &taken);
+  for (int i = 0; i < file->extension_count(); ++i) taken.insert(file->extension(i)->name());
+  for (int i = 0; i < file->service_count(); ++i) taken.insert(CppServiceName(file->service(i)));
+  std::string name = "Mock" + service->name() + "Stub";
+  while (taken.count(name) > 0) name += '_';
   return name;
 }
 
@@ -124,18 +172,32 @@ std::string StripProtoExtension(const std::string& proto_file) {
   return proto_file;
 }
 
-std::string HeaderGuard(const std::string& proto_file) {
-  std::string guard = "RDMARPC_GENERATED_";
+namespace {
+
+// proto_file with every character that cannot appear in an identifier
+// written as "_XX", its hex code.
+std::string EscapeForIdentifier(const std::string& proto_file) {
+  std::string escaped;
   for (char c : proto_file) {
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
-      guard += c;
+      escaped += c;
     } else {
-      char escaped[4];
-      std::snprintf(escaped, sizeof(escaped), "_%02x", static_cast<unsigned char>(c));
-      guard += escaped;
+      char code[4];
+      std::snprintf(code, sizeof(code), "_%02x", static_cast<unsigned char>(c));
+      escaped += code;
     }
   }
-  return guard + "_INCLUDED";
+  return escaped;
+}
+
+}  // namespace
+
+std::string HeaderGuard(const std::string& proto_file) {
+  return "RDMARPC_GENERATED_" + EscapeForIdentifier(proto_file) + "_INCLUDED";
+}
+
+std::string MockHeaderGuard(const std::string& proto_file) {
+  return "RDMARPC_GENERATED_" + EscapeForIdentifier(proto_file) + "_MOCK_INCLUDED";
 }
 
 }  // namespace compiler

@@ -19,9 +19,15 @@
 // names, e.g. "delete" and "delete_", and compilers accept it.)
 //
 // Service classes follow the same rule with their own reserved names: a
-// service called "delete", "Service", "Stub", "NewStub" or
+// service called "delete", "Service", "StubInterface", "Stub", "NewStub" or
 // "service_full_name" becomes class delete_, Service_, ... (protobuf itself
 // appends '_' to message names that are keywords).
+//
+// The gMock class of a service S (NAME_mock.rdmarpc.pb.h) is MockSStub, as
+// gRPC names it, after the .proto name of S, beside S in S's namespace; it
+// gets a trailing '_' while another name the file puts in that namespace
+// takes it: a service class, an extension, or a message, enum or enum value
+// as protobuf names them there (nested ones too: Outer.Inner is Outer_Inner).
 //
 // Only the C++ name changes: the wire name stays "/package.Service/delete".
 #ifndef RDMARPC_COMPILER_NAMES_H_
@@ -41,16 +47,21 @@ namespace compiler {
 bool IsCppKeyword(const std::string& name);
 
 // Names a method of `service` may not have in C++: the members and nested
-// types of the generated classes (Service, Stub, NewStub, async,
-// service_full_name, channel_, async_stub_), those of the ::rdmarpc::Service base
-// that generated code calls (full_name, methods, AddMethod), and the
-// service's own name, both as in the .proto and as a C++ class.
+// types of the generated classes (Service, StubInterface, async_interface,
+// Stub, NewStub, async, service_full_name, channel_, async_stub_), those of
+// the ::rdmarpc::Service base that generated code calls (full_name, methods,
+// AddMethod), and the service's own name, both as in the .proto and as a
+// C++ class.
 std::set<std::string> ReservedMemberNames(const google::protobuf::ServiceDescriptor* service);
 
 // The C++ name of the class generated for `service`, after the rule above;
 // in a file without a package, also not rdmarpc, absl, std or google, the
 // global namespaces generated code names ("service rdmarpc {}" -> rdmarpc_).
 std::string CppServiceName(const google::protobuf::ServiceDescriptor* service);
+
+// The name of the gMock class of `service`, after the rule above
+// ("a.b.S" -> "MockSStub", in namespace a::b).
+std::string MockStubClassName(const google::protobuf::ServiceDescriptor* service);
 
 // The C++ names of the methods of `service`, in .proto order, after the
 // mangling rule above.
@@ -71,6 +82,11 @@ std::string StripProtoExtension(const std::string& proto_file);
 // that cannot appear in an identifier becomes "_XX" (its hex code), so
 // "foo/bar.proto" and "foo_bar.proto" give different guards.
 std::string HeaderGuard(const std::string& proto_file);
+
+// The include guard of `proto_file`'s NAME_mock.rdmarpc.pb.h: like
+// HeaderGuard, ending in "_MOCK_INCLUDED". No HeaderGuard has that ending:
+// an escaped name has '_' only before two lowercase hex digits.
+std::string MockHeaderGuard(const std::string& proto_file);
 
 }  // namespace compiler
 }  // namespace rdmarpc

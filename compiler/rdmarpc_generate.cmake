@@ -4,7 +4,8 @@
 #   rdmarpc_generate(TARGET <target>
 #                    PROTOS <a.proto> [<b.proto>...]
 #                    [IMPORT_DIRS <dir>...]
-#                    [PROTOC_OUT_DIR <dir>])
+#                    [PROTOC_OUT_DIR <dir>]
+#                    [GENERATE_MOCKS])
 #
 # For each PROTOS entry foo/bar.proto (relative paths are relative to
 # CMAKE_CURRENT_SOURCE_DIR) runs protoc with --cpp_out and --rdmarpc_out and
@@ -21,6 +22,11 @@
 #                   `import "rdmarpc/options.proto";`).
 #   PROTOC_OUT_DIR  where generated files go (relative to
 #                   CMAKE_CURRENT_BINARY_DIR); default CMAKE_CURRENT_BINARY_DIR.
+#   GENERATE_MOCKS  also generate foo/bar_mock.rdmarpc.pb.h (plugin parameter
+#                   generate_mock_code=true): a gMock class Mock<Service>Stub
+#                   of each service's StubInterface, for unit tests. The header
+#                   includes "gmock/gmock.h"; the target that includes it links
+#                   gMock itself (GTest::gmock).
 #
 # The output directory becomes a PUBLIC include directory of <target>, which
 # links rdmarpc_options_proto and through it protobuf::libprotobuf, PUBLIC
@@ -41,7 +47,8 @@
 # come from this file's location and cached variables, not CMAKE_SOURCE_DIR.
 
 function(rdmarpc_generate)
-  cmake_parse_arguments(PARSE_ARGV 0 ARG "" "TARGET;PROTOC_OUT_DIR" "PROTOS;IMPORT_DIRS")
+  cmake_parse_arguments(PARSE_ARGV 0 ARG "GENERATE_MOCKS" "TARGET;PROTOC_OUT_DIR"
+                        "PROTOS;IMPORT_DIRS")
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "rdmarpc_generate: unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
   endif()
@@ -103,6 +110,11 @@ function(rdmarpc_generate)
     list(APPEND import_flags "-I${dir}")
   endforeach()
 
+  set(rdmarpc_opt "")
+  if(ARG_GENERATE_MOCKS)
+    set(rdmarpc_opt "--rdmarpc_opt=generate_mock_code=true")
+  endif()
+
   set(generated "")
   foreach(abs IN LISTS abs_protos)
     # protoc names outputs after the .proto's path below the first import
@@ -121,6 +133,9 @@ function(rdmarpc_generate)
       "${out_dir}/${base}.pb.cc"
       "${out_dir}/${base}.rdmarpc.pb.h"
       "${out_dir}/${base}.rdmarpc.pb.cc")
+    if(ARG_GENERATE_MOCKS)
+      list(APPEND outputs "${out_dir}/${base}_mock.rdmarpc.pb.h")
+    endif()
     # --dependency_out lets the build rerun protoc when an imported .proto
     # changes, not only the one named here.
     set(depfile "${out_dir}/${base}.rdmarpc.d")
@@ -131,6 +146,7 @@ function(rdmarpc_generate)
               "--plugin=protoc-gen-rdmarpc=$<TARGET_FILE:protoc-gen-rdmarpc>"
               "--cpp_out=${out_dir}"
               "--rdmarpc_out=${out_dir}"
+              ${rdmarpc_opt}
               "--dependency_out=${depfile}"
               ${import_flags}
               "${abs}"

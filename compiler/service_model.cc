@@ -41,18 +41,22 @@ ServiceModel BuildServiceModel(const google::protobuf::ServiceDescriptor* servic
   model.name = CppServiceName(service);
   model.full_name = service->full_name();
   model.qualified_class = QualifiedServiceClass(service);
+  model.mock_class = MockStubClassName(service);
   model.comment_lines = LeadingComments(service);
 
   // The options arrive in the CodeGeneratorRequest as serialised
   // google.protobuf.*Options; this binary links rdmarpc/options.pb.cc, so
   // protobuf parses our extensions into typed fields.
-  const uint32_t service_timeout_ms =
-      service->options().GetExtension(rdmarpc::service).default_timeout_ms();
+  const rdmarpc::ServiceOptions& service_options =
+      service->options().GetExtension(rdmarpc::service);
 
   const std::vector<std::string> cpp_names = CppMethodNames(service);
   for (int i = 0; i < service->method_count(); ++i) {
     const google::protobuf::MethodDescriptor* method = service->method(i);
     MethodModel m;
+    // The only kind that gets here: streaming methods were rejected before
+    // (FindStreamingMethod).
+    m.kind = MethodKind::kUnary;
     m.proto_name = method->name();
     m.cpp_name = cpp_names[i];
     m.full_name = "/" + service->full_name() + "/" + method->name();
@@ -60,14 +64,23 @@ ServiceModel BuildServiceModel(const google::protobuf::ServiceDescriptor* servic
     m.response = google::protobuf::compiler::cpp::QualifiedClassName(method->output_type());
     m.request_proto = method->input_type()->full_name();
     m.response_proto = method->output_type()->full_name();
-    const uint32_t method_timeout_ms =
-        method->options().GetExtension(rdmarpc::method).default_timeout_ms();
-    if (method_timeout_ms != 0) {
-      m.default_timeout_ms = method_timeout_ms;
+    const rdmarpc::MethodOptions& method_options =
+        method->options().GetExtension(rdmarpc::method);
+    if (method_options.default_timeout_ms() != 0) {
+      m.default_timeout_ms = method_options.default_timeout_ms();
       m.default_timeout_source = "(rdmarpc.method)";
-    } else if (service_timeout_ms != 0) {
-      m.default_timeout_ms = service_timeout_ms;
+    } else if (service_options.default_timeout_ms() != 0) {
+      m.default_timeout_ms = service_options.default_timeout_ms();
       m.default_timeout_source = "(rdmarpc.service)";
+    }
+    // run_inline is proto3 `optional` in MethodOptions, so a method can say
+    // false where its service says true.
+    if (method_options.has_run_inline()) {
+      m.run_inline = method_options.run_inline();
+      m.run_inline_source = "(rdmarpc.method)";
+    } else if (service_options.run_inline()) {
+      m.run_inline = true;
+      m.run_inline_source = "(rdmarpc.service)";
     }
     m.comment_lines = LeadingComments(method);
     model.methods.push_back(std::move(m));

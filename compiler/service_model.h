@@ -15,7 +15,16 @@
 namespace rdmarpc {
 namespace compiler {
 
+// What a method streams, which decides every piece of code printed for it
+// (gRPC's cpp_generator branches the same way). Only unary methods reach
+// the printers: FindStreamingMethod rejects the other kinds before, and each
+// gets its enumerator here, and its own printers, when it is generated.
+enum class MethodKind {
+  kUnary,  // one request, one response
+};
+
 struct MethodModel {
+  MethodKind kind = MethodKind::kUnary;
   std::string proto_name;   // "delete", as in the .proto
   std::string cpp_name;     // "delete_", after the rule in names.h
   std::string full_name;    // "/a.b.S/delete", the name on the wire
@@ -29,6 +38,14 @@ struct MethodModel {
   // Which option default_timeout_ms came from ("(rdmarpc.method)" or
   // "(rdmarpc.service)"); empty when there is none.
   std::string default_timeout_source;
+  // The server runs the handler on the worker thread that received the call,
+  // not on the handler pool. From (rdmarpc.method).run_inline when set,
+  // else (rdmarpc.service).run_inline.
+  bool run_inline = false;
+  // Which option run_inline came from ("(rdmarpc.method)" or
+  // "(rdmarpc.service)"); empty when the method sets none and the service's
+  // is false.
+  std::string run_inline_source;
   std::vector<std::string> comment_lines;  // leading comments in the .proto
 };
 
@@ -36,6 +53,7 @@ struct ServiceModel {
   std::string name;            // C++ class: "S" ("Stub_" for a service Stub)
   std::string full_name;       // "a.b.S"
   std::string qualified_class; // "::a::b::S"
+  std::string mock_class;      // "MockSStub", in the same namespace as S
   std::vector<MethodModel> methods;  // .proto order
   std::vector<std::string> comment_lines;
 };

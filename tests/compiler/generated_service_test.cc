@@ -1,7 +1,8 @@
 // The server side of generated code (golden/*.proto): S::Service registers
-// one handler per method under its full name, in .proto order; methods not
-// overridden return UNIMPLEMENTED; overrides -- under mangled names too --
-// are reached through MethodHandler::Invoke as the runtime calls them.
+// one handler per method under its full name, in .proto order, running
+// inline exactly where the run_inline options say so; methods not overridden
+// return UNIMPLEMENTED; overrides -- under mangled names too -- are reached
+// through MethodHandler::Invoke as the runtime calls them.
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,13 +46,33 @@ TEST(GeneratedService, FullNamesOfServiceAndMethodsInProtoOrder) {
             (std::vector<std::string>{
                 "/golden.v1.Store/Get", "/golden.v1.Store/delete", "/golden.v1.Store/delete_",
                 "/golden.v1.Store/Stub", "/golden.v1.Store/Service", "/golden.v1.Store/NewStub",
-                "/golden.v1.Store/async", "/golden.v1.Store/Store"}));
+                "/golden.v1.Store/async", "/golden.v1.Store/Store", "/golden.v1.Store/Peek"}));
 
   Admin::Service admin;
   EXPECT_EQ(admin.full_name(), "golden.v1.Admin");
   EXPECT_EQ(MethodNames(admin),
             (std::vector<std::string>{"/golden.v1.Admin/class", "/golden.v1.Admin/new",
                                       "/golden.v1.Admin/Ping"}));
+}
+
+std::vector<bool> RunInline(const rdmarpc::Service& service) {
+  std::vector<bool> run_inline;
+  for (const auto& handler : service.methods()) run_inline.push_back(handler->run_inline());
+  return run_inline;
+}
+
+TEST(GeneratedService, HandlersRunInlineExactlyWhereTheOptionsSay) {
+  // Store: only Peek sets (rdmarpc.method).run_inline = true.
+  Store::Service store;
+  EXPECT_EQ(RunInline(store),
+            (std::vector<bool>{false, false, false, false, false, false, false, false, true}));
+  // Admin: (rdmarpc.service).run_inline = true; new sets
+  // (rdmarpc.method).run_inline = false.
+  Admin::Service admin;
+  EXPECT_EQ(RunInline(admin), (std::vector<bool>{true, false, true}));
+  // No options at all.
+  ::Notes::Service notes;
+  EXPECT_EQ(RunInline(notes), (std::vector<bool>{false}));
 }
 
 TEST(GeneratedService, DefaultMethodsReturnUnimplementedNamingTheMethod) {
@@ -223,6 +244,14 @@ TEST(GeneratedService, ServicesNamedLikeGeneratedClassesOrKeywords) {
             absl::AbortedError("Stub__ called"));
   EXPECT_EQ(InvokeMethod(stub_service, 1, golden::names::M(), &response).code(),
             absl::StatusCode::kUnimplemented);
+
+  // Service StubInterface is class StubInterface_, with methods
+  // StubInterface__ and async_interface_.
+  ::golden::names::StubInterface_::Service interface_service;
+  EXPECT_EQ(interface_service.full_name(), "golden.names.StubInterface");
+  EXPECT_EQ(MethodNames(interface_service),
+            (std::vector<std::string>{"/golden.names.StubInterface/StubInterface",
+                                      "/golden.names.StubInterface/async_interface"}));
 }
 
 }  // namespace service_names

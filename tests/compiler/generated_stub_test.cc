@@ -162,6 +162,29 @@ TEST(GeneratedStub, AsyncMangledMethodsCallTheirWireNames) {
   EXPECT_EQ(done_runs, 2);
 }
 
+TEST(GeneratedStub, CallsThroughStubInterfaceReachTheRuntime) {
+  fake_call::Reset(absl::ResourceExhaustedError("fake: full"));
+  std::unique_ptr<Store::Stub> owned = Store::NewStub(NoChannel());
+  Store::StubInterface* stub = owned.get();
+  rdmarpc::ClientContext c1, c2;
+  golden::v1::Request request;
+  golden::v1::Response response;
+  EXPECT_EQ(stub->Peek(&c1, request, &response), absl::ResourceExhaustedError("fake: full"));
+  EXPECT_FALSE(fake_call::LastCall().async);
+  EXPECT_EQ(fake_call::LastCall().method, "/golden.v1.Store/Peek");
+  EXPECT_EQ(fake_call::LastCall().request, &request);
+
+  Store::StubInterface::async_interface* async = stub->async();
+  EXPECT_EQ(async, owned->async());
+  std::optional<absl::Status> result;
+  async->Peek(&c2, request, &response, [&](absl::Status status) { result = std::move(status); });
+  EXPECT_EQ(result, absl::ResourceExhaustedError("fake: full"));
+  EXPECT_TRUE(fake_call::LastCall().async);
+  EXPECT_EQ(fake_call::LastCall().method, "/golden.v1.Store/Peek");
+  EXPECT_EQ(fake_call::LastCall().response, &response);
+  EXPECT_EQ(fake_call::LastCall().calls, 2);
+}
+
 TEST(GeneratedStub, FileWithoutPackage) {
   fake_call::Reset(absl::OkStatus());
   ::Notes::Stub stub(NoChannel());

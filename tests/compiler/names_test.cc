@@ -65,12 +65,13 @@ TEST(CppMethodNames, AppendsUnderscoreToKeywordsAndReservedNames) {
       &pool, "a.b", "S",
       {"delete", "new", "class", "register", "default", "Service", "Stub", "NewStub", "async",
        "service_full_name", "channel_", "async_stub_", "full_name", "methods", "AddMethod",
-       "S"});
+       "S", "StubInterface", "async_interface"});
   EXPECT_EQ(CppMethodNames(file->service(0)),
             (std::vector<std::string>{
                 "delete_", "new_", "class_", "register_", "default_", "Service_", "Stub_",
                 "NewStub_", "async_", "service_full_name_", "channel__", "async_stub__",
-                "full_name_", "methods_", "AddMethod_", "S_"}));
+                "full_name_", "methods_", "AddMethod_", "S_", "StubInterface_",
+                "async_interface_"}));
 }
 
 TEST(CppMethodNames, SkipsNamesOfOtherMethods) {
@@ -99,6 +100,8 @@ TEST(CppServiceName, AppendsUnderscoreToKeywordsAndClassMembers) {
                                                         {"Service", "Service_"},
                                                         {"Stub", "Stub_"},
                                                         {"NewStub", "NewStub_"},
+                                                        {"StubInterface", "StubInterface_"},
+                                                        {"async_interface", "async_interface"},
                                                         {"service_full_name", "service_full_name_"},
                                                         {"async", "async"}}) {
     DescriptorPool pool;
@@ -113,6 +116,70 @@ TEST(CppMethodNames, ReservesTheServiceClassName) {
   const FileDescriptor* file = BuildFile(&pool, "p", "Stub", {"Stub", "Stub_", "Get"});
   EXPECT_EQ(CppMethodNames(file->service(0)),
             (std::vector<std::string>{"Stub__", "Stub___", "Get"}));
+}
+
+TEST(MockStubClassName, IsMockServiceStubAfterTheProtoName) {
+  DescriptorPool pool;
+  EXPECT_EQ(MockStubClassName(BuildFile(&pool, "a.b", "Store", {})->service(0)), "MockStoreStub");
+  // After the .proto name, as gRPC does, not the mangled class delete_.
+  DescriptorPool pool2;
+  EXPECT_EQ(MockStubClassName(BuildFile(&pool2, "", "delete", {})->service(0)), "MockdeleteStub");
+}
+
+// Builds a file in package p with service `service` and the rest of
+// FileDescriptorProto text `rest`.
+const FileDescriptor* BuildFileFromText(DescriptorPool* pool, const std::string& service,
+                                        const std::string& rest) {
+  FileDescriptorProto proto;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      "name: 'test.proto' package: 'p' syntax: 'proto3' service { name: '" + service + "' } " +
+          rest,
+      &proto))
+      << rest;
+  const FileDescriptor* file = pool->BuildFile(proto);
+  EXPECT_NE(file, nullptr) << rest;
+  return file;
+}
+
+TEST(MockStubClassName, StepsAsideFromNamesInTheSameNamespace) {
+  // Every kind of name protobuf's C++ generator, or ours, puts at namespace
+  // scope, each named like the mock of the service.
+  struct Case {
+    const char* service;
+    const char* rest;
+    const char* mock;
+  };
+  for (const Case& c : {
+           Case{"S", "message_type { name: 'MockSStub' }", "MockSStub_"},
+           Case{"S", "enum_type { name: 'MockSStub' value { name: 'X' number: 0 } }",
+                "MockSStub_"},
+           // A top-level enum's values are unscoped.
+           Case{"S", "enum_type { name: 'E' value { name: 'MockSStub' number: 0 } }",
+                "MockSStub_"},
+           Case{"S", "service { name: 'MockSStub' }", "MockSStub_"},
+           Case{"S", "message_type { name: 'MockSStub' } message_type { name: 'MockSStub_' }",
+                "MockSStub__"},
+           // Nested types are Outer_Inner, nested enum values Outer_E_VALUE.
+           Case{"A_B", "message_type { name: 'MockA' nested_type { name: 'BStub' } }",
+                "MockA_BStub_"},
+           Case{"A_B",
+                "message_type { name: 'MockA' enum_type { name: 'BStub' "
+                "value { name: 'X' number: 0 } } }",
+                "MockA_BStub_"},
+           Case{"E_X",
+                "message_type { name: 'Mock' enum_type { name: 'E' "
+                "value { name: 'XStub' number: 0 } } }",
+                "MockE_XStub"},
+           Case{"E_X",
+                "message_type { name: 'M' enum_type { name: 'Mock' "
+                "value { name: 'E_XStub' number: 0 } } }",
+                "MockE_XStub"},
+       }) {
+    DescriptorPool pool;
+    const FileDescriptor* file = BuildFileFromText(&pool, c.service, c.rest);
+    ASSERT_NE(file, nullptr);
+    EXPECT_EQ(MockStubClassName(file->service(0)), c.mock) << c.rest;
+  }
 }
 
 TEST(PackageNamespaces, SplitsOnDots) {
@@ -140,6 +207,14 @@ TEST(HeaderGuard, EscapesNonIdentifierCharacters) {
   EXPECT_EQ(HeaderGuard("foo/bar.proto"), "RDMARPC_GENERATED_foo_2fbar_2eproto_INCLUDED");
   EXPECT_EQ(HeaderGuard("foo_bar.proto"), "RDMARPC_GENERATED_foo_5fbar_2eproto_INCLUDED");
   EXPECT_NE(HeaderGuard("foo/bar.proto"), HeaderGuard("foo_bar.proto"));
+}
+
+TEST(MockHeaderGuard, DiffersFromEveryHeaderGuard) {
+  EXPECT_EQ(MockHeaderGuard("foo/bar.proto"),
+            "RDMARPC_GENERATED_foo_2fbar_2eproto_MOCK_INCLUDED");
+  // A .proto whose escaped name ends in what the mock guard appends.
+  EXPECT_NE(MockHeaderGuard("foo/bar.proto"), HeaderGuard("foo/bar.proto_MOCK"));
+  EXPECT_NE(MockHeaderGuard("foo/bar.proto"), HeaderGuard("foo/bar.proto.MOCK"));
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // What the generator learns about a service (compiler/service_model.h):
-// C++ names, wire names, default deadlines from rdmarpc/options.proto,
-// comments, and which methods stream.
+// C++ names, wire names, default deadlines and run_inline from
+// rdmarpc/options.proto, comments, and which methods stream.
 #include "service_model.h"
 
 #include <string>
@@ -55,7 +55,9 @@ TEST(BuildServiceModel, NamesTypesAndWireNames) {
   EXPECT_EQ(model.name, "S");
   EXPECT_EQ(model.full_name, "a.b.S");
   EXPECT_EQ(model.qualified_class, "::a::b::S");
+  EXPECT_EQ(model.mock_class, "MockSStub");
   ASSERT_EQ(model.methods.size(), 2u);
+  EXPECT_EQ(model.methods[0].kind, MethodKind::kUnary);
   EXPECT_EQ(model.methods[0].cpp_name, "Get");
   EXPECT_EQ(model.methods[0].full_name, "/a.b.S/Get");
   EXPECT_EQ(model.methods[0].request, "::a::b::Req");
@@ -101,6 +103,50 @@ TEST(BuildServiceModel, NoTimeoutWithoutOptions) {
   ServiceModel model = BuildServiceModel(file->service(0));
   EXPECT_EQ(model.methods[0].default_timeout_ms, 0u);
   EXPECT_EQ(model.methods[0].default_timeout_source, "");
+}
+
+TEST(BuildServiceModel, RunInlineFromMethodElseService) {
+  FileDescriptorProto proto = BaseFile();
+  ServiceDescriptorProto* plain = proto.add_service();
+  plain->set_name("Plain");
+  AddMethod(plain, "Default", ".a.b.Req", ".a.b.Resp");
+  AddMethod(plain, "Inline", ".a.b.Req", ".a.b.Resp")
+      ->mutable_options()
+      ->MutableExtension(rdmarpc::method)
+      ->set_run_inline(true);
+  ServiceDescriptorProto* fast = proto.add_service();
+  fast->set_name("Fast");
+  fast->mutable_options()->MutableExtension(rdmarpc::service)->set_run_inline(true);
+  AddMethod(fast, "Inherited", ".a.b.Req", ".a.b.Resp");
+  // Set, to false: wins over the service's true.
+  AddMethod(fast, "OptedOut", ".a.b.Req", ".a.b.Resp")
+      ->mutable_options()
+      ->MutableExtension(rdmarpc::method)
+      ->set_run_inline(false);
+  // Only another option set: run_inline stays unset and the service's applies.
+  AddMethod(fast, "OtherOption", ".a.b.Req", ".a.b.Resp")
+      ->mutable_options()
+      ->MutableExtension(rdmarpc::method)
+      ->set_default_timeout_ms(5);
+  DescriptorPool pool;
+  const FileDescriptor* file = pool.BuildFile(proto);
+  ASSERT_NE(file, nullptr);
+
+  ServiceModel plain_model = BuildServiceModel(file->service(0));
+  ASSERT_EQ(plain_model.methods.size(), 2u);
+  EXPECT_FALSE(plain_model.methods[0].run_inline);
+  EXPECT_EQ(plain_model.methods[0].run_inline_source, "");
+  EXPECT_TRUE(plain_model.methods[1].run_inline);
+  EXPECT_EQ(plain_model.methods[1].run_inline_source, "(rdmarpc.method)");
+
+  ServiceModel fast_model = BuildServiceModel(file->service(1));
+  ASSERT_EQ(fast_model.methods.size(), 3u);
+  EXPECT_TRUE(fast_model.methods[0].run_inline);
+  EXPECT_EQ(fast_model.methods[0].run_inline_source, "(rdmarpc.service)");
+  EXPECT_FALSE(fast_model.methods[1].run_inline);
+  EXPECT_EQ(fast_model.methods[1].run_inline_source, "(rdmarpc.method)");
+  EXPECT_TRUE(fast_model.methods[2].run_inline);
+  EXPECT_EQ(fast_model.methods[2].run_inline_source, "(rdmarpc.service)");
 }
 
 TEST(BuildServiceModel, LeadingCommentsLoseTrailingBlanks) {

@@ -19,6 +19,7 @@ constexpr const char* kStoreMethodNames[] = {
     "/golden.v1.Store/NewStub",
     "/golden.v1.Store/async",
     "/golden.v1.Store/Store",
+    "/golden.v1.Store/Peek",
 };
 
 // The full names of golden.v1.Admin's methods, in .proto order.
@@ -57,6 +58,9 @@ Store::Service::Service() : ::rdmarpc::Service(Store::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Store::Service, ::golden::v1::Request, ::golden::v1::Response>>(
       kStoreMethodNames[7], this, &Store::Service::Store_));
+  AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
+                Store::Service, ::golden::v1::Request, ::golden::v1::Response>>(
+      kStoreMethodNames[8], this, &Store::Service::Peek, /*run_inline=*/true));
 }
 
 Store::Service::~Service() = default;
@@ -123,6 +127,14 @@ Store::Service::~Service() = default;
     ::golden::v1::Response* /*response*/) {
   return ::absl::UnimplementedError(
       "method /golden.v1.Store/Store is not implemented by this server");
+}
+
+::absl::Status Store::Service::Peek(
+    ::rdmarpc::ServerContext* /*context*/,
+    const ::golden::v1::Request& /*request*/,
+    ::golden::v1::Response* /*response*/) {
+  return ::absl::UnimplementedError(
+      "method /golden.v1.Store/Peek is not implemented by this server");
 }
 
 Store::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
@@ -222,6 +234,18 @@ Store::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
   }
   return ::rdmarpc::internal::BlockingUnaryCall(
       channel_.get(), kStoreMethodNames[7], context, request, response);
+}
+
+::absl::Status Store::Stub::Peek(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::v1::Request& request,
+    ::golden::v1::Response* response) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(1000));
+  }
+  return ::rdmarpc::internal::BlockingUnaryCall(
+      channel_.get(), kStoreMethodNames[8], context, request, response);
 }
 
 void Store::Stub::async::Get(
@@ -336,6 +360,20 @@ void Store::Stub::async::Store_(
       ::std::move(done));
 }
 
+void Store::Stub::async::Peek(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::v1::Request& request,
+    ::golden::v1::Response* response,
+    ::absl::AnyInvocable<void(::absl::Status) &&> done) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(1000));
+  }
+  ::rdmarpc::internal::AsyncUnaryCall(
+      channel_, kStoreMethodNames[8], context, request, response,
+      ::std::move(done));
+}
+
 ::std::unique_ptr<Store::Stub> Store::NewStub(
     ::std::shared_ptr<::rdmarpc::Channel> channel) {
   return ::std::make_unique<Store::Stub>(::std::move(channel));
@@ -346,13 +384,13 @@ void Store::Stub::async::Store_(
 Admin::Service::Service() : ::rdmarpc::Service(Admin::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Admin::Service, ::golden::common::Empty, ::golden::common::Empty>>(
-      kAdminMethodNames[0], this, &Admin::Service::class_));
+      kAdminMethodNames[0], this, &Admin::Service::class_, /*run_inline=*/true));
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Admin::Service, ::golden::common::Ping, ::golden::common::Ping>>(
       kAdminMethodNames[1], this, &Admin::Service::new_));
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Admin::Service, ::golden::common::Ping, ::golden::v1::Status>>(
-      kAdminMethodNames[2], this, &Admin::Service::Ping));
+      kAdminMethodNames[2], this, &Admin::Service::Ping, /*run_inline=*/true));
 }
 
 Admin::Service::~Service() = default;

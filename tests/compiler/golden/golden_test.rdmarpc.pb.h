@@ -9,6 +9,11 @@
 //   };
 //   auto stub = golden::v1::Store::NewStub(channel);
 //   absl::Status status = stub->Get(&context, request, &response);
+//
+// Code that takes a golden::v1::Store::StubInterface* can be unit-tested
+// with the gMock class golden::v1::MockStoreStub, from
+// golden/golden_test_mock.rdmarpc.pb.h: protoc-gen-rdmarpc writes it with
+// generate_mock_code=true (rdmarpc_generate(... GENERATE_MOCKS)).
 #ifndef RDMARPC_GENERATED_golden_2fgolden_5ftest_2eproto_INCLUDED
 #define RDMARPC_GENERATED_golden_2fgolden_5ftest_2eproto_INCLUDED
 
@@ -32,8 +37,9 @@ class Store final {
 
   // The server side. Derive from it, override the methods this server
   // implements and pass an instance to ::rdmarpc::Server::AddService;
-  // methods left alone return UNIMPLEMENTED. Overrides run on server
-  // worker threads, several at a time.
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
   class Service : public ::rdmarpc::Service {
    public:
     // Registers one handler per method, in .proto order (methods()).
@@ -95,11 +101,155 @@ class Store final {
         ::rdmarpc::ServerContext* context,
         const ::golden::v1::Request& request,
         ::golden::v1::Response* response);
+
+    // Reads a key without waiting on anything, so it may run inline.
+    //
+    // rpc Peek(golden.v1.Request) returns (golden.v1.Response): "/golden.v1.Store/Peek".
+    // Runs inline on the worker thread ((rdmarpc.method).run_inline):
+    // it must never block.
+    virtual ::absl::Status Peek(
+        ::rdmarpc::ServerContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response);
+  };
+
+  // The client side as an interface: Stub's calls, pure virtual, in the
+  // manner of gRPC's StubInterface. Code that takes a StubInterface*
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockStoreStub (see the top of this file). Stub documents each call.
+  class StubInterface {
+   public:
+    virtual ~StubInterface() = default;
+
+    // "/golden.v1.Store/Get"; see Stub::Get.
+    virtual ::absl::Status Get(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response) = 0;
+
+    // "/golden.v1.Store/delete"; see Stub::delete__.
+    virtual ::absl::Status delete__(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Status* response) = 0;
+
+    // "/golden.v1.Store/delete_"; see Stub::delete_.
+    virtual ::absl::Status delete_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response) = 0;
+
+    // "/golden.v1.Store/Stub"; see Stub::Stub_.
+    virtual ::absl::Status Stub_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::common::Ping& request,
+        ::golden::common::Empty* response) = 0;
+
+    // "/golden.v1.Store/Service"; see Stub::Service_.
+    virtual ::absl::Status Service_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Outer_Inner& request,
+        ::golden::v1::Channel* response) = 0;
+
+    // "/golden.v1.Store/NewStub"; see Stub::NewStub_.
+    virtual ::absl::Status NewStub_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response) = 0;
+
+    // "/golden.v1.Store/async"; see Stub::async_.
+    virtual ::absl::Status async_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response) = 0;
+
+    // "/golden.v1.Store/Store"; see Stub::Store_.
+    virtual ::absl::Status Store_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response) = 0;
+
+    // "/golden.v1.Store/Peek"; see Stub::Peek.
+    virtual ::absl::Status Peek(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response) = 0;
+
+    // Stub::async's calls.
+    class async_interface {
+     public:
+      virtual ~async_interface() = default;
+
+      // "/golden.v1.Store/Get"; see Stub::async::Get.
+      virtual void Get(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Response* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/delete"; see Stub::async::delete__.
+      virtual void delete__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Status* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/delete_"; see Stub::async::delete_.
+      virtual void delete_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Response* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/Stub"; see Stub::async::Stub_.
+      virtual void Stub_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Ping& request,
+          ::golden::common::Empty* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/Service"; see Stub::async::Service_.
+      virtual void Service_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Outer_Inner& request,
+          ::golden::v1::Channel* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/NewStub"; see Stub::async::NewStub_.
+      virtual void NewStub_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Response* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/async"; see Stub::async::async_.
+      virtual void async_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Response* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/Store"; see Stub::async::Store_.
+      virtual void Store_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Response* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/Peek"; see Stub::async::Peek.
+      virtual void Peek(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Response* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+    };
+    // The asynchronous calls; owned by the stub.
+    virtual class async_interface* async() = 0;
   };
 
   // The client side. A Stub only names the methods of one Channel; it is
   // cheap to make, and any number of threads may use one at a time.
-  class Stub final {
+  class Stub final : public StubInterface {
    public:
     explicit Stub(::std::shared_ptr<::rdmarpc::Channel> channel);
     Stub(const Stub&) = delete;
@@ -114,7 +264,7 @@ class Store final {
     ::absl::Status Get(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Request& request,
-        ::golden::v1::Response* response);
+        ::golden::v1::Response* response) override;
 
     // A C++ keyword, beside a method already called delete_: becomes delete__.
     //
@@ -125,7 +275,7 @@ class Store final {
     ::absl::Status delete__(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Request& request,
-        ::golden::v1::Status* response);
+        ::golden::v1::Status* response) override;
 
     // Calls "/golden.v1.Store/delete_" and waits for its response. Returns the
     // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
@@ -134,7 +284,7 @@ class Store final {
     ::absl::Status delete_(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Request& request,
-        ::golden::v1::Response* response);
+        ::golden::v1::Response* response) override;
 
     // Names the generated classes use themselves: Stub_, Service_, async_...
     //
@@ -145,7 +295,7 @@ class Store final {
     ::absl::Status Stub_(
         ::rdmarpc::ClientContext* context,
         const ::golden::common::Ping& request,
-        ::golden::common::Empty* response);
+        ::golden::common::Empty* response) override;
 
     // Calls "/golden.v1.Store/Service" and waits for its response. Returns the
     // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
@@ -154,7 +304,7 @@ class Store final {
     ::absl::Status Service_(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Outer_Inner& request,
-        ::golden::v1::Channel* response);
+        ::golden::v1::Channel* response) override;
 
     // Calls "/golden.v1.Store/NewStub" and waits for its response. Returns the
     // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
@@ -163,7 +313,7 @@ class Store final {
     ::absl::Status NewStub_(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Request& request,
-        ::golden::v1::Response* response);
+        ::golden::v1::Response* response) override;
 
     // Calls "/golden.v1.Store/async" and waits for its response. Returns the
     // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
@@ -172,7 +322,7 @@ class Store final {
     ::absl::Status async_(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Request& request,
-        ::golden::v1::Response* response);
+        ::golden::v1::Response* response) override;
 
     // The service's own name.
     //
@@ -183,7 +333,18 @@ class Store final {
     ::absl::Status Store_(
         ::rdmarpc::ClientContext* context,
         const ::golden::v1::Request& request,
-        ::golden::v1::Response* response);
+        ::golden::v1::Response* response) override;
+
+    // Reads a key without waiting on anything, so it may run inline.
+    //
+    // Calls "/golden.v1.Store/Peek" and waits for its response. Returns the
+    // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
+    // When `context` has no deadline, sets one 1000 ms from now
+    // ((rdmarpc.service).default_timeout_ms).
+    ::absl::Status Peek(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::v1::Request& request,
+        ::golden::v1::Response* response) override;
 
     // Asynchronous calls in gRPC's callback style:
     //   stub->async()->Method(&context, request, &response, done);
@@ -192,70 +353,77 @@ class Store final {
     // anything is sent). `request` may be freed on return; `context` and
     // `response` must stay alive until `done` runs. Default deadlines apply
     // as for the blocking calls.
-    class async final {
+    class async final : public StubInterface::async_interface {
      public:
       // "/golden.v1.Store/Get".
       void Get(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/delete".
       void delete__(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Status* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/delete_".
       void delete_(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/Stub".
       void Stub_(
           ::rdmarpc::ClientContext* context,
           const ::golden::common::Ping& request,
           ::golden::common::Empty* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/Service".
       void Service_(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Outer_Inner& request,
           ::golden::v1::Channel* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/NewStub".
       void NewStub_(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/async".
       void async_(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Store/Store".
       void Store_(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+      // "/golden.v1.Store/Peek".
+      void Peek(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request& request,
+          ::golden::v1::Response* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
      private:
       friend class ::golden::v1::Store::Stub;
       explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}
       ::rdmarpc::Channel* channel_;  // owned by the enclosing Stub
     };
-    class async* async() { return &async_stub_; }
+    class async* async() override { return &async_stub_; }
 
    private:
     ::std::shared_ptr<::rdmarpc::Channel> channel_;
@@ -266,7 +434,8 @@ class Store final {
   static ::std::unique_ptr<Stub> NewStub(::std::shared_ptr<::rdmarpc::Channel> channel);
 };
 
-// A second service in the same file, without default deadlines.
+// A second service in the same file, without default deadlines, whose
+// methods run inline unless they say otherwise.
 //
 // rdmarpc service golden.v1.Admin.
 class Admin final {
@@ -276,8 +445,9 @@ class Admin final {
 
   // The server side. Derive from it, override the methods this server
   // implements and pass an instance to ::rdmarpc::Server::AddService;
-  // methods left alone return UNIMPLEMENTED. Overrides run on server
-  // worker threads, several at a time.
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
   class Service : public ::rdmarpc::Service {
    public:
     // Registers one handler per method, in .proto order (methods()).
@@ -285,11 +455,15 @@ class Admin final {
     ~Service() override;
 
     // rpc class(golden.common.Empty) returns (golden.common.Empty): "/golden.v1.Admin/class".
+    // Runs inline on the worker thread ((rdmarpc.service).run_inline):
+    // it must never block.
     virtual ::absl::Status class_(
         ::rdmarpc::ServerContext* context,
         const ::golden::common::Empty& request,
         ::golden::common::Empty* response);
 
+    // Runs on the handler pool: the method's option wins over the service's.
+    //
     // rpc new(golden.common.Ping) returns (golden.common.Ping): "/golden.v1.Admin/new".
     virtual ::absl::Status new_(
         ::rdmarpc::ServerContext* context,
@@ -297,15 +471,73 @@ class Admin final {
         ::golden::common::Ping* response);
 
     // rpc Ping(golden.common.Ping) returns (golden.v1.Status): "/golden.v1.Admin/Ping".
+    // Runs inline on the worker thread ((rdmarpc.service).run_inline):
+    // it must never block.
     virtual ::absl::Status Ping(
         ::rdmarpc::ServerContext* context,
         const ::golden::common::Ping& request,
         ::golden::v1::Status* response);
   };
 
+  // The client side as an interface: Stub's calls, pure virtual, in the
+  // manner of gRPC's StubInterface. Code that takes a StubInterface*
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockAdminStub (see the top of this file). Stub documents each call.
+  class StubInterface {
+   public:
+    virtual ~StubInterface() = default;
+
+    // "/golden.v1.Admin/class"; see Stub::class_.
+    virtual ::absl::Status class_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::common::Empty& request,
+        ::golden::common::Empty* response) = 0;
+
+    // "/golden.v1.Admin/new"; see Stub::new_.
+    virtual ::absl::Status new_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::common::Ping& request,
+        ::golden::common::Ping* response) = 0;
+
+    // "/golden.v1.Admin/Ping"; see Stub::Ping.
+    virtual ::absl::Status Ping(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::common::Ping& request,
+        ::golden::v1::Status* response) = 0;
+
+    // Stub::async's calls.
+    class async_interface {
+     public:
+      virtual ~async_interface() = default;
+
+      // "/golden.v1.Admin/class"; see Stub::async::class_.
+      virtual void class_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Empty& request,
+          ::golden::common::Empty* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Admin/new"; see Stub::async::new_.
+      virtual void new_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Ping& request,
+          ::golden::common::Ping* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Admin/Ping"; see Stub::async::Ping.
+      virtual void Ping(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Ping& request,
+          ::golden::v1::Status* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+    };
+    // The asynchronous calls; owned by the stub.
+    virtual class async_interface* async() = 0;
+  };
+
   // The client side. A Stub only names the methods of one Channel; it is
   // cheap to make, and any number of threads may use one at a time.
-  class Stub final {
+  class Stub final : public StubInterface {
    public:
     explicit Stub(::std::shared_ptr<::rdmarpc::Channel> channel);
     Stub(const Stub&) = delete;
@@ -316,21 +548,23 @@ class Admin final {
     ::absl::Status class_(
         ::rdmarpc::ClientContext* context,
         const ::golden::common::Empty& request,
-        ::golden::common::Empty* response);
+        ::golden::common::Empty* response) override;
 
+    // Runs on the handler pool: the method's option wins over the service's.
+    //
     // Calls "/golden.v1.Admin/new" and waits for its response. Returns the
     // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
     ::absl::Status new_(
         ::rdmarpc::ClientContext* context,
         const ::golden::common::Ping& request,
-        ::golden::common::Ping* response);
+        ::golden::common::Ping* response) override;
 
     // Calls "/golden.v1.Admin/Ping" and waits for its response. Returns the
     // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
     ::absl::Status Ping(
         ::rdmarpc::ClientContext* context,
         const ::golden::common::Ping& request,
-        ::golden::v1::Status* response);
+        ::golden::v1::Status* response) override;
 
     // Asynchronous calls in gRPC's callback style:
     //   stub->async()->Method(&context, request, &response, done);
@@ -339,35 +573,35 @@ class Admin final {
     // anything is sent). `request` may be freed on return; `context` and
     // `response` must stay alive until `done` runs. Default deadlines apply
     // as for the blocking calls.
-    class async final {
+    class async final : public StubInterface::async_interface {
      public:
       // "/golden.v1.Admin/class".
       void class_(
           ::rdmarpc::ClientContext* context,
           const ::golden::common::Empty& request,
           ::golden::common::Empty* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Admin/new".
       void new_(
           ::rdmarpc::ClientContext* context,
           const ::golden::common::Ping& request,
           ::golden::common::Ping* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.v1.Admin/Ping".
       void Ping(
           ::rdmarpc::ClientContext* context,
           const ::golden::common::Ping& request,
           ::golden::v1::Status* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
      private:
       friend class ::golden::v1::Admin::Stub;
       explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}
       ::rdmarpc::Channel* channel_;  // owned by the enclosing Stub
     };
-    class async* async() { return &async_stub_; }
+    class async* async() override { return &async_stub_; }
 
    private:
     ::std::shared_ptr<::rdmarpc::Channel> channel_;

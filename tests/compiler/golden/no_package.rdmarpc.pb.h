@@ -8,6 +8,11 @@
 //     // override the methods this server implements
 //   };
 //   auto stub = Bare::NewStub(channel);
+//
+// Code that takes a Bare::StubInterface* can be unit-tested
+// with the gMock class MockBareStub, from
+// golden/no_package_mock.rdmarpc.pb.h: protoc-gen-rdmarpc writes it with
+// generate_mock_code=true (rdmarpc_generate(... GENERATE_MOCKS)).
 #ifndef RDMARPC_GENERATED_golden_2fno_5fpackage_2eproto_INCLUDED
 #define RDMARPC_GENERATED_golden_2fno_5fpackage_2eproto_INCLUDED
 
@@ -24,8 +29,9 @@ class Bare final {
 
   // The server side. Derive from it, override the methods this server
   // implements and pass an instance to ::rdmarpc::Server::AddService;
-  // methods left alone return UNIMPLEMENTED. Overrides run on server
-  // worker threads, several at a time.
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
   class Service : public ::rdmarpc::Service {
    public:
     // Registers one handler per method, in .proto order (methods()).
@@ -33,9 +39,26 @@ class Bare final {
     ~Service() override;
   };
 
+  // The client side as an interface: Stub's calls, pure virtual, in the
+  // manner of gRPC's StubInterface. Code that takes a StubInterface*
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockBareStub (see the top of this file). Stub documents each call.
+  class StubInterface {
+   public:
+    virtual ~StubInterface() = default;
+
+    // Stub::async's calls.
+    class async_interface {
+     public:
+      virtual ~async_interface() = default;
+    };
+    // The asynchronous calls; owned by the stub.
+    virtual class async_interface* async() = 0;
+  };
+
   // The client side. A Stub only names the methods of one Channel; it is
   // cheap to make, and any number of threads may use one at a time.
-  class Stub final {
+  class Stub final : public StubInterface {
    public:
     explicit Stub(::std::shared_ptr<::rdmarpc::Channel> channel);
     Stub(const Stub&) = delete;
@@ -48,14 +71,14 @@ class Bare final {
     // anything is sent). `request` may be freed on return; `context` and
     // `response` must stay alive until `done` runs. Default deadlines apply
     // as for the blocking calls.
-    class async final {
+    class async final : public StubInterface::async_interface {
      public:
      private:
       friend class ::Bare::Stub;
       explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}
       ::rdmarpc::Channel* channel_;  // owned by the enclosing Stub
     };
-    class async* async() { return &async_stub_; }
+    class async* async() override { return &async_stub_; }
 
    private:
     ::std::shared_ptr<::rdmarpc::Channel> channel_;
@@ -74,8 +97,9 @@ class Notes final {
 
   // The server side. Derive from it, override the methods this server
   // implements and pass an instance to ::rdmarpc::Server::AddService;
-  // methods left alone return UNIMPLEMENTED. Overrides run on server
-  // worker threads, several at a time.
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
   class Service : public ::rdmarpc::Service {
    public:
     // Registers one handler per method, in .proto order (methods()).
@@ -89,9 +113,39 @@ class Notes final {
         ::Note* response);
   };
 
+  // The client side as an interface: Stub's calls, pure virtual, in the
+  // manner of gRPC's StubInterface. Code that takes a StubInterface*
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockNotesStub (see the top of this file). Stub documents each call.
+  class StubInterface {
+   public:
+    virtual ~StubInterface() = default;
+
+    // "/Notes/Add"; see Stub::Add.
+    virtual ::absl::Status Add(
+        ::rdmarpc::ClientContext* context,
+        const ::Note& request,
+        ::Note* response) = 0;
+
+    // Stub::async's calls.
+    class async_interface {
+     public:
+      virtual ~async_interface() = default;
+
+      // "/Notes/Add"; see Stub::async::Add.
+      virtual void Add(
+          ::rdmarpc::ClientContext* context,
+          const ::Note& request,
+          ::Note* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+    };
+    // The asynchronous calls; owned by the stub.
+    virtual class async_interface* async() = 0;
+  };
+
   // The client side. A Stub only names the methods of one Channel; it is
   // cheap to make, and any number of threads may use one at a time.
-  class Stub final {
+  class Stub final : public StubInterface {
    public:
     explicit Stub(::std::shared_ptr<::rdmarpc::Channel> channel);
     Stub(const Stub&) = delete;
@@ -102,7 +156,7 @@ class Notes final {
     ::absl::Status Add(
         ::rdmarpc::ClientContext* context,
         const ::Note& request,
-        ::Note* response);
+        ::Note* response) override;
 
     // Asynchronous calls in gRPC's callback style:
     //   stub->async()->Method(&context, request, &response, done);
@@ -111,21 +165,21 @@ class Notes final {
     // anything is sent). `request` may be freed on return; `context` and
     // `response` must stay alive until `done` runs. Default deadlines apply
     // as for the blocking calls.
-    class async final {
+    class async final : public StubInterface::async_interface {
      public:
       // "/Notes/Add".
       void Add(
           ::rdmarpc::ClientContext* context,
           const ::Note& request,
           ::Note* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
      private:
       friend class ::Notes::Stub;
       explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}
       ::rdmarpc::Channel* channel_;  // owned by the enclosing Stub
     };
-    class async* async() { return &async_stub_; }
+    class async* async() override { return &async_stub_; }
 
    private:
     ::std::shared_ptr<::rdmarpc::Channel> channel_;

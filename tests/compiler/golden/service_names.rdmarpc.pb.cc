@@ -25,6 +25,12 @@ constexpr const char* kdelete_MethodNames[] = {
     "/golden.names.delete/delete",
 };
 
+// The full names of golden.names.StubInterface's methods, in .proto order.
+constexpr const char* kStubInterface_MethodNames[] = {
+    "/golden.names.StubInterface/StubInterface",
+    "/golden.names.StubInterface/async_interface",
+};
+
 }  // namespace
 
 // golden.names.Service
@@ -186,6 +192,79 @@ void delete_::Stub::async::delete__(
 ::std::unique_ptr<delete_::Stub> delete_::NewStub(
     ::std::shared_ptr<::rdmarpc::Channel> channel) {
   return ::std::make_unique<delete_::Stub>(::std::move(channel));
+}
+
+// golden.names.StubInterface
+
+StubInterface_::Service::Service() : ::rdmarpc::Service(StubInterface_::service_full_name) {
+  AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
+                StubInterface_::Service, ::golden::names::M, ::golden::names::M>>(
+      kStubInterface_MethodNames[0], this, &StubInterface_::Service::StubInterface__));
+  AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
+                StubInterface_::Service, ::golden::names::M, ::golden::names::M>>(
+      kStubInterface_MethodNames[1], this, &StubInterface_::Service::async_interface_));
+}
+
+StubInterface_::Service::~Service() = default;
+
+::absl::Status StubInterface_::Service::StubInterface__(
+    ::rdmarpc::ServerContext* /*context*/,
+    const ::golden::names::M& /*request*/,
+    ::golden::names::M* /*response*/) {
+  return ::absl::UnimplementedError(
+      "method /golden.names.StubInterface/StubInterface is not implemented by this server");
+}
+
+::absl::Status StubInterface_::Service::async_interface_(
+    ::rdmarpc::ServerContext* /*context*/,
+    const ::golden::names::M& /*request*/,
+    ::golden::names::M* /*response*/) {
+  return ::absl::UnimplementedError(
+      "method /golden.names.StubInterface/async_interface is not implemented by this server");
+}
+
+StubInterface_::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
+    : channel_(::std::move(channel)), async_stub_(channel_.get()) {}
+
+::absl::Status StubInterface_::Stub::StubInterface__(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::names::M& request,
+    ::golden::names::M* response) {
+  return ::rdmarpc::internal::BlockingUnaryCall(
+      channel_.get(), kStubInterface_MethodNames[0], context, request, response);
+}
+
+::absl::Status StubInterface_::Stub::async_interface_(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::names::M& request,
+    ::golden::names::M* response) {
+  return ::rdmarpc::internal::BlockingUnaryCall(
+      channel_.get(), kStubInterface_MethodNames[1], context, request, response);
+}
+
+void StubInterface_::Stub::async::StubInterface__(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::names::M& request,
+    ::golden::names::M* response,
+    ::absl::AnyInvocable<void(::absl::Status) &&> done) {
+  ::rdmarpc::internal::AsyncUnaryCall(
+      channel_, kStubInterface_MethodNames[0], context, request, response,
+      ::std::move(done));
+}
+
+void StubInterface_::Stub::async::async_interface_(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::names::M& request,
+    ::golden::names::M* response,
+    ::absl::AnyInvocable<void(::absl::Status) &&> done) {
+  ::rdmarpc::internal::AsyncUnaryCall(
+      channel_, kStubInterface_MethodNames[1], context, request, response,
+      ::std::move(done));
+}
+
+::std::unique_ptr<StubInterface_::Stub> StubInterface_::NewStub(
+    ::std::shared_ptr<::rdmarpc::Channel> channel) {
+  return ::std::make_unique<StubInterface_::Stub>(::std::move(channel));
 }
 
 }  // namespace names

@@ -9,6 +9,11 @@
 //   };
 //   auto stub = golden::names::Service_::NewStub(channel);
 //   absl::Status status = stub->Service__(&context, request, &response);
+//
+// Code that takes a golden::names::Service_::StubInterface* can be unit-tested
+// with the gMock class golden::names::MockServiceStub, from
+// golden/service_names_mock.rdmarpc.pb.h: protoc-gen-rdmarpc writes it with
+// generate_mock_code=true (rdmarpc_generate(... GENERATE_MOCKS)).
 #ifndef RDMARPC_GENERATED_golden_2fservice_5fnames_2eproto_INCLUDED
 #define RDMARPC_GENERATED_golden_2fservice_5fnames_2eproto_INCLUDED
 
@@ -31,8 +36,9 @@ class Service_ final {
 
   // The server side. Derive from it, override the methods this server
   // implements and pass an instance to ::rdmarpc::Server::AddService;
-  // methods left alone return UNIMPLEMENTED. Overrides run on server
-  // worker threads, several at a time.
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
   class Service : public ::rdmarpc::Service {
    public:
     // Registers one handler per method, in .proto order (methods()).
@@ -46,9 +52,39 @@ class Service_ final {
         ::golden::names::M* response);
   };
 
+  // The client side as an interface: Stub's calls, pure virtual, in the
+  // manner of gRPC's StubInterface. Code that takes a StubInterface*
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockServiceStub (see the top of this file). Stub documents each call.
+  class StubInterface {
+   public:
+    virtual ~StubInterface() = default;
+
+    // "/golden.names.Service/Service"; see Stub::Service__.
+    virtual ::absl::Status Service__(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::names::M& request,
+        ::golden::names::M* response) = 0;
+
+    // Stub::async's calls.
+    class async_interface {
+     public:
+      virtual ~async_interface() = default;
+
+      // "/golden.names.Service/Service"; see Stub::async::Service__.
+      virtual void Service__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M& request,
+          ::golden::names::M* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+    };
+    // The asynchronous calls; owned by the stub.
+    virtual class async_interface* async() = 0;
+  };
+
   // The client side. A Stub only names the methods of one Channel; it is
   // cheap to make, and any number of threads may use one at a time.
-  class Stub final {
+  class Stub final : public StubInterface {
    public:
     explicit Stub(::std::shared_ptr<::rdmarpc::Channel> channel);
     Stub(const Stub&) = delete;
@@ -59,7 +95,7 @@ class Service_ final {
     ::absl::Status Service__(
         ::rdmarpc::ClientContext* context,
         const ::golden::names::M& request,
-        ::golden::names::M* response);
+        ::golden::names::M* response) override;
 
     // Asynchronous calls in gRPC's callback style:
     //   stub->async()->Method(&context, request, &response, done);
@@ -68,21 +104,21 @@ class Service_ final {
     // anything is sent). `request` may be freed on return; `context` and
     // `response` must stay alive until `done` runs. Default deadlines apply
     // as for the blocking calls.
-    class async final {
+    class async final : public StubInterface::async_interface {
      public:
       // "/golden.names.Service/Service".
       void Service__(
           ::rdmarpc::ClientContext* context,
           const ::golden::names::M& request,
           ::golden::names::M* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
      private:
       friend class ::golden::names::Service_::Stub;
       explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}
       ::rdmarpc::Channel* channel_;  // owned by the enclosing Stub
     };
-    class async* async() { return &async_stub_; }
+    class async* async() override { return &async_stub_; }
 
    private:
     ::std::shared_ptr<::rdmarpc::Channel> channel_;
@@ -105,8 +141,9 @@ class Stub_ final {
 
   // The server side. Derive from it, override the methods this server
   // implements and pass an instance to ::rdmarpc::Server::AddService;
-  // methods left alone return UNIMPLEMENTED. Overrides run on server
-  // worker threads, several at a time.
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
   class Service : public ::rdmarpc::Service {
    public:
     // Registers one handler per method, in .proto order (methods()).
@@ -126,9 +163,52 @@ class Stub_ final {
         ::golden::names::M* response);
   };
 
+  // The client side as an interface: Stub's calls, pure virtual, in the
+  // manner of gRPC's StubInterface. Code that takes a StubInterface*
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockStubStub (see the top of this file). Stub documents each call.
+  class StubInterface {
+   public:
+    virtual ~StubInterface() = default;
+
+    // "/golden.names.Stub/Stub"; see Stub::Stub__.
+    virtual ::absl::Status Stub__(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::names::M& request,
+        ::golden::names::M* response) = 0;
+
+    // "/golden.names.Stub/Stub_"; see Stub::Stub___.
+    virtual ::absl::Status Stub___(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::names::M& request,
+        ::golden::names::M* response) = 0;
+
+    // Stub::async's calls.
+    class async_interface {
+     public:
+      virtual ~async_interface() = default;
+
+      // "/golden.names.Stub/Stub"; see Stub::async::Stub__.
+      virtual void Stub__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M& request,
+          ::golden::names::M* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.names.Stub/Stub_"; see Stub::async::Stub___.
+      virtual void Stub___(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M& request,
+          ::golden::names::M* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+    };
+    // The asynchronous calls; owned by the stub.
+    virtual class async_interface* async() = 0;
+  };
+
   // The client side. A Stub only names the methods of one Channel; it is
   // cheap to make, and any number of threads may use one at a time.
-  class Stub final {
+  class Stub final : public StubInterface {
    public:
     explicit Stub(::std::shared_ptr<::rdmarpc::Channel> channel);
     Stub(const Stub&) = delete;
@@ -139,14 +219,14 @@ class Stub_ final {
     ::absl::Status Stub__(
         ::rdmarpc::ClientContext* context,
         const ::golden::names::M& request,
-        ::golden::names::M* response);
+        ::golden::names::M* response) override;
 
     // Calls "/golden.names.Stub/Stub_" and waits for its response. Returns the
     // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
     ::absl::Status Stub___(
         ::rdmarpc::ClientContext* context,
         const ::golden::names::M& request,
-        ::golden::names::M* response);
+        ::golden::names::M* response) override;
 
     // Asynchronous calls in gRPC's callback style:
     //   stub->async()->Method(&context, request, &response, done);
@@ -155,28 +235,28 @@ class Stub_ final {
     // anything is sent). `request` may be freed on return; `context` and
     // `response` must stay alive until `done` runs. Default deadlines apply
     // as for the blocking calls.
-    class async final {
+    class async final : public StubInterface::async_interface {
      public:
       // "/golden.names.Stub/Stub".
       void Stub__(
           ::rdmarpc::ClientContext* context,
           const ::golden::names::M& request,
           ::golden::names::M* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
       // "/golden.names.Stub/Stub_".
       void Stub___(
           ::rdmarpc::ClientContext* context,
           const ::golden::names::M& request,
           ::golden::names::M* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
      private:
       friend class ::golden::names::Stub_::Stub;
       explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}
       ::rdmarpc::Channel* channel_;  // owned by the enclosing Stub
     };
-    class async* async() { return &async_stub_; }
+    class async* async() override { return &async_stub_; }
 
    private:
     ::std::shared_ptr<::rdmarpc::Channel> channel_;
@@ -187,7 +267,8 @@ class Stub_ final {
   static ::std::unique_ptr<Stub> NewStub(::std::shared_ptr<::rdmarpc::Channel> channel);
 };
 
-// Generated as class delete_.
+// Generated as class delete_. Its gMock class would be MockdeleteStub, the
+// name of the message below: it becomes MockdeleteStub_.
 //
 // rdmarpc service golden.names.delete.
 class delete_ final {
@@ -197,8 +278,9 @@ class delete_ final {
 
   // The server side. Derive from it, override the methods this server
   // implements and pass an instance to ::rdmarpc::Server::AddService;
-  // methods left alone return UNIMPLEMENTED. Overrides run on server
-  // worker threads, several at a time.
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
   class Service : public ::rdmarpc::Service {
    public:
     // Registers one handler per method, in .proto order (methods()).
@@ -212,9 +294,39 @@ class delete_ final {
         ::golden::names::M* response);
   };
 
+  // The client side as an interface: Stub's calls, pure virtual, in the
+  // manner of gRPC's StubInterface. Code that takes a StubInterface*
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockdeleteStub_ (see the top of this file). Stub documents each call.
+  class StubInterface {
+   public:
+    virtual ~StubInterface() = default;
+
+    // "/golden.names.delete/delete"; see Stub::delete__.
+    virtual ::absl::Status delete__(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::names::M& request,
+        ::golden::names::M* response) = 0;
+
+    // Stub::async's calls.
+    class async_interface {
+     public:
+      virtual ~async_interface() = default;
+
+      // "/golden.names.delete/delete"; see Stub::async::delete__.
+      virtual void delete__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M& request,
+          ::golden::names::M* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+    };
+    // The asynchronous calls; owned by the stub.
+    virtual class async_interface* async() = 0;
+  };
+
   // The client side. A Stub only names the methods of one Channel; it is
   // cheap to make, and any number of threads may use one at a time.
-  class Stub final {
+  class Stub final : public StubInterface {
    public:
     explicit Stub(::std::shared_ptr<::rdmarpc::Channel> channel);
     Stub(const Stub&) = delete;
@@ -225,7 +337,7 @@ class delete_ final {
     ::absl::Status delete__(
         ::rdmarpc::ClientContext* context,
         const ::golden::names::M& request,
-        ::golden::names::M* response);
+        ::golden::names::M* response) override;
 
     // Asynchronous calls in gRPC's callback style:
     //   stub->async()->Method(&context, request, &response, done);
@@ -234,21 +346,159 @@ class delete_ final {
     // anything is sent). `request` may be freed on return; `context` and
     // `response` must stay alive until `done` runs. Default deadlines apply
     // as for the blocking calls.
-    class async final {
+    class async final : public StubInterface::async_interface {
      public:
       // "/golden.names.delete/delete".
       void delete__(
           ::rdmarpc::ClientContext* context,
           const ::golden::names::M& request,
           ::golden::names::M* response,
-          ::absl::AnyInvocable<void(::absl::Status) &&> done);
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
      private:
       friend class ::golden::names::delete_::Stub;
       explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}
       ::rdmarpc::Channel* channel_;  // owned by the enclosing Stub
     };
-    class async* async() { return &async_stub_; }
+    class async* async() override { return &async_stub_; }
+
+   private:
+    ::std::shared_ptr<::rdmarpc::Channel> channel_;
+    class async async_stub_;
+  };
+
+  // Same as ::std::make_unique<Stub>(channel).
+  static ::std::unique_ptr<Stub> NewStub(::std::shared_ptr<::rdmarpc::Channel> channel);
+};
+
+// Generated as class StubInterface_ (a nested class of that name exists);
+// its methods StubInterface and async_interface, named like the classes
+// that declare them, become StubInterface__ and async_interface_.
+//
+// rdmarpc service golden.names.StubInterface.
+class StubInterface_ final {
+ public:
+  // The service's full protobuf name.
+  static constexpr char service_full_name[] = "golden.names.StubInterface";
+
+  // The server side. Derive from it, override the methods this server
+  // implements and pass an instance to ::rdmarpc::Server::AddService;
+  // methods left alone return UNIMPLEMENTED. Overrides run on the server's
+  // handler pool, several at a time, or inline on the worker thread that
+  // received the call where the method says so (run_inline).
+  class Service : public ::rdmarpc::Service {
+   public:
+    // Registers one handler per method, in .proto order (methods()).
+    Service();
+    ~Service() override;
+
+    // rpc StubInterface(golden.names.M) returns (golden.names.M): "/golden.names.StubInterface/StubInterface".
+    virtual ::absl::Status StubInterface__(
+        ::rdmarpc::ServerContext* context,
+        const ::golden::names::M& request,
+        ::golden::names::M* response);
+
+    // rpc async_interface(golden.names.M) returns (golden.names.M): "/golden.names.StubInterface/async_interface".
+    virtual ::absl::Status async_interface_(
+        ::rdmarpc::ServerContext* context,
+        const ::golden::names::M& request,
+        ::golden::names::M* response);
+  };
+
+  // The client side as an interface: Stub's calls, pure virtual, in the
+  // manner of gRPC's StubInterface. Code that takes a StubInterface*
+  // works with a Stub and, in unit tests, with the gMock class
+  // MockStubInterfaceStub (see the top of this file). Stub documents each call.
+  class StubInterface {
+   public:
+    virtual ~StubInterface() = default;
+
+    // "/golden.names.StubInterface/StubInterface"; see Stub::StubInterface__.
+    virtual ::absl::Status StubInterface__(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::names::M& request,
+        ::golden::names::M* response) = 0;
+
+    // "/golden.names.StubInterface/async_interface"; see Stub::async_interface_.
+    virtual ::absl::Status async_interface_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::names::M& request,
+        ::golden::names::M* response) = 0;
+
+    // Stub::async's calls.
+    class async_interface {
+     public:
+      virtual ~async_interface() = default;
+
+      // "/golden.names.StubInterface/StubInterface"; see Stub::async::StubInterface__.
+      virtual void StubInterface__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M& request,
+          ::golden::names::M* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.names.StubInterface/async_interface"; see Stub::async::async_interface_.
+      virtual void async_interface_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M& request,
+          ::golden::names::M* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+    };
+    // The asynchronous calls; owned by the stub.
+    virtual class async_interface* async() = 0;
+  };
+
+  // The client side. A Stub only names the methods of one Channel; it is
+  // cheap to make, and any number of threads may use one at a time.
+  class Stub final : public StubInterface {
+   public:
+    explicit Stub(::std::shared_ptr<::rdmarpc::Channel> channel);
+    Stub(const Stub&) = delete;
+    Stub& operator=(const Stub&) = delete;
+
+    // Calls "/golden.names.StubInterface/StubInterface" and waits for its response. Returns the
+    // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
+    ::absl::Status StubInterface__(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::names::M& request,
+        ::golden::names::M* response) override;
+
+    // Calls "/golden.names.StubInterface/async_interface" and waits for its response. Returns the
+    // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
+    ::absl::Status async_interface_(
+        ::rdmarpc::ClientContext* context,
+        const ::golden::names::M& request,
+        ::golden::names::M* response) override;
+
+    // Asynchronous calls in gRPC's callback style:
+    //   stub->async()->Method(&context, request, &response, done);
+    // Each returns at once; `done` runs exactly once with the call's status,
+    // on a channel engine thread (or inline when the call fails before
+    // anything is sent). `request` may be freed on return; `context` and
+    // `response` must stay alive until `done` runs. Default deadlines apply
+    // as for the blocking calls.
+    class async final : public StubInterface::async_interface {
+     public:
+      // "/golden.names.StubInterface/StubInterface".
+      void StubInterface__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M& request,
+          ::golden::names::M* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+      // "/golden.names.StubInterface/async_interface".
+      void async_interface_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M& request,
+          ::golden::names::M* response,
+          ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+     private:
+      friend class ::golden::names::StubInterface_::Stub;
+      explicit async(::rdmarpc::Channel* channel) : channel_(channel) {}
+      ::rdmarpc::Channel* channel_;  // owned by the enclosing Stub
+    };
+    class async* async() override { return &async_stub_; }
 
    private:
     ::std::shared_ptr<::rdmarpc::Channel> channel_;
