@@ -1,16 +1,20 @@
 // rdmarpc::HealthService: the status table directly, through the generated
 // handler, and over a real connection with the generated Health stub.
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "health/health_service.h"
 #include "rdmarpc/rdmarpc.h"
+#include "tests/rpc/call_model_service.h"
 
 namespace {
 
@@ -119,6 +123,68 @@ TEST(HealthService, CheckOverTheWire) {
   stub.reset();
   server.Shutdown(absl::Seconds(1));
   server.Wait();
+}
+
+TEST(HealthService, CheckRunsInlineOnTheWorker) {
+  HealthService health;
+  ASSERT_EQ(health.methods().size(), 1u);
+  EXPECT_TRUE(health.methods()[0]->run_inline());
+}
+
+// A probe answers within 50 ms while every handler-pool thread of the
+// server is busy in slow handlers: Check runs inline on the worker.
+TEST(HealthService, ProbeAnswersWithin50MsWhileEveryHandlerThreadIsBusy) {
+  HealthService health;
+  rdmarpc::test::CallModelService slow;
+  rdmarpc::ServerOptions so;
+  so.num_workers = 1;
+  so.handler_threads = 2;
+  so.max_handler_threads = 2;
+  rdmarpc::Server server(so);
+  ASSERT_TRUE(server.AddService(&health).ok());
+  ASSERT_TRUE(server.AddService(&slow).ok());
+  ASSERT_TRUE(server.Start("127.0.0.1:0").ok());
+  const std::string target = absl::StrCat("127.0.0.1:", server.port());
+  std::shared_ptr<rdmarpc::Channel> busy = *rdmarpc::CreateChannel(target);
+  std::shared_ptr<rdmarpc::Channel> probes = *rdmarpc::CreateChannel(target);
+  std::unique_ptr<rdmarpc::health::Health::Stub> stub = rdmarpc::health::Health::NewStub(probes);
+  auto probe = [&]() -> absl::Duration {
+    HealthCheckRequest request;
+    HealthCheckResponse response;
+    rdmarpc::ClientContext context;
+    context.set_timeout(absl::Seconds(10));
+    const absl::Time t0 = absl::Now();
+    absl::Status status = stub->Check(&context, request, &response);
+    const absl::Duration took = absl::Now() - t0;
+    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_EQ(response.status(), HealthCheckResponse::SERVING);
+    return took;
+  };
+  probe();
+  probe();  // both pooled connections are up before the clock starts
+  constexpr int kSlow = 3;  // two run, one waits for a pool thread
+  std::vector<rdmarpc::test::EchoRequest> reqs(kSlow);
+  std::vector<rdmarpc::test::EchoResponse> resps(kSlow);
+  std::vector<rdmarpc::ClientContext> ctxs(kSlow);
+  absl::BlockingCounter done(kSlow);
+  for (int i = 0; i < kSlow; ++i) {
+    reqs[i].set_sleep_ms(1500);
+    ctxs[i].set_timeout(absl::Seconds(30));
+    rdmarpc::internal::AsyncUnaryCall(busy.get(), rdmarpc::test::kSlowMethod, &ctxs[i], reqs[i],
+                                      &resps[i], [&](absl::Status s) {
+                                        EXPECT_TRUE(s.ok()) << s;
+                                        done.DecrementCount();
+                                      });
+  }
+  ASSERT_TRUE(rdmarpc::test::WaitFor([&] { return slow.started_.load() == 2; }));
+  std::vector<absl::Duration> took;
+  for (int i = 0; i < 5; ++i) took.push_back(probe());
+  EXPECT_EQ(slow.returned_.load(), 0);  // still busy throughout
+  std::sort(took.begin(), took.end());
+  EXPECT_LT(took[2], absl::Milliseconds(50)) << "median probe took " << took[2];
+  done.Wait();
+  stub.reset();
+  server.Shutdown(absl::Seconds(1));
 }
 
 }  // namespace
