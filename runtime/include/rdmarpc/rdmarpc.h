@@ -10,6 +10,7 @@
 #include "rdmarpc/server.h"
 #include "rdmarpc/server_context.h"
 #include "rdmarpc/service.h"
+#include "rdmarpc/sync_stream.h"
 #include "rdmarpc/impl/method_handler.h"
 #include "rdmarpc/impl/unary_call.h"
 

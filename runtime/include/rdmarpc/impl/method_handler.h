@@ -1,10 +1,13 @@
 // rdmarpc/impl/method_handler.h: server-side glue between the runtime and
 // generated code. Not for direct use.
 //
-// The runtime looks a call's method up by full name ("/package.Service/Method"),
-// asks the handler for empty request and response messages, parses the request
-// bytes into the first (INTERNAL when they do not parse), calls Invoke, and
-// serialises the second as the response when Invoke returns OK.
+// The runtime looks a call's method up by full name ("/package.Service/Method").
+// For a unary method it asks the handler for empty request and response
+// messages, parses the request bytes into the first (INTERNAL when they do
+// not parse), calls Invoke, and serialises the second as the response when
+// Invoke returns OK. For a streaming method it calls InvokeStream with the
+// call's stream, on a handler-pool thread, and ends the stream with the
+// status it returns.
 #ifndef RDMARPC_IMPL_METHOD_HANDLER_H_
 #define RDMARPC_IMPL_METHOD_HANDLER_H_
 
@@ -12,9 +15,12 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/message_lite.h"
 #include "rdmarpc/export.h"
+#include "rdmarpc/impl/stream_call.h"
 #include "rdmarpc/server_context.h"
+#include "rdmarpc/sync_stream.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -24,27 +30,123 @@ class RDMARPC_EXPORT MethodHandler {
   // `run_inline`: the handler never blocks and runs on the worker thread
   // that received the call ((rdmarpc.method).run_inline); otherwise it runs
   // on the server's handler pool.
-  explicit MethodHandler(std::string full_name, bool run_inline = false)
-      : full_name_(std::move(full_name)), run_inline_(run_inline) {}
+  explicit MethodHandler(std::string full_name, bool run_inline = false,
+                         RpcKind kind = RpcKind::kUnary)
+      : full_name_(std::move(full_name)), run_inline_(run_inline), kind_(kind) {}
   virtual ~MethodHandler() = default;
 
   // "/package.Service/Method".
   const std::string& full_name() const { return full_name_; }
   // True when the handler runs on the worker thread, not the handler pool.
-  bool run_inline() const { return run_inline_; }
+  // Streaming handlers always run on the pool (they block in Read/Write).
+  bool run_inline() const { return run_inline_ && kind_ == RpcKind::kUnary; }
+  RpcKind kind() const { return kind_; }
 
   virtual std::unique_ptr<google::protobuf::MessageLite> NewRequest() const = 0;
   virtual std::unique_ptr<google::protobuf::MessageLite> NewResponse() const = 0;
   // Calls the user's method. `request` and `response` come from NewRequest()
   // and NewResponse() of this handler. Runs on a handler-pool thread, or on
   // the worker thread when run_inline().
+  // Unary only.
   virtual absl::Status Invoke(ServerContext* context,
                               const google::protobuf::MessageLite& request,
                               google::protobuf::MessageLite* response) const = 0;
+  // Streaming only: runs the user's method over `stream`; the stream ends
+  // with the returned status.
+  virtual absl::Status InvokeStream(ServerContext* /*context*/, ServerStream* /*stream*/) const {
+    return absl::InternalError(absl::StrCat(full_name_, " is not a streaming method"));
+  }
 
  private:
   std::string full_name_;
   bool run_inline_;
+  RpcKind kind_;
+};
+
+// Base of the streaming handlers: they have no unary request or response.
+class RDMARPC_EXPORT StreamMethodHandler : public MethodHandler {
+ public:
+  StreamMethodHandler(std::string full_name, RpcKind kind)
+      : MethodHandler(std::move(full_name), /*run_inline=*/false, kind) {}
+  std::unique_ptr<google::protobuf::MessageLite> NewRequest() const override { return nullptr; }
+  std::unique_ptr<google::protobuf::MessageLite> NewResponse() const override { return nullptr; }
+  absl::Status Invoke(ServerContext*, const google::protobuf::MessageLite&,
+                      google::protobuf::MessageLite*) const override {
+    return absl::InternalError(absl::StrCat(full_name(), " is a streaming method"));
+  }
+};
+
+// rpc M(stream Req) returns (Resp):
+// `absl::Status (ServiceT::*)(ServerContext*, ServerReader<Req>*, Resp*)`.
+// The response is sent when the method returns OK.
+template <class ServiceT, class Req, class Resp>
+class ClientStreamingMethodHandler final : public StreamMethodHandler {
+ public:
+  using Method = absl::Status (ServiceT::*)(ServerContext*, ServerReader<Req>*, Resp*);
+  ClientStreamingMethodHandler(std::string full_name, ServiceT* service, Method method)
+      : StreamMethodHandler(std::move(full_name), RpcKind::kClientStreaming),
+        service_(service),
+        method_(method) {}
+  absl::Status InvokeStream(ServerContext* context, ServerStream* stream) const override {
+    ServerReader<Req> reader(stream);
+    Resp response;
+    absl::Status status = (service_->*method_)(context, &reader, &response);
+    if (status.ok() && !stream->Write(response)) {
+      return absl::CancelledError(absl::StrCat(full_name(), " was cancelled"));
+    }
+    return status;
+  }
+
+ private:
+  ServiceT* service_;
+  Method method_;
+};
+
+// rpc M(Req) returns (stream Resp):
+// `absl::Status (ServiceT::*)(ServerContext*, const Req&, ServerWriter<Resp>*)`.
+template <class ServiceT, class Req, class Resp>
+class ServerStreamingMethodHandler final : public StreamMethodHandler {
+ public:
+  using Method = absl::Status (ServiceT::*)(ServerContext*, const Req&, ServerWriter<Resp>*);
+  ServerStreamingMethodHandler(std::string full_name, ServiceT* service, Method method)
+      : StreamMethodHandler(std::move(full_name), RpcKind::kServerStreaming),
+        service_(service),
+        method_(method) {}
+  absl::Status InvokeStream(ServerContext* context, ServerStream* stream) const override {
+    Req request;
+    if (!stream->Read(&request)) {
+      return context->IsCancelled()
+                 ? absl::CancelledError(absl::StrCat(full_name(), " was cancelled"))
+                 : absl::InternalError(
+                       absl::StrCat(full_name(), ": the client sent no request message"));
+    }
+    ServerWriter<Resp> writer(stream);
+    return (service_->*method_)(context, request, &writer);
+  }
+
+ private:
+  ServiceT* service_;
+  Method method_;
+};
+
+// rpc M(stream Req) returns (stream Resp):
+// `absl::Status (ServiceT::*)(ServerContext*, ServerReaderWriter<Resp, Req>*)`.
+template <class ServiceT, class Req, class Resp>
+class BidiStreamingMethodHandler final : public StreamMethodHandler {
+ public:
+  using Method = absl::Status (ServiceT::*)(ServerContext*, ServerReaderWriter<Resp, Req>*);
+  BidiStreamingMethodHandler(std::string full_name, ServiceT* service, Method method)
+      : StreamMethodHandler(std::move(full_name), RpcKind::kBidiStreaming),
+        service_(service),
+        method_(method) {}
+  absl::Status InvokeStream(ServerContext* context, ServerStream* stream) const override {
+    ServerReaderWriter<Resp, Req> rw(stream);
+    return (service_->*method_)(context, &rw);
+  }
+
+ private:
+  ServiceT* service_;
+  Method method_;
 };
 
 // A unary RPC: `absl::Status (ServiceT::*)(ServerContext*, const Req&, Resp*)`.

@@ -1,0 +1,200 @@
+// rdmarpc/sync_stream.h: blocking readers and writers of streaming calls,
+// shaped like gRPC's (grpcpp/support/sync_stream.h).
+//
+// Client side, as the generated stubs hand them out:
+//
+//   // rpc ListFeatures(Rectangle) returns (stream Feature);
+//   rdmarpc::ClientContext ctx;
+//   std::unique_ptr<rdmarpc::ClientReaderInterface<Feature>> reader =
+//       stub->ListFeatures(&ctx, rect);
+//   Feature f;
+//   while (reader->Read(&f)) { ... }
+//   absl::Status s = reader->Finish();
+//
+//   // rpc RecordRoute(stream Point) returns (RouteSummary);
+//   RouteSummary summary;
+//   auto writer = stub->RecordRoute(&ctx, &summary);
+//   for (const Point& p : points) if (!writer->Write(p)) break;
+//   writer->WritesDone();
+//   absl::Status s = writer->Finish();        // summary is filled when OK
+//
+//   // rpc RouteChat(stream RouteNote) returns (stream RouteNote);
+//   auto stream = stub->RouteChat(&ctx);
+//   std::thread writer([&] { for (...) stream->Write(note); stream->WritesDone(); });
+//   RouteNote in;
+//   while (stream->Read(&in)) { ... }
+//   writer.join();
+//   absl::Status s = stream->Finish();
+//
+// Server side, the handler's arguments:
+//
+//   absl::Status RecordRoute(rdmarpc::ServerContext* ctx,
+//                            rdmarpc::ServerReader<Point>* reader,
+//                            RouteSummary* summary) override;
+//   absl::Status ListFeatures(rdmarpc::ServerContext* ctx, const Rectangle& rect,
+//                             rdmarpc::ServerWriter<Feature>* writer) override;
+//   absl::Status RouteChat(rdmarpc::ServerContext* ctx,
+//                          rdmarpc::ServerReaderWriter<RouteNote, RouteNote>* stream) override;
+//
+// Every stream has flow control: a writer blocks while the reader has
+// internal::kStreamWindow unread messages, and a reader that stops reading
+// stops only its own writer. Threads: one thread may read while another
+// writes; none of these may be called on a channel engine thread (i.e. from
+// an asynchronous call's callback). A reader, writer or stream must not
+// outlive its ClientContext; destroying one before Finish cancels the call.
+#ifndef RDMARPC_SYNC_STREAM_H_
+#define RDMARPC_SYNC_STREAM_H_
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "rdmarpc/channel.h"
+#include "rdmarpc/client_context.h"
+#include "rdmarpc/impl/stream_call.h"
+
+namespace rdmarpc {
+
+// ---- client -----------------------------------------------------------------
+
+// The client end of a server-streaming call.
+template <class R>
+class ClientReaderInterface {
+ public:
+  virtual ~ClientReaderInterface() = default;
+  // Blocks for the next message; false once the server finished or the
+  // call failed (then call Finish).
+  virtual bool Read(R* message) = 0;
+  // Waits for the server's status; unread messages are dropped. Returns
+  // the handler's status, or the call's failure (DEADLINE_EXCEEDED,
+  // UNAVAILABLE, CANCELLED, RESOURCE_EXHAUSTED, INTERNAL for a message
+  // that did not parse, UNIMPLEMENTED for an unknown method).
+  virtual absl::Status Finish() = 0;
+};
+
+// The client end of a client-streaming call.
+template <class W>
+class ClientWriterInterface {
+ public:
+  virtual ~ClientWriterInterface() = default;
+  // Sends one message; blocks while the server's window is full. False when
+  // the stream ended (the server finished early, the call failed or was
+  // cancelled): call Finish.
+  virtual bool Write(const W& message) = 0;
+  // Tells the server no more messages follow. False when the stream ended.
+  virtual bool WritesDone() = 0;
+  // Half-closes if needed, then waits for the response (stored where the
+  // stub method was told) and the server's status.
+  virtual absl::Status Finish() = 0;
+};
+
+// The client end of a bidirectional-streaming call.
+template <class W, class R>
+class ClientReaderWriterInterface {
+ public:
+  virtual ~ClientReaderWriterInterface() = default;
+  virtual bool Write(const W& message) = 0;
+  virtual bool WritesDone() = 0;
+  virtual bool Read(R* message) = 0;
+  virtual absl::Status Finish() = 0;
+};
+
+template <class R>
+class ClientReader final : public ClientReaderInterface<R> {
+ public:
+  // Sends `request` and half-closes at once.
+  template <class Req>
+  ClientReader(Channel* channel, absl::string_view method, ClientContext* context,
+               const Req& request)
+      : stream_(channel, method, context, internal::RpcKind::kServerStreaming, &request) {}
+  bool Read(R* message) override { return stream_.Read(message); }
+  absl::Status Finish() override { return stream_.Finish(); }
+
+ private:
+  internal::ClientStream stream_;
+};
+
+template <class W>
+class ClientWriter final : public ClientWriterInterface<W> {
+ public:
+  // `response` receives the server's one message; it must outlive Finish.
+  template <class Resp>
+  ClientWriter(Channel* channel, absl::string_view method, ClientContext* context,
+               Resp* response)
+      : stream_(channel, method, context, internal::RpcKind::kClientStreaming, nullptr),
+        response_(response) {}
+  bool Write(const W& message) override { return stream_.Write(message); }
+  bool WritesDone() override { return stream_.WritesDone(); }
+  absl::Status Finish() override {
+    stream_.WritesDone();
+    const bool got = stream_.Read(response_);
+    absl::Status status = stream_.Finish();
+    if (status.ok() && !got) {
+      return absl::InternalError("the server finished OK without sending its response");
+    }
+    return status;
+  }
+
+ private:
+  internal::ClientStream stream_;
+  google::protobuf::MessageLite* response_;
+};
+
+template <class W, class R>
+class ClientReaderWriter final : public ClientReaderWriterInterface<W, R> {
+ public:
+  ClientReaderWriter(Channel* channel, absl::string_view method, ClientContext* context)
+      : stream_(channel, method, context, internal::RpcKind::kBidiStreaming, nullptr) {}
+  bool Write(const W& message) override { return stream_.Write(message); }
+  bool WritesDone() override { return stream_.WritesDone(); }
+  bool Read(R* message) override { return stream_.Read(message); }
+  absl::Status Finish() override { return stream_.Finish(); }
+
+ private:
+  internal::ClientStream stream_;
+};
+
+// ---- server -----------------------------------------------------------------
+
+// What a client-streaming handler reads from.
+template <class R>
+class ServerReader final {
+ public:
+  explicit ServerReader(internal::ServerStream* stream) : stream_(stream) {}
+  // Blocks for the client's next message; false once the client half-closed
+  // and everything was read, or the call was cancelled.
+  bool Read(R* message) { return stream_->Read(message); }
+
+ private:
+  internal::ServerStream* stream_;
+};
+
+// What a server-streaming handler writes to.
+template <class W>
+class ServerWriter final {
+ public:
+  explicit ServerWriter(internal::ServerStream* stream) : stream_(stream) {}
+  // Sends one message; blocks while the client's window is full. False once
+  // the call was cancelled (the handler should return).
+  bool Write(const W& message) { return stream_->Write(message); }
+
+ private:
+  internal::ServerStream* stream_;
+};
+
+// What a bidirectional-streaming handler reads from and writes to; one
+// thread may read while another writes.
+template <class W, class R>
+class ServerReaderWriter final {
+ public:
+  explicit ServerReaderWriter(internal::ServerStream* stream) : stream_(stream) {}
+  bool Read(R* message) { return stream_->Read(message); }
+  bool Write(const W& message) { return stream_->Write(message); }
+
+ private:
+  internal::ServerStream* stream_;
+};
+
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_SYNC_STREAM_H_
