@@ -152,13 +152,18 @@ ChannelImpl::~ChannelImpl() {
   device_.reset();
 }
 
-ChannelImpl::Route ChannelImpl::PickRoute(ClientCall* call) {
+ChannelImpl::Route ChannelImpl::PickRoute() {
   ConnectionPool* pool =
       pools_[next_server_.fetch_add(1, std::memory_order_relaxed) % pools_.size()].get();
   const int slot = pool->PickSlot();
-  call->engine = pool->engine_of(slot);
-  call->peer = &pool->name();
-  return Route{pool, slot};
+  return Route{pool, slot, pool->engine_of(slot), &pool->name()};
+}
+
+ChannelImpl::Route ChannelImpl::PickRoute(ClientCall* call) {
+  const Route r = PickRoute();
+  call->engine = r.engine;
+  call->peer = r.peer;
+  return r;
 }
 
 void ChannelImpl::Start(ClientCall* call) {

@@ -111,6 +111,15 @@ class ChannelImpl {
   // True on one of this channel's engine threads, i.e. inside a completion
   // callback of its calls: a blocking call there would wait for the very
   // thread it blocks.
+  // Where a call goes: the next server round robin, and a connection slot
+  // of its pool (its engine and the server's name). Any thread.
+  struct Route {
+    ConnectionPool* pool;
+    int slot;
+    Engine* engine;
+    const std::string* peer;  // the pool's name; outlives every call
+  };
+  Route PickRoute();
   bool OnEngineThread() const {
     for (const auto& engine : engines_) {
       if (engine->InEngineThread()) return true;
@@ -120,12 +129,6 @@ class ChannelImpl {
 
  private:
   ChannelImpl(std::string target, const ChannelOptions& options);
-  // Where a call goes: the next server round robin, and a connection slot
-  // of its pool. Sets call->engine and call->peer. Any thread.
-  struct Route {
-    ConnectionPool* pool;
-    int slot;
-  };
   Route PickRoute(ClientCall* call);
   void StartOnEngine(ClientCall* call, ConnectionPool* pool, int slot);
 

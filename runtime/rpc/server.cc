@@ -277,19 +277,46 @@ void ServerImpl::Worker::OnRequest(Connection* conn, const IncomingRequest& req)
   server->Dispatch(this, conn, req);
 }
 
-void ServerImpl::Worker::OnCancel(Connection* conn, const RequestToken& token) {
+ServerImpl::PoolCall* ServerImpl::Worker::FindPoolCall(Connection* conn,
+                                                       const RequestToken& token) {
   auto calls = pool_calls.find(conn);
-  if (calls == pool_calls.end()) return;
+  if (calls == pool_calls.end()) return nullptr;
   auto it = calls->second.find(static_cast<uint32_t>(token.generation) << 16 | token.slot);
-  if (it == calls->second.end()) return;
-  PoolCall* call = it->second;
-  if (call->answered) return;
+  if (it == calls->second.end() || it->second->answered) return nullptr;
+  return it->second;
+}
+
+void ServerImpl::Worker::OnStreamMessage(Connection* conn, const RequestToken& token,
+                                         absl::string_view payload, bool has_message,
+                                         bool end_stream) {
+  PoolCall* call = FindPoolCall(conn, token);
+  if (call != nullptr && call->stream != nullptr) {
+    call->stream->OnMessage(payload, has_message, end_stream);
+  }
+}
+
+void ServerImpl::Worker::OnWindow(Connection* conn, const RequestToken& token,
+                                  uint32_t messages) {
+  PoolCall* call = FindPoolCall(conn, token);
+  if (call != nullptr && call->stream != nullptr) call->stream->OnWindow(messages);
+}
+
+void ServerImpl::CancelPoolCall(PoolCall* call) {
+  // The context first: a handler woken from Read/Write by the stream's
+  // cancel then sees IsCancelled().
+  ServerContextAccess::Cancel(&call->context);
+  if (call->stream != nullptr) call->stream->Cancel();
+}
+
+void ServerImpl::Worker::OnCancel(Connection* conn, const RequestToken& token) {
+  PoolCall* call = FindPoolCall(conn, token);
+  if (call == nullptr) return;
   call->answered = true;
   // Answered now, so the client may reuse the buffers it exposed; the
   // handler's own answer will be dropped.
   conn->SendResponse(token, absl::StatusCode::kCancelled,
                      absl::StrCat(*call->method, " was cancelled by the client"), std::string());
-  ServerContextAccess::Cancel(&call->context);
+  CancelPoolCall(call);
 }
 
 void ServerImpl::Worker::OnClosed(Connection* conn, const absl::Status&) {
@@ -300,7 +327,7 @@ void ServerImpl::Worker::OnClosed(Connection* conn, const absl::Status&) {
   for (auto& [key, call] : calls.mapped()) {
     call->conn = nullptr;
     call->answered = true;
-    ServerContextAccess::Cancel(&call->context);
+    CancelPoolCall(call);
   }
 }
 
@@ -319,10 +346,20 @@ void ServerImpl::Dispatch(Worker* worker, Connection* conn, const IncomingReques
                        std::string());
     return;
   }
-  if (it->second->run_inline()) {
-    RunInline(worker, conn, req, &it->first, it->second);
+  const MethodHandler* handler = it->second;
+  if (req.stream != (handler->kind() != RpcKind::kUnary)) {
+    conn->SendResponse(req.token, absl::StatusCode::kInternal,
+                       absl::StrCat(req.method, " is ",
+                                    handler->kind() == RpcKind::kUnary ? "a unary" : "a streaming",
+                                    " method on this server but was called as ",
+                                    req.stream ? "a stream" : "a unary call"),
+                       std::string());
+    return;
+  }
+  if (handler->run_inline()) {
+    RunInline(worker, conn, req, &it->first, handler);
   } else {
-    SubmitToPool(worker, conn, req, &it->first, it->second);
+    SubmitToPool(worker, conn, req, &it->first, handler);
   }
 }
 
@@ -380,13 +417,22 @@ void ServerImpl::RunInline(Worker* worker, Connection* conn, const IncomingReque
 void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRequest& req,
                               const std::string* method, const MethodHandler* handler) {
   auto call = std::make_unique<PoolCall>();
-  call->request = handler->NewRequest();
-  // Parsed here: the receive buffer is re-posted once this step ends.
-  if (!call->request->ParseFromArray(req.payload.data(), static_cast<int>(req.payload.size()))) {
-    SendReply(conn, req.token, ParseFailure(req, *method, *call->request), nullptr);
-    return;
+  if (req.stream) {
+    call->stream = std::make_unique<ServerStreamState>(worker->engine.get(), &call->conn,
+                                                       req.token, options_.max_message_bytes);
+    // The opening frame's message (server streaming), copied: the receive
+    // buffer is re-posted once this step ends.
+    call->stream->OnMessage(req.payload, req.has_message, req.end_stream);
+  } else {
+    call->request = handler->NewRequest();
+    // Parsed here: the receive buffer is re-posted once this step ends.
+    if (!call->request->ParseFromArray(req.payload.data(),
+                                       static_cast<int>(req.payload.size()))) {
+      SendReply(conn, req.token, ParseFailure(req, *method, *call->request), nullptr);
+      return;
+    }
+    call->response = handler->NewResponse();
   }
-  call->response = handler->NewResponse();
   call->worker = worker;
   call->conn = conn;
   call->token = req.token;
@@ -413,7 +459,13 @@ void ServerImpl::RunOnPool(std::unique_ptr<PoolCall> call) {
   } else {
     running_handlers_.fetch_add(1, std::memory_order_relaxed);
     call->started.store(true, std::memory_order_relaxed);
-    status = call->handler->Invoke(&call->context, *call->request, call->response.get());
+    if (call->stream != nullptr) {
+      ServerStream stream(call->stream.get());
+      status = call->handler->InvokeStream(&call->context, &stream);
+      if (absl::Status failure = call->stream->failure(); !failure.ok()) status = failure;
+    } else {
+      status = call->handler->Invoke(&call->context, *call->request, call->response.get());
+    }
     running_handlers_.fetch_sub(1, std::memory_order_relaxed);
   }
   Worker* worker = call->worker;
@@ -436,6 +488,13 @@ void ServerImpl::FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status sta
     if (calls->second.empty()) worker->pool_calls.erase(calls);
   }
   if (call->answered) return;
+  if (call->stream != nullptr) {
+    // The stream's trailers: status, message and details (after every
+    // message the handler wrote: those tasks ran before this one).
+    call->conn->SendResponse(call->token, status.code(), std::string(status.message()),
+                             status.ok() ? std::string() : EncodeStatusPayloads(status));
+    return;
+  }
   SendReply(call->conn, call->token, status, call->response.get());
 }
 
@@ -488,7 +547,7 @@ void ServerImpl::CancelPoolCalls(Worker* worker) {
                                           ? " did not finish within the grace period"
                                           : " was not started"),
                          std::string());
-      ServerContextAccess::Cancel(&call->context);
+      CancelPoolCall(call);
     }
   }
 }

@@ -17,6 +17,7 @@
 #include "rdmarpc/server.h"
 #include "rdmarpc/service.h"
 #include "runtime/rpc/handler_pool.h"
+#include "runtime/rpc/server_stream.h"
 #include "runtime/transport/completion_poller.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/buffer_pool.h"
@@ -60,6 +61,8 @@ class ServerImpl final : public CmEventHandler {
     bool answered = false;
     // Set by the pool thread as the handler starts.
     std::atomic<bool> started{false};
+    // Streaming calls: the stream the handler reads and writes.
+    std::unique_ptr<ServerStreamState> stream;
   };
   // Per worker: its connections and the dispatch upcall.
   struct Worker final : ConnectionHandler {
@@ -81,6 +84,11 @@ class ServerImpl final : public CmEventHandler {
     absl::flat_hash_map<const MethodHandler*, Messages> messages;
     void OnRequest(Connection* conn, const IncomingRequest& req) override;
     void OnCancel(Connection* conn, const RequestToken& token) override;
+    void OnStreamMessage(Connection* conn, const RequestToken& token, absl::string_view payload,
+                         bool has_message, bool end_stream) override;
+    void OnWindow(Connection* conn, const RequestToken& token, uint32_t messages) override;
+    // The pool call of `token` on `conn` not answered yet, or nullptr.
+    PoolCall* FindPoolCall(Connection* conn, const RequestToken& token);
     void OnClosed(Connection* conn, const absl::Status&) override;
   };
   enum class State { kNew, kRunning, kStopping, kStopped };
@@ -104,6 +112,9 @@ class ServerImpl final : public CmEventHandler {
   // Worker: cancels every pool call of its connections that is not
   // answered yet, answering it UNAVAILABLE.
   void CancelPoolCalls(Worker* worker);
+  // Worker: marks `call` cancelled (context, stream) and runs its
+  // on-cancel callbacks.
+  static void CancelPoolCall(PoolCall* call);
   void OnConnectRequest(const CmEvent& event);
   static void Reject(rdma_cm_id* id, uint32_t reason);
   absl::Status ProbeRegistration();

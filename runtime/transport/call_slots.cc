@@ -33,6 +33,7 @@ uint32_t Connection::StartCall(OutgoingRequest request, ResponseSink* sink) {
   s.busy = true;
   s.sent = false;
   s.sink = sink;
+  s.stream = request.stream;
   s.request = std::move(request);
   ++busy_slots_;
   engine_->CallStarted();
@@ -89,6 +90,9 @@ void Connection::FinishSlot(uint16_t idx, bool rekey) {
   }
   s.request_buffer = nullptr;
   s.reply_buffer = nullptr;
+  if (s.stream) DropStreamIn(s.in);
+  s.in.pulls = 0;
+  s.stream = false;
   s.busy = false;
   s.sent = false;
   s.sink = nullptr;

@@ -362,6 +362,7 @@ void Connection::Close(absl::Status reason) {
                         : absl::UnavailableError(reason.message()));
   }
   out_queue_.clear();
+  server_streams_.clear();
   ConnectionHandler* h = handler_;
   handler_ = nullptr;
   if (h != nullptr) h->OnClosed(this, reason);

@@ -72,6 +72,14 @@ class ResponseSink {
   virtual void OnQueued(uint32_t /*handle*/) {}
   // The request was posted to the QP (it may reach the server now).
   virtual void OnSent() {}
+  // Streams only (OutgoingRequest::stream), in the order the server sent
+  // them, before OnResponse: its initial metadata (opaque bytes), each of
+  // its messages, and how many more of ours it will take (kWindow). Views
+  // are valid during the call only. OnResponse ends a stream; its payload
+  // is then the status details, not a message.
+  virtual void OnStreamHeaders(absl::string_view /*meta*/) {}
+  virtual void OnStreamMessage(absl::string_view /*payload*/) {}
+  virtual void OnWindow(uint32_t /*messages*/) {}
   // `message` and `payload` are valid during the call only.
   virtual void OnResponse(absl::StatusCode code, absl::string_view message,
                           absl::string_view payload) = 0;
@@ -90,8 +98,14 @@ struct RequestToken {
 struct IncomingRequest {
   absl::string_view method;
   absl::string_view payload;  // valid during OnRequest only
+  absl::string_view meta;     // the client's metadata (opaque), likewise
   uint64_t timeout_us = kNoTimeout;
   RequestToken token;
+  // A stream (kFlagStream): more messages may follow (OnStreamMessage)
+  // until end_stream; has_message says whether `payload` is one.
+  bool stream = false;
+  bool has_message = true;
+  bool end_stream = true;
 };
 
 class ConnectionHandler {
@@ -104,6 +118,13 @@ class ConnectionHandler {
   // handler must still answer it exactly once (SendResponse, any code: the
   // client only waits for it to reuse its buffers).
   virtual void OnCancel(Connection*, const RequestToken&) {}
+  // Streams only, in the order the client sent them: one message (when
+  // has_message; `payload` is valid during the call only), and whether the
+  // client half-closed with it.
+  virtual void OnStreamMessage(Connection*, const RequestToken&, absl::string_view /*payload*/,
+                               bool /*has_message*/, bool /*end_stream*/) {}
+  // Streams only: the client consumed `messages` more of ours.
+  virtual void OnWindow(Connection*, const RequestToken&, uint32_t /*messages*/) {}
   // The connection failed or closed; every call on it already got OnFailure.
   virtual void OnClosed(Connection*, const absl::Status&) {}
 };
@@ -129,6 +150,14 @@ struct OutgoingRequest {
   std::string payload;
   PooledBuffer registered;
   size_t registered_len = 0;
+  // Opaque metadata sent with the request (runtime/rpc encodes it).
+  std::string meta;
+  // Opens a stream (kFlagStream): the request may carry no message
+  // (no_message) and need not end the client's side (end_stream false);
+  // SendStreamMessage adds messages. A unary request is neither.
+  bool stream = false;
+  bool no_message = false;
+  bool end_stream = true;
   // The call's deadline; the time left until it travels in the header,
   // taken when the request is posted (so the server never sees more time
   // than the client has left). InfiniteFuture: none.
@@ -177,9 +206,24 @@ class Connection final : public CmEventHandler {
   // finished call.
   void CancelCall(uint32_t handle);
 
+  // Streams (client role): queues one message (or, with no_message, none)
+  // after what was queued before, and the client's half-close with it when
+  // end_stream. Dropped when the call ended meanwhile. A message above the
+  // eager limit is exposed and pulled by the server.
+  void SendStreamMessage(uint32_t handle, std::string payload, bool no_message, bool end_stream);
+  // Streams (client role): we consumed `messages` more of the server's.
+  void GrantWindow(uint32_t handle, uint32_t messages);
+
   // --- server role ---
+  // Ends the request's call (a stream: its trailers; then `payload` holds
+  // the status details, `meta` the trailing metadata).
   void SendResponse(const RequestToken& token, absl::StatusCode code, std::string message,
-                    std::string payload);
+                    std::string payload, std::string meta = std::string());
+  // Streams (server role): initial metadata, then messages, in order.
+  // Dropped when the stream ended (answered or cancelled).
+  void SendStreamHeaders(const RequestToken& token, std::string meta);
+  void SendStreamMessage(const RequestToken& token, std::string payload);
+  void GrantWindow(const RequestToken& token, uint32_t messages);
   // An OK response of `size` bytes that `write(source, out)` serialises: when
   // it fits the eager limit and can be posted now (nothing queued ahead,
   // a credit and a send buffer free) it is serialised straight into the
@@ -230,6 +274,29 @@ class Connection final : public CmEventHandler {
   bool touched = false;
 
  private:
+  // A frame of a stream that arrived while an earlier one of the same
+  // stream was still being pulled: kept (copied) and handled in order.
+  struct DeferredFrame {
+    Imm imm;
+    WireHeader header;
+    std::string aux, meta, payload;
+    RemoteBuffer payload_remote, reply_buffer;
+    ParsedMessage View() const {
+      ParsedMessage m;
+      m.header = header;
+      m.aux = aux;
+      m.meta = meta;
+      m.payload = payload;
+      m.payload_remote = payload_remote;
+      m.reply_buffer = reply_buffer;
+      return m;
+    }
+  };
+  // In-order delivery state of one stream (either role).
+  struct StreamIn {
+    int pulls = 0;  // a READ of one of its frames is in flight (0 or 1)
+    std::deque<DeferredFrame> deferred;
+  };
   struct Slot {
     uint16_t generation = 1;  // never 0, so handle 0 means "no call"
     bool busy = false;
@@ -238,8 +305,10 @@ class Connection final : public CmEventHandler {
     OutgoingRequest request;
     LargeBuffer* request_buffer = nullptr;
     LargeBuffer* reply_buffer = nullptr;
+    bool stream = false;  // opened with kFlagStream
+    StreamIn in;          // streams only
   };
-  enum class OutKind { kRequest, kResponse, kRelease, kCancel };
+  enum class OutKind { kRequest, kResponse, kRelease, kCancel, kStreamMessage, kWindow, kHeaders };
   struct OutItem {
     OutKind kind = OutKind::kRequest;
     uint32_t handle = 0;  // kRequest
@@ -250,8 +319,10 @@ class Connection final : public CmEventHandler {
     PooledBuffer registered;  // kResponse: payload at kRegisteredResponseOffset
     size_t registered_len = 0;
     uint32_t ref = 0;  // kRelease
-    uint16_t slot = 0;        // kCancel
-    uint16_t generation = 0;  // kCancel
+    uint16_t slot = 0;        // kCancel, kWindow and kStreamMessage of the client
+    uint16_t generation = 0;  // likewise
+    uint8_t flags = 0;        // kStreamMessage: kFlagNoMessage, kFlagEndStream
+    std::string meta;         // kResponse, kHeaders
   };
   struct ReadCtx {
     bool is_request = false;
@@ -262,6 +333,11 @@ class Connection final : public CmEventHandler {
     std::string method;
     uint64_t timeout_us = kNoTimeout;
     bool cancelled = false;  // the client sent kCancel meanwhile
+    // A stream frame's message (either role): delivered in order when
+    // pulled, then kRelease(ref) tells the peer.
+    bool stream_message = false;
+    bool end_stream = false;
+    std::string meta;  // the request's metadata
     // response pull (client)
     uint32_t handle = 0;
     uint32_t ref = 0;
@@ -302,7 +378,8 @@ class Connection final : public CmEventHandler {
   void PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader h, absl::string_view aux,
                  const RemoteBuffer& payload_remote, const RemoteBuffer& reply,
                  absl::string_view payload, PayloadWriteFn write = nullptr,
-                 const void* source = nullptr, size_t payload_size = 0);
+                 const void* source = nullptr, size_t payload_size = 0,
+                 absl::string_view meta = absl::string_view());
   void RepostReceives();
   // Queues one WR (accounting, selective signalling); Doorbell posts the
   // queued chain with one ibv_post_send.
@@ -320,6 +397,28 @@ class Connection final : public CmEventHandler {
   // answered CANCELLED when its READ ends instead of being delivered.
   void OnCancelFrame(const Imm& imm);
 
+  // Streams (streams.cc).
+  static uint32_t StreamKey(uint16_t slot, uint16_t gen) {
+    return (static_cast<uint32_t>(gen) << 16) | slot;
+  }
+  // The in-order state of a live stream, or nullptr (not a stream, ended).
+  StreamIn* FindStreamIn(const Imm& imm);
+  // True when `imm`'s stream has a pull in flight or frames waiting: the
+  // frame is then copied behind them.
+  bool DeferIfBehind(const Imm& imm, const ParsedMessage& m);
+  // Handles the frames of `key` that wait, until one needs a pull.
+  void RunDeferred(uint32_t key);
+  // Handles one stream frame (kStreamMessage, kHeaders) in order.
+  void HandleStreamFrame(const Imm& imm, const ParsedMessage& m);
+  void HandleWindow(const Imm& imm, const ParsedMessage& m);
+  bool SendStreamItem(OutItem& item);
+  // Tells the peer it may reuse a buffer it exposed (kRelease).
+  void QueueRelease(uint32_t ref);
+  // Forgets a stream's in-order state; frames still waiting that name a
+  // peer buffer release it.
+  void DropStreamIn(StreamIn& in);
+  void OnStreamPullDone(const ReadCtx& ctx, absl::string_view payload);
+
   // Rendezvous (rendezvous.cc).
   void StartRequestPull(const Imm& imm, const ParsedMessage& m);
   void StartResponsePull(uint32_t handle, const ParsedMessage& m);
@@ -328,7 +427,8 @@ class Connection final : public CmEventHandler {
   void OnReadCompletion(uint64_t seq, const ibv_wc& wc);
   void OnRelease(uint32_t ref);
   void DeliverRequest(const RequestToken& token, absl::string_view method,
-                      absl::string_view payload, uint64_t timeout_us);
+                      absl::string_view payload, uint64_t timeout_us, uint8_t flags,
+                      absl::string_view meta);
 
   Engine* const engine_;
   DeviceResources* const device_;
@@ -386,8 +486,12 @@ class Connection final : public CmEventHandler {
   absl::flat_hash_map<uint32_t, std::vector<LargeBuffer*>> quarantine_;
   size_t busy_slots_ = 0;
 
-  // Server: response buffers exposed to the client until kRelease.
+  // Buffers exposed to the peer until its kRelease: a server's large
+  // responses and either side's large stream messages.
   absl::flat_hash_map<uint32_t, LargeBuffer*> exposed_;
+  // Server: streams open on this connection (requests with kFlagStream not
+  // yet answered), by StreamKey.
+  absl::flat_hash_map<uint32_t, StreamIn> server_streams_;
   uint32_t next_ref_ = 1;
 
   std::vector<Engine::TimerId> timers_;

@@ -32,8 +32,16 @@ bool Connection::CanPostMessage() const {
 }
 
 void Connection::SendResponse(const RequestToken& token, absl::StatusCode code,
-                              std::string message, std::string payload) {
+                              std::string message, std::string payload, std::string meta) {
   if (!usable()) return;
+  if (!server_streams_.empty()) {
+    // A stream's trailers: frames of it that still arrive are dropped.
+    auto it = server_streams_.find(StreamKey(token.slot, token.generation));
+    if (it != server_streams_.end()) {
+      DropStreamIn(it->second);
+      server_streams_.erase(it);
+    }
+  }
   if (message.size() > kMaxStatusMessage) message.resize(kMaxStatusMessage);
   if (payload.size() > options_.max_message_bytes) {
     message = absl::StrCat("response of ", payload.size(), " bytes exceeds max_message_bytes ",
@@ -47,6 +55,7 @@ void Connection::SendResponse(const RequestToken& token, absl::StatusCode code,
   item.code = code;
   item.message = std::move(message);
   item.payload = std::move(payload);
+  item.meta = std::move(meta);
   out_queue_.push_back(std::move(item));
   Touch();
 }
@@ -97,6 +106,10 @@ bool Connection::SendOne(OutItem& item) {
       PostEager(MsgKind::kCancel, item.slot, item.generation, h, {}, {}, {}, {});
       return true;
     }
+    case OutKind::kStreamMessage:
+    case OutKind::kWindow:
+    case OutKind::kHeaders:
+      return SendStreamItem(item);
   }
   return true;
 }
@@ -111,20 +124,26 @@ bool Connection::SendRequest(uint32_t handle) {
   WireHeader h;
   h.kind = MsgKind::kRequest;
   h.aux_len = static_cast<uint16_t>(r.method.size());
+  h.meta_len = static_cast<uint32_t>(r.meta.size());
   h.payload_len = static_cast<uint32_t>(payload_size);
+  if (r.stream) {
+    h.flags = static_cast<uint8_t>(kFlagStream | (r.no_message ? kFlagNoMessage : 0) |
+                                   (r.end_stream ? kFlagEndStream : 0));
+  }
   if (r.deadline != absl::InfiniteFuture()) {
     // Taken now, as the request goes on the wire: time spent connecting or
     // queued behind other requests is not offered to the server.
     h.timeout_us = static_cast<uint64_t>(
         std::max<int64_t>(0, absl::ToInt64Microseconds(r.deadline - absl::Now())));
   }
-  const size_t eager_total = kWireHeaderBytes + r.method.size() + payload_size;
+  const size_t eager_total = kWireHeaderBytes + r.method.size() + r.meta.size() + payload_size;
   if (eager_total <= EagerLimit()) {
     if (r.write != nullptr) {
       PostEager(MsgKind::kRequest, idx, gen, h, r.method, {}, {}, {}, r.write, r.source,
-                payload_size);
+                payload_size, r.meta);
     } else {
-      PostEager(MsgKind::kRequest, idx, gen, h, r.method, {}, {}, r.payload_view());
+      PostEager(MsgKind::kRequest, idx, gen, h, r.method, {}, {}, r.payload_view(), nullptr,
+                nullptr, 0, r.meta);
     }
     s->sent = true;
     s->sink->OnSent();
@@ -132,14 +151,16 @@ bool Connection::SendRequest(uint32_t handle) {
     r.registered.reset();
     return true;
   }
-  // Rendezvous: expose the payload, and a reply buffer sized like the
-  // request (rule in transport.h).
-  h.flags = kFlagPayloadRemote | kFlagReplyBuffer;
+  // Rendezvous: expose the payload, and (unary) a reply buffer sized like
+  // the request (rule in transport.h); a stream's replies are stream frames.
+  h.flags |= kFlagPayloadRemote;
+  if (!r.stream) h.flags |= kFlagReplyBuffer;
   if (EncodedPrefixBytes(h) > EagerLimit() || pool_ == nullptr) {
     ResponseSink* sink = s->sink;
     FinishSlot(idx, false);
     sink->OnFailure(absl::InvalidArgumentError(absl::StrCat(
-        "method name of ", h.aux_len, " bytes does not fit the eager limit ", EagerLimit())));
+        "method name of ", h.aux_len, " bytes and metadata of ", h.meta_len,
+        " bytes do not fit the eager limit ", EagerLimit())));
     return true;
   }
   PooledBuffer req = std::move(r.registered);
@@ -159,19 +180,22 @@ bool Connection::SendRequest(uint32_t handle) {
       CountPayloadCopy(payload_size);
     }
   }
-  absl::StatusOr<LargeBuffer*> reply = pool_->Get(eager_total);
-  if (!reply.ok()) {
-    ResponseSink* sink = s->sink;
-    FinishSlot(idx, false);
-    sink->OnFailure(reply.status());
-    return true;
+  RemoteBuffer rb;
+  if (!r.stream) {
+    absl::StatusOr<LargeBuffer*> reply = pool_->Get(eager_total);
+    if (!reply.ok()) {
+      ResponseSink* sink = s->sink;
+      FinishSlot(idx, false);
+      sink->OnFailure(reply.status());
+      return true;
+    }
+    s->reply_buffer = *reply;
+    rb = RemoteBuffer{(*reply)->addr(), (*reply)->rkey(),
+                      static_cast<uint32_t>(std::min<size_t>((*reply)->capacity, UINT32_MAX))};
   }
   s->request_buffer = req.release();
-  s->reply_buffer = *reply;
   RemoteBuffer pr{s->request_buffer->addr(), s->request_buffer->rkey(), h.payload_len};
-  RemoteBuffer rb{(*reply)->addr(), (*reply)->rkey(),
-                  static_cast<uint32_t>(std::min<size_t>((*reply)->capacity, UINT32_MAX))};
-  PostEager(MsgKind::kRequest, idx, gen, h, r.method, pr, rb, {});
+  PostEager(MsgKind::kRequest, idx, gen, h, r.method, pr, rb, {}, nullptr, nullptr, 0, r.meta);
   s->sent = true;
   s->sink->OnSent();
   r.payload = std::string();
@@ -201,7 +225,11 @@ bool Connection::SendResponseItem(OutItem& item) {
   // The status message rides in the eager header even when the payload is
   // large, so it must leave room for the header and a descriptor.
   const size_t max_message = EagerLimit() - kWireHeaderBytes - 2 * kRemoteBufferBytes;
-  if (item.message.size() > max_message) item.message.resize(max_message);
+  if (item.meta.size() > max_message) item.meta.clear();  // runtime/rpc bounds it before
+  if (item.message.size() > max_message - item.meta.size()) {
+    item.message.resize(max_message - item.meta.size());
+  }
+  const size_t head = item.message.size() + item.meta.size();  // after the header
   const size_t payload_size = item.registered ? item.registered_len : item.payload.size();
   const absl::string_view payload =
       item.registered
@@ -211,39 +239,41 @@ bool Connection::SendResponseItem(OutItem& item) {
   h.kind = MsgKind::kResponse;
   h.status_code = static_cast<uint32_t>(item.code);
   h.aux_len = static_cast<uint16_t>(item.message.size());
+  h.meta_len = static_cast<uint32_t>(item.meta.size());
   h.payload_len = static_cast<uint32_t>(payload_size);
-  const size_t total = kWireHeaderBytes + item.message.size() + payload_size;
+  const size_t total = kWireHeaderBytes + head + payload_size;
   if (total <= EagerLimit()) {
     PostEager(MsgKind::kResponse, item.token.slot, item.token.generation, h, item.message, {}, {},
-              payload);
+              payload, nullptr, nullptr, 0, item.meta);
     return true;
   }
   // Large: the payload must sit in registered memory with room for the
   // header in front (so one WRITE_WITH_IMM carries both).
   PooledBuffer b;
-  if (item.registered && item.message.empty()) {
+  if (item.registered && head == 0) {
     b = std::move(item.registered);
   } else {
     absl::StatusOr<LargeBuffer*> got =
-        pool_ != nullptr ? pool_->Get(kRegisteredResponseOffset + item.message.size() + payload_size)
+        pool_ != nullptr ? pool_->Get(kRegisteredResponseOffset + head + payload_size)
                          : absl::StatusOr<LargeBuffer*>(absl::InternalError("no buffer pool"));
     if (!got.ok()) {
       h.status_code = static_cast<uint32_t>(got.status().code());
       std::string msg(got.status().message().substr(0, kMaxStatusMessage));
       h.aux_len = static_cast<uint16_t>(msg.size());
+      h.meta_len = 0;
       h.payload_len = 0;
       PostEager(MsgKind::kResponse, item.token.slot, item.token.generation, h, msg, {}, {}, {});
       return true;
     }
     b = PooledBuffer(pool_, *got);
-    std::memmove(b->data + kWireHeaderBytes + item.message.size(), payload.data(), payload_size);
+    std::memmove(b->data + kWireHeaderBytes + head, payload.data(), payload_size);
   }
   if (item.token.has_reply_buffer && total <= item.token.reply_buffer.length) {
     // Push: header + payload straight into the client's reply buffer.
     // No credits in this header: a client whose call already ended ignores
     // it, and credits must never be lost.
     h.credits = 0;
-    EncodePrefix(h, item.message, {}, {}, b->data);
+    EncodePrefix(h, item.message, {}, {}, b->data, item.meta);
     ibv_sge sge{b->addr(), static_cast<uint32_t>(total), b->lkey()};
     ibv_send_wr wr{};
     wr.sg_list = &sge;
@@ -265,17 +295,17 @@ bool Connection::SendResponseItem(OutItem& item) {
   exposed_[ref] = exposed;
   h.flags = kFlagPayloadRemote;
   h.ref = ref;
-  RemoteBuffer pr{exposed->addr() + kWireHeaderBytes + item.message.size(), exposed->rkey(),
-                  h.payload_len};
+  RemoteBuffer pr{exposed->addr() + kWireHeaderBytes + head, exposed->rkey(), h.payload_len};
   PostEager(MsgKind::kResponse, item.token.slot, item.token.generation, h, item.message, pr, {},
-            {});
+            {}, nullptr, nullptr, 0, item.meta);
   return true;
 }
 
 void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader h,
                            absl::string_view aux, const RemoteBuffer& payload_remote,
                            const RemoteBuffer& reply, absl::string_view payload,
-                           PayloadWriteFn write, const void* source, size_t payload_size) {
+                           PayloadWriteFn write, const void* source, size_t payload_size,
+                           absl::string_view meta) {
   const int buf = send_slab_->Get();
   CHECK_GE(buf, 0) << "caller checks CanPostMessage";
   char* out = send_slab_->data(buf);
@@ -283,7 +313,8 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
   // traffic flows both ways.
   h.credits = credits_->TakeOwed();
   h.aux_len = static_cast<uint16_t>(aux.size());
-  const size_t prefix = EncodePrefix(h, aux, payload_remote, reply, out);
+  h.meta_len = static_cast<uint32_t>(meta.size());
+  const size_t prefix = EncodePrefix(h, aux, payload_remote, reply, out, meta);
   if (write != nullptr) {
     if (payload_size > 0) write(source, out + prefix);  // serialised in place
   } else {
@@ -469,13 +500,13 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
         " disagrees with header kind ", static_cast<int>(m.header.kind))));
     return;
   }
-  // Requests, releases and cancels only go client → server, responses the
-  // other way.
+  // Requests and cancels only go client → server; responses and initial
+  // metadata the other way; stream messages, windows and releases either way.
   const bool wrong_way =
-      is_client_ ? (m.header.kind == MsgKind::kRequest || m.header.kind == MsgKind::kRelease ||
-                    m.header.kind == MsgKind::kCancel)
+      is_client_ ? (m.header.kind == MsgKind::kRequest || m.header.kind == MsgKind::kCancel)
                  : (m.header.kind == MsgKind::kResponse ||
-                    m.header.kind == MsgKind::kResponseWritten);
+                    m.header.kind == MsgKind::kResponseWritten ||
+                    m.header.kind == MsgKind::kHeaders);
   if (wrong_way) {
     Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_,
                                               ": unexpected message kind ",
@@ -492,6 +523,16 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
       OnCancelFrame(imm);
       return;
     case MsgKind::kRequest: {
+      if (m.header.flags & kFlagStream) {
+        // A stream opens: its later frames are delivered in order.
+        const uint32_t key = StreamKey(imm.slot, imm.generation);
+        if (server_streams_.contains(key)) {
+          Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_,
+                                                    ": stream ", key, " opened twice")));
+          return;
+        }
+        server_streams_[key];
+      }
       if (m.header.flags & kFlagPayloadRemote) {
         StartRequestPull(imm, m);
         return;
@@ -501,12 +542,21 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
       token.generation = imm.generation;
       token.has_reply_buffer = (m.header.flags & kFlagReplyBuffer) != 0;
       token.reply_buffer = m.reply_buffer;
-      DeliverRequest(token, m.aux, m.payload, m.header.timeout_us);
+      DeliverRequest(token, m.aux, m.payload, m.header.timeout_us, m.header.flags, m.meta);
       return;
     }
     case MsgKind::kResponse:
     case MsgKind::kResponseWritten:
+      if (is_client_ && DeferIfBehind(imm, m)) return;
       HandleResponse(imm, m);
+      return;
+    case MsgKind::kStreamMessage:
+    case MsgKind::kHeaders:
+      if (DeferIfBehind(imm, m)) return;
+      HandleStreamFrame(imm, m);
+      return;
+    case MsgKind::kWindow:
+      HandleWindow(imm, m);
       return;
   }
 }

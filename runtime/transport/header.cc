@@ -39,7 +39,7 @@ RemoteBuffer GetRemote(const char* in) {
 
 }  // namespace
 
-bool IsValidKind(uint8_t kind) { return kind >= 1 && kind <= 6; }
+bool IsValidKind(uint8_t kind) { return kind >= 1 && kind <= 9; }
 
 uint32_t EncodeImm(const Imm& imm) {
   return (static_cast<uint32_t>(imm.kind) << 28) |
@@ -60,14 +60,14 @@ absl::StatusOr<Imm> DecodeImm(uint32_t v) {
 }
 
 size_t EncodedPrefixBytes(const WireHeader& h) {
-  size_t n = kWireHeaderBytes + h.aux_len;
+  size_t n = kWireHeaderBytes + h.aux_len + h.meta_len;
   if (h.flags & kFlagPayloadRemote) n += kRemoteBufferBytes;
   if (h.flags & kFlagReplyBuffer) n += kRemoteBufferBytes;
   return n;
 }
 
 size_t EncodePrefix(const WireHeader& h, absl::string_view aux, const RemoteBuffer& payload_remote,
-                    const RemoteBuffer& reply_buffer, char* out) {
+                    const RemoteBuffer& reply_buffer, char* out, absl::string_view meta) {
   Put<uint16_t>(out, kHeaderMagic);
   out[2] = static_cast<char>(h.kind);
   out[3] = static_cast<char>(h.flags);
@@ -77,10 +77,12 @@ size_t EncodePrefix(const WireHeader& h, absl::string_view aux, const RemoteBuff
   Put<uint32_t>(out + 12, h.payload_len);
   Put<uint64_t>(out + 16, h.timeout_us);
   Put<uint32_t>(out + 24, h.ref);
-  Put<uint32_t>(out + 28, 0);
+  Put<uint32_t>(out + 28, static_cast<uint32_t>(meta.size()));
   size_t off = kWireHeaderBytes;
   if (!aux.empty()) std::memcpy(out + off, aux.data(), aux.size());
   off += aux.size();
+  if (!meta.empty()) std::memcpy(out + off, meta.data(), meta.size());
+  off += meta.size();
   if (h.flags & kFlagPayloadRemote) {
     PutRemote(out + off, payload_remote);
     off += kRemoteBufferBytes;
@@ -112,7 +114,7 @@ absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
   WireHeader& h = m.header;
   h.kind = static_cast<MsgKind>(kind);
   h.flags = static_cast<uint8_t>(p[3]);
-  if (h.flags & ~(kFlagPayloadRemote | kFlagReplyBuffer)) {
+  if (h.flags & ~kKnownFlags) {
     return absl::InvalidArgumentError(absl::StrCat("header has unknown flags 0x",
                                                    absl::Hex(h.flags)));
   }
@@ -122,6 +124,12 @@ absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
   h.payload_len = Get<uint32_t>(p + 12);
   h.timeout_us = Get<uint64_t>(p + 16);
   h.ref = Get<uint32_t>(p + 24);
+  h.meta_len = Get<uint32_t>(p + 28);
+  if (h.meta_len > bytes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("header announces ", h.meta_len,
+                                                   " bytes of metadata but the message has ",
+                                                   bytes.size()));
+  }
   const size_t prefix = EncodedPrefixBytes(h);
   if (prefix > bytes.size()) {
     return absl::InvalidArgumentError(absl::StrCat("header announces ", prefix,
@@ -131,6 +139,8 @@ absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
   size_t off = kWireHeaderBytes;
   m.aux = bytes.substr(off, h.aux_len);
   off += h.aux_len;
+  m.meta = bytes.substr(off, h.meta_len);
+  off += h.meta_len;
   if (h.flags & kFlagPayloadRemote) {
     m.payload_remote = GetRemote(p + off);
     off += kRemoteBufferBytes;

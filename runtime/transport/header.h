@@ -24,6 +24,18 @@ enum class MsgKind : uint8_t {
   // (then CANCELLED), so the client knows when the buffers it exposed for
   // the call are no longer touched.
   kCancel = 6,
+  // either way, on a stream (a request with kFlagStream opened it): one
+  // message (eager, or kFlagPayloadRemote: the receiver pulls it and sends
+  // kRelease with `ref`), or with kFlagNoMessage none; kFlagEndStream from
+  // the client is its half-close. The server ends a stream with kResponse
+  // (its payload then holds the status details, not a message).
+  kStreamMessage = 7,
+  // either way, on a stream: the receiver consumed messages; `ref` more may
+  // be sent (per-stream flow control, see kStreamWindow).
+  kWindow = 8,
+  // server → client, on a stream: the server's initial metadata, before any
+  // message.
+  kHeaders = 9,
 };
 bool IsValidKind(uint8_t kind);
 
@@ -48,7 +60,12 @@ inline constexpr size_t kRemoteBufferBytes = 16;
 enum HeaderFlags : uint8_t {
   kFlagPayloadRemote = 1,  // payload not inline: a RemoteBuffer follows aux
   kFlagReplyBuffer = 2,    // request advertises a reply buffer (RemoteBuffer)
+  kFlagStream = 4,         // request opens a stream (any kind but unary)
+  kFlagEndStream = 8,      // client: no message follows on this stream
+  kFlagNoMessage = 16,     // request or stream frame carries no message
 };
+inline constexpr uint8_t kKnownFlags =
+    kFlagPayloadRemote | kFlagReplyBuffer | kFlagStream | kFlagEndStream | kFlagNoMessage;
 
 inline constexpr uint16_t kHeaderMagic = 0x5252;  // "RR"
 inline constexpr size_t kWireHeaderBytes = 32;
@@ -57,10 +74,12 @@ inline constexpr uint64_t kNoTimeout = ~uint64_t{0};
 // Decoded header; the encoded layout is fixed at kWireHeaderBytes:
 //  0 u16 magic | 2 u8 kind | 3 u8 flags | 4 u16 credits | 6 u16 aux_len |
 //  8 u32 status_code | 12 u32 payload_len | 16 u64 timeout_us | 24 u32 ref |
-//  28 u32 reserved (0)
+//  28 u32 meta_len
 // followed by aux_len bytes of aux (method name in a request, status message
-// in a response), then the RemoteBuffers the flags announce (payload first,
-// then reply buffer), then payload_len bytes of payload unless it is remote.
+// in a response), meta_len bytes of metadata (opaque to the transport:
+// runtime/rpc encodes it), then the RemoteBuffers the flags announce
+// (payload first, then reply buffer), then payload_len bytes of payload
+// unless it is remote.
 struct WireHeader {
   MsgKind kind = MsgKind::kCredit;
   uint8_t flags = 0;
@@ -69,13 +88,15 @@ struct WireHeader {
   uint32_t status_code = 0;  // absl::StatusCode of a response
   uint32_t payload_len = 0;  // protobuf bytes
   uint64_t timeout_us = kNoTimeout;
-  uint32_t ref = 0;          // id of a server-exposed response buffer (kRelease)
+  uint32_t ref = 0;          // exposed buffer id (kRelease), window (kWindow)
+  uint32_t meta_len = 0;     // metadata bytes after aux
 };
 
 // A parsed message as it lies in a buffer; views point into that buffer.
 struct ParsedMessage {
   WireHeader header;
   absl::string_view aux;
+  absl::string_view meta;
   RemoteBuffer payload_remote;  // valid with kFlagPayloadRemote
   RemoteBuffer reply_buffer;    // valid with kFlagReplyBuffer
   absl::string_view payload;    // empty when the payload is remote
@@ -83,10 +104,12 @@ struct ParsedMessage {
 
 // Bytes Encode writes before the payload.
 size_t EncodedPrefixBytes(const WireHeader& h);
-// Writes header, aux and descriptors into `out` (capacity >= EncodedPrefixBytes).
-// Returns bytes written. header.aux_len must equal aux.size().
+// Writes header, aux, metadata and descriptors into `out` (capacity >=
+// EncodedPrefixBytes). Returns bytes written. header.aux_len must equal
+// aux.size() and header.meta_len meta.size().
 size_t EncodePrefix(const WireHeader& h, absl::string_view aux, const RemoteBuffer& payload_remote,
-                    const RemoteBuffer& reply_buffer, char* out);
+                    const RemoteBuffer& reply_buffer, char* out,
+                    absl::string_view meta = absl::string_view());
 // Parses `bytes` (one received message). INVALID_ARGUMENT (naming the field
 // and values) for a bad magic, unknown kind, unknown flags, or lengths that
 // overrun `bytes`.

@@ -40,7 +40,15 @@ void Connection::StartRequestPull(const Imm& imm, const ParsedMessage& m) {
   ctx.remote = m.payload_remote;
   ctx.token = token;
   ctx.method = std::string(m.aux);
+  ctx.meta = std::string(m.meta);
   ctx.timeout_us = m.header.timeout_us;
+  ctx.end_stream = (m.header.flags & kFlagEndStream) != 0;
+  ctx.stream_message = false;
+  if (m.header.flags & kFlagStream) {
+    // Later frames of this stream wait for this pull (in-order delivery).
+    ctx.handle = StreamKey(imm.slot, imm.generation);
+    ++server_streams_[ctx.handle].pulls;
+  }
   const absl::Duration delay = options_.request_read_delay != nullptr
                                    ? options_.request_read_delay()
                                    : absl::ZeroDuration();
@@ -153,6 +161,11 @@ void Connection::OnReadCompletion(uint64_t seq, const ibv_wc& wc) {
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
     return;  // OnSendCompletion closes the connection
   }
+  if (ctx.stream_message) {
+    OnStreamPullDone(ctx, absl::string_view(ctx.buffer->data, ctx.remote.length));
+    if (pool_ != nullptr) pool_->Put(ctx.buffer);
+    return;
+  }
   if (ctx.is_request && ctx.cancelled) {
     // Abandoned by the client while we pulled it: answer so the client may
     // reuse the buffers it exposed; the handler never sees it.
@@ -162,9 +175,19 @@ void Connection::OnReadCompletion(uint64_t seq, const ibv_wc& wc) {
     return;
   }
   if (ctx.is_request) {
+    const bool stream = ctx.handle != 0;  // StreamKey, set for a stream's opening request
+    StreamIn* in = nullptr;
+    if (stream) {
+      auto it = server_streams_.find(StreamKey(ctx.token.slot, ctx.token.generation));
+      if (it != server_streams_.end()) in = &it->second;
+      if (in != nullptr) --in->pulls;
+    }
+    const uint8_t flags = static_cast<uint8_t>((stream ? kFlagStream : 0) |
+                                               (ctx.end_stream ? kFlagEndStream : 0));
     DeliverRequest(ctx.token, ctx.method, absl::string_view(ctx.buffer->data, ctx.remote.length),
-                   ctx.timeout_us);
+                   ctx.timeout_us, flags, ctx.meta);
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
+    if (stream) RunDeferred(StreamKey(ctx.token.slot, ctx.token.generation));
     return;
   }
   OutItem rel;
@@ -190,13 +213,18 @@ void Connection::OnRelease(uint32_t ref) {
 }
 
 void Connection::DeliverRequest(const RequestToken& token, absl::string_view method,
-                                absl::string_view payload, uint64_t timeout_us) {
+                                absl::string_view payload, uint64_t timeout_us, uint8_t flags,
+                                absl::string_view meta) {
   if (handler_ == nullptr) return;
   IncomingRequest req;
   req.method = method;
   req.payload = payload;
+  req.meta = meta;
   req.timeout_us = timeout_us;
   req.token = token;
+  req.stream = (flags & kFlagStream) != 0;
+  req.has_message = !(flags & kFlagNoMessage);
+  req.end_stream = !req.stream || (flags & kFlagEndStream) != 0;
   handler_->OnRequest(this, req);
 }
 

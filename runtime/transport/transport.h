@@ -149,7 +149,7 @@ inline constexpr int kMaxSlots = 65536;
 // (Credits.TwoReceivesEachWayMixedSizesNeverDeadlock in rpc_limits_test).
 inline constexpr int kMinRecvDepth = 3;
 // Protocol version spoken on the wire.
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;
 
 }  // namespace internal
 }  // namespace rdmarpc

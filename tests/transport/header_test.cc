@@ -111,11 +111,44 @@ TEST(WireHeader, RejectsUnknownKindAndFlags) {
   h.kind = MsgKind::kCredit;
   std::string bytes = Encode(h, "", {}, {}, "");
   std::string bad_kind = bytes;
-  bad_kind[2] = 9;
+  bad_kind[2] = 10;  // kinds end at kHeaders (9)
   EXPECT_EQ(DecodeMessage(bad_kind).status().code(), absl::StatusCode::kInvalidArgument);
   std::string bad_flags = bytes;
   bad_flags[3] = static_cast<char>(0x80);
   EXPECT_EQ(DecodeMessage(bad_flags).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WireHeader, StreamFrameCarriesMetadataBetweenAuxAndDescriptor) {
+  WireHeader h;
+  h.kind = MsgKind::kRequest;
+  h.flags = kFlagStream | kFlagNoMessage | kFlagPayloadRemote;
+  h.aux_len = 4;
+  h.meta_len = 6;
+  h.payload_len = 4096;
+  const RemoteBuffer pr{0x1000, 0xabcd, 4096};
+  std::string out(EncodedPrefixBytes(h), '\0');
+  EXPECT_EQ(out.size(), kWireHeaderBytes + 4 + 6 + kRemoteBufferBytes);
+  const absl::string_view meta("k\0v\xffxy", 6);
+  ASSERT_EQ(EncodePrefix(h, "/a/b", pr, {}, out.data(), meta), out.size());
+  absl::StatusOr<ParsedMessage> m = DecodeMessage(out);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->header.flags, kFlagStream | kFlagNoMessage | kFlagPayloadRemote);
+  EXPECT_EQ(m->aux, "/a/b");
+  EXPECT_EQ(m->meta, meta);
+  EXPECT_EQ(m->payload_remote.addr, 0x1000u);
+  EXPECT_EQ(m->payload_remote.rkey, 0xabcdu);
+  EXPECT_EQ(m->header.meta_len, 6u);
+}
+
+TEST(WireHeader, RejectsMetadataThatOverrunsTheMessage) {
+  WireHeader h;
+  h.kind = MsgKind::kStreamMessage;
+  std::string bytes = Encode(h, "", {}, {}, "");
+  bytes[28] = 100;  // meta_len 100 in a 32-byte message
+  absl::StatusOr<ParsedMessage> m = DecodeMessage(bytes);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("100 bytes of metadata"), absl::string_view::npos)
+      << m.status();
 }
 
 TEST(WireHeader, RejectsLengthsThatOverrunTheMessage) {

@@ -1,0 +1,288 @@
+// streams.cc: streams of frames on one connection — messages either way
+// after the opening request, per-stream flow-control windows, the server's
+// initial metadata, and in-order delivery when a frame must be pulled.
+//
+// A stream is a client slot opened by a request with kFlagStream; both
+// sides name it by (slot, generation) in imm_data. Frames of one stream
+// arrive in order (one RC QP), but a large one is a descriptor that must be
+// pulled with RDMA READ before it can be delivered; frames of that stream
+// that arrive meanwhile are copied aside (StreamIn::deferred) and handled
+// once the pull completed, so the receiver sees every stream in order.
+// Other streams are not held up.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "runtime/transport/connection.h"
+#include "runtime/transport/transport_stats.h"
+
+namespace rdmarpc {
+namespace internal {
+
+void Connection::SendStreamMessage(uint32_t handle, std::string payload, bool no_message,
+                                   bool end_stream) {
+  const uint16_t idx = static_cast<uint16_t>(handle & 0xFFFF);
+  const uint16_t gen = static_cast<uint16_t>(handle >> 16);
+  Slot* s = LiveSlot(idx, gen);
+  if (!usable() || s == nullptr || !s->stream) return;
+  OutItem item;
+  item.kind = OutKind::kStreamMessage;
+  item.handle = handle;
+  item.slot = idx;
+  item.generation = gen;
+  item.payload = std::move(payload);
+  item.flags = static_cast<uint8_t>((no_message ? kFlagNoMessage : 0) |
+                                    (end_stream ? kFlagEndStream : 0));
+  out_queue_.push_back(std::move(item));
+  Touch();
+}
+
+void Connection::GrantWindow(uint32_t handle, uint32_t messages) {
+  const uint16_t idx = static_cast<uint16_t>(handle & 0xFFFF);
+  const uint16_t gen = static_cast<uint16_t>(handle >> 16);
+  if (!usable() || LiveSlot(idx, gen) == nullptr) return;
+  OutItem item;
+  item.kind = OutKind::kWindow;
+  item.handle = handle;
+  item.slot = idx;
+  item.generation = gen;
+  item.ref = messages;
+  out_queue_.push_back(std::move(item));
+  Touch();
+}
+
+void Connection::SendStreamHeaders(const RequestToken& token, std::string meta) {
+  if (!usable() || !server_streams_.contains(StreamKey(token.slot, token.generation))) return;
+  OutItem item;
+  item.kind = OutKind::kHeaders;
+  item.token = token;
+  item.slot = token.slot;
+  item.generation = token.generation;
+  item.meta = std::move(meta);
+  out_queue_.push_back(std::move(item));
+  Touch();
+}
+
+void Connection::SendStreamMessage(const RequestToken& token, std::string payload) {
+  if (!usable() || !server_streams_.contains(StreamKey(token.slot, token.generation))) return;
+  OutItem item;
+  item.kind = OutKind::kStreamMessage;
+  item.token = token;
+  item.slot = token.slot;
+  item.generation = token.generation;
+  item.payload = std::move(payload);
+  out_queue_.push_back(std::move(item));
+  Touch();
+}
+
+void Connection::GrantWindow(const RequestToken& token, uint32_t messages) {
+  if (!usable() || !server_streams_.contains(StreamKey(token.slot, token.generation))) return;
+  OutItem item;
+  item.kind = OutKind::kWindow;
+  item.token = token;
+  item.slot = token.slot;
+  item.generation = token.generation;
+  item.ref = messages;
+  out_queue_.push_back(std::move(item));
+  Touch();
+}
+
+bool Connection::SendStreamItem(OutItem& item) {
+  if (is_client_ && LiveSlot(item.slot, item.generation) == nullptr) return true;  // call ended
+  WireHeader h;
+  switch (item.kind) {
+    case OutKind::kWindow:
+      h.kind = MsgKind::kWindow;
+      h.ref = item.ref;
+      PostEager(MsgKind::kWindow, item.slot, item.generation, h, {}, {}, {}, {});
+      return true;
+    case OutKind::kHeaders:
+      h.kind = MsgKind::kHeaders;
+      h.meta_len = static_cast<uint32_t>(item.meta.size());
+      if (EncodedPrefixBytes(h) > EagerLimit()) {
+        // runtime/rpc bounds metadata by the eager limit before it gets here.
+        LOG(WARNING) << "dropping initial metadata of " << item.meta.size() << " bytes to "
+                     << peer_name_ << ": above the eager limit " << EagerLimit();
+        return true;
+      }
+      PostEager(MsgKind::kHeaders, item.slot, item.generation, h, {}, {}, {}, {}, nullptr,
+                nullptr, 0, item.meta);
+      return true;
+    default:
+      break;
+  }
+  h.kind = MsgKind::kStreamMessage;
+  h.flags = item.flags;
+  h.payload_len = static_cast<uint32_t>(item.payload.size());
+  if (kWireHeaderBytes + item.payload.size() <= EagerLimit()) {
+    PostEager(MsgKind::kStreamMessage, item.slot, item.generation, h, {}, {}, {}, item.payload);
+    return true;
+  }
+  // Large: exposed in registered memory; the peer pulls it and releases it.
+  absl::StatusOr<LargeBuffer*> got =
+      pool_ != nullptr ? pool_->Get(item.payload.size())
+                       : absl::StatusOr<LargeBuffer*>(absl::InternalError("no buffer pool"));
+  if (!got.ok()) {
+    Close(absl::ResourceExhaustedError(absl::StrCat(
+        "connection to ", peer_name_, ": no registered buffer for a stream message of ",
+        item.payload.size(), " bytes: ", got.status().message())));
+    return true;
+  }
+  std::memcpy((*got)->data, item.payload.data(), item.payload.size());
+  CountPayloadCopy(item.payload.size());
+  const uint32_t ref = next_ref_++;
+  exposed_[ref] = *got;
+  h.flags |= kFlagPayloadRemote;
+  h.ref = ref;
+  RemoteBuffer pr{(*got)->addr(), (*got)->rkey(), h.payload_len};
+  PostEager(MsgKind::kStreamMessage, item.slot, item.generation, h, {}, pr, {}, {});
+  return true;
+}
+
+void Connection::QueueRelease(uint32_t ref) {
+  OutItem rel;
+  rel.kind = OutKind::kRelease;
+  rel.ref = ref;
+  out_queue_.push_back(std::move(rel));
+  Touch();
+}
+
+void Connection::DropStreamIn(StreamIn& in) {
+  for (const DeferredFrame& f : in.deferred) {
+    if ((f.header.flags & kFlagPayloadRemote) &&
+        (f.header.kind == MsgKind::kStreamMessage || f.header.kind == MsgKind::kResponse)) {
+      QueueRelease(f.header.ref);
+    }
+  }
+  in.deferred.clear();
+}
+
+Connection::StreamIn* Connection::FindStreamIn(const Imm& imm) {
+  if (is_client_) {
+    Slot* s = LiveSlot(imm.slot, imm.generation);
+    return s != nullptr && s->stream ? &s->in : nullptr;
+  }
+  auto it = server_streams_.find(StreamKey(imm.slot, imm.generation));
+  return it == server_streams_.end() ? nullptr : &it->second;
+}
+
+bool Connection::DeferIfBehind(const Imm& imm, const ParsedMessage& m) {
+  StreamIn* in = FindStreamIn(imm);
+  if (in == nullptr || (in->pulls == 0 && in->deferred.empty())) return false;
+  DeferredFrame f;
+  f.imm = imm;
+  f.header = m.header;
+  f.aux = std::string(m.aux);
+  f.meta = std::string(m.meta);
+  f.payload = std::string(m.payload);
+  f.payload_remote = m.payload_remote;
+  f.reply_buffer = m.reply_buffer;
+  in->deferred.push_back(std::move(f));
+  return true;
+}
+
+void Connection::RunDeferred(uint32_t key) {
+  const Imm probe{MsgKind::kStreamMessage, static_cast<uint16_t>(key >> 16),
+                  static_cast<uint16_t>(key & 0xFFFF)};
+  while (true) {
+    StreamIn* in = FindStreamIn(probe);
+    if (in == nullptr || in->pulls > 0 || in->deferred.empty() || !usable()) return;
+    DeferredFrame f = std::move(in->deferred.front());
+    in->deferred.pop_front();
+    const ParsedMessage m = f.View();
+    if (f.header.kind == MsgKind::kResponse) {
+      HandleResponse(f.imm, m);
+    } else {
+      HandleStreamFrame(f.imm, m);
+    }
+  }
+}
+
+void Connection::HandleWindow(const Imm& imm, const ParsedMessage& m) {
+  if (is_client_) {
+    Slot* s = LiveSlot(imm.slot, imm.generation);
+    if (s != nullptr && s->stream) s->sink->OnWindow(m.header.ref);
+    return;
+  }
+  if (!server_streams_.contains(StreamKey(imm.slot, imm.generation)) || handler_ == nullptr) {
+    return;
+  }
+  RequestToken token;
+  token.slot = imm.slot;
+  token.generation = imm.generation;
+  handler_->OnWindow(this, token, m.header.ref);
+}
+
+void Connection::HandleStreamFrame(const Imm& imm, const ParsedMessage& m) {
+  StreamIn* in = FindStreamIn(imm);
+  if (in == nullptr) {
+    // The stream ended here (answered, cancelled, retired by its deadline):
+    // drop the frame, but let the peer reuse a buffer it exposed for it.
+    if ((m.header.flags & kFlagPayloadRemote) && m.header.kind == MsgKind::kStreamMessage) {
+      QueueRelease(m.header.ref);
+    }
+    return;
+  }
+  if (m.header.kind == MsgKind::kHeaders) {
+    if (is_client_) LiveSlot(imm.slot, imm.generation)->sink->OnStreamHeaders(m.meta);
+    return;
+  }
+  const bool end_stream = (m.header.flags & kFlagEndStream) != 0;
+  const bool has_message = (m.header.flags & kFlagNoMessage) == 0;
+  if (m.header.payload_len > options_.max_message_bytes) {
+    Close(absl::ResourceExhaustedError(absl::StrCat(
+        "protocol error from ", peer_name_, ": stream message of ", m.header.payload_len,
+        " bytes exceeds max_message_bytes ", options_.max_message_bytes)));
+    return;
+  }
+  if (m.header.flags & kFlagPayloadRemote) {
+    absl::StatusOr<LargeBuffer*> buf =
+        pool_ != nullptr ? pool_->Get(m.header.payload_len)
+                         : absl::StatusOr<LargeBuffer*>(absl::InternalError("no buffer pool"));
+    if (!buf.ok()) {
+      QueueRelease(m.header.ref);
+      Close(absl::ResourceExhaustedError(absl::StrCat(
+          "connection to ", peer_name_, ": no registered buffer to pull a stream message of ",
+          m.header.payload_len, " bytes: ", buf.status().message())));
+      return;
+    }
+    ReadCtx ctx;
+    ctx.stream_message = true;
+    ctx.end_stream = end_stream;
+    ctx.buffer = *buf;
+    ctx.remote = m.payload_remote;
+    ctx.token.slot = imm.slot;
+    ctx.token.generation = imm.generation;
+    ctx.handle = StreamKey(imm.slot, imm.generation);
+    ctx.ref = m.header.ref;
+    ++in->pulls;
+    PostRead(std::move(ctx));
+    return;
+  }
+  if (is_client_) {
+    if (has_message) LiveSlot(imm.slot, imm.generation)->sink->OnStreamMessage(m.payload);
+    return;
+  }
+  if (handler_ == nullptr) return;
+  RequestToken token;
+  token.slot = imm.slot;
+  token.generation = imm.generation;
+  handler_->OnStreamMessage(this, token, m.payload, has_message, end_stream);
+}
+
+void Connection::OnStreamPullDone(const ReadCtx& ctx, absl::string_view payload) {
+  QueueRelease(ctx.ref);
+  const Imm imm{MsgKind::kStreamMessage, ctx.token.generation, ctx.token.slot};
+  StreamIn* in = FindStreamIn(imm);
+  if (in == nullptr) return;  // the stream ended while we pulled
+  --in->pulls;
+  if (is_client_) {
+    LiveSlot(imm.slot, imm.generation)->sink->OnStreamMessage(payload);
+  } else if (handler_ != nullptr) {
+    handler_->OnStreamMessage(this, ctx.token, payload, /*has_message=*/true, ctx.end_stream);
+  }
+  RunDeferred(ctx.handle);
+}
+
+}  // namespace internal
+}  // namespace rdmarpc
