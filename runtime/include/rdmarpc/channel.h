@@ -54,6 +54,9 @@ struct RDMARPC_EXPORT ChannelOptions {
   absl::Duration connect_timeout = absl::Seconds(5);
   // Threads polling this channel's completion queues.
   int engine_threads = 1;
+  // Largest metadata of one call (keys and values, each direction), in
+  // bytes; larger fails RESOURCE_EXHAUSTED naming both sizes. gRPC's default.
+  size_t max_metadata_bytes = 8 * 1024;
 };
 
 class RDMARPC_EXPORT Channel {

@@ -26,9 +26,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "rdmarpc/export.h"
@@ -74,6 +76,27 @@ class RDMARPC_EXPORT ClientContext {
   // happens). A call that completes while TryCancel runs may end either way.
   void TryCancel();
 
+  // Adds a metadata entry the server reads in ServerContext::client_metadata()
+  // (gRPC's custom metadata). Keys follow gRPC's rules: lowercase ASCII
+  // letters, digits, '-', '_' and '.', not starting with "grpc-" or ':';
+  // a key ending in "-bin" carries any bytes, other values printable ASCII
+  // (0x20..0x7E). A bad key or value fails the call with INTERNAL naming it,
+  // before it is sent. All of a call's metadata together may be at most
+  // ChannelOptions::max_metadata_bytes (8 KiB by default, as gRPC's), else
+  // the call fails RESOURCE_EXHAUSTED naming both sizes. Before the call.
+  void AddMetadata(absl::string_view key, absl::string_view value) {
+    metadata_.emplace(std::string(key), std::string(value));
+  }
+  // After the call (or, for a stream, once the first message or the end
+  // arrived): the server's initial and trailing metadata. Empty when it
+  // sent none.
+  const std::multimap<std::string, std::string>& GetServerInitialMetadata() const {
+    return server_initial_metadata_;
+  }
+  const std::multimap<std::string, std::string>& GetServerTrailingMetadata() const {
+    return server_trailing_metadata_;
+  }
+
   // The server address ("ip:port") the call was sent to, set once the
   // request went to a connection, whatever the call's outcome; empty when
   // it never reached one.
@@ -93,6 +116,9 @@ class RDMARPC_EXPORT ClientContext {
 
   absl::Time deadline_ = absl::InfiniteFuture();
   std::string peer_;
+  std::multimap<std::string, std::string> metadata_;
+  std::multimap<std::string, std::string> server_initial_metadata_;
+  std::multimap<std::string, std::string> server_trailing_metadata_;
   std::atomic<int> cancel_state_{kIdle};
   internal::CallCanceller* canceller_ = nullptr;
   const ServerContext* parent_ = nullptr;

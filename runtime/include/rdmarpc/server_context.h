@@ -23,12 +23,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "rdmarpc/export.h"
@@ -56,6 +58,24 @@ class RDMARPC_EXPORT ServerContext {
   // the time remaining when its request goes on the wire, as gRPC's
   // grpc-timeout header does); absl::InfiniteFuture() when it set none.
   absl::Time deadline() const { return deadline_; }
+
+  // The client's metadata (ClientContext::AddMetadata).
+  const std::multimap<std::string, std::string>& client_metadata() const {
+    return client_metadata_;
+  }
+  // Metadata sent to the client before the first response message
+  // (ClientContext::GetServerInitialMetadata), and with the status
+  // (GetServerTrailingMetadata). Keys and values follow the rules of
+  // ClientContext::AddMetadata; an entry that breaks them, or metadata over
+  // the client's limit, fails the call with INTERNAL / RESOURCE_EXHAUSTED.
+  // Initial metadata added after the first message was written is not
+  // sent. Handler thread.
+  void AddInitialMetadata(absl::string_view key, absl::string_view value) {
+    initial_metadata_.emplace(std::string(key), std::string(value));
+  }
+  void AddTrailingMetadata(absl::string_view key, absl::string_view value) {
+    trailing_metadata_.emplace(std::string(key), std::string(value));
+  }
 
   // True once the call was cancelled (see the top of this file). Any thread;
   // cheap (one atomic load), so a long handler may poll it.
@@ -85,6 +105,9 @@ class RDMARPC_EXPORT ServerContext {
   const std::string* method_ = &EmptyString();
   const std::string* peer_ = &EmptyString();
   absl::Time deadline_ = absl::InfiniteFuture();
+  std::multimap<std::string, std::string> client_metadata_;
+  std::multimap<std::string, std::string> initial_metadata_;
+  std::multimap<std::string, std::string> trailing_metadata_;
   std::atomic<bool> cancelled_{false};
   absl::Mutex mu_;  // only for callbacks: never taken on a call's fast path
   uint64_t next_callback_id_ ABSL_GUARDED_BY(mu_) = 1;
