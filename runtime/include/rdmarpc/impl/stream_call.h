@@ -40,8 +40,9 @@ class RDMARPC_EXPORT ClientStream {
  public:
   // Opens a stream of `kind` to `method` ("/package.Service/Method"). For a
   // server-streaming call `first` is its one request message, sent with the
-  // opening frame (and the client's half-close). Does not block; a failure
-  // (no connection, deadline) shows as Read/Write returning false and in
+  // opening frame (and the client's half-close); it is serialised before
+  // this returns and may be freed then. Does not block; a failure (no
+  // connection, deadline) shows as Read/Write returning false and in
   // Finish's status. `context` must outlive the stream.
   ClientStream(Channel* channel, absl::string_view method, ClientContext* context, RpcKind kind,
                const google::protobuf::MessageLite* first);
@@ -51,7 +52,8 @@ class RDMARPC_EXPORT ClientStream {
   ClientStream(const ClientStream&) = delete;
   ClientStream& operator=(const ClientStream&) = delete;
 
-  // Sends `message`; blocks while the server's window is full. False when
+  // Sends `message` (serialised before this returns: it may be reused or
+  // freed then); blocks while the server's window is full. False when
   // the stream ended (the server finished, the call failed or was
   // cancelled, or WritesDone was called): Finish tells why.
   bool Write(const google::protobuf::MessageLite& message);
