@@ -1,6 +1,7 @@
 #include "cpp_generator.h"
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,33 @@ Vars MethodVars(const ServiceModel& service, const MethodModel& method, size_t i
   vars["timeout_ms"] = std::to_string(method.default_timeout_ms);
   vars["timeout_source"] = method.default_timeout_source;
   vars["run_inline_source"] = method.run_inline_source;
+  // "stream " before a streamed type in the comments that quote the .proto.
+  const bool client_streams =
+      method.kind == MethodKind::kClientStreaming || method.kind == MethodKind::kBidiStreaming;
+  const bool server_streams =
+      method.kind == MethodKind::kServerStreaming || method.kind == MethodKind::kBidiStreaming;
+  vars["request_stream"] = client_streams ? "stream " : "";
+  vars["response_stream"] = server_streams ? "stream " : "";
   return vars;
+}
+
+// Whether Stub::async (and StubInterface::async_interface, and the mock's
+// async()) has a call for `method`: unary methods only. Streaming methods
+// have only the blocking readers and writers of rdmarpc/sync_stream.h.
+bool HasAsyncForm(const MethodModel& method) { return method.kind == MethodKind::kUnary; }
+
+// The first method of `service` for which `pred` holds, or nullptr.
+template <class Pred>
+const MethodModel* FirstMethod(const ServiceModel& service, Pred pred) {
+  for (const MethodModel& method : service.methods) {
+    if (pred(method)) return &method;
+  }
+  return nullptr;
+}
+
+// "::a::B" -> "a::B", for C++ names in comments, as users write them.
+std::string Unqualified(const std::string& name) {
+  return name.compare(0, 2, "::") == 0 ? name.substr(2) : name;
 }
 
 // Comment lines copied from the .proto; `$` in them is not a template
@@ -95,6 +122,39 @@ Vars UsageVars(const FileDescriptor* file, const GeneratorParams& params,
           {"mock_h", MockHeaderPath(file, params)}};
 }
 
+// One line of the usage example for each kind of method `service` has,
+// with its first method of that kind, in .proto order.
+void PrintUsageCalls(const ServiceModel& service, Printer* printer) {
+  std::set<MethodKind> printed;
+  for (const MethodModel& method : service.methods) {
+    if (!printed.insert(method.kind).second) continue;
+    switch (method.kind) {
+      case MethodKind::kUnary:
+        printer->Print("//   absl::Status status = stub->$Method$(&context, request, &response);\n",
+                       "Method", method.cpp_name);
+        break;
+      case MethodKind::kServerStreaming:
+        printer->Print(
+            "//   auto reader = stub->$Method$(&context, request);  // reader->Read(&response)\n",
+            "Method", method.cpp_name);
+        break;
+      case MethodKind::kClientStreaming:
+        printer->Print(
+            "//   auto writer = stub->$Method$(&context, &response);  // writer->Write(request)\n",
+            "Method", method.cpp_name);
+        break;
+      case MethodKind::kBidiStreaming:
+        printer->Print("//   auto stream = stub->$Method$(&context);  // stream->Write, stream->Read\n",
+                       "Method", method.cpp_name);
+        break;
+    }
+  }
+  const bool any_streaming = printed.size() > printed.count(MethodKind::kUnary);
+  if (any_streaming) {
+    printer->Print("//   (readers, writers and streams end with Finish(): rdmarpc/sync_stream.h)\n");
+  }
+}
+
 // A short example with the file's first service, as STYLE.md asks of every
 // public header.
 void PrintUsageExample(const FileDescriptor* file, const GeneratorParams& params,
@@ -109,10 +169,7 @@ void PrintUsageExample(const FileDescriptor* file, const GeneratorParams& params
                  "//     // override the methods this server implements\n"
                  "//   };\n"
                  "//   auto stub = $class$::NewStub(channel);\n");
-  if (!service.methods.empty()) {
-    printer->Print("//   absl::Status status = stub->$Method$(&context, request, &response);\n",
-                   "Method", service.methods.front().cpp_name);
-  }
+  PrintUsageCalls(service, printer);
   printer->Print(vars,
                  "//\n"
                  "// Code that takes a $class$::StubInterface* can be unit-tested\n"
@@ -152,17 +209,26 @@ void PrintMethodComments(const MethodModel& method, Printer* printer) {
   if (!method.comment_lines.empty()) printer->Print("//\n");
 }
 
+// The note on a streaming method of a service that sets
+// (rdmarpc.service).run_inline, which passes it by.
+void PrintStreamingRunsOnPool(const ServiceModel& service, const MethodModel& method,
+                              Printer* printer) {
+  if (!service.run_inline || !method.run_inline_source.empty()) return;
+  printer->Print("// Runs on the handler pool although the service sets\n"
+                 "// (rdmarpc.service).run_inline: streaming handlers block in Read/Write.\n");
+}
+
 // S::Service's virtual method for `method`.
 void PrintHeaderServerMethod(const ServiceModel& service, const MethodModel& method, size_t index,
                              Printer* printer) {
   Vars vars = MethodVars(service, method, index);
   printer->Print("\n");
   PrintMethodComments(method, printer);
+  printer->Print(vars,
+                 "// rpc $proto_method$($request_stream$$request_proto$) returns "
+                 "($response_stream$$response_proto$): \"$method_full_name$\".\n");
   switch (method.kind) {
     case MethodKind::kUnary:
-      printer->Print(vars,
-                     "// rpc $proto_method$($request_proto$) returns ($response_proto$): "
-                     "\"$method_full_name$\".\n");
       if (method.run_inline) {
         printer->Print(vars,
                        "// Runs inline on the worker thread ($run_inline_source$.run_inline):\n"
@@ -173,6 +239,38 @@ void PrintHeaderServerMethod(const ServiceModel& service, const MethodModel& met
                      "    ::rdmarpc::ServerContext* context,\n"
                      "    const $Request$& request,\n"
                      "    $Response$* response);\n");
+      break;
+    case MethodKind::kServerStreaming:
+      printer->Print(vars,
+                     "// Writes any number of responses to `writer`; the call ends with the\n"
+                     "// returned status.\n");
+      PrintStreamingRunsOnPool(service, method, printer);
+      printer->Print(vars,
+                     "virtual ::absl::Status $Method$(\n"
+                     "    ::rdmarpc::ServerContext* context,\n"
+                     "    const $Request$& request,\n"
+                     "    ::rdmarpc::ServerWriter<$Response$>* writer);\n");
+      break;
+    case MethodKind::kClientStreaming:
+      printer->Print(vars,
+                     "// Reads the requests from `reader` until its Read returns false;\n"
+                     "// `*response` is sent when the method returns OK.\n");
+      PrintStreamingRunsOnPool(service, method, printer);
+      printer->Print(vars,
+                     "virtual ::absl::Status $Method$(\n"
+                     "    ::rdmarpc::ServerContext* context,\n"
+                     "    ::rdmarpc::ServerReader<$Request$>* reader,\n"
+                     "    $Response$* response);\n");
+      break;
+    case MethodKind::kBidiStreaming:
+      printer->Print(vars,
+                     "// Reads requests from and writes responses to `stream` (one thread may\n"
+                     "// read while another writes); the call ends with the returned status.\n");
+      PrintStreamingRunsOnPool(service, method, printer);
+      printer->Print(vars,
+                     "virtual ::absl::Status $Method$(\n"
+                     "    ::rdmarpc::ServerContext* context,\n"
+                     "    ::rdmarpc::ServerReaderWriter<$Response$, $Request$>* stream);\n");
       break;
   }
 }
@@ -211,6 +309,32 @@ void PrintHeaderClientMethodInterface(const ServiceModel& service, const MethodM
                      "    const $Request$& request,\n"
                      "    $Response$* response) = 0;\n");
       break;
+    case MethodKind::kServerStreaming:
+      printer->Print(vars,
+                     "\n"
+                     "// \"$method_full_name$\"; see Stub::$Method$.\n"
+                     "virtual ::std::unique_ptr<::rdmarpc::ClientReaderInterface<$Response$>>\n"
+                     "$Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request) = 0;\n");
+      break;
+    case MethodKind::kClientStreaming:
+      printer->Print(vars,
+                     "\n"
+                     "// \"$method_full_name$\"; see Stub::$Method$.\n"
+                     "virtual ::std::unique_ptr<::rdmarpc::ClientWriterInterface<$Request$>>\n"
+                     "$Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    $Response$* response) = 0;\n");
+      break;
+    case MethodKind::kBidiStreaming:
+      printer->Print(vars,
+                     "\n"
+                     "// \"$method_full_name$\"; see Stub::$Method$.\n"
+                     "virtual ::std::unique_ptr<::rdmarpc::ClientReaderWriterInterface<$Request$, $Response$>>\n"
+                     "$Method$(\n"
+                     "    ::rdmarpc::ClientContext* context) = 0;\n");
+      break;
   }
 }
 
@@ -230,6 +354,10 @@ void PrintHeaderClientMethodAsyncInterface(const ServiceModel& service,
                      "    $Response$* response,\n"
                      "    ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;\n");
       break;
+    case MethodKind::kServerStreaming:
+    case MethodKind::kClientStreaming:
+    case MethodKind::kBidiStreaming:
+      break;  // no asynchronous form (HasAsyncForm)
   }
 }
 
@@ -253,6 +381,7 @@ void PrintStubInterfaceClassDecl(const ServiceModel& service, Printer* printer) 
                  "  virtual ~async_interface() = default;\n");
   printer->Indent();
   for (size_t i = 0; i < service.methods.size(); ++i) {
+    if (!HasAsyncForm(service.methods[i])) continue;
     PrintHeaderClientMethodAsyncInterface(service, service.methods[i], i, printer);
   }
   printer->Outdent();
@@ -263,7 +392,16 @@ void PrintStubInterfaceClassDecl(const ServiceModel& service, Printer* printer) 
   printer->Print("};\n");
 }
 
-// Stub's blocking call for `method`.
+// The comment on a Stub method with a default deadline.
+void PrintDefaultDeadlineComment(const MethodModel& method, const Vars& vars, Printer* printer) {
+  if (method.default_timeout_ms == 0) return;
+  printer->Print(vars,
+                 "// When `context` has no deadline, sets one $timeout_ms$ ms from now\n"
+                 "// ($timeout_source$.default_timeout_ms).\n");
+}
+
+// Stub's blocking call for `method`; for a streaming method, the call that
+// opens the stream.
 void PrintHeaderClientMethod(const ServiceModel& service, const MethodModel& method,
                              size_t index, Printer* printer) {
   Vars vars = MethodVars(service, method, index);
@@ -274,16 +412,51 @@ void PrintHeaderClientMethod(const ServiceModel& service, const MethodModel& met
       printer->Print(vars,
                      "// Calls \"$method_full_name$\" and waits for its response. Returns the\n"
                      "// server method's status or the runtime's (rdmarpc/impl/unary_call.h).\n");
-      if (method.default_timeout_ms != 0) {
-        printer->Print(vars,
-                       "// When `context` has no deadline, sets one $timeout_ms$ ms from now\n"
-                       "// ($timeout_source$.default_timeout_ms).\n");
-      }
+      PrintDefaultDeadlineComment(method, vars, printer);
       printer->Print(vars,
                      "::absl::Status $Method$(\n"
                      "    ::rdmarpc::ClientContext* context,\n"
                      "    const $Request$& request,\n"
                      "    $Response$* response) override;\n");
+      break;
+    case MethodKind::kServerStreaming:
+      printer->Print(vars,
+                     "// Opens a server-streaming call to \"$method_full_name$\" that sends\n"
+                     "// `request`, and returns at once: read the responses from the reader,\n"
+                     "// whose Finish gives the call's status (rdmarpc/sync_stream.h). The\n"
+                     "// reader must not outlive `context`.\n");
+      PrintDefaultDeadlineComment(method, vars, printer);
+      printer->Print(vars,
+                     "::std::unique_ptr<::rdmarpc::ClientReaderInterface<$Response$>>\n"
+                     "$Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request) override;\n");
+      break;
+    case MethodKind::kClientStreaming:
+      printer->Print(vars,
+                     "// Opens a client-streaming call to \"$method_full_name$\" and returns\n"
+                     "// at once: write the requests to the writer, whose Finish stores the\n"
+                     "// server's response in `*response` and gives the call's status\n"
+                     "// (rdmarpc/sync_stream.h). The writer must not outlive `context`, nor\n"
+                     "// `response` its Finish.\n");
+      PrintDefaultDeadlineComment(method, vars, printer);
+      printer->Print(vars,
+                     "::std::unique_ptr<::rdmarpc::ClientWriterInterface<$Request$>>\n"
+                     "$Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    $Response$* response) override;\n");
+      break;
+    case MethodKind::kBidiStreaming:
+      printer->Print(vars,
+                     "// Opens a bidirectional-streaming call to \"$method_full_name$\" and\n"
+                     "// returns at once: write requests to and read responses from the\n"
+                     "// stream, whose Finish gives the call's status (rdmarpc/sync_stream.h).\n"
+                     "// The stream must not outlive `context`.\n");
+      PrintDefaultDeadlineComment(method, vars, printer);
+      printer->Print(vars,
+                     "::std::unique_ptr<::rdmarpc::ClientReaderWriterInterface<$Request$, $Response$>>\n"
+                     "$Method$(\n"
+                     "    ::rdmarpc::ClientContext* context) override;\n");
       break;
   }
 }
@@ -302,6 +475,10 @@ void PrintHeaderClientMethodAsync(const ServiceModel& service, const MethodModel
                      "    $Response$* response,\n"
                      "    ::absl::AnyInvocable<void(::absl::Status) &&> done) override;\n");
       break;
+    case MethodKind::kServerStreaming:
+    case MethodKind::kClientStreaming:
+    case MethodKind::kBidiStreaming:
+      break;  // no asynchronous form (HasAsyncForm)
   }
 }
 
@@ -315,16 +492,24 @@ void PrintAsyncClassDecl(const ServiceModel& service, Printer* printer) {
                  "// on a channel engine thread (or inline when the call fails before\n"
                  "// anything is sent). `request` may be freed on return; `context` and\n"
                  "// `response` must stay alive until `done` runs. Default deadlines apply\n"
-                 "// as for the blocking calls.\n"
+                 "// as for the blocking calls.\n");
+  if (FirstMethod(service, [](const MethodModel& m) { return !HasAsyncForm(m); })) {
+    printer->Print("// Unary methods only: streaming methods are called through the\n"
+                   "// Stub's readers and writers.\n");
+  }
+  printer->Print(vars,
                  "class async final : public StubInterface::async_interface {\n"
                  " public:\n");
   printer->Indent();
+  bool any_async = false;
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    if (i > 0) printer->Print("\n");
+    if (!HasAsyncForm(service.methods[i])) continue;
+    if (any_async) printer->Print("\n");
+    any_async = true;
     PrintHeaderClientMethodAsync(service, service.methods[i], i, printer);
   }
   printer->Outdent();
-  if (!service.methods.empty()) printer->Print("\n");
+  if (any_async) printer->Print("\n");
   printer->Print(vars,
                  " private:\n"
                  "  friend class $qualified_service$::Stub;\n"
@@ -425,6 +610,26 @@ void PrintSourceServerMethodHandler(const ServiceModel& service, const MethodMod
                      "    $method_names$[$index$], this, &$Service$::Service::$Method$"
                      "$run_inline_arg$));\n");
       break;
+    // Streaming handlers take no run_inline: they always run on the handler
+    // pool (MethodModel::run_inline is false for them).
+    case MethodKind::kServerStreaming:
+      printer->Print(vars,
+                     "AddMethod(::std::make_unique<::rdmarpc::internal::ServerStreamingMethodHandler<\n"
+                     "              $Service$::Service, $Request$, $Response$>>(\n"
+                     "    $method_names$[$index$], this, &$Service$::Service::$Method$));\n");
+      break;
+    case MethodKind::kClientStreaming:
+      printer->Print(vars,
+                     "AddMethod(::std::make_unique<::rdmarpc::internal::ClientStreamingMethodHandler<\n"
+                     "              $Service$::Service, $Request$, $Response$>>(\n"
+                     "    $method_names$[$index$], this, &$Service$::Service::$Method$));\n");
+      break;
+    case MethodKind::kBidiStreaming:
+      printer->Print(vars,
+                     "AddMethod(::std::make_unique<::rdmarpc::internal::BidiStreamingMethodHandler<\n"
+                     "              $Service$::Service, $Request$, $Response$>>(\n"
+                     "    $method_names$[$index$], this, &$Service$::Service::$Method$));\n");
+      break;
   }
 }
 
@@ -439,12 +644,36 @@ void PrintSourceServerMethodDefault(const ServiceModel& service, const MethodMod
                      "::absl::Status $Service$::Service::$Method$(\n"
                      "    ::rdmarpc::ServerContext* /*context*/,\n"
                      "    const $Request$& /*request*/,\n"
-                     "    $Response$* /*response*/) {\n"
-                     "  return ::absl::UnimplementedError(\n"
-                     "      \"method $method_full_name$ is not implemented by this server\");\n"
-                     "}\n");
+                     "    $Response$* /*response*/) {\n");
+      break;
+    case MethodKind::kServerStreaming:
+      printer->Print(vars,
+                     "\n"
+                     "::absl::Status $Service$::Service::$Method$(\n"
+                     "    ::rdmarpc::ServerContext* /*context*/,\n"
+                     "    const $Request$& /*request*/,\n"
+                     "    ::rdmarpc::ServerWriter<$Response$>* /*writer*/) {\n");
+      break;
+    case MethodKind::kClientStreaming:
+      printer->Print(vars,
+                     "\n"
+                     "::absl::Status $Service$::Service::$Method$(\n"
+                     "    ::rdmarpc::ServerContext* /*context*/,\n"
+                     "    ::rdmarpc::ServerReader<$Request$>* /*reader*/,\n"
+                     "    $Response$* /*response*/) {\n");
+      break;
+    case MethodKind::kBidiStreaming:
+      printer->Print(vars,
+                     "\n"
+                     "::absl::Status $Service$::Service::$Method$(\n"
+                     "    ::rdmarpc::ServerContext* /*context*/,\n"
+                     "    ::rdmarpc::ServerReaderWriter<$Response$, $Request$>* /*stream*/) {\n");
       break;
   }
+  printer->Print(vars,
+                 "  return ::absl::UnimplementedError(\n"
+                 "      \"method $method_full_name$ is not implemented by this server\");\n"
+                 "}\n");
 }
 
 void PrintServerDefinitions(const ServiceModel& service, Printer* printer) {
@@ -492,6 +721,44 @@ void PrintSourceClientMethod(const ServiceModel& service, const MethodModel& met
                      "      channel_.get(), $method_names$[$index$], context, request, response);\n"
                      "}\n");
       break;
+    case MethodKind::kServerStreaming:
+      printer->Print(vars,
+                     "\n"
+                     "::std::unique_ptr<::rdmarpc::ClientReaderInterface<$Response$>>\n"
+                     "$Service$::Stub::$Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    const $Request$& request) {\n");
+      PrintDefaultDeadline(method, vars, printer);
+      printer->Print(vars,
+                     "  return ::std::make_unique<::rdmarpc::ClientReader<$Response$>>(\n"
+                     "      channel_.get(), $method_names$[$index$], context, request);\n"
+                     "}\n");
+      break;
+    case MethodKind::kClientStreaming:
+      printer->Print(vars,
+                     "\n"
+                     "::std::unique_ptr<::rdmarpc::ClientWriterInterface<$Request$>>\n"
+                     "$Service$::Stub::$Method$(\n"
+                     "    ::rdmarpc::ClientContext* context,\n"
+                     "    $Response$* response) {\n");
+      PrintDefaultDeadline(method, vars, printer);
+      printer->Print(vars,
+                     "  return ::std::make_unique<::rdmarpc::ClientWriter<$Request$>>(\n"
+                     "      channel_.get(), $method_names$[$index$], context, response);\n"
+                     "}\n");
+      break;
+    case MethodKind::kBidiStreaming:
+      printer->Print(vars,
+                     "\n"
+                     "::std::unique_ptr<::rdmarpc::ClientReaderWriterInterface<$Request$, $Response$>>\n"
+                     "$Service$::Stub::$Method$(\n"
+                     "    ::rdmarpc::ClientContext* context) {\n");
+      PrintDefaultDeadline(method, vars, printer);
+      printer->Print(vars,
+                     "  return ::std::make_unique<::rdmarpc::ClientReaderWriter<$Request$, $Response$>>(\n"
+                     "      channel_.get(), $method_names$[$index$], context);\n"
+                     "}\n");
+      break;
   }
 }
 
@@ -515,6 +782,10 @@ void PrintSourceClientMethodAsync(const ServiceModel& service, const MethodModel
                      "      ::std::move(done));\n"
                      "}\n");
       break;
+    case MethodKind::kServerStreaming:
+    case MethodKind::kClientStreaming:
+    case MethodKind::kBidiStreaming:
+      break;  // no asynchronous form (HasAsyncForm)
   }
 }
 
@@ -527,6 +798,7 @@ void PrintStubDefinitions(const ServiceModel& service, Printer* printer) {
     PrintSourceClientMethod(service, service.methods[i], i, printer);
   }
   for (size_t i = 0; i < service.methods.size(); ++i) {
+    if (!HasAsyncForm(service.methods[i])) continue;
     PrintSourceClientMethodAsync(service, service.methods[i], i, printer);
   }
   printer->Print(ServiceVars(service),
@@ -538,6 +810,38 @@ void PrintStubDefinitions(const ServiceModel& service, Printer* printer) {
 }
 
 // ---- mock header ----------------------------------------------------------
+
+// The mock header's usage line for a streaming method: the mock returns a
+// reader or writer that the test defines.
+void PrintMockUsageStreaming(const MethodModel& method, Printer* printer) {
+  Vars vars = {
+      {"Method", method.cpp_name},
+      {"Request", Unqualified(method.request)},
+      {"Response", Unqualified(method.response)},
+  };
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      break;  // has the asynchronous form's usage instead
+    case MethodKind::kServerStreaming:
+      printer->Print(vars,
+                     "//   // FakeReader: the test's own rdmarpc::ClientReaderInterface<$Response$>\n"
+                     "//   EXPECT_CALL(stub, $Method$(_, _))\n"
+                     "//       .WillOnce(Return(ByMove(std::make_unique<FakeReader>())));\n");
+      break;
+    case MethodKind::kClientStreaming:
+      printer->Print(vars,
+                     "//   // FakeWriter: the test's own rdmarpc::ClientWriterInterface<$Request$>\n"
+                     "//   EXPECT_CALL(stub, $Method$(_, _))\n"
+                     "//       .WillOnce(Return(ByMove(std::make_unique<FakeWriter>())));\n");
+      break;
+    case MethodKind::kBidiStreaming:
+      printer->Print(vars,
+                     "//   // FakeStream: the test's own rdmarpc::ClientReaderWriterInterface<$Request$, $Response$>\n"
+                     "//   EXPECT_CALL(stub, $Method$(_))\n"
+                     "//       .WillOnce(Return(ByMove(std::make_unique<FakeStream>())));\n");
+      break;
+  }
+}
 
 void PrintMockHeaderPrologue(const FileDescriptor* file, const GeneratorParams& params,
                              const std::vector<ServiceModel>& services, Printer* printer) {
@@ -560,7 +864,7 @@ void PrintMockHeaderPrologue(const FileDescriptor* file, const GeneratorParams& 
                    "//\n"
                    "// Usage, with service $service_full_name$:\n"
                    "//   $mock_class$ stub;\n");
-    if (!service.methods.empty()) {
+    if (const MethodModel* unary = FirstMethod(service, HasAsyncForm)) {
       // Actions for the asynchronous calls must run `done` as an rvalue: it
       // is an ::absl::AnyInvocable<void(::absl::Status) &&>.
       printer->Print("//   EXPECT_CALL(stub, $Method$(_, _, _))\n"
@@ -569,7 +873,11 @@ void PrintMockHeaderPrologue(const FileDescriptor* file, const GeneratorParams& 
                      "//       .WillOnce([](auto*, const auto&, auto*, auto done) {\n"
                      "//         std::move(done)(absl::OkStatus());\n"
                      "//       });\n",
-                     "Method", service.methods.front().cpp_name);
+                     "Method", unary->cpp_name);
+    }
+    if (const MethodModel* streaming =
+            FirstMethod(service, [](const MethodModel& m) { return !HasAsyncForm(m); })) {
+      PrintMockUsageStreaming(*streaming, printer);
     }
     printer->Print(UsageVars(file, params, service),
                    "//   CodeUnderTest(&stub);  // takes a $class$::StubInterface*\n");
@@ -596,6 +904,31 @@ void PrintMockClientMethod(const ServiceModel& service, const MethodModel& metho
                      "             $Response$* response),\n"
                      "            (override));\n");
       break;
+    // gMock returns the move-only readers and writers with
+    // Return(ByMove(...)); a return type with a comma needs parentheses.
+    case MethodKind::kServerStreaming:
+      printer->Print(vars,
+                     "MOCK_METHOD(::std::unique_ptr<::rdmarpc::ClientReaderInterface<$Response$>>,\n"
+                     "            $Method$,\n"
+                     "            (::rdmarpc::ClientContext* context,\n"
+                     "             const $Request$& request),\n"
+                     "            (override));\n");
+      break;
+    case MethodKind::kClientStreaming:
+      printer->Print(vars,
+                     "MOCK_METHOD(::std::unique_ptr<::rdmarpc::ClientWriterInterface<$Request$>>,\n"
+                     "            $Method$,\n"
+                     "            (::rdmarpc::ClientContext* context,\n"
+                     "             $Response$* response),\n"
+                     "            (override));\n");
+      break;
+    case MethodKind::kBidiStreaming:
+      printer->Print(vars,
+                     "MOCK_METHOD((::std::unique_ptr<::rdmarpc::ClientReaderWriterInterface<$Request$, $Response$>>),\n"
+                     "            $Method$,\n"
+                     "            (::rdmarpc::ClientContext* context),\n"
+                     "            (override));\n");
+      break;
   }
 }
 
@@ -613,6 +946,10 @@ void PrintMockClientMethodAsync(const ServiceModel& service, const MethodModel& 
                      "             ::absl::AnyInvocable<void(::absl::Status) &&> done),\n"
                      "            (override));\n");
       break;
+    case MethodKind::kServerStreaming:
+    case MethodKind::kClientStreaming:
+    case MethodKind::kBidiStreaming:
+      break;  // no asynchronous form (HasAsyncForm)
   }
 }
 
@@ -637,6 +974,7 @@ void PrintMockStubClassDecl(const ServiceModel& service, Printer* printer) {
                  " public:\n");
   printer->Indent();
   for (size_t i = 0; i < service.methods.size(); ++i) {
+    if (!HasAsyncForm(service.methods[i])) continue;
     PrintMockClientMethodAsync(service, service.methods[i], i, printer);
   }
   printer->Outdent();

@@ -22,11 +22,12 @@ bool RdmarpcGenerator::Generate(const google::protobuf::FileDescriptor* file,
 
   // Reject before opening any output, so a failed run leaves no half-written
   // files behind.
-  std::string kind;
-  if (const google::protobuf::MethodDescriptor* method = FindStreamingMethod(file, &kind)) {
+  if (const google::protobuf::MethodDescriptor* method = FindInlineStreamingMethod(file)) {
     // protoc's CodeGenerator::GenerateAll prefixes the file name, giving
-    // "foo.proto: streaming methods are not supported yet: a.b.S.Watch is ...".
-    *error = "streaming methods are not supported yet: " + method->full_name() + " is " + kind;
+    // "foo.proto: a.b.S.Watch is server-streaming and sets ...".
+    *error = method->full_name() + " is " + MethodKindName(KindOf(method)) +
+             " and sets (rdmarpc.method).run_inline = true; streaming handlers always run "
+             "on the handler pool (remove the option)";
     return false;
   }
 

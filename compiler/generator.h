@@ -5,9 +5,9 @@
 // generate_mock_code=true also foo/bar_mock.rdmarpc.pb.h (gMock stubs,
 // named and placed as gRPC's foo/bar_mock.grpc.pb.h). The front
 // end only parses the parameters (generator_params.h) and rejects what the
-// generator cannot handle -- unknown parameters, streaming methods -- with an
-// error that protoc prints and turns into a non-zero exit; the printing is in
-// cpp_generator.h.
+// generator cannot handle -- unknown parameters, a streaming method asking to
+// run inline, cc_generic_services -- with an error that protoc prints and
+// turns into a non-zero exit; the printing is in cpp_generator.h.
 #ifndef RDMARPC_COMPILER_GENERATOR_H_
 #define RDMARPC_COMPILER_GENERATOR_H_
 

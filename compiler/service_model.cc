@@ -36,6 +36,27 @@ std::vector<std::string> LeadingComments(const DescriptorT* descriptor) {
 
 }  // namespace
 
+MethodKind KindOf(const google::protobuf::MethodDescriptor* method) {
+  if (method->client_streaming() && method->server_streaming()) return MethodKind::kBidiStreaming;
+  if (method->client_streaming()) return MethodKind::kClientStreaming;
+  if (method->server_streaming()) return MethodKind::kServerStreaming;
+  return MethodKind::kUnary;
+}
+
+const char* MethodKindName(MethodKind kind) {
+  switch (kind) {
+    case MethodKind::kUnary:
+      return "unary";
+    case MethodKind::kServerStreaming:
+      return "server-streaming";
+    case MethodKind::kClientStreaming:
+      return "client-streaming";
+    case MethodKind::kBidiStreaming:
+      return "bidi-streaming";
+  }
+  return "unknown";
+}
+
 ServiceModel BuildServiceModel(const google::protobuf::ServiceDescriptor* service) {
   ServiceModel model;
   model.name = CppServiceName(service);
@@ -49,14 +70,13 @@ ServiceModel BuildServiceModel(const google::protobuf::ServiceDescriptor* servic
   // protobuf parses our extensions into typed fields.
   const rdmarpc::ServiceOptions& service_options =
       service->options().GetExtension(rdmarpc::service);
+  model.run_inline = service_options.run_inline();
 
   const std::vector<std::string> cpp_names = CppMethodNames(service);
   for (int i = 0; i < service->method_count(); ++i) {
     const google::protobuf::MethodDescriptor* method = service->method(i);
     MethodModel m;
-    // The only kind that gets here: streaming methods were rejected before
-    // (FindStreamingMethod).
-    m.kind = MethodKind::kUnary;
+    m.kind = KindOf(method);
     m.proto_name = method->name();
     m.cpp_name = cpp_names[i];
     m.full_name = "/" + service->full_name() + "/" + method->name();
@@ -74,11 +94,14 @@ ServiceModel BuildServiceModel(const google::protobuf::ServiceDescriptor* servic
       m.default_timeout_source = "(rdmarpc.service)";
     }
     // run_inline is proto3 `optional` in MethodOptions, so a method can say
-    // false where its service says true.
+    // false where its service says true. Streaming handlers always run on
+    // the handler pool: the service's option passes them by, and the
+    // method's, when true, was rejected (FindInlineStreamingMethod).
+    const bool streaming = m.kind != MethodKind::kUnary;
     if (method_options.has_run_inline()) {
-      m.run_inline = method_options.run_inline();
+      m.run_inline = method_options.run_inline() && !streaming;
       m.run_inline_source = "(rdmarpc.method)";
-    } else if (service_options.run_inline()) {
+    } else if (service_options.run_inline() && !streaming) {
       m.run_inline = true;
       m.run_inline_source = "(rdmarpc.service)";
     }
@@ -88,22 +111,16 @@ ServiceModel BuildServiceModel(const google::protobuf::ServiceDescriptor* servic
   return model;
 }
 
-const google::protobuf::MethodDescriptor* FindStreamingMethod(
-    const google::protobuf::FileDescriptor* file, std::string* kind) {
+const google::protobuf::MethodDescriptor* FindInlineStreamingMethod(
+    const google::protobuf::FileDescriptor* file) {
   for (int s = 0; s < file->service_count(); ++s) {
     const google::protobuf::ServiceDescriptor* service = file->service(s);
     for (int m = 0; m < service->method_count(); ++m) {
       const google::protobuf::MethodDescriptor* method = service->method(m);
-      if (method->client_streaming() && method->server_streaming()) {
-        *kind = "bidi-streaming";
-      } else if (method->client_streaming()) {
-        *kind = "client-streaming";
-      } else if (method->server_streaming()) {
-        *kind = "server-streaming";
-      } else {
-        continue;
+      if (KindOf(method) != MethodKind::kUnary &&
+          method->options().GetExtension(rdmarpc::method).run_inline()) {
+        return method;
       }
-      return method;
     }
   }
   return nullptr;

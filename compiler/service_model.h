@@ -16,12 +16,20 @@ namespace rdmarpc {
 namespace compiler {
 
 // What a method streams, which decides every piece of code printed for it
-// (gRPC's cpp_generator branches the same way). Only unary methods reach
-// the printers: FindStreamingMethod rejects the other kinds before, and each
-// gets its enumerator here, and its own printers, when it is generated.
+// (gRPC's cpp_generator branches the same way), and which
+// ::rdmarpc::internal::RpcKind its stream is opened with.
 enum class MethodKind {
-  kUnary,  // one request, one response
+  kUnary,            // rpc M(Req) returns (Resp)
+  kServerStreaming,  // rpc M(Req) returns (stream Resp)
+  kClientStreaming,  // rpc M(stream Req) returns (Resp)
+  kBidiStreaming,    // rpc M(stream Req) returns (stream Resp)
 };
+
+// The kind of `method`, from its stream keywords.
+MethodKind KindOf(const google::protobuf::MethodDescriptor* method);
+
+// "unary", "server-streaming", "client-streaming" or "bidi-streaming".
+const char* MethodKindName(MethodKind kind);
 
 struct MethodModel {
   MethodKind kind = MethodKind::kUnary;
@@ -40,11 +48,15 @@ struct MethodModel {
   std::string default_timeout_source;
   // The server runs the handler on the worker thread that received the call,
   // not on the handler pool. From (rdmarpc.method).run_inline when set,
-  // else (rdmarpc.service).run_inline.
+  // else (rdmarpc.service).run_inline. Always false for a streaming method:
+  // its handler blocks in Read/Write, so it runs on the handler pool
+  // (FindInlineStreamingMethod rejects a streaming method that sets the
+  // method option to true, and the service option applies to unary methods
+  // only).
   bool run_inline = false;
   // Which option run_inline came from ("(rdmarpc.method)" or
   // "(rdmarpc.service)"); empty when the method sets none and the service's
-  // is false.
+  // is false or does not apply (streaming methods).
   std::string run_inline_source;
   std::vector<std::string> comment_lines;  // leading comments in the .proto
 };
@@ -56,16 +68,23 @@ struct ServiceModel {
   std::string mock_class;      // "MockSStub", in the same namespace as S
   std::vector<MethodModel> methods;  // .proto order
   std::vector<std::string> comment_lines;
+  // (rdmarpc.service).run_inline, which applies to the unary methods only.
+  bool run_inline = false;
 };
 
-// Builds the model of `service`. Streaming methods must have been rejected
-// before (see FindStreamingMethod); they are not modelled.
+// Builds the model of `service`, all four kinds of method. A streaming
+// method that sets (rdmarpc.method).run_inline = true must have been
+// rejected before (FindInlineStreamingMethod); it would be modelled as
+// running on the handler pool.
 ServiceModel BuildServiceModel(const google::protobuf::ServiceDescriptor* service);
 
-// Returns the first client-, server- or bidi-streaming method in `file`, or
-// nullptr when every method is unary. `*kind` names the kind of streaming.
-const google::protobuf::MethodDescriptor* FindStreamingMethod(
-    const google::protobuf::FileDescriptor* file, std::string* kind);
+// Returns the first client-, server- or bidi-streaming method in `file` that
+// sets (rdmarpc.method).run_inline = true, or nullptr when there is none.
+// Such a method cannot be generated as asked: a streaming handler blocks in
+// Read/Write, so the runtime always runs it on the handler pool
+// (rdmarpc/impl/method_handler.h).
+const google::protobuf::MethodDescriptor* FindInlineStreamingMethod(
+    const google::protobuf::FileDescriptor* file);
 
 }  // namespace compiler
 }  // namespace rdmarpc

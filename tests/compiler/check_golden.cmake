@@ -15,7 +15,8 @@ foreach(var PROTOC PLUGIN SOURCE_DIR IDL_DIR OUT_DIR MODE)
 endforeach()
 
 # Paths relative to SOURCE_DIR, as protoc sees them (-I${SOURCE_DIR}).
-set(protos golden/golden_test.proto golden/no_package.proto golden/service_names.proto)
+set(protos golden/golden_test.proto golden/no_package.proto golden/service_names.proto
+           golden/streaming.proto)
 
 # Runs protoc with the plugin, parameter string `opt` (may be empty), on
 # all the protos into `out_dir`.

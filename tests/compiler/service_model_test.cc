@@ -1,9 +1,11 @@
 // What the generator learns about a service (compiler/service_model.h):
 // C++ names, wire names, default deadlines and run_inline from
-// rdmarpc/options.proto, comments, and which methods stream.
+// rdmarpc/options.proto, comments, the kind of each method, and which
+// streaming method asks to run inline.
 #include "service_model.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "google/protobuf/descriptor.h"
@@ -175,42 +177,117 @@ TEST(BuildServiceModel, LeadingCommentsLoseTrailingBlanks) {
   EXPECT_EQ(model.methods[0].comment_lines, (std::vector<std::string>{" Gets."}));
 }
 
-TEST(FindStreamingMethod, NamesFirstStreamingMethodAndItsKind) {
-  struct Case {
-    bool client;
-    bool server;
-    const char* kind;
-  };
-  for (const Case& c : {Case{true, false, "client-streaming"}, Case{false, true, "server-streaming"},
-                        Case{true, true, "bidi-streaming"}}) {
-    FileDescriptorProto proto = BaseFile();
-    ServiceDescriptorProto* service = proto.add_service();
-    service->set_name("S");
-    AddMethod(service, "Unary", ".a.b.Req", ".a.b.Resp");
-    MethodDescriptorProto* watch = AddMethod(service, "Watch", ".a.b.Req", ".a.b.Resp");
-    watch->set_client_streaming(c.client);
-    watch->set_server_streaming(c.server);
-    DescriptorPool pool;
-    const FileDescriptor* file = pool.BuildFile(proto);
-    ASSERT_NE(file, nullptr);
-    std::string kind;
-    const google::protobuf::MethodDescriptor* method = FindStreamingMethod(file, &kind);
-    ASSERT_NE(method, nullptr);
-    EXPECT_EQ(method->full_name(), "a.b.S.Watch");
-    EXPECT_EQ(kind, c.kind);
-  }
+MethodDescriptorProto* AddStreamingMethod(ServiceDescriptorProto* service, const std::string& name,
+                                          bool client, bool server) {
+  MethodDescriptorProto* method = AddMethod(service, name, ".a.b.Req", ".a.b.Resp");
+  method->set_client_streaming(client);
+  method->set_server_streaming(server);
+  return method;
 }
 
-TEST(FindStreamingMethod, NullWhenAllUnary) {
+TEST(BuildServiceModel, KindOfEachMethodFromItsStreamKeywords) {
   FileDescriptorProto proto = BaseFile();
   ServiceDescriptorProto* service = proto.add_service();
   service->set_name("S");
-  AddMethod(service, "Get", ".a.b.Req", ".a.b.Resp");
+  AddStreamingMethod(service, "Unary", false, false);
+  AddStreamingMethod(service, "Watch", false, true);
+  AddStreamingMethod(service, "Upload", true, false);
+  AddStreamingMethod(service, "Chat", true, true);
   DescriptorPool pool;
   const FileDescriptor* file = pool.BuildFile(proto);
   ASSERT_NE(file, nullptr);
-  std::string kind;
-  EXPECT_EQ(FindStreamingMethod(file, &kind), nullptr);
+
+  ServiceModel model = BuildServiceModel(file->service(0));
+  ASSERT_EQ(model.methods.size(), 4u);
+  EXPECT_EQ(model.methods[0].kind, MethodKind::kUnary);
+  EXPECT_EQ(model.methods[1].kind, MethodKind::kServerStreaming);
+  EXPECT_EQ(model.methods[2].kind, MethodKind::kClientStreaming);
+  EXPECT_EQ(model.methods[3].kind, MethodKind::kBidiStreaming);
+  EXPECT_EQ(model.methods[3].full_name, "/a.b.S/Chat");
+  EXPECT_STREQ(MethodKindName(model.methods[0].kind), "unary");
+  EXPECT_STREQ(MethodKindName(model.methods[1].kind), "server-streaming");
+  EXPECT_STREQ(MethodKindName(model.methods[2].kind), "client-streaming");
+  EXPECT_STREQ(MethodKindName(model.methods[3].kind), "bidi-streaming");
+}
+
+TEST(BuildServiceModel, ServiceRunInlinePassesStreamingMethodsBy) {
+  FileDescriptorProto proto = BaseFile();
+  ServiceDescriptorProto* service = proto.add_service();
+  service->set_name("Fast");
+  service->mutable_options()->MutableExtension(rdmarpc::service)->set_run_inline(true);
+  service->mutable_options()->MutableExtension(rdmarpc::service)->set_default_timeout_ms(30);
+  AddStreamingMethod(service, "Get", false, false);
+  AddStreamingMethod(service, "Watch", false, true);
+  AddStreamingMethod(service, "Upload", true, false);
+  // A streaming method may say false.
+  AddStreamingMethod(service, "Chat", true, true)
+      ->mutable_options()
+      ->MutableExtension(rdmarpc::method)
+      ->set_run_inline(false);
+  DescriptorPool pool;
+  const FileDescriptor* file = pool.BuildFile(proto);
+  ASSERT_NE(file, nullptr);
+
+  ServiceModel model = BuildServiceModel(file->service(0));
+  EXPECT_TRUE(model.run_inline);
+  ASSERT_EQ(model.methods.size(), 4u);
+  EXPECT_TRUE(model.methods[0].run_inline);
+  EXPECT_EQ(model.methods[0].run_inline_source, "(rdmarpc.service)");
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_FALSE(model.methods[i].run_inline) << model.methods[i].proto_name;
+    // The service's default deadline applies to streaming methods too.
+    EXPECT_EQ(model.methods[i].default_timeout_ms, 30u) << model.methods[i].proto_name;
+    EXPECT_EQ(model.methods[i].default_timeout_source, "(rdmarpc.service)");
+  }
+  EXPECT_EQ(model.methods[1].run_inline_source, "");
+  EXPECT_EQ(model.methods[2].run_inline_source, "");
+  EXPECT_EQ(model.methods[3].run_inline_source, "(rdmarpc.method)");
+}
+
+TEST(FindInlineStreamingMethod, NamesFirstStreamingMethodThatSetsRunInline) {
+  for (const auto& [client, server] : {std::pair{true, false}, std::pair{false, true},
+                                       std::pair{true, true}}) {
+    FileDescriptorProto proto = BaseFile();
+    ServiceDescriptorProto* service = proto.add_service();
+    service->set_name("S");
+    // A unary method may run inline; a streaming one without the option is fine.
+    AddMethod(service, "Unary", ".a.b.Req", ".a.b.Resp")
+        ->mutable_options()
+        ->MutableExtension(rdmarpc::method)
+        ->set_run_inline(true);
+    AddStreamingMethod(service, "Plain", client, server);
+    AddStreamingMethod(service, "Watch", client, server)
+        ->mutable_options()
+        ->MutableExtension(rdmarpc::method)
+        ->set_run_inline(true);
+    DescriptorPool pool;
+    const FileDescriptor* file = pool.BuildFile(proto);
+    ASSERT_NE(file, nullptr);
+    const google::protobuf::MethodDescriptor* method = FindInlineStreamingMethod(file);
+    ASSERT_NE(method, nullptr);
+    EXPECT_EQ(method->full_name(), "a.b.S.Watch");
+  }
+}
+
+TEST(FindInlineStreamingMethod, NullWhenNoStreamingMethodSetsRunInline) {
+  FileDescriptorProto proto = BaseFile();
+  ServiceDescriptorProto* service = proto.add_service();
+  service->set_name("S");
+  // The service's option is not the method's: it passes streaming methods by.
+  service->mutable_options()->MutableExtension(rdmarpc::service)->set_run_inline(true);
+  AddMethod(service, "Get", ".a.b.Req", ".a.b.Resp")
+      ->mutable_options()
+      ->MutableExtension(rdmarpc::method)
+      ->set_run_inline(true);
+  AddStreamingMethod(service, "Watch", false, true);
+  AddStreamingMethod(service, "Chat", true, true)
+      ->mutable_options()
+      ->MutableExtension(rdmarpc::method)
+      ->set_run_inline(false);
+  DescriptorPool pool;
+  const FileDescriptor* file = pool.BuildFile(proto);
+  ASSERT_NE(file, nullptr);
+  EXPECT_EQ(FindInlineStreamingMethod(file), nullptr);
 }
 
 }  // namespace
