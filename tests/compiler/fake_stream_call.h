@@ -10,7 +10,9 @@
 // ServerStreamState (defined below; the runtime only declares it), fills in
 // what the client "sent" and hands it to MethodHandler::InvokeStream.
 //
-// Single-threaded tests only.
+// It defines runtime symbols (ClientStream's and ServerStream's members, and
+// the two state classes), so a test binary links it instead of the runtime
+// library, never beside it. Single-threaded tests only.
 #ifndef RDMARPC_TESTS_COMPILER_FAKE_STREAM_CALL_H_
 #define RDMARPC_TESTS_COMPILER_FAKE_STREAM_CALL_H_
 

@@ -1,12 +1,18 @@
 // Generated code for unusual but valid .proto files (edge/*.proto) compiles
-// with -Wall -Wextra -Werror and uses the right wire names.
+// with -Wall -Wextra -Werror, gMock stubs included, and uses the right wire
+// names and stream kinds.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "edge/global_names.rdmarpc.pb.h"
 #include "edge/packaged.rdmarpc.pb.h"
+#include "edge/streaming.rdmarpc.pb.h"
+#include "edge/streaming_mock.rdmarpc.pb.h"
+#include "fake_stream_call.h"
 #include "fake_unary_call.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace {
@@ -35,6 +41,86 @@ TEST(GeneratedEdge, PackageComponentNamedRdmarpc) {
   Svc::Service service;
   google::protobuf::Empty empty;
   EXPECT_EQ(service.Touch(nullptr, Thing(), &empty).code(), absl::StatusCode::kUnimplemented);
+}
+
+using ::rdmarpc::internal::RpcKind;
+
+std::vector<RpcKind> Kinds(const ::rdmarpc::Service& service) {
+  std::vector<RpcKind> kinds;
+  for (const auto& handler : service.methods()) kinds.push_back(handler->kind());
+  return kinds;
+}
+
+TEST(GeneratedEdge, Proto2StreamingInAPackageWithARdmarpcComponent) {
+  using Svc = ::edge::rdmarpc::v2::rdmarpc;
+  using ::edge::rdmarpc::v2::Chunk;
+  Svc::Service service;
+  EXPECT_EQ(Kinds(service), (std::vector<RpcKind>{RpcKind::kUnary, RpcKind::kServerStreaming,
+                                                  RpcKind::kClientStreaming,
+                                                  RpcKind::kBidiStreaming}));
+  EXPECT_EQ(service.methods()[3]->full_name(), "/edge.rdmarpc.v2.rdmarpc/Sync");
+
+  fake_stream::Reset({}, absl::OkStatus());
+  Svc::Stub stub(nullptr);
+  ::rdmarpc::ClientContext c1, c2, c3;
+  Chunk chunk;
+  chunk.set_data("abc");
+  auto reader = stub.Download(&c1, chunk);
+  EXPECT_EQ(fake_stream::LastStream().method, "/edge.rdmarpc.v2.rdmarpc/Download");
+  EXPECT_EQ(fake_stream::LastStream().first, chunk.SerializeAsString());
+  auto writer = stub.Upload(&c2, &chunk);
+  EXPECT_EQ(fake_stream::LastStream().kind, RpcKind::kClientStreaming);
+  auto sync = stub.Sync(&c3);
+  EXPECT_EQ(fake_stream::LastStream().kind, RpcKind::kBidiStreaming);
+  EXPECT_TRUE(sync->Write(Thing()));
+  ::Thing::Part part;
+  EXPECT_FALSE(sync->Read(&part));
+  EXPECT_TRUE(sync->Finish().ok());
+}
+
+TEST(GeneratedEdge, StreamingMethodsNamedLikeGeneratedParameters) {
+  using ::edge::rdmarpc::v2::Chunk;
+  using ::edge::rdmarpc::v2::Params;
+  Params::Service service;
+  std::vector<std::string> names;
+  for (const auto& handler : service.methods()) names.push_back(handler->full_name());
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "/edge.rdmarpc.v2.Params/request", "/edge.rdmarpc.v2.Params/writer",
+                       "/edge.rdmarpc.v2.Params/reader", "/edge.rdmarpc.v2.Params/response",
+                       "/edge.rdmarpc.v2.Params/stream", "/edge.rdmarpc.v2.Params/context"}));
+  for (size_t i = 0; i < service.methods().size(); ++i) {
+    ::rdmarpc::internal::ServerStreamState state;
+    state.incoming.push_back(std::string());  // an empty message parses as either type
+    ::rdmarpc::internal::ServerStream stream(&state);
+    ::rdmarpc::ServerContext context;
+    EXPECT_EQ(service.methods()[i]->InvokeStream(&context, &stream).code(),
+              absl::StatusCode::kUnimplemented)
+        << names[i];
+  }
+
+  fake_stream::Reset({}, absl::OkStatus());
+  Params::Stub stub(nullptr);
+  ::rdmarpc::ClientContext c1, c2, c3, c4, c5, c6;
+  Chunk chunk;
+  EXPECT_NE(stub.request(&c1, chunk), nullptr);
+  EXPECT_EQ(fake_stream::LastStream().method, "/edge.rdmarpc.v2.Params/request");
+  EXPECT_NE(stub.writer(&c2, Thing()), nullptr);
+  EXPECT_EQ(fake_stream::LastStream().method, "/edge.rdmarpc.v2.Params/writer");
+  EXPECT_NE(stub.reader(&c3, &chunk), nullptr);
+  EXPECT_EQ(fake_stream::LastStream().method, "/edge.rdmarpc.v2.Params/reader");
+  EXPECT_NE(stub.response(&c4, &chunk), nullptr);
+  EXPECT_EQ(fake_stream::LastStream().method, "/edge.rdmarpc.v2.Params/response");
+  EXPECT_NE(stub.stream(&c5), nullptr);
+  EXPECT_EQ(fake_stream::LastStream().method, "/edge.rdmarpc.v2.Params/stream");
+  EXPECT_NE(stub.context(&c6), nullptr);
+  EXPECT_EQ(fake_stream::LastStream().method, "/edge.rdmarpc.v2.Params/context");
+  EXPECT_EQ(fake_stream::LastStream().opened, 6);
+
+  // Their gMock stubs compile and answer.
+  ::edge::rdmarpc::v2::MockParamsStub mock;
+  EXPECT_CALL(mock, context(::testing::_)).WillOnce(::testing::Return(::testing::ByMove(nullptr)));
+  ::rdmarpc::ClientContext c7;
+  EXPECT_EQ(static_cast<Params::StubInterface*>(&mock)->context(&c7), nullptr);
 }
 
 }  // namespace
