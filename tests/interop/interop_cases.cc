@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <functional>
+#include <iterator>
 #include <map>
 #include <string>
 #include <utility>
@@ -79,8 +79,8 @@ absl::Status ExpectStatus(absl::string_view step, const absl::Status& status,
   if (status.code() == code) return absl::OkStatus();
   return Fail(step, ": want ", CodeName(code), ", got ", Describe(status));
 }
-absl::Status ExpectStatus(absl::string_view step, const absl::Status& status,
-                          absl::StatusCode code, absl::string_view message) {
+absl::Status ExpectStatus(absl::string_view step, const absl::Status& status, absl::StatusCode code,
+                          absl::string_view message) {
   if (status.code() == code && status.message() == message) return absl::OkStatus();
   return Fail(step, ": want ", CodeName(code), " \"", absl::CHexEscape(message), "\", got ",
               Describe(status));
@@ -100,20 +100,20 @@ absl::Status ExpectZeros(absl::string_view step, const std::string& body, int si
 }
 
 // `metadata` must hold `key` exactly once, with `value`.
-absl::Status ExpectEntry(absl::string_view step, absl::string_view which,
-                         const Metadata& metadata, absl::string_view key,
-                         absl::string_view value) {
+absl::Status ExpectEntry(absl::string_view step, absl::string_view which, const Metadata& metadata,
+                         absl::string_view key, absl::string_view value) {
   auto [begin, end] = metadata.equal_range(std::string(key));
   const auto count = std::distance(begin, end);
   if (count != 1) {
     std::string keys;
-    for (const auto& entry : metadata) absl::StrAppend(&keys, keys.empty() ? "" : ", ", entry.first);
+    for (const auto& entry : metadata)
+      absl::StrAppend(&keys, keys.empty() ? "" : ", ", entry.first);
     return Fail(step, ": want one \"", key, "\" in the ", which, " metadata, got ", count,
                 " (keys: [", keys, "])");
   }
   if (begin->second != value) {
-    return Fail(step, ": ", which, " metadata \"", key, "\" is \"",
-                absl::CHexEscape(begin->second), "\", want \"", absl::CHexEscape(value), "\"");
+    return Fail(step, ": ", which, " metadata \"", key, "\" is \"", absl::CHexEscape(begin->second),
+                "\", want \"", absl::CHexEscape(value), "\"");
   }
   return absl::OkStatus();
 }
@@ -161,44 +161,55 @@ absl::Status InteropClient::Init() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The cases, in the order of the descriptions.
+struct Case {
+  const char* name;
+  absl::Status (*run)(InteropClient& client, const SoakOptions& soak);
+};
+constexpr Case kCases[] = {
+    {"empty_unary", [](InteropClient& c, const SoakOptions&) { return c.EmptyUnary(); }},
+    {"large_unary", [](InteropClient& c, const SoakOptions&) { return c.LargeUnary(); }},
+    {"client_streaming", [](InteropClient& c, const SoakOptions&) { return c.ClientStreaming(); }},
+    {"server_streaming", [](InteropClient& c, const SoakOptions&) { return c.ServerStreaming(); }},
+    {"ping_pong", [](InteropClient& c, const SoakOptions&) { return c.PingPong(); }},
+    {"empty_stream", [](InteropClient& c, const SoakOptions&) { return c.EmptyStream(); }},
+    {"cancel_after_begin",
+     [](InteropClient& c, const SoakOptions&) { return c.CancelAfterBegin(); }},
+    {"cancel_after_first_response",
+     [](InteropClient& c, const SoakOptions&) { return c.CancelAfterFirstResponse(); }},
+    {"timeout_on_sleeping_server",
+     [](InteropClient& c, const SoakOptions&) { return c.TimeoutOnSleepingServer(); }},
+    {"custom_metadata", [](InteropClient& c, const SoakOptions&) { return c.CustomMetadata(); }},
+    {"status_code_and_message",
+     [](InteropClient& c, const SoakOptions&) { return c.StatusCodeAndMessage(); }},
+    {"special_status_message",
+     [](InteropClient& c, const SoakOptions&) { return c.SpecialStatusMessage(); }},
+    {"unimplemented_method",
+     [](InteropClient& c, const SoakOptions&) { return c.UnimplementedMethod(); }},
+    {"unimplemented_service",
+     [](InteropClient& c, const SoakOptions&) { return c.UnimplementedService(); }},
+    {"rpc_soak", [](InteropClient& c, const SoakOptions& soak) { return c.RpcSoak(soak); }},
+    {"channel_soak", [](InteropClient& c, const SoakOptions& soak) { return c.ChannelSoak(soak); }},
+};
+
+}  // namespace
+
 const std::vector<std::string>& InteropClient::CaseNames() {
-  static const std::vector<std::string>* names = new std::vector<std::string>{
-      "empty_unary",          "large_unary",
-      "client_streaming",     "server_streaming",
-      "ping_pong",            "empty_stream",
-      "cancel_after_begin",   "cancel_after_first_response",
-      "timeout_on_sleeping_server", "custom_metadata",
-      "status_code_and_message",    "special_status_message",
-      "unimplemented_method", "unimplemented_service",
-      "rpc_soak",             "channel_soak",
-  };
+  static const std::vector<std::string>* names = [] {
+    auto* v = new std::vector<std::string>;
+    for (const Case& c : kCases) v->push_back(c.name);
+    return v;
+  }();
   return *names;
 }
 
 absl::Status InteropClient::Run(absl::string_view name, const SoakOptions& soak) {
-  const std::map<absl::string_view, std::function<absl::Status()>> cases = {
-      {"empty_unary", [this] { return EmptyUnary(); }},
-      {"large_unary", [this] { return LargeUnary(); }},
-      {"client_streaming", [this] { return ClientStreaming(); }},
-      {"server_streaming", [this] { return ServerStreaming(); }},
-      {"ping_pong", [this] { return PingPong(); }},
-      {"empty_stream", [this] { return EmptyStream(); }},
-      {"cancel_after_begin", [this] { return CancelAfterBegin(); }},
-      {"cancel_after_first_response", [this] { return CancelAfterFirstResponse(); }},
-      {"timeout_on_sleeping_server", [this] { return TimeoutOnSleepingServer(); }},
-      {"custom_metadata", [this] { return CustomMetadata(); }},
-      {"status_code_and_message", [this] { return StatusCodeAndMessage(); }},
-      {"special_status_message", [this] { return SpecialStatusMessage(); }},
-      {"unimplemented_method", [this] { return UnimplementedMethod(); }},
-      {"unimplemented_service", [this] { return UnimplementedService(); }},
-      {"rpc_soak", [this, &soak] { return RpcSoak(soak); }},
-      {"channel_soak", [this, &soak] { return ChannelSoak(soak); }},
-  };
-  auto it = cases.find(name);
-  if (it == cases.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown test case \"", name, "\""));
+  for (const Case& c : kCases) {
+    if (name == c.name) return c.run(*this, soak);
   }
-  return it->second();
+  return absl::InvalidArgumentError(absl::StrCat("unknown test case \"", name, "\""));
 }
 
 // Asserts: the call succeeded; the response is non-null (an Empty).
@@ -232,8 +243,7 @@ absl::Status InteropClient::ClientStreaming() {
     StreamingInputCallRequest request;
     request.mutable_payload()->mutable_body()->assign(static_cast<size_t>(size), '\0');
     if (!writer->Write(request)) {
-      return ExpectOk(absl::StrCat("StreamingInputCall, after Write of ", size,
-                                   " bytes failed"),
+      return ExpectOk(absl::StrCat("StreamingInputCall, after Write of ", size, " bytes failed"),
                       writer->Finish());
     }
   }
@@ -242,8 +252,8 @@ absl::Status InteropClient::ClientStreaming() {
   }
   if (absl::Status s = ExpectOk("StreamingInputCall", writer->Finish()); !s.ok()) return s;
   if (response.aggregated_payload_size() != kAggregatedRequestSize) {
-    return Fail("StreamingInputCall: aggregated_payload_size ",
-                response.aggregated_payload_size(), ", want ", kAggregatedRequestSize);
+    return Fail("StreamingInputCall: aggregated_payload_size ", response.aggregated_payload_size(),
+                ", want ", kAggregatedRequestSize);
   }
   return absl::OkStatus();
 }
@@ -281,8 +291,7 @@ absl::Status InteropClient::PingPong() {
   const size_t rounds = std::size(kStreamRequestSizes);
   for (size_t i = 0; i < rounds; ++i) {
     if (!stream->Write(StreamRequest(kStreamResponseSizes[i], kStreamRequestSizes[i]))) {
-      return ExpectOk(absl::StrCat("FullDuplexCall, after Write ", i, " failed"),
-                      stream->Finish());
+      return ExpectOk(absl::StrCat("FullDuplexCall, after Write ", i, " failed"), stream->Finish());
     }
     StreamingOutputCallResponse response;
     if (!stream->Read(&response)) {
@@ -290,8 +299,7 @@ absl::Status InteropClient::PingPong() {
       if (!status.ok()) {
         return ExpectOk(absl::StrCat("FullDuplexCall, after Read ", i, " failed"), status);
       }
-      return Fail("FullDuplexCall: the server finished OK after ", i, " responses, want ",
-                  rounds);
+      return Fail("FullDuplexCall: the server finished OK after ", i, " responses, want ", rounds);
     }
     absl::Status s = ExpectZeros(absl::StrCat("FullDuplexCall response ", i),
                                  response.payload().body(), kStreamResponseSizes[i]);
@@ -368,8 +376,8 @@ absl::Status InteropClient::TimeoutOnSleepingServer() {
   {
     rdmarpc::ClientContext context;
     Empty response;
-    absl::Status s = ExpectOk("EmptyCall making the connection",
-                              stub_->EmptyCall(&context, Empty(), &response));
+    absl::Status s =
+        ExpectOk("EmptyCall making the connection", stub_->EmptyCall(&context, Empty(), &response));
     if (!s.ok()) return s;
   }
   rdmarpc::ClientContext context;
@@ -416,9 +424,8 @@ absl::Status InteropClient::CustomMetadata() {
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = ExpectEntry("UnaryCall", "trailing",
-                                     context.GetServerTrailingMetadata(), kEchoTrailingKey,
-                                     kEchoTrailingValue);
+    if (absl::Status s = ExpectEntry("UnaryCall", "trailing", context.GetServerTrailingMetadata(),
+                                     kEchoTrailingKey, kEchoTrailingValue);
         !s.ok()) {
       return s;
     }
@@ -442,9 +449,8 @@ absl::Status InteropClient::CustomMetadata() {
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = ExpectEntry("FullDuplexCall", "initial",
-                                   context.GetServerInitialMetadata(), kEchoInitialKey,
-                                   kEchoInitialValue);
+  if (absl::Status s = ExpectEntry("FullDuplexCall", "initial", context.GetServerInitialMetadata(),
+                                   kEchoInitialKey, kEchoInitialValue);
       !s.ok()) {
     return s;
   }
@@ -571,8 +577,8 @@ absl::Status InteropClient::Soak(const SoakOptions& soak, bool fresh_channel) {
                 absl::FormatDuration(soak.overall_timeout));
   }
   if (failures > soak.max_failures) {
-    return Fail(name, ": ", failures, " of ", soak.iterations,
-                " iterations failed, at most ", soak.max_failures, " may");
+    return Fail(name, ": ", failures, " of ", soak.iterations, " iterations failed, at most ",
+                soak.max_failures, " may");
   }
   return absl::OkStatus();
 }

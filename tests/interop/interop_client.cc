@@ -77,8 +77,8 @@ int main(int argc, char** argv) {
   bool known = false;
   for (const std::string& name : InteropClient::CaseNames()) known |= name == FLAGS_test_case;
   if (!known) {
-    fprintf(stderr, "interop_client: unknown --test_case=%s; cases: %s\n",
-            FLAGS_test_case.c_str(), absl::StrJoin(InteropClient::CaseNames(), " ").c_str());
+    fprintf(stderr, "interop_client: unknown --test_case=%s; cases: %s\n", FLAGS_test_case.c_str(),
+            absl::StrJoin(InteropClient::CaseNames(), " ").c_str());
     return 2;
   }
 

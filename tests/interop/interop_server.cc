@@ -22,8 +22,7 @@
 #include "test_service_impl.h"
 
 DEFINE_int32(port, 0, "Port to listen on; 0 picks a free one (printed on stdout)");
-DEFINE_string(host, "127.0.0.1",
-              "Address to listen on; 0.0.0.0 for every interface of this host");
+DEFINE_string(host, "127.0.0.1", "Address to listen on; 0.0.0.0 for every interface of this host");
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("interop_server --port=N [--host=ADDRESS]");

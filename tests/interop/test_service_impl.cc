@@ -11,8 +11,8 @@
 namespace rdmarpc_interop {
 namespace {
 
-using grpc::testing::Empty;
 using grpc::testing::EchoStatus;
+using grpc::testing::Empty;
 using grpc::testing::Payload;
 using grpc::testing::PayloadType;
 using grpc::testing::ResponseParameters;
@@ -96,8 +96,7 @@ absl::Status TestServiceImpl::UnaryCall(rdmarpc::ServerContext* context,
   if (request.has_response_status()) return EchoedStatus(request.response_status());
   absl::Status status = CheckNotExpectingCompression(request.expect_compressed().value());
   if (!status.ok()) return status;
-  return FillPayload(request.response_type(), request.response_size(),
-                     response->mutable_payload());
+  return FillPayload(request.response_type(), request.response_size(), response->mutable_payload());
 }
 
 absl::Status TestServiceImpl::StreamingOutputCall(
