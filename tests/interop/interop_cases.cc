@@ -212,6 +212,13 @@ absl::Status InteropClient::Run(absl::string_view name, const SoakOptions& soak)
   return absl::InvalidArgumentError(absl::StrCat("unknown test case \"", name, "\""));
 }
 
+absl::Status InteropClient::Connect() {
+  rdmarpc::ClientContext context;
+  Empty response;
+  return ExpectOk("EmptyCall making the connection",
+                  stub_->EmptyCall(&context, Empty(), &response));
+}
+
 // Asserts: the call succeeded; the response is non-null (an Empty).
 absl::Status InteropClient::EmptyUnary() {
   rdmarpc::ClientContext context;
@@ -332,7 +339,12 @@ absl::Status InteropClient::EmptyStream() {
 }
 
 // Starts StreamingInputCall and cancels it at once. Asserts: CANCELLED.
+//
+// Connect() first, so that the stream is opened on a connection at once;
+// otherwise the cancel would end the call while the connection is still
+// being made, before anything was sent.
 absl::Status InteropClient::CancelAfterBegin() {
+  if (absl::Status s = Connect(); !s.ok()) return s;
   rdmarpc::ClientContext context;
   StreamingInputCallResponse response;
   auto writer = stub_->StreamingInputCall(&context, &response);
@@ -369,17 +381,11 @@ absl::Status InteropClient::CancelAfterFirstResponse() {
 // nothing (no response_parameters); the client never half-closes before the
 // deadline. Asserts: DEADLINE_EXCEEDED.
 //
-// An EmptyCall first makes the channel's connection, so that the 1 ms are
-// spent on the stream at the server rather than on connection set-up (where
-// the deadline would end the call before anything reached the server).
+// Connect() first, so that the 1 ms are spent on the stream at the server
+// rather than on connection set-up (where the deadline would end the call
+// before anything reached the server).
 absl::Status InteropClient::TimeoutOnSleepingServer() {
-  {
-    rdmarpc::ClientContext context;
-    Empty response;
-    absl::Status s =
-        ExpectOk("EmptyCall making the connection", stub_->EmptyCall(&context, Empty(), &response));
-    if (!s.ok()) return s;
-  }
+  if (absl::Status s = Connect(); !s.ok()) return s;
   rdmarpc::ClientContext context;
   context.set_timeout(absl::Milliseconds(1));
   auto stream = stub_->FullDuplexCall(&context);

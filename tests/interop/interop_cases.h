@@ -80,6 +80,9 @@ class InteropClient {
   absl::Status ChannelSoak(const SoakOptions& soak);
 
  private:
+  // One EmptyCall, which makes the channel's connection (lazily made by the
+  // first call) for the cases whose call must find it made.
+  absl::Status Connect();
   // Makes the calls of rpc_soak (fresh_channel = false) or channel_soak.
   absl::Status Soak(const SoakOptions& soak, bool fresh_channel);
 

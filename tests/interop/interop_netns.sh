@@ -77,6 +77,6 @@ for case in "${CASES[@]}"; do
   run_case "$case" ip netns exec "$NS_CLIENT" "$INTEROP_CLIENT"
 done
 stop_server
-check_link tcp 0 "$SCRATCH"/server.err "$SCRATCH"/client-*.err
+check_link tcp "$SCRATCH"/server.err "$SCRATCH"/client-*.err
 
 pass "${CASES[*]} across two network namespaces ($CLIENT_IP -> $SERVER_ADDR)"
