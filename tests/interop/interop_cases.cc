@@ -35,7 +35,11 @@ constexpr int kLargeRequestSize = 271828;
 constexpr int kLargeResponseSize = 314159;
 constexpr int kStreamRequestSizes[] = {27182, 8, 1828, 45904};
 constexpr int kStreamResponseSizes[] = {31415, 9, 2653, 58979};
-constexpr int kAggregatedRequestSize = 74922;  // the sum of kStreamRequestSizes
+constexpr int kAggregatedRequestSize = 74922;
+static_assert(kStreamRequestSizes[0] + kStreamRequestSizes[1] + kStreamRequestSizes[2] +
+                      kStreamRequestSizes[3] ==
+                  kAggregatedRequestSize,
+              "client_streaming's aggregate is the sum of its four requests");
 
 // custom_metadata's entries; the trailing one is binary, the bytes ab ab ab.
 constexpr absl::string_view kEchoInitialKey = "x-grpc-test-echo-initial";
