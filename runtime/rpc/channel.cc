@@ -6,6 +6,7 @@
 #include "glog/logging.h"
 #include "runtime/rpc/address.h"
 #include "runtime/rpc/channel_impl.h"
+#include "runtime/rpc/metadata.h"
 #include "runtime/rpc/status_payloads.h"
 #include "runtime/verbs/verbs.h"
 
@@ -25,8 +26,33 @@ absl::StatusOr<std::shared_ptr<Channel>> CreateChannel(absl::string_view target,
 
 namespace internal {
 
+void ClientCall::OnResponseMetadata(absl::string_view meta) {
+  if (context == nullptr) return;
+  Metadata* initial = ClientContextAccess::ServerInitialMetadata(context);
+  Metadata* trailing = ClientContextAccess::ServerTrailingMetadata(context);
+  if (!DecodeResponseMetadata(meta, initial, trailing)) {
+    meta_error = absl::InternalError(absl::StrCat("metadata of ", meta.size(), " bytes from ",
+                                                  *peer, " did not decode"));
+    return;
+  }
+  // Each list on its own, as gRPC bounds each header block.
+  for (const auto& [what, md] : {std::pair<const char*, const Metadata*>{"initial", initial},
+                                 {"trailing", trailing}}) {
+    if (MetadataBytes(*md) > max_metadata_bytes) {
+      meta_error = absl::ResourceExhaustedError(
+          absl::StrCat("server ", what, " metadata of ", MetadataBytes(*md),
+                       " bytes exceeds max_metadata_bytes ", max_metadata_bytes));
+      return;
+    }
+  }
+}
+
 void ClientCall::OnResponse(absl::StatusCode code, absl::string_view message,
                             absl::string_view payload) {
+  if (!meta_error.ok()) {
+    Finish(std::move(meta_error));
+    return;
+  }
   if (code != absl::StatusCode::kOk) {
     absl::Status status(code, message);
     if (!payload.empty() && !DecodeStatusPayloads(payload, &status)) {
@@ -231,6 +257,7 @@ void ChannelImpl::StartOnEngine(ClientCall* call, ConnectionPool* pool, int slot
     req.source_size = call->request_size;
   }
   req.payload = std::move(call->payload);
+  req.meta = std::move(call->meta);
   req.registered = std::move(call->registered);
   req.registered_len = call->registered_len;
   req.deadline = call->deadline;

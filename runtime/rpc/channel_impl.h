@@ -42,6 +42,10 @@ class ClientCall final : public ResponseSink, public CallCanceller {
   std::string payload;
   PooledBuffer registered;
   size_t registered_len = 0;
+  std::string meta;  // the context's metadata, encoded (runtime/rpc/metadata.h)
+  // The response's metadata did not decode or is over the limit.
+  absl::Status meta_error;
+  size_t max_metadata_bytes = 0;  // ChannelOptions::max_metadata_bytes
   absl::Time deadline = absl::InfiniteFuture();
   google::protobuf::MessageLite* response = nullptr;
   ClientContext* context = nullptr;
@@ -63,6 +67,7 @@ class ClientCall final : public ResponseSink, public CallCanceller {
   bool end_deferred = false;
 
   void OnQueued(uint32_t h) override { handle = h; }
+  void OnResponseMetadata(absl::string_view meta) override;
   void OnSent() override {
     if (context != nullptr) ClientContextAccess::SetPeer(context, *peer);
   }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "runtime/rpc/metadata.h"
 #include "runtime/rpc/status_payloads.h"
 
 namespace rdmarpc {
@@ -24,6 +25,11 @@ void ClientStreamState::Start(const google::protobuf::MessageLite* first) {
   } else if (method_.size() > 1024) {
     refused = absl::InvalidArgumentError(
         absl::StrCat("method name of ", method_.size(), " bytes is longer than 1024"));
+  } else if (absl::Status md = ValidateMetadata(ClientContextAccess::Metadata(context_),
+                                                channel_->options().max_metadata_bytes,
+                                                "client metadata");
+             !md.ok()) {
+    refused = std::move(md);
   } else if (first != nullptr) {
     const size_t size = first->ByteSizeLong();
     if (size > channel_->options().max_message_bytes) {
@@ -44,6 +50,7 @@ void ClientStreamState::Start(const google::protobuf::MessageLite* first) {
     status_ = std::move(refused);
     return;
   }
+  meta_ = EncodeMetadata(ClientContextAccess::Metadata(context_));
   const ChannelImpl::Route route = channel_->PickRoute();
   engine_ = route.engine;
   peer_ = route.peer;
@@ -85,6 +92,7 @@ void ClientStreamState::StartOnEngine(ChannelImpl::Route route, std::string firs
   OutgoingRequest req;
   req.method = method_;
   req.payload = std::move(first);
+  req.meta = std::move(meta_);
   req.stream = true;
   req.no_message = !has_first;
   req.end_stream = has_first;
@@ -94,6 +102,39 @@ void ClientStreamState::StartOnEngine(ChannelImpl::Route route, std::string firs
 }
 
 void ClientStreamState::OnSent() { ClientContextAccess::SetPeer(context_, *peer_); }
+
+void ClientStreamState::OnStreamHeaders(absl::string_view meta) {
+  Metadata* initial = ClientContextAccess::ServerInitialMetadata(context_);
+  if (!DecodeMetadata(meta, initial)) {
+    meta_error_ = absl::InternalError(absl::StrCat("initial metadata of ", meta.size(),
+                                                   " bytes from ", *peer_, " did not decode"));
+  } else if (MetadataBytes(*initial) > channel_->options().max_metadata_bytes) {
+    meta_error_ = absl::ResourceExhaustedError(absl::StrCat(
+        "server initial metadata of ", MetadataBytes(*initial),
+        " bytes exceeds max_metadata_bytes ", channel_->options().max_metadata_bytes));
+  }
+}
+
+void ClientStreamState::OnResponseMetadata(absl::string_view meta) {
+  Metadata* initial = ClientContextAccess::ServerInitialMetadata(context_);
+  Metadata* trailing = ClientContextAccess::ServerTrailingMetadata(context_);
+  if (!DecodeResponseMetadata(meta, initial, trailing)) {
+    meta_error_ = absl::InternalError(
+        absl::StrCat("metadata of ", meta.size(), " bytes from ", *peer_, " did not decode"));
+  } else {
+    // Each list on its own, as gRPC bounds each header block.
+    const size_t limit = channel_->options().max_metadata_bytes;
+    for (const auto& [what, md] : {std::pair<const char*, const Metadata*>{"initial", initial},
+                                   {"trailing", trailing}}) {
+      if (MetadataBytes(*md) > limit) {
+        meta_error_ = absl::ResourceExhaustedError(
+            absl::StrCat("server ", what, " metadata of ", MetadataBytes(*md),
+                         " bytes exceeds max_metadata_bytes ", limit));
+        return;
+      }
+    }
+  }
+}
 
 void ClientStreamState::OnStreamMessage(absl::string_view payload) {
   absl::MutexLock lock(&mu_);
@@ -115,6 +156,7 @@ void ClientStreamState::OnResponse(absl::StatusCode code, absl::string_view mess
                                               absl::StatusCodeToString(code), ": ", message));
   }
   handle_ = 0;  // the connection forgot the call
+  if (!meta_error_.ok()) status = std::move(meta_error_);
   End(std::move(status));
 }
 

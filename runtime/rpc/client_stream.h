@@ -50,6 +50,8 @@ class ClientStreamState final : public ResponseSink,
   // ResponseSink (engine thread).
   void OnQueued(uint32_t h) override { handle_ = h; }
   void OnSent() override;
+  void OnStreamHeaders(absl::string_view meta) override;
+  void OnResponseMetadata(absl::string_view meta) override;
   void OnStreamMessage(absl::string_view payload) override;
   void OnWindow(uint32_t messages) override;
   void OnResponse(absl::StatusCode code, absl::string_view message,
@@ -77,7 +79,10 @@ class ClientStreamState final : public ResponseSink,
   Engine* engine_ = nullptr;
   const std::string* peer_ = nullptr;
 
+  std::string meta_;  // the context's metadata, encoded
+
   // Engine thread only.
+  absl::Status meta_error_;  // the server's metadata did not decode / too large
   Connection* conn_ = nullptr;
   uint32_t handle_ = 0;
   Engine::TimerId timer_ = 0;

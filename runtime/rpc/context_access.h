@@ -4,6 +4,7 @@
 #ifndef RDMARPC_RUNTIME_RPC_CONTEXT_ACCESS_H_
 #define RDMARPC_RUNTIME_RPC_CONTEXT_ACCESS_H_
 
+#include <map>
 #include <string>
 
 #include "absl/time/time.h"
@@ -28,6 +29,15 @@ class CallCanceller {
 class ClientContextAccess {
  public:
   static void SetPeer(ClientContext* ctx, const std::string& peer) { ctx->peer_ = peer; }
+  static const std::multimap<std::string, std::string>& Metadata(const ClientContext* ctx) {
+    return ctx->metadata_;
+  }
+  static std::multimap<std::string, std::string>* ServerInitialMetadata(ClientContext* ctx) {
+    return &ctx->server_initial_metadata_;
+  }
+  static std::multimap<std::string, std::string>* ServerTrailingMetadata(ClientContext* ctx) {
+    return &ctx->server_trailing_metadata_;
+  }
   // Binds a starting call. False when TryCancel ran before: the call must
   // fail CANCELLED without being sent.
   static bool Bind(ClientContext* ctx, CallCanceller* canceller) {
@@ -58,6 +68,16 @@ class ServerContextAccess {
     ctx->method_ = method;
     ctx->peer_ = peer;
     ctx->deadline_ = deadline;
+  }
+  static std::multimap<std::string, std::string>* ClientMetadata(ServerContext* ctx) {
+    return &ctx->client_metadata_;
+  }
+  static const std::multimap<std::string, std::string>& InitialMetadata(const ServerContext* ctx) {
+    return ctx->initial_metadata_;
+  }
+  static const std::multimap<std::string, std::string>& TrailingMetadata(
+      const ServerContext* ctx) {
+    return ctx->trailing_metadata_;
   }
   // Marks the call cancelled and runs its on-cancel callbacks on this
   // thread. False when it was cancelled already.

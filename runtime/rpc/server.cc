@@ -14,6 +14,7 @@
 #include "glog/logging.h"
 #include "runtime/rpc/address.h"
 #include "runtime/rpc/context_access.h"
+#include "runtime/rpc/metadata.h"
 #include "runtime/rpc/server_impl.h"
 #include "runtime/rpc/status_payloads.h"
 #include "runtime/rpc/server_test_hooks.h"
@@ -39,6 +40,9 @@ namespace {
 // sleeps. Short: on a 2-core host a spinning pool thread takes the core the
 // worker and the peer need.
 constexpr absl::Duration kHandlerSpin = absl::Microseconds(20);
+// Shutdown waits this long at most for a connection's replies to be
+// delivered before it disconnects.
+constexpr absl::Duration kCloseWhenSentBound = absl::Seconds(1);
 // Most handler threads when ServerOptions::max_handler_threads is 0.
 constexpr int kDefaultMaxHandlerThreads = 256;
 }  // namespace
@@ -270,6 +274,7 @@ void ServerImpl::OnConnectRequest(const CmEvent& ev) {
       return;
     }
     w->conns.insert(*c);
+    open_connections_.fetch_add(1);
   });
 }
 
@@ -320,7 +325,7 @@ void ServerImpl::Worker::OnCancel(Connection* conn, const RequestToken& token) {
 }
 
 void ServerImpl::Worker::OnClosed(Connection* conn, const absl::Status&) {
-  conns.erase(conn);
+  if (conns.erase(conn) > 0) server->open_connections_.fetch_sub(1);
   auto calls = pool_calls.extract(conn);
   if (calls.empty()) return;
   // The client is gone: its calls' handlers are told, their answers dropped.
@@ -406,10 +411,14 @@ void ServerImpl::RunInline(Worker* worker, Connection* conn, const IncomingReque
   } else {
     ServerContext context;
     ServerContextAccess::Init(&context, method, &conn->peer(), DeadlineFrom(req.timeout_us));
-    running_handlers_.fetch_add(1, std::memory_order_relaxed);
-    const absl::Status status = handler->Invoke(&context, *request, response);
-    running_handlers_.fetch_sub(1, std::memory_order_relaxed);
-    SendReply(conn, req.token, status, response);
+    if (absl::Status md = TakeClientMetadata(req, &context); !md.ok()) {
+      SendReply(conn, req.token, std::move(md), nullptr);
+    } else {
+      running_handlers_.fetch_add(1, std::memory_order_relaxed);
+      absl::Status status = handler->Invoke(&context, *request, response);
+      running_handlers_.fetch_sub(1, std::memory_order_relaxed);
+      SendReply(conn, req.token, std::move(status), response, &context);
+    }
   }
   if (reuse) cached.busy = false;
 }
@@ -419,7 +428,8 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
   auto call = std::make_unique<PoolCall>();
   if (req.stream) {
     call->stream = std::make_unique<ServerStreamState>(worker->engine.get(), &call->conn,
-                                                       req.token, options_.max_message_bytes);
+                                                       req.token, options_.max_message_bytes,
+                                                       &call->context);
     // The opening frame's message (server streaming), copied: the receive
     // buffer is re-posted once this step ends.
     call->stream->OnMessage(req.payload, req.has_message, req.end_stream);
@@ -440,6 +450,10 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
   call->method = method;
   call->peer = conn->peer();
   ServerContextAccess::Init(&call->context, method, &call->peer, DeadlineFrom(req.timeout_us));
+  if (absl::Status md = TakeClientMetadata(req, &call->context); !md.ok()) {
+    SendReply(conn, req.token, std::move(md), nullptr);
+    return;
+  }
   worker->pool_calls[conn][static_cast<uint32_t>(req.token.generation) << 16 | req.token.slot] =
       call.get();
   pool_calls_.fetch_add(1, std::memory_order_relaxed);
@@ -489,22 +503,77 @@ void ServerImpl::FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status sta
   }
   if (call->answered) return;
   if (call->stream != nullptr) {
-    // The stream's trailers: status, message and details (after every
-    // message the handler wrote: those tasks ran before this one).
+    // The stream's trailers: status, message, details and metadata (after
+    // every message the handler wrote: those tasks ran before this one).
+    const Metadata none;
+    const Metadata& initial = call->stream->headers_sent()
+                                  ? none
+                                  : ServerContextAccess::InitialMetadata(&call->context);
+    const Metadata& trailing = ServerContextAccess::TrailingMetadata(&call->context);
+    std::string meta;
+    if (!initial.empty() || !trailing.empty()) {
+      absl::Status md = ValidateMetadata(initial, ~size_t{0}, "server initial metadata");
+      if (md.ok()) md = ValidateMetadata(trailing, ~size_t{0}, "server trailing metadata");
+      if (md.ok()) {
+        meta = EncodeResponseMetadata(initial, trailing);
+      } else {
+        status = std::move(md);
+      }
+    }
     call->conn->SendResponse(call->token, status.code(), std::string(status.message()),
-                             status.ok() ? std::string() : EncodeStatusPayloads(status));
+                             status.ok() ? std::string() : EncodeStatusPayloads(status),
+                             std::move(meta));
     return;
   }
-  SendReply(call->conn, call->token, status, call->response.get());
+  SendReply(call->conn, call->token, std::move(status), call->response.get(), &call->context);
 }
 
-void ServerImpl::SendReply(Connection* conn, const RequestToken& token,
-                           const absl::Status& status,
-                           const google::protobuf::MessageLite* response) {
+absl::Status ServerImpl::TakeClientMetadata(const IncomingRequest& req,
+                                            ServerContext* context) const {
+  if (req.meta.empty()) return absl::OkStatus();
+  Metadata* md = ServerContextAccess::ClientMetadata(context);
+  if (!DecodeMetadata(req.meta, md)) {
+    return absl::InternalError(
+        absl::StrCat("client metadata of ", req.meta.size(), " bytes did not decode"));
+  }
+  if (MetadataBytes(*md) > options_.max_metadata_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("client metadata of ", MetadataBytes(*md),
+                                                     " bytes exceeds max_metadata_bytes ",
+                                                     options_.max_metadata_bytes));
+  }
+  return absl::OkStatus();
+}
+
+void ServerImpl::SendReply(Connection* conn, const RequestToken& token, absl::Status status,
+                           const google::protobuf::MessageLite* response,
+                           const ServerContext* context) {
+  std::string meta;
+  if (context != nullptr) {
+    const Metadata& initial = ServerContextAccess::InitialMetadata(context);
+    const Metadata& trailing = ServerContextAccess::TrailingMetadata(context);
+    if (!initial.empty() || !trailing.empty()) {
+      absl::Status md = ValidateMetadata(initial, ~size_t{0}, "server initial metadata");
+      if (md.ok()) md = ValidateMetadata(trailing, ~size_t{0}, "server trailing metadata");
+      if (md.ok()) {
+        meta = EncodeResponseMetadata(initial, trailing);
+      } else {
+        status = std::move(md);
+      }
+    }
+  }
   if (!status.ok()) {
     // Binary details travel as the payload of the error response.
     conn->SendResponse(token, status.code(), std::string(status.message()),
-                       EncodeStatusPayloads(status));
+                       EncodeStatusPayloads(status), std::move(meta));
+    return;
+  }
+  if (!meta.empty()) {
+    // With metadata: the reply goes as bytes (the transport may put large
+    // metadata in front of it).
+    std::string payload;
+    response->SerializeToString(&payload);
+    conn->SendResponse(token, absl::StatusCode::kOk, std::string(), std::move(payload),
+                       std::move(meta));
     return;
   }
   const size_t size = response->ByteSizeLong();
@@ -607,9 +676,23 @@ void ServerImpl::Shutdown(absl::Duration grace) {
       }
     }
   }
-  // 4. Disconnect every client and join the workers; Engine::Stop destroys
-  //    the connections (QP first) after they are closed. Replies posted
-  //    above go out first: a worker runs its tasks in order.
+  // 4. Disconnect every client once what was queued for it is delivered
+  //    (bounded), then join the workers; Engine::Stop destroys the
+  //    connections (QP first) after they are closed. Replies posted above
+  //    are queued first: a worker runs its tasks in order.
+  for (auto& w : workers_) {
+    Worker* wp = w.get();
+    w->engine->Post([wp] {
+      std::vector<Connection*> conns(wp->conns.begin(), wp->conns.end());
+      for (Connection* c : conns) {
+        c->CloseWhenSent(absl::UnavailableError("server shutting down"), kCloseWhenSentBound);
+      }
+    });
+  }
+  const absl::Time close_until = absl::Now() + kCloseWhenSentBound + absl::Milliseconds(100);
+  while (open_connections_.load() > 0 && absl::Now() < close_until) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   for (auto& w : workers_) {
     Worker* wp = w.get();
     w->engine->Stop([wp] {

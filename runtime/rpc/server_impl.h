@@ -107,8 +107,12 @@ class ServerImpl final : public CmEventHandler {
   void FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status status);
   // Worker: the answer of a call, serialised straight into registered
   // memory where it fits (see Connection::TrySendResponseInPlace).
-  void SendReply(Connection* conn, const RequestToken& token, const absl::Status& status,
-                 const google::protobuf::MessageLite* response);
+  void SendReply(Connection* conn, const RequestToken& token, absl::Status status,
+                 const google::protobuf::MessageLite* response,
+                 const ServerContext* context = nullptr);
+  // Worker: the client's metadata of `req` into `context`; not OK when it
+  // does not decode or is over max_metadata_bytes (then answer with it).
+  absl::Status TakeClientMetadata(const IncomingRequest& req, ServerContext* context) const;
   // Worker: cancels every pool call of its connections that is not
   // answered yet, answering it UNAVAILABLE.
   void CancelPoolCalls(Worker* worker);
@@ -138,6 +142,8 @@ class ServerImpl final : public CmEventHandler {
   std::atomic<int> pool_calls_{0};
   // Handlers running now (pool and inline).
   std::atomic<int> running_handlers_{0};
+  // Connections accepted and not closed (all workers).
+  std::atomic<int> open_connections_{0};
   int port_ = 0;
 
   absl::Mutex mu_;

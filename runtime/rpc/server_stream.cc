@@ -2,6 +2,8 @@
 #include "runtime/rpc/server_stream.h"
 
 #include "absl/strings/str_cat.h"
+#include "runtime/rpc/context_access.h"
+#include "runtime/rpc/metadata.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -47,6 +49,21 @@ bool ServerStreamState::Write(const google::protobuf::MessageLite& message) {
   }
   std::string payload;
   message.SerializeToString(&payload);
+  if (!headers_sent_) {
+    headers_sent_ = true;
+    const Metadata& initial = ServerContextAccess::InitialMetadata(context_);
+    if (!initial.empty()) {
+      absl::Status md = ValidateMetadata(initial, ~size_t{0}, "server initial metadata");
+      if (!md.ok()) {
+        absl::MutexLock lock(&mu_);
+        if (failure_.ok()) failure_ = std::move(md);
+        return false;
+      }
+      engine_->Post([conn = conn_, token = token_, meta = EncodeMetadata(initial)]() mutable {
+        if (*conn != nullptr) (*conn)->SendStreamHeaders(token, std::move(meta));
+      });
+    }
+  }
   {
     absl::MutexLock lock(&mu_);
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

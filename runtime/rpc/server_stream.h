@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "google/protobuf/message_lite.h"
 #include "rdmarpc/impl/stream_call.h"
+#include "rdmarpc/server_context.h"
 #include "runtime/transport/completion_poller.h"
 #include "runtime/transport/connection.h"
 
@@ -30,9 +31,15 @@ class ServerStreamState {
  public:
   // `conn` points at the call's connection pointer, which the worker clears
   // when the connection closes; both live until the call is answered.
+  // `context` is the call's (its initial metadata goes before the first
+  // message).
   ServerStreamState(Engine* engine, Connection* const* conn, RequestToken token,
-                    size_t max_message_bytes)
-      : engine_(engine), conn_(conn), token_(token), max_message_bytes_(max_message_bytes) {}
+                    size_t max_message_bytes, const ServerContext* context)
+      : engine_(engine),
+        conn_(conn),
+        token_(token),
+        max_message_bytes_(max_message_bytes),
+        context_(context) {}
 
   // Handler thread.
   bool Read(google::protobuf::MessageLite* message);
@@ -43,6 +50,9 @@ class ServerStreamState {
     absl::MutexLock lock(&mu_);
     return failure_;
   }
+  // The initial metadata went out before a message (handler thread, or
+  // after the handler returned).
+  bool headers_sent() const { return headers_sent_; }
 
   // Worker thread.
   void OnMessage(absl::string_view payload, bool has_message, bool end_stream);
@@ -56,7 +66,9 @@ class ServerStreamState {
   Connection* const* const conn_;
   const RequestToken token_;
   const size_t max_message_bytes_;
+  const ServerContext* const context_;
   uint32_t consumed_ = 0;  // handler thread: read since the last grant
+  bool headers_sent_ = false;  // handler thread
 
   absl::Mutex mu_;
   std::deque<std::string> inbox_ ABSL_GUARDED_BY(mu_);

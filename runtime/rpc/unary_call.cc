@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "runtime/rpc/channel_impl.h"
+#include "runtime/rpc/metadata.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -25,6 +26,10 @@ absl::Status CheckCall(const ChannelImpl* impl, absl::string_view method, size_t
   if (absl::Now() >= context->deadline()) {
     return absl::DeadlineExceededError(
         absl::StrCat("deadline passed before ", method, " was sent"));
+  }
+  const Metadata& md = ClientContextAccess::Metadata(context);
+  if (!md.empty()) {
+    return ValidateMetadata(md, impl->options().max_metadata_bytes, "client metadata");
   }
   return absl::OkStatus();
 }
@@ -60,7 +65,9 @@ void AsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* c
   auto* call = new ClientCall;
   call->method_storage = std::string(method);
   call->method = call->method_storage;
-  if (!SerializeLargeIntoRegistered(impl, method, size, request, call)) {
+  const Metadata& md = ClientContextAccess::Metadata(context);
+  if (!md.empty()) call->meta = EncodeMetadata(md);
+  if (!md.empty() || !SerializeLargeIntoRegistered(impl, method, size, request, call)) {
     // The caller may free `request` once we return: serialise now; the
     // transport copies these bytes into the send buffer (counted).
     call->payload.resize(size);
@@ -69,6 +76,7 @@ void AsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* c
     }
   }
   call->deadline = context->deadline();
+  call->max_metadata_bytes = impl->options().max_metadata_bytes;
   call->response = response;
   call->context = context;
   call->done = std::move(done);
@@ -93,11 +101,19 @@ absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method, Clien
   // is posted (`request` outlives the call: we wait for it).
   ClientCall call;
   call.method = method;
-  if (!SerializeLargeIntoRegistered(impl, method, size, request, &call)) {
+  const Metadata& md = ClientContextAccess::Metadata(context);
+  if (!md.empty()) {
+    // With metadata the request goes as bytes: the transport may have to
+    // put the metadata in front of it (too large for the eager prefix).
+    call.meta = EncodeMetadata(md);
+    call.payload.resize(size);
+    if (size > 0) request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(call.payload.data()));
+  } else if (!SerializeLargeIntoRegistered(impl, method, size, request, &call)) {
     call.request_message = &request;
     call.request_size = size;
   }
   call.deadline = context->deadline();
+  call.max_metadata_bytes = impl->options().max_metadata_bytes;
   call.response = response;
   call.context = context;
   CallWaiter waiter;

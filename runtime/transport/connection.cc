@@ -378,6 +378,39 @@ void Connection::Close(absl::Status reason) {
   MaybeFinishClose();
 }
 
+void Connection::CloseWhenSent(absl::Status reason, absl::Duration bound) {
+  if (!usable() || close_when_sent_) return;
+  if (state_ != ConnState::kEstablished && state_ != ConnState::kAccepting) {
+    Close(std::move(reason));
+    return;
+  }
+  close_when_sent_ = true;
+  close_when_sent_reason_ = std::move(reason);
+  timers_.push_back(engine_->AddTimer(absl::Now() + bound, [this] {
+    if (usable()) Close(close_when_sent_reason_);
+  }));
+  Flush();
+  MaybeFinishCloseWhenSent();
+}
+
+void Connection::MaybeFinishCloseWhenSent() {
+  if (!close_when_sent_ || !usable() || !out_queue_.empty() || !qp_) return;
+  if (!drain_marker_posted_) {
+    if (sq_head_ - sq_tail_ >= static_cast<uint64_t>(kSendQueueDepth)) return;  // next time
+    ibv_sge sge{};  // zero-length: touches no memory, consumes no receive
+    ibv_send_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 0;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    drain_marker_seq_ = sq_head_;  // PostWr gives it this sequence number
+    drain_marker_posted_ = true;
+    PostWr(&wr, SqEntry{}, /*force_signal=*/true);
+    Doorbell();
+    return;
+  }
+  if (sq_tail_ > drain_marker_seq_) Close(close_when_sent_reason_);
+}
+
 void Connection::PostDrainMarker() {
   // Sends that completed unsignalled leave no CQE, so sq_tail_ would only
   // catch up with sq_head_ when kFlushWait ran out, and every close would take

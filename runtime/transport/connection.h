@@ -78,6 +78,8 @@ class ResponseSink {
   // are valid during the call only. OnResponse ends a stream; its payload
   // is then the status details, not a message.
   virtual void OnStreamHeaders(absl::string_view /*meta*/) {}
+  // Just before OnResponse, when the response carries metadata (opaque).
+  virtual void OnResponseMetadata(absl::string_view /*meta*/) {}
   virtual void OnStreamMessage(absl::string_view /*payload*/) {}
   virtual void OnWindow(uint32_t /*messages*/) {}
   // `message` and `payload` are valid during the call only.
@@ -158,6 +160,8 @@ struct OutgoingRequest {
   bool stream = false;
   bool no_message = false;
   bool end_stream = true;
+  // Set by the transport: the metadata was moved to the front of `payload`.
+  uint32_t meta_in_payload = 0;
   // The call's deadline; the time left until it travels in the header,
   // taken when the request is posted (so the server never sees more time
   // than the client has left). InfiniteFuture: none.
@@ -244,6 +248,11 @@ class Connection final : public CmEventHandler {
   // Fails every call with `reason` (code UNAVAILABLE recommended), tells the
   // handler, disconnects and frees everything once the device is done.
   void Close(absl::Status reason);
+  // Closes once everything queued was sent and acknowledged by the peer
+  // (a signalled zero-length RDMA WRITE posted behind it completed: on an
+  // RC QP that retires every WR before it), or after `bound`, whichever
+  // comes first: replies posted just before are delivered, not flushed.
+  void CloseWhenSent(absl::Status reason, absl::Duration bound);
   // Destroys at once (engine stopping). QP first, so the device stops.
   void ForceDestroy();
 
@@ -337,7 +346,8 @@ class Connection final : public CmEventHandler {
     // pulled, then kRelease(ref) tells the peer.
     bool stream_message = false;
     bool end_stream = false;
-    std::string meta;  // the request's metadata
+    std::string meta;  // the request's metadata (in the prefix)
+    WireHeader header;  // the frame's header: kFlagMetaInPayload and meta_len
     // response pull (client)
     uint32_t handle = 0;
     uint32_t ref = 0;
@@ -362,6 +372,9 @@ class Connection final : public CmEventHandler {
   // Close: posts a signalled marker WR whose flush retires every send before
   // it, so teardown need not wait kFlushWait for CQEs that never come.
   void PostDrainMarker();
+  // CloseWhenSent: posts the marker once the out queue is empty, closes
+  // once it completed.
+  void MaybeFinishCloseWhenSent();
   // Keepalive (keepalive.cc), client role, from OnEstablished.
   void StartKeepalive();
   void OnKeepaliveTimer();
@@ -499,6 +512,10 @@ class Connection final : public CmEventHandler {
   Engine::TimerId keepalive_timer_ = 0;
   uint64_t recvs_seen_ = 0;           // receive completions, for the keepalive
   uint64_t recvs_at_last_probe_ = 0;  // recvs_seen_ when its timer was set
+  bool close_when_sent_ = false;      // CloseWhenSent was called
+  absl::Status close_when_sent_reason_;
+  bool drain_marker_posted_ = false;
+  uint64_t drain_marker_seq_ = 0;
   bool probe_posted_ = false;         // a keepalive probe was ever posted
   uint64_t probe_seq_ = 0;            // the last probe's SQ sequence number
 };

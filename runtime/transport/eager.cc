@@ -85,6 +85,7 @@ void Connection::Flush() {
     out_queue_.pop_front();
   }
   Doorbell();
+  if (close_when_sent_) MaybeFinishCloseWhenSent();
 }
 
 bool Connection::SendOne(OutItem& item) {
@@ -120,6 +121,14 @@ bool Connection::SendRequest(uint32_t handle) {
   Slot* s = LiveSlot(idx, gen);
   if (s == nullptr) return true;  // cancelled while queued
   OutgoingRequest& r = s->request;
+  if (!r.meta.empty() &&
+      kWireHeaderBytes + r.method.size() + r.meta.size() + 2 * kRemoteBufferBytes > EagerLimit()) {
+    // Too large for the eager prefix: the metadata leads the payload and
+    // travels with it (runtime/rpc passes a request with metadata as bytes).
+    r.payload.insert(0, r.meta);
+    r.meta_in_payload = static_cast<uint32_t>(r.meta.size());
+    r.meta.clear();
+  }
   const size_t payload_size = r.payload_size();
   WireHeader h;
   h.kind = MsgKind::kRequest;
@@ -129,6 +138,10 @@ bool Connection::SendRequest(uint32_t handle) {
   if (r.stream) {
     h.flags = static_cast<uint8_t>(kFlagStream | (r.no_message ? kFlagNoMessage : 0) |
                                    (r.end_stream ? kFlagEndStream : 0));
+  }
+  if (r.meta_in_payload != 0) {
+    h.flags |= kFlagMetaInPayload;
+    h.meta_len = r.meta_in_payload;
   }
   if (r.deadline != absl::InfiniteFuture()) {
     // Taken now, as the request goes on the wire: time spent connecting or
@@ -225,7 +238,18 @@ bool Connection::SendResponseItem(OutItem& item) {
   // The status message rides in the eager header even when the payload is
   // large, so it must leave room for the header and a descriptor.
   const size_t max_message = EagerLimit() - kWireHeaderBytes - 2 * kRemoteBufferBytes;
-  if (item.meta.size() > max_message) item.meta.clear();  // runtime/rpc bounds it before
+  uint32_t meta_in_payload = 0;
+  if (item.meta.size() > max_message / 2) {
+    // Too large for the eager prefix: the metadata leads the payload.
+    if (item.registered) {
+      item.payload.assign(item.registered->data + kRegisteredResponseOffset, item.registered_len);
+      CountPayloadCopy(item.registered_len);
+      item.registered.reset();
+    }
+    item.payload.insert(0, item.meta);
+    meta_in_payload = static_cast<uint32_t>(item.meta.size());
+    item.meta.clear();
+  }
   if (item.message.size() > max_message - item.meta.size()) {
     item.message.resize(max_message - item.meta.size());
   }
@@ -240,6 +264,10 @@ bool Connection::SendResponseItem(OutItem& item) {
   h.status_code = static_cast<uint32_t>(item.code);
   h.aux_len = static_cast<uint16_t>(item.message.size());
   h.meta_len = static_cast<uint32_t>(item.meta.size());
+  if (meta_in_payload != 0) {
+    h.flags |= kFlagMetaInPayload;
+    h.meta_len = meta_in_payload;
+  }
   h.payload_len = static_cast<uint32_t>(payload_size);
   const size_t total = kWireHeaderBytes + head + payload_size;
   if (total <= EagerLimit()) {
@@ -293,7 +321,7 @@ bool Connection::SendResponseItem(OutItem& item) {
   const uint32_t ref = next_ref_++;
   LargeBuffer* exposed = b.release();
   exposed_[ref] = exposed;
-  h.flags = kFlagPayloadRemote;
+  h.flags |= kFlagPayloadRemote;
   h.ref = ref;
   RemoteBuffer pr{exposed->addr() + kWireHeaderBytes + head, exposed->rkey(), h.payload_len};
   PostEager(MsgKind::kResponse, item.token.slot, item.token.generation, h, item.message, pr, {},
@@ -313,7 +341,7 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
   // traffic flows both ways.
   h.credits = credits_->TakeOwed();
   h.aux_len = static_cast<uint16_t>(aux.size());
-  h.meta_len = static_cast<uint32_t>(meta.size());
+  if (!(h.flags & kFlagMetaInPayload)) h.meta_len = static_cast<uint32_t>(meta.size());
   const size_t prefix = EncodePrefix(h, aux, payload_remote, reply, out, meta);
   if (write != nullptr) {
     if (payload_size > 0) write(source, out + prefix);  // serialised in place
@@ -426,6 +454,7 @@ void Connection::OnSendCompletion(const ibv_wc& wc) {
     if (e.large != nullptr && pool_ != nullptr) pool_->Put(e.large);
     e = SqEntry{};
   }
+  if (close_when_sent_) MaybeFinishCloseWhenSent();
   MaybeFinishClose();
 }
 
@@ -591,11 +620,13 @@ void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
     LargeBuffer* reply = s->reply_buffer;
     s->reply_buffer = nullptr;
     FinishSlot(imm.slot, false);
+    if (!m.meta.empty()) sink->OnResponseMetadata(m.meta);
     sink->OnResponse(code, m.aux, m.payload);
     if (pool_ != nullptr) pool_->Put(reply);
     return;
   }
   FinishSlot(imm.slot, false);
+  if (!m.meta.empty()) sink->OnResponseMetadata(m.meta);
   sink->OnResponse(code, m.aux, m.payload);
 }
 

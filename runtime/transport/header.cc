@@ -60,7 +60,7 @@ absl::StatusOr<Imm> DecodeImm(uint32_t v) {
 }
 
 size_t EncodedPrefixBytes(const WireHeader& h) {
-  size_t n = kWireHeaderBytes + h.aux_len + h.meta_len;
+  size_t n = kWireHeaderBytes + h.aux_len + ((h.flags & kFlagMetaInPayload) ? 0 : h.meta_len);
   if (h.flags & kFlagPayloadRemote) n += kRemoteBufferBytes;
   if (h.flags & kFlagReplyBuffer) n += kRemoteBufferBytes;
   return n;
@@ -77,12 +77,15 @@ size_t EncodePrefix(const WireHeader& h, absl::string_view aux, const RemoteBuff
   Put<uint32_t>(out + 12, h.payload_len);
   Put<uint64_t>(out + 16, h.timeout_us);
   Put<uint32_t>(out + 24, h.ref);
-  Put<uint32_t>(out + 28, static_cast<uint32_t>(meta.size()));
+  const bool meta_in_payload = (h.flags & kFlagMetaInPayload) != 0;
+  Put<uint32_t>(out + 28, meta_in_payload ? h.meta_len : static_cast<uint32_t>(meta.size()));
   size_t off = kWireHeaderBytes;
   if (!aux.empty()) std::memcpy(out + off, aux.data(), aux.size());
   off += aux.size();
-  if (!meta.empty()) std::memcpy(out + off, meta.data(), meta.size());
-  off += meta.size();
+  if (!meta_in_payload) {
+    if (!meta.empty()) std::memcpy(out + off, meta.data(), meta.size());
+    off += meta.size();
+  }
   if (h.flags & kFlagPayloadRemote) {
     PutRemote(out + off, payload_remote);
     off += kRemoteBufferBytes;
@@ -125,7 +128,7 @@ absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
   h.timeout_us = Get<uint64_t>(p + 16);
   h.ref = Get<uint32_t>(p + 24);
   h.meta_len = Get<uint32_t>(p + 28);
-  if (h.meta_len > bytes.size()) {
+  if (!(h.flags & kFlagMetaInPayload) && h.meta_len > bytes.size()) {
     return absl::InvalidArgumentError(absl::StrCat("header announces ", h.meta_len,
                                                    " bytes of metadata but the message has ",
                                                    bytes.size()));
@@ -139,8 +142,14 @@ absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
   size_t off = kWireHeaderBytes;
   m.aux = bytes.substr(off, h.aux_len);
   off += h.aux_len;
-  m.meta = bytes.substr(off, h.meta_len);
-  off += h.meta_len;
+  if (!(h.flags & kFlagMetaInPayload)) {
+    m.meta = bytes.substr(off, h.meta_len);
+    off += h.meta_len;
+  } else if (h.meta_len > h.payload_len) {
+    return absl::InvalidArgumentError(absl::StrCat("header announces ", h.meta_len,
+                                                   " bytes of metadata in a payload of ",
+                                                   h.payload_len));
+  }
   if (h.flags & kFlagPayloadRemote) {
     m.payload_remote = GetRemote(p + off);
     off += kRemoteBufferBytes;
@@ -162,8 +171,17 @@ absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
                                                      bytes.size() - off, " follow"));
     }
     m.payload = bytes.substr(off);
+    SplitMetaInPayload(h, &m.payload, &m.meta);  // lengths checked above
   }
   return m;
+}
+
+bool SplitMetaInPayload(const WireHeader& h, absl::string_view* payload, absl::string_view* meta) {
+  if (!(h.flags & kFlagMetaInPayload)) return true;
+  if (payload->size() < h.meta_len) return false;
+  *meta = payload->substr(0, h.meta_len);
+  payload->remove_prefix(h.meta_len);
+  return true;
 }
 
 void EncodeHandshake(const HandshakeData& h, char out[kHandshakeBytes]) {

@@ -63,9 +63,18 @@ enum HeaderFlags : uint8_t {
   kFlagStream = 4,         // request opens a stream (any kind but unary)
   kFlagEndStream = 8,      // client: no message follows on this stream
   kFlagNoMessage = 16,     // request or stream frame carries no message
+  // The metadata (meta_len bytes) is the start of the payload rather than
+  // part of the prefix: metadata too large for the eager prefix travels
+  // with the payload, eagerly or by rendezvous.
+  kFlagMetaInPayload = 32,
 };
-inline constexpr uint8_t kKnownFlags =
-    kFlagPayloadRemote | kFlagReplyBuffer | kFlagStream | kFlagEndStream | kFlagNoMessage;
+inline constexpr uint8_t kKnownFlags = kFlagPayloadRemote | kFlagReplyBuffer | kFlagStream |
+                                       kFlagEndStream | kFlagNoMessage | kFlagMetaInPayload;
+struct WireHeader;
+// With kFlagMetaInPayload, splits a whole payload (`*payload`, e.g. pulled
+// by RDMA READ) into its metadata and the message; false when the payload
+// is shorter than meta_len. Without the flag: nothing to do, true.
+bool SplitMetaInPayload(const WireHeader& h, absl::string_view* payload, absl::string_view* meta);
 
 inline constexpr uint16_t kHeaderMagic = 0x5252;  // "RR"
 inline constexpr size_t kWireHeaderBytes = 32;

@@ -41,6 +41,7 @@ void Connection::StartRequestPull(const Imm& imm, const ParsedMessage& m) {
   ctx.token = token;
   ctx.method = std::string(m.aux);
   ctx.meta = std::string(m.meta);
+  ctx.header = m.header;
   ctx.timeout_us = m.header.timeout_us;
   ctx.end_stream = (m.header.flags & kFlagEndStream) != 0;
   ctx.stream_message = false;
@@ -121,6 +122,8 @@ void Connection::StartResponsePull(uint32_t handle, const ParsedMessage& m) {
   ctx.ref = m.header.ref;
   ctx.code = static_cast<absl::StatusCode>(m.header.status_code);
   ctx.message = std::string(m.aux);
+  ctx.meta = std::string(m.meta);
+  ctx.header = m.header;
   PostRead(std::move(ctx));
 }
 
@@ -184,8 +187,16 @@ void Connection::OnReadCompletion(uint64_t seq, const ibv_wc& wc) {
     }
     const uint8_t flags = static_cast<uint8_t>((stream ? kFlagStream : 0) |
                                                (ctx.end_stream ? kFlagEndStream : 0));
-    DeliverRequest(ctx.token, ctx.method, absl::string_view(ctx.buffer->data, ctx.remote.length),
-                   ctx.timeout_us, flags, ctx.meta);
+    absl::string_view payload(ctx.buffer->data, ctx.remote.length);
+    absl::string_view meta = ctx.meta;
+    if (!SplitMetaInPayload(ctx.header, &payload, &meta)) {
+      if (pool_ != nullptr) pool_->Put(ctx.buffer);
+      Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_, ": request of ",
+                                                payload.size(), " bytes is shorter than its "
+                                                "metadata of ", ctx.header.meta_len)));
+      return;
+    }
+    DeliverRequest(ctx.token, ctx.method, payload, ctx.timeout_us, flags, meta);
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
     if (stream) RunDeferred(StreamKey(ctx.token.slot, ctx.token.generation));
     return;
@@ -199,8 +210,16 @@ void Connection::OnReadCompletion(uint64_t seq, const ibv_wc& wc) {
   if (Slot* s = LiveSlot(idx, gen); s != nullptr) {
     ResponseSink* sink = s->sink;
     FinishSlot(idx, false);
-    sink->OnResponse(ctx.code, ctx.message,
-                     absl::string_view(ctx.buffer->data, ctx.remote.length));
+    absl::string_view payload(ctx.buffer->data, ctx.remote.length);
+    absl::string_view meta = ctx.meta;
+    if (!SplitMetaInPayload(ctx.header, &payload, &meta)) {
+      sink->OnFailure(absl::UnavailableError(absl::StrCat(
+          "protocol error from ", peer_name_, ": response of ", payload.size(),
+          " bytes is shorter than its metadata of ", ctx.header.meta_len)));
+    } else {
+      if (!meta.empty()) sink->OnResponseMetadata(meta);
+      sink->OnResponse(ctx.code, ctx.message, payload);
+    }
   }
   if (pool_ != nullptr) pool_->Put(ctx.buffer);
 }

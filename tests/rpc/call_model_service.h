@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "rdmarpc/rdmarpc.h"
@@ -24,6 +25,7 @@ inline constexpr char kSlowMethod[] = "/rdmarpc.test.CallModel/Slow";
 inline constexpr char kInlineMethod[] = "/rdmarpc.test.CallModel/Inline";
 inline constexpr char kDetailsMethod[] = "/rdmarpc.test.CallModel/Details";
 inline constexpr char kRelayMethod[] = "/rdmarpc.test.CallModel/Relay";
+inline constexpr char kEchoMetadataMethod[] = "/rdmarpc.test.CallModel/EchoMetadata";
 inline constexpr char kDetailsTypeUrl[] = "type.googleapis.com/google.rpc.Status";
 
 class CallModelService final : public rdmarpc::Service {
@@ -38,6 +40,8 @@ class CallModelService final : public rdmarpc::Service {
         kDetailsMethod, this, &CallModelService::Details));
     AddMethod(std::make_unique<UnaryMethodHandler<CallModelService, EchoRequest, EchoResponse>>(
         kRelayMethod, this, &CallModelService::Relay));
+    AddMethod(std::make_unique<UnaryMethodHandler<CallModelService, EchoRequest, EchoResponse>>(
+        kEchoMetadataMethod, this, &CallModelService::EchoMetadata));
   }
 
   // Sleeps req.sleep_ms in 5 ms steps; returns early with CANCELLED once the
@@ -95,6 +99,20 @@ class CallModelService final : public rdmarpc::Service {
       relay_child_deadline_ = child->deadline();
     }
     return internal::BlockingUnaryCall(relay_channel.get(), kSlowMethod, child.get(), req, resp);
+  }
+
+  // Sends every client metadata entry back as initial and as trailing
+  // metadata; text = number of entries seen; fails with req.tag() as the
+  // code when it is not 0 (the metadata still goes back).
+  absl::Status EchoMetadata(ServerContext* ctx, const EchoRequest& req, EchoResponse* resp) {
+    for (const auto& [k, v] : ctx->client_metadata()) {
+      ctx->AddInitialMetadata(k, v);
+      ctx->AddTrailingMetadata(k, v);
+    }
+    resp->set_text(absl::StrCat(ctx->client_metadata().size()));
+    resp->set_data(req.data());
+    if (req.tag() != 0) return absl::Status(static_cast<absl::StatusCode>(req.tag()), "asked");
+    return absl::OkStatus();
   }
 
   std::shared_ptr<Channel> relay_channel;

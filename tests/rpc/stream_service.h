@@ -88,7 +88,12 @@ class StreamService final : public rdmarpc::Service {
   }
 
   // Echoes every message back (text and data), then OK.
-  absl::Status Chat(ServerContext*, ServerReaderWriter<EchoResponse, EchoRequest>* stream) {
+  // Client metadata goes back as initial and trailing metadata.
+  absl::Status Chat(ServerContext* ctx, ServerReaderWriter<EchoResponse, EchoRequest>* stream) {
+    for (const auto& [k, v] : ctx->client_metadata()) {
+      ctx->AddInitialMetadata(k, v);
+      ctx->AddTrailingMetadata(k, v);
+    }
     EchoRequest req;
     while (stream->Read(&req)) {
       EchoResponse resp;

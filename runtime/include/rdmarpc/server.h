@@ -50,6 +50,9 @@ struct RDMARPC_EXPORT ServerOptions {
   int recv_depth = 64;
   // Largest request or response, in bytes; larger fail RESOURCE_EXHAUSTED.
   size_t max_message_bytes = 64 * 1024 * 1024;
+  // Largest client metadata of one call (keys and values), in bytes; a call
+  // with more fails RESOURCE_EXHAUSTED naming both sizes. gRPC's default.
+  size_t max_metadata_bytes = 8 * 1024;
   // Threads running synchronous handlers, kept even when idle; 0 = one per
   // hardware thread (std::thread::hardware_concurrency()). Handlers of
   // run_inline methods run on the workers instead.

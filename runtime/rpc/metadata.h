@@ -1,0 +1,47 @@
+// metadata.h: call metadata on the wire, and gRPC's rules for it.
+//
+// The transport carries metadata as opaque bytes (WireHeader::meta_len);
+// this is what they hold. A request's metadata is one list; a response's
+// (and a stream's trailers') is two — initial, then trailing — as
+// u32 initial-list length, initial list, trailing list. A list is, per
+// entry in order: u32 key length, key, u32 value length, value (integers
+// little-endian).
+//
+// Keys and values follow gRPC's rules (its PROTOCOL-HTTP2.md): keys are
+// non-empty, lowercase ASCII letters, digits, '-', '_' and '.', and do not
+// start with "grpc-" (reserved for the framework); values of keys ending in
+// "-bin" are any bytes, other values printable ASCII (0x20..0x7E).
+#ifndef RDMARPC_RUNTIME_RPC_METADATA_H_
+#define RDMARPC_RUNTIME_RPC_METADATA_H_
+
+#include <cstddef>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace rdmarpc {
+namespace internal {
+
+using Metadata = std::multimap<std::string, std::string>;
+
+// Bytes of keys and values, the measure max_metadata_bytes bounds.
+size_t MetadataBytes(const Metadata& md);
+// OK, or INTERNAL naming the first bad key or value, or RESOURCE_EXHAUSTED
+// when `md` holds more than `limit` bytes (naming both). `what` names the
+// list in messages ("client metadata").
+absl::Status ValidateMetadata(const Metadata& md, size_t limit, absl::string_view what);
+
+std::string EncodeMetadata(const Metadata& md);
+// Adds the entries encoded in `bytes` to `*md`; false when malformed.
+bool DecodeMetadata(absl::string_view bytes, Metadata* md);
+
+// A response's two lists.
+std::string EncodeResponseMetadata(const Metadata& initial, const Metadata& trailing);
+bool DecodeResponseMetadata(absl::string_view bytes, Metadata* initial, Metadata* trailing);
+
+}  // namespace internal
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_RUNTIME_RPC_METADATA_H_
