@@ -17,7 +17,7 @@
 #include "runtime/rpc/metadata.h"
 #include "runtime/rpc/server_impl.h"
 #include "runtime/rpc/status_payloads.h"
-#include "runtime/rpc/server_test_hooks.h"
+#include "runtime/rpc/server_hooks.h"
 #include "runtime/transport/header.h"
 #include "runtime/transport/transport.h"
 
@@ -36,6 +36,12 @@ void Server::Wait() { impl_->Wait(); }
 
 namespace internal {
 namespace {
+// The protocol version this server speaks (a test may change it).
+uint16_t ProtocolVersion() {
+  ServerHooks* hooks = InstalledServerHooks();
+  return hooks != nullptr ? hooks->ProtocolVersion() : kProtocolVersion;
+}
+
 // How long a handler-pool thread that ran out of work spins before it
 // sleeps. Short: on a 2-core host a spinning pool thread takes the core the
 // worker and the peer need.
@@ -211,7 +217,7 @@ absl::Status ServerImpl::ProbeLargePool(ibv_pd* pd, size_t ring_bytes) {
 
 void ServerImpl::Reject(rdma_cm_id* id, uint32_t reason) {
   HandshakeData h;
-  h.version = ServerProtocolVersion();
+  h.version = ProtocolVersion();
   h.reject_reason = reason;
   char pd[kHandshakeBytes];
   EncodeHandshake(h, pd);
@@ -239,9 +245,9 @@ void ServerImpl::OnConnectRequest(const CmEvent& ev) {
     Reject(id, 0);
     return;
   }
-  if (h->version != ServerProtocolVersion()) {
+  if (h->version != ProtocolVersion()) {
     LOG(WARNING) << "rejecting client speaking protocol version " << h->version
-                 << "; this server speaks " << ServerProtocolVersion();
+                 << "; this server speaks " << ProtocolVersion();
     Reject(id, kRejectVersion);
     return;
   }
@@ -264,7 +270,9 @@ void ServerImpl::OnConnectRequest(const CmEvent& ev) {
   copts.recv_buffer_bytes = options_.recv_buffer_bytes;
   copts.recv_depth = options_.recv_depth;
   copts.max_message_bytes = options_.max_message_bytes;
-  copts.request_read_delay = &TakeServerRequestReadDelay;
+  if (InstalledServerHooks() != nullptr) {
+    copts.request_read_delay = [] { return InstalledServerHooks()->RequestReadDelay(); };
+  }
   const HandshakeData peer = *h;
   w->engine->Post([this, w, id, peer, copts] {
     absl::StatusOr<Connection*> c =

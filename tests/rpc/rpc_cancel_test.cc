@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
 #include "runtime/rpc/context_access.h"
-#include "runtime/rpc/server_test_hooks.h"
+#include "tests/testing/server_test_hooks.h"
 #include "runtime/softrdma/softrdma.h"
 #include "tests/rpc/call_model_service.h"
 

@@ -9,7 +9,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
-#include "runtime/rpc/server_test_hooks.h"
+#include "tests/testing/server_test_hooks.h"
 #include "runtime/transport/transport.h"
 #include "runtime/softrdma/faults.h"
 #include "runtime/softrdma/softrdma.h"

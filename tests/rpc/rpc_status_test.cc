@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
-#include "runtime/rpc/server_test_hooks.h"
+#include "tests/testing/server_test_hooks.h"
 #include "runtime/softrdma/softrdma.h"
 #include "tests/rpc/rpc_fixture.h"
 #include "tests/rpc/test_service.h"
