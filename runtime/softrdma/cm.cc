@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "glog/logging.h"
 #include "softrdma/engine.h"
 #include "softrdma/faults.h"
@@ -124,6 +125,27 @@ absl::Mutex& CmMutex() {
 namespace {
 
 SoftCmId* CmIdOf(rdma_cm_id* id) { return reinterpret_cast<SoftCmId*>(id); }
+
+// Event channels this process created and has not destroyed, checked as ids
+// are (IsLiveId): perftest 4.5 destroys its channel twice after a rejected
+// connect. Its own mutex: channels are not rdma_cm connection state.
+ABSL_CONST_INIT absl::Mutex g_channels_mu(absl::kConstInit);
+absl::flat_hash_set<const rdma_event_channel*>& LiveChannels()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_channels_mu) {
+  static auto* s = new absl::flat_hash_set<const rdma_event_channel*>();
+  return *s;
+}
+
+bool IsLiveChannel(const rdma_event_channel* ch) {
+  {
+    absl::MutexLock l(&g_channels_mu);
+    if (ch != nullptr && LiveChannels().contains(ch)) return true;
+  }
+  LOG(ERROR) << "softrdma: " << static_cast<const void*>(ch)
+             << " is not a live rdma_event_channel (destroyed, or never created); EINVAL";
+  errno = EINVAL;
+  return false;
+}
 SoftEventChannel* ChannelOf(rdma_event_channel* c) {
   return reinterpret_cast<SoftEventChannel*>(c);
 }
@@ -134,6 +156,31 @@ absl::flat_hash_map<uint64_t, SoftCmId*>& LiveIds() ABSL_EXCLUSIVE_LOCKS_REQUIRE
   return *m;
 }
 uint64_t g_next_serial ABSL_GUARDED_BY(CmMutex()) = 1;
+
+// The same ids by address. Every rdma_cm call checks the id it is handed
+// against it before touching the id: a caller passing a destroyed id (or one
+// read from freed memory, as perftest 4.5's rdma_cm retry does) gets EINVAL
+// instead of softrdma dereferencing a wild pointer.
+absl::flat_hash_set<const rdma_cm_id*>& LiveIdAddrs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  static auto* s = new absl::flat_hash_set<const rdma_cm_id*>();
+  return *s;
+}
+
+void PublishId(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  s->serial = g_next_serial++;
+  LiveIds()[s->serial] = s;
+  LiveIdAddrs().insert(&s->id);
+}
+
+// True when `id` is a live id of this process; otherwise logs and sets errno
+// to EINVAL.
+bool IsLiveId(const rdma_cm_id* id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  if (id != nullptr && LiveIdAddrs().contains(id)) return true;
+  LOG(ERROR) << "softrdma: rdma_cm call on " << static_cast<const void*>(id)
+             << ", which is not a live rdma_cm_id (destroyed, or never created); EINVAL";
+  errno = EINVAL;
+  return false;
+}
 
 // Queues an event for `id` on its channel (or on `on`'s channel, for a
 // CONNECT_REQUEST that belongs on the listener's channel).
@@ -284,6 +331,7 @@ void DestroyIdLocked(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   if (s->id.qp != nullptr) internal::ToSoft(s->id.qp)->cm_id = nullptr;
   RemoveEventsFor(s);
   LiveIds().erase(s->serial);
+  LiveIdAddrs().erase(&s->id);
   if (s->sync) softrdma::destroy_event_channel(s->id.channel);
   delete s;
   Stat().live_cm_ids--;
@@ -405,8 +453,7 @@ void CmOnFrame(Conn* conn, Frame& f) {
       auto* s = new SoftCmId();
       std::memset(&s->id, 0, sizeof(s->id));
       s->passive = true;
-      s->serial = g_next_serial++;
-      LiveIds()[s->serial] = s;
+      PublishId(s);
       Stat().live_cm_ids++;
       s->id.verbs = l->id.verbs != nullptr ? l->id.verbs : CmContext();
       s->id.channel = l->id.channel;
@@ -549,11 +596,21 @@ rdma_event_channel* create_event_channel() {
     errno = e;
     return nullptr;
   }
+  absl::MutexLock l(&internal::g_channels_mu);
+  internal::LiveChannels().insert(&ch->ch);
   return &ch->ch;
 }
 
 void destroy_event_channel(rdma_event_channel* channel) {
   if (channel == nullptr) return;
+  {
+    absl::MutexLock l(&internal::g_channels_mu);
+    if (internal::LiveChannels().erase(channel) == 0) {
+      LOG(ERROR) << "softrdma: rdma_destroy_event_channel on " << static_cast<void*>(channel)
+                 << ", which is not a live channel (destroyed twice?); ignored";
+      return;
+    }
+  }
   auto* ch = internal::ChannelOf(channel);
   {
     absl::MutexLock l(&ch->mu);
@@ -569,6 +626,7 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
   if (id == nullptr) return internal::Fail(EINVAL);
   if (ps != RDMA_PS_TCP) return internal::Fail(EOPNOTSUPP);
   const bool sync = channel == nullptr;
+  if (!sync && !internal::IsLiveChannel(channel)) return -1;
   if (sync) {
     channel = create_event_channel();
     if (channel == nullptr) return -1;
@@ -582,8 +640,7 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
   s->id.qp_type = IBV_QPT_RC;
   {
     absl::MutexLock l(&CmMutex());
-    s->serial = internal::g_next_serial++;
-    internal::LiveIds()[s->serial] = s;
+    internal::PublishId(s);
   }
   internal::Stat().live_cm_ids++;
   *id = &s->id;
@@ -593,6 +650,7 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
 int destroy_id(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   // librdmacm's rdma_destroy_id waits until every event it returned for the
   // id has been acked, which another thread (e.g. rping's cm thread) may
@@ -616,6 +674,7 @@ int destroy_id(rdma_cm_id* id) {
 int bind_addr(rdma_cm_id* id, sockaddr* addr) {
   if (id == nullptr || !internal::GoodFamily(addr)) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kIdle) return internal::Fail(EINVAL);
   int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -639,6 +698,7 @@ int bind_addr(rdma_cm_id* id, sockaddr* addr) {
 int listen(rdma_cm_id* id, int backlog) {
   if (id == nullptr) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kBound) return internal::Fail(EINVAL);
   if (::listen(s->bound_fd, backlog > 0 ? backlog : 128) != 0) return -1;
@@ -653,6 +713,7 @@ static int ResolveAddrStart(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_ad
                             int timeout_ms) {
   if (id == nullptr || dst_addr == nullptr) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kIdle && s->state != CmState::kBound) return internal::Fail(EINVAL);
   if (timeout_ms > 0) s->timeout_ms = timeout_ms;
@@ -695,6 +756,7 @@ static int ResolveAddrStart(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_ad
 static int ResolveRouteStart(rdma_cm_id* id, int timeout_ms) {
   if (id == nullptr) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kAddrResolved) return internal::Fail(EINVAL);
   if (timeout_ms > 0) s->timeout_ms = timeout_ms;
@@ -709,10 +771,12 @@ namespace {
 // form of `qp_init_attr` (which then points into it), made by create_qp_ex.
 int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
                ibv_qp_init_attr_ex* ex) {
-  if (id == nullptr || qp_init_attr == nullptr || id->verbs == nullptr) {
-    return internal::Fail(EINVAL);
+  if (id == nullptr || qp_init_attr == nullptr) return internal::Fail(EINVAL);
+  {
+    absl::MutexLock l(&CmMutex());
+    if (!internal::IsLiveId(id)) return -1;
   }
-  if (id->qp != nullptr) return internal::Fail(EINVAL);
+  if (id->verbs == nullptr || id->qp != nullptr) return internal::Fail(EINVAL);
   if (pd == nullptr) {
     internal::SoftContext* c = internal::ToSoft(id->verbs);
     absl::MutexLock l(&c->mu);
@@ -768,6 +832,7 @@ int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
   init.qp_state = IBV_QPS_INIT;
   modify_qp(qp, &init, IBV_QP_STATE);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   id->qp = qp;
   id->pd = pd;
@@ -800,7 +865,12 @@ int create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr_ex) {
 }
 
 void destroy_qp(rdma_cm_id* id) {
-  if (id == nullptr || id->qp == nullptr) return;
+  if (id == nullptr) return;
+  {
+    absl::MutexLock l(&CmMutex());
+    if (!internal::IsLiveId(id)) return;
+  }
+  if (id->qp == nullptr) return;
   softrdma::destroy_qp(id->qp);  // detaches from the id and tells the peer
   id->qp = nullptr;
   bool own_cqs;
@@ -831,6 +901,7 @@ static int ConnectStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
     return internal::Fail(EINVAL);
   }
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kRouteResolved) return internal::Fail(EINVAL);
   internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
@@ -879,6 +950,7 @@ static int AcceptStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
     return internal::Fail(EINVAL);
   }
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kConnectReqRcvd || s->conn == nullptr) return internal::Fail(EINVAL);
   if (s->peer_gone) {
@@ -957,7 +1029,12 @@ int accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
 }
 
 int get_request(rdma_cm_id* listen, rdma_cm_id** id) {
-  if (listen == nullptr || id == nullptr || !IsSync(listen)) return internal::Fail(EINVAL);
+  if (listen == nullptr || id == nullptr) return internal::Fail(EINVAL);
+  {
+    absl::MutexLock l(&CmMutex());
+    if (!internal::IsLiveId(listen)) return -1;
+  }
+  if (!IsSync(listen)) return internal::Fail(EINVAL);
   rdma_cm_event* e = nullptr;
   if (get_cm_event(listen->channel, &e) != 0) return -1;
   if (e->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
@@ -1031,6 +1108,7 @@ int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
     return internal::Fail(EINVAL);
   }
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kConnectReqRcvd || s->conn == nullptr) return internal::Fail(EINVAL);
   std::vector<uint8_t> pd(static_cast<const uint8_t*>(private_data),
@@ -1044,6 +1122,7 @@ int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
 int disconnect(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   switch (s->state) {
     case CmState::kEstablished:
@@ -1063,6 +1142,7 @@ int disconnect(rdma_cm_id* id) {
 
 int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (channel == nullptr || event == nullptr) return internal::Fail(EINVAL);
+  if (!internal::IsLiveChannel(channel)) return -1;
   SoftEventChannel* ch = internal::ChannelOf(channel);
   for (;;) {
     if (internal::WaitEventFd(channel->fd) != 0) return -1;
@@ -1094,7 +1174,9 @@ int ack_cm_event(rdma_cm_event* event) {
 
 int migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
   if (id == nullptr || channel == nullptr) return internal::Fail(EINVAL);
+  if (!internal::IsLiveChannel(channel)) return -1;
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftEventChannel* from = internal::ChannelOf(id->channel);
   SoftEventChannel* to = internal::ChannelOf(channel);
   if (from == to) return 0;
@@ -1120,6 +1202,7 @@ int migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
 int DropConnection(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->conn == nullptr) return internal::Fail(EINVAL);
   // Both directions end at once; the progress thread then sees EOF on this
@@ -1131,6 +1214,7 @@ int DropConnection(rdma_cm_id* id) {
 int VanishPeer(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->conn == nullptr) return internal::Fail(EINVAL);
   s->conn->Vanish();

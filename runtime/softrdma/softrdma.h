@@ -71,6 +71,12 @@
 //    -EIO; IBV_EVENT_CQ_ERR is posted on the context's async_fd.
 //  - get_src_port / get_dst_port return network byte order, as librdmacm's.
 //  - Only RDMA_PS_TCP. Synchronous ids (NULL channel, rdma_create_ep) work.
+//  - Every rdma_cm call checks the rdma_cm_id / rdma_event_channel it is
+//    handed against those the process created and has not destroyed: a dead
+//    or wild one fails with EINVAL (destroy_event_channel ignores it), logged,
+//    and is never dereferenced. perftest 4.5+0.17 retries a rejected -R
+//    connect on ids it freed and destroys its channel twice
+//    (perftest_reject_test.sh).
 //  - Atomics (FETCH_ADD, CMP_AND_SWP) act on host-order u64s, as rxe; the
 //    original value lands in the local SGE in host order.
 //  - RC QPs only: create_qp (and rdma_create_qp) with IBV_QPT_UC, IBV_QPT_UD
