@@ -47,6 +47,7 @@ enum class CmState {
   kAddrResolved,
   kRouteResolved,
   kConnecting,      // active: TCP connect / CONNECT_REQ sent, awaiting ACCEPT
+  kConnectResponse,  // active, own QP: CONNECT_RESPONSE delivered, awaiting rdma_establish
   kConnectReqRcvd,  // passive: CONNECT_REQUEST delivered, awaiting accept/reject
   kAccepting,       // passive: ACCEPT sent, awaiting RTU
   kEstablished,
@@ -115,6 +116,10 @@ struct SoftCmId {
   ConnParams remote ABSL_GUARDED_BY(CmMutex());
   ShmState shm_state ABSL_GUARDED_BY(CmMutex()) = ShmState::kNone;
   std::shared_ptr<ShmLink> shm ABSL_GUARDED_BY(CmMutex());
+  // A QP the application created itself (id.qp stays NULL, as librdmacm
+  // leaves it) and named in rdma_conn_param.qp_num; it moves the QP through
+  // INIT / RTR / RTS itself, with rdma_init_qp_attr.
+  std::shared_ptr<SoftQp> user_qp ABSL_GUARDED_BY(CmMutex());
 };
 
 absl::Mutex& CmMutex() {
@@ -260,6 +265,18 @@ void SendControl(Conn* conn, FrameType type, const std::vector<uint8_t>& payload
 // peer's rnr_retry_count governs our sends (rdma_cm(7): "the maximum number of
 // times that a send operation from the remote peer should be retried").
 void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  if (s->user_qp != nullptr && s->conn != nullptr) {
+    // The application's own QP: only the link. The passive side holds its
+    // sends until RTU, when the active side's QP is known to be in RTR (a NIC
+    // would drop them earlier, and retransmit).
+    const bool passive =
+        s->state == CmState::kConnectReqRcvd || s->state == CmState::kAccepting;
+    const bool hold = passive || s->shm_state == ShmState::kPendingRtu;
+    const bool use_shm = s->shm_state == ShmState::kPendingRtu || s->shm_state == ShmState::kActive;
+    QpBindLink(s->user_qp.get(), s->conn, use_shm ? s->shm : nullptr, hold, passive);
+    s->conn->qp = s->user_qp;
+    return;
+  }
   if (s->id.qp == nullptr || s->conn == nullptr) return;
   SoftQp* q = internal::ToSoft(s->id.qp);
   const bool passive =
@@ -294,6 +311,7 @@ void EndConnection(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   s->state = CmState::kDisconnected;
   if (s->conn != nullptr) s->conn->qp.reset();
   if (s->id.qp != nullptr) QpFlushToError(internal::ToSoft(s->id.qp));
+  if (s->user_qp != nullptr) QpFlushToError(s->user_qp.get());
   if (!s->disconnect_event_posted) {
     s->disconnect_event_posted = true;
     PostEvent(s, RDMA_CM_EVENT_DISCONNECTED, 0);
@@ -329,6 +347,10 @@ void DestroyIdLocked(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   DetachConn(s);
   DropShm(s);
   if (s->id.qp != nullptr) internal::ToSoft(s->id.qp)->cm_id = nullptr;
+  if (s->user_qp != nullptr) {
+    if (s->user_qp->cm_id == s) s->user_qp->cm_id = nullptr;
+    s->user_qp.reset();
+  }
   RemoveEventsFor(s);
   LiveIds().erase(s->serial);
   LiveIdAddrs().erase(&s->id);
@@ -403,9 +425,11 @@ void CmOnClosed(Conn* conn) {
   if (s == nullptr) return;
   switch (s->state) {
     case CmState::kEstablished:
+    case CmState::kConnectResponse:
       // The TCP connection broke without a DISCONNECT: a transport failure,
       // which the QP reports as IBV_EVENT_QP_FATAL before it flushes.
       if (s->id.qp != nullptr) QpTransportFailed(internal::ToSoft(s->id.qp));
+      if (s->user_qp != nullptr) QpTransportFailed(s->user_qp.get());
       EndConnection(s);
       break;
     case CmState::kConnecting:
@@ -514,6 +538,14 @@ void CmOnFrame(Conn* conn, Frame& f) {
         }
       }
       AttachQp(s);
+      if (s->id.qp == nullptr) {
+        // No QP of rdma_cm's (librdmacm's rule): the application gets
+        // CONNECT_RESPONSE, moves its own QP to RTR and RTS, and calls
+        // rdma_establish, which sends RTU.
+        s->state = CmState::kConnectResponse;
+        PostEvent(s, RDMA_CM_EVENT_CONNECT_RESPONSE, 0, &s->remote);
+        return;
+      }
       SendControl(conn, FrameType::kRtu,
                   {static_cast<uint8_t>(s->shm_state == ShmState::kActive ? 1 : 0)});
       s->state = CmState::kEstablished;
@@ -543,6 +575,9 @@ void CmOnFrame(Conn* conn, Frame& f) {
         }
         if (s->id.qp != nullptr) QpSetLink(internal::ToSoft(s->id.qp), use ? s->shm : nullptr);
       }
+      if (s->user_qp != nullptr) {
+        QpSetLink(s->user_qp.get(), s->shm_state == ShmState::kActive ? s->shm : nullptr);
+      }
       s->state = CmState::kEstablished;
       PostEvent(s, RDMA_CM_EVENT_ESTABLISHED, 0);
       return;
@@ -551,6 +586,7 @@ void CmOnFrame(Conn* conn, Frame& f) {
       SoftCmId* s = conn->id;
       if (s != nullptr && (s->state == CmState::kEstablished ||
                            s->state == CmState::kAccepting ||
+                           s->state == CmState::kConnectResponse ||
                            s->state == CmState::kDisconnected)) {
         EndConnection(s);
       } else if (conn->qp != nullptr) {
@@ -569,14 +605,31 @@ void CmOnQpDestroyed(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   SoftCmId* s = q->cm_id;
   if (s == nullptr) return;
   if (s->conn != nullptr && s->conn->qp.get() == q) s->conn->qp.reset();
-  if ((s->state == CmState::kEstablished || s->state == CmState::kAccepting) &&
+  if ((s->state == CmState::kEstablished || s->state == CmState::kAccepting ||
+       s->state == CmState::kConnectResponse) &&
       s->conn != nullptr) {
     // The peer must not wait forever on a QP that is gone.
     SendControl(s->conn.get(), FrameType::kDisconnect, {});
     s->state = CmState::kDisconnected;
   }
-  s->id.qp = nullptr;
+  if (s->user_qp.get() == q) s->user_qp.reset();
+  if (s->id.qp == &q->qp) s->id.qp = nullptr;
   q->cm_id = nullptr;
+}
+
+// rdma_connect / rdma_accept on an id without a QP of rdma_cm's: takes the
+// application's QP named by conn_param.qp_num (none named, or no QP of that
+// number: the connection carries no QP, and the peer's requests go
+// unanswered, as on a NIC). EINVAL when that QP is in use by another id or
+// belongs to another device context.
+bool TakeUserQp(SoftCmId* s, uint32_t qp_num) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  if (s->id.qp != nullptr || qp_num == 0) return true;
+  std::shared_ptr<SoftQp> q = FindQp(qp_num);
+  if (q == nullptr) return true;
+  if (q->cm_id != nullptr || q->qp.context != s->id.verbs) return false;
+  q->cm_id = s;
+  s->user_qp = std::move(q);
+  return true;
 }
 
 }  // namespace internal
@@ -830,7 +883,9 @@ int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
   qp_init_attr->cap = attr.cap;
   ibv_qp_attr init{};
   init.qp_state = IBV_QPS_INIT;
-  modify_qp(qp, &init, IBV_QP_STATE);
+  init.port_num = 1;
+  init.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  modify_qp(qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   absl::MutexLock l(&CmMutex());
   if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
@@ -905,6 +960,7 @@ static int ConnectStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kRouteResolved) return internal::Fail(EINVAL);
   internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
+  if (!internal::TakeUserQp(s, s->local.qp_num)) return internal::Fail(EINVAL);
   internal::CompleteLocalParams(conn_param, &s->local);
   if (internal::ShmEnabled()) {
     s->shm = internal::ShmLink::Create();
@@ -961,6 +1017,7 @@ static int AcceptStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
     return 0;
   }
   internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
+  if (!internal::TakeUserQp(s, s->local.qp_num)) return internal::Fail(EINVAL);
   internal::CompleteLocalParams(conn_param, &s->local);
   if (s->shm_state == internal::ShmState::kPendingRtu) {
     internal::FillHello("", &s->local.shm);
@@ -983,7 +1040,10 @@ int WaitSync(rdma_cm_id* id, rdma_cm_event_type want) {
   const rdma_cm_event_type got = e->event;
   const int status = e->status;
   ack_cm_event(e);
-  if (got == want) return 0;
+  // An id whose application made its QP itself gets CONNECT_RESPONSE.
+  if (got == want || (want == RDMA_CM_EVENT_ESTABLISHED && got == RDMA_CM_EVENT_CONNECT_RESPONSE)) {
+    return 0;
+  }
   switch (got) {
     case RDMA_CM_EVENT_REJECTED:
       errno = ECONNREFUSED;
@@ -1119,6 +1179,115 @@ int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
   return 0;
 }
 
+int init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
+  if (id == nullptr || qp_attr == nullptr || qp_attr_mask == nullptr) {
+    return internal::Fail(EINVAL);
+  }
+  absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
+  SoftCmId* s = internal::CmIdOf(id);
+  if (id->verbs == nullptr) return internal::Fail(EINVAL);  // no device yet
+  const CmState st = s->state;
+  // The peer's parameters are known on the passive side from CONNECT_REQUEST
+  // on, on the active side from CONNECT_RESPONSE (the IB CM's REQ_RCVD /
+  // REP_RCVD); before that only INIT can be asked for (ib_cm_init_qp_attr).
+  const bool peer_known =
+      s->passive ? (st == CmState::kConnectReqRcvd || st == CmState::kAccepting ||
+                    st == CmState::kEstablished)
+                 : (st == CmState::kConnectResponse || st == CmState::kEstablished);
+  const bool cm_connection = peer_known || st == CmState::kConnecting;
+  // READ / atomic resources as the IB CM negotiated them: before rdma_accept
+  // the REQ's offer; after it what the passive side accepted; on the active
+  // side what the REP granted (its responder resources are our initiator
+  // depth and the other way round).
+  uint8_t resp_res;
+  uint8_t init_depth;
+  if (s->passive && st == CmState::kConnectReqRcvd) {
+    resp_res = s->remote.initiator_depth;
+    init_depth = s->remote.responder_resources;
+  } else if (s->passive) {
+    resp_res = s->local.responder_resources;
+    init_depth = s->local.initiator_depth;
+  } else if (peer_known) {
+    resp_res = s->remote.initiator_depth;
+    init_depth = s->remote.responder_resources;
+  } else {
+    resp_res = s->local.responder_resources;
+    init_depth = s->local.initiator_depth;
+  }
+  resp_res = std::min<uint8_t>(resp_res, internal::kMaxRdAtom);
+  init_depth = std::min<uint8_t>(init_depth, internal::kMaxRdAtom);
+  const ibv_qp_state want = qp_attr->qp_state;
+  std::memset(qp_attr, 0, sizeof(*qp_attr));
+  qp_attr->qp_state = want;
+  switch (want) {
+    case IBV_QPS_INIT:
+      *qp_attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+      qp_attr->pkey_index = 0;
+      qp_attr->port_num = 1;
+      // No REMOTE_* rights before the CM has a connection (cma_ib_init_qp_attr).
+      qp_attr->qp_access_flags =
+          cm_connection ? IBV_ACCESS_REMOTE_WRITE |
+                              (resp_res > 0 ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC : 0)
+                        : 0;
+      return 0;
+    case IBV_QPS_RTR: {
+      if (!peer_known) return internal::Fail(EINVAL);
+      *qp_attr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                      IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+      qp_attr->path_mtu = IBV_MTU_4096;
+      qp_attr->dest_qp_num = s->remote.qp_num;
+      qp_attr->rq_psn = 0;  // softrdma's QPs start their PSNs at 0
+      qp_attr->max_dest_rd_atomic = resp_res;
+      qp_attr->min_rnr_timer = 0;  // as the IB CM sets it
+      ibv_ah_attr& ah = qp_attr->ah_attr;
+      ah.port_num = 1;
+      ah.is_global = 1;
+      ah.grh.hop_limit = 64;
+      const sockaddr* dst = &id->route.addr.dst_addr;
+      if (dst->sa_family == AF_INET6) {
+        std::memcpy(ah.grh.dgid.raw, &id->route.addr.dst_sin6.sin6_addr, 16);
+      } else {
+        ah.grh.dgid.raw[10] = 0xff;  // RoCE v2: the IPv4-mapped address
+        ah.grh.dgid.raw[11] = 0xff;
+        std::memcpy(&ah.grh.dgid.raw[12], &id->route.addr.dst_sin.sin_addr, 4);
+      }
+      return 0;
+    }
+    case IBV_QPS_RTS:
+      if (!peer_known) return internal::Fail(EINVAL);
+      *qp_attr_mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                      IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+      qp_attr->sq_psn = 0;
+      qp_attr->timeout = 14;  // 67 ms, softrdma's default
+      // The transport retry count is the connector's; the RNR retry count is
+      // what the peer asked for ("how often the remote peer should retry").
+      qp_attr->retry_cnt =
+          std::min<uint8_t>(s->passive ? s->remote.retry_count : s->local.retry_count, 7);
+      qp_attr->rnr_retry = std::min<uint8_t>(s->remote.rnr_retry_count, 7);
+      qp_attr->max_rd_atomic = init_depth;
+      return 0;
+    default:
+      return internal::Fail(EINVAL);
+  }
+}
+
+int establish(rdma_cm_id* id) {
+  if (id == nullptr) return internal::Fail(EINVAL);
+  absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
+  SoftCmId* s = internal::CmIdOf(id);
+  // librdmacm: only for an id without a QP of its own, after CONNECT_RESPONSE.
+  if (id->qp != nullptr || s->state != CmState::kConnectResponse || s->conn == nullptr) {
+    return internal::Fail(EINVAL);
+  }
+  internal::SendControl(
+      s->conn.get(), internal::FrameType::kRtu,
+      {static_cast<uint8_t>(s->shm_state == internal::ShmState::kActive ? 1 : 0)});
+  s->state = CmState::kEstablished;
+  return 0;
+}
+
 int disconnect(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
@@ -1127,6 +1296,7 @@ int disconnect(rdma_cm_id* id) {
   switch (s->state) {
     case CmState::kEstablished:
     case CmState::kAccepting:
+    case CmState::kConnectResponse:
       if (s->conn != nullptr) {
         internal::SendControl(s->conn.get(), internal::FrameType::kDisconnect, {});
       }

@@ -357,6 +357,9 @@ struct SoftQp {
   // 0 (rdma_conn_param.responder_resources = 0) means it takes none: a NIC
   // NAKs them with "invalid request", the requester sees REM_INV_REQ_ERR.
   uint8_t max_dest_rd_atomic ABSL_GUARDED_BY(mu) = kMaxRdAtom;
+  // As modify_qp(IBV_QP_ACCESS_FLAGS) set it; reported by query_qp.
+  int qp_access_flags ABSL_GUARDED_BY(mu) =
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   std::shared_ptr<Conn> conn ABSL_GUARDED_BY(mu);
   // Same-host link (shm_link.h): when set, QP frames go through its rings and
   // `conn` carries only doorbells and DISCONNECT.
@@ -420,6 +423,16 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 void QpAttach(SoftQp* qp, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm,
               bool hold, uint32_t dest_qpn, uint8_t rnr_retry, uint8_t responder_resources,
               uint8_t retry_cnt, bool passive = false);
+// Connects a QP the application created itself (ibv_create_qp, its number
+// in rdma_conn_param.qp_num) to `conn` without touching its state or
+// attributes: the application moves it to RTR / RTS with rdma_init_qp_attr
+// and modify_qp, and frames reach it once it is in RTR. `hold`, `passive`: as
+// QpAttach. False (nothing done) when the QP is in ERROR or already has a
+// connection.
+bool QpBindLink(SoftQp* qp, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm,
+                bool hold, bool passive);
+// The live QP of this process numbered `qp_num`, or nullptr.
+std::shared_ptr<SoftQp> FindQp(uint32_t qp_num);
 // Ends a hold: `shm` (or nullptr: TCP) carries the QP's frames from now on.
 void QpSetLink(SoftQp* qp, std::shared_ptr<ShmLink> shm);
 // Consumes the QP's incoming ring of `link` (processing its frames when the

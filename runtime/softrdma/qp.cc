@@ -1123,6 +1123,28 @@ void QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> sh
   if (!hold) (shm != nullptr ? Stat().qps_on_shm : Stat().qps_on_tcp)++;
 }
 
+bool QpBindLink(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm, bool hold,
+                bool passive) {
+  {
+    absl::MutexLock l(&q->mu);
+    if (q->state == IBV_QPS_ERR || q->conn != nullptr) return false;
+    q->awaiting_first_request = passive;
+    q->conn = std::move(conn);
+    q->shm = shm;
+    q->link_hold = hold;
+  }
+  if (shm != nullptr && !hold) RegisterWithCqs(q, shm);
+  if (!hold) (shm != nullptr ? Stat().qps_on_shm : Stat().qps_on_tcp)++;
+  return true;
+}
+
+std::shared_ptr<SoftQp> FindQp(uint32_t qp_num) {
+  QpRegistry& r = Registry();
+  absl::MutexLock l(&r.mu);
+  auto it = r.qps.find(qp_num);
+  return it == r.qps.end() ? nullptr : it->second;
+}
+
 void QpSetLink(SoftQp* q, std::shared_ptr<ShmLink> shm) {
   {
     absl::MutexLock l(&q->mu);
@@ -1311,10 +1333,59 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
     }
     if (!ok) return EINVAL;
   }
+  if (attr_mask & IBV_QP_STATE) {
+    // The attributes each RC transition requires and allows (IBA vol. 1
+    // table 91; the kernel's ib_modify_qp_is_ok): a missing required one, or
+    // one the transition does not take, is EINVAL, as on any rdma-core device.
+    int required = 0;
+    int optional = 0;
+    bool checked = true;
+    const ibv_qp_state cur = q->state;
+    if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT) {
+      required = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+    } else if (cur == IBV_QPS_INIT && next == IBV_QPS_INIT) {
+      optional = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+    } else if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
+      required = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+      optional = IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX;
+    } else if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
+      required = IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                 IBV_QP_MAX_QP_RD_ATOMIC;
+      optional = IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
+                 IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE;
+    } else {
+      checked = false;  // RESET / ERR from anywhere, RTS <-> SQD, X -> X
+    }
+    if (checked && ((attr_mask & required) != required ||
+                    (attr_mask & ~(required | optional | IBV_QP_STATE)) != 0)) {
+      return EINVAL;
+    }
+  }
+  if ((attr_mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
+  if ((attr_mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return EINVAL;  // one P_Key
+  if ((attr_mask & IBV_QP_PATH_MTU) &&
+      (attr->path_mtu < IBV_MTU_256 || attr->path_mtu > IBV_MTU_4096)) {
+    return EINVAL;
+  }
+  if ((attr_mask & IBV_QP_AV) &&
+      ((attr->ah_attr.port_num != 0 && attr->ah_attr.port_num != 1) ||
+       (attr->ah_attr.is_global && attr->ah_attr.grh.sgid_index != 0))) {
+    return EINVAL;  // one port, one GID
+  }
+  if ((attr_mask & IBV_QP_ACCESS_FLAGS) &&
+      (attr->qp_access_flags & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)) != 0) {
+    return EINVAL;
+  }
+  if ((attr_mask & IBV_QP_MAX_QP_RD_ATOMIC) && attr->max_rd_atomic > internal::kMaxRdAtom) {
+    return EINVAL;
+  }
   if ((attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC) && attr->max_dest_rd_atomic > internal::kMaxRdAtom) {
     return EINVAL;
   }
   if (attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC) q->max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  if (attr_mask & IBV_QP_ACCESS_FLAGS) q->qp_access_flags = attr->qp_access_flags;
   if (attr_mask & IBV_QP_RNR_RETRY) q->rnr_retry = attr->rnr_retry;
   if (attr_mask & IBV_QP_RETRY_CNT) q->retry_cnt = attr->retry_cnt;
   if (attr_mask & IBV_QP_TIMEOUT) q->timeout = attr->timeout;
@@ -1355,8 +1426,7 @@ int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr*
   attr->qp_state = q->state;
   attr->cur_qp_state = q->state;
   attr->path_mtu = IBV_MTU_4096;
-  attr->qp_access_flags =
-      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  attr->qp_access_flags = q->qp_access_flags;
   attr->cap = q->cap;
   attr->dest_qp_num = q->dest_qpn;
   attr->sq_psn = q->next_psn;

@@ -71,6 +71,23 @@
 //    -EIO; IBV_EVENT_CQ_ERR is posted on the context's async_fd.
 //  - get_src_port / get_dst_port return network byte order, as librdmacm's.
 //  - Only RDMA_PS_TCP. Synchronous ids (NULL channel, rdma_create_ep) work.
+//  - QPs the application creates itself (ibv_create_qp on a PD of id->verbs,
+//    its number in rdma_conn_param.qp_num; id->qp stays NULL, as librdmacm
+//    leaves it), as MPI, UCX and NCCL connect: rdma_init_qp_attr gives the
+//    INIT / RTR / RTS attributes the IB CM would (RTR and RTS only once the
+//    peer is known: CONNECT_REQUEST on the passive side, CONNECT_RESPONSE on
+//    the active side; EINVAL before, and for any other state); the active side
+//    gets RDMA_CM_EVENT_CONNECT_RESPONSE instead of ESTABLISHED and sends RTU
+//    with rdma_establish, after which no ESTABLISHED event comes; the passive
+//    side gets ESTABLISHED at RTU and holds its sends until then. rdma_connect
+//    / rdma_accept naming a QP another id uses, or a QP of another context:
+//    EINVAL; naming no live QP: the connection carries none (the peer's
+//    requests go unanswered). Disconnect flushes such a QP as it does rdma_cm's.
+//  - modify_qp checks RC transitions as the IB spec's state table does
+//    (ib_modify_qp_is_ok): RESET->INIT, INIT->RTR and RTR->RTS missing a
+//    required attribute, or with one the transition does not take, -> EINVAL;
+//    port_num other than 1, pkey_index other than 0, an AV on another port or
+//    GID index, an unknown access flag, path_mtu outside 256..4096 -> EINVAL.
 //  - Every rdma_cm call checks the rdma_cm_id / rdma_event_channel it is
 //    handed against those the process created and has not destroyed: a dead
 //    or wild one fails with EINVAL (destroy_event_channel ignores it), logged,
@@ -306,6 +323,16 @@ int connect(rdma_cm_id* id, rdma_conn_param* conn_param);
 int accept(rdma_cm_id* id, rdma_conn_param* conn_param);
 int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len);
 int disconnect(rdma_cm_id* id);
+// rdma_init_qp_attr: the attributes and mask that move an application's own
+// QP to qp_attr->qp_state for this connection, as the IB CM computes them
+// (INIT at any time once the id has a device; RTR and RTS once the peer's
+// parameters are known: the passive side from CONNECT_REQUEST, the active
+// side from CONNECT_RESPONSE). -1/EINVAL otherwise, or for another state.
+int init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask);
+// rdma_establish: the active side, after CONNECT_RESPONSE, once its own QP is
+// in RTS: sends RTU. -1/EINVAL for an id with a QP of rdma_cm's or in another
+// state. No ESTABLISHED event follows on this side (as librdmacm).
+int establish(rdma_cm_id* id);
 int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event);
 int ack_cm_event(rdma_cm_event* event);
 int migrate_id(rdma_cm_id* id, rdma_event_channel* channel);
