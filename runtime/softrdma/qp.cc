@@ -181,16 +181,25 @@ bool CheckRemote(SoftQp* q, uint32_t rkey, uint64_t addr, uint64_t len, int need
   return (v.access & need) == need;
 }
 
-void Scatter(const std::vector<ibv_sge>& sges, const uint8_t* data, size_t len) {
+// Scatters `len` bytes that belong at byte `offset` of the SGE list.
+void ScatterAt(const std::vector<ibv_sge>& sges, size_t offset, const uint8_t* data, size_t len) {
   for (const ibv_sge& s : sges) {
     if (len == 0) break;
-    if (s.length == 0) continue;  // skipped, as at post (address may be NULL)
-    size_t take = std::min<size_t>(len, s.length);
-    std::memcpy(reinterpret_cast<void*>(s.addr), data, take);
+    if (s.length == 0) continue;
+    if (offset >= s.length) {
+      offset -= s.length;
+      continue;
+    }
+    const size_t take = std::min<size_t>(len, s.length - offset);
+    std::memcpy(reinterpret_cast<void*>(s.addr + offset), data, take);
     data += take;
     len -= take;
+    offset = 0;
   }
 }
+
+// The largest piece of a READ response on the TCP link (see kMore).
+inline constexpr uint32_t kReadRespPiece = 4 << 20;
 
 void UpdateMax(std::atomic<uint64_t>& m, uint64_t v) {
   uint64_t cur = m.load();
@@ -307,12 +316,23 @@ std::shared_ptr<const std::vector<uint8_t>> ToTcpFrame(
 
 void OnAckTimer(SoftQp* q);
 
+// Signs that the peer is alive and working, as one counter: answers received,
+// bytes moving on the TCP socket either way (kProgress frames included), and
+// on the same-host link the peer's work on our requests and records it
+// produced for us. A silenced link (VanishPeer, DropConnection) shows only the
+// first, which then stops.
+uint64_t LinkProgressLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  uint64_t p = q->progress + q->conn->io_progress();
+  if (q->shm != nullptr && !LinkSilencedLocked(q)) p += q->shm->PeerProgress();
+  return p;
+}
+
 // Starts the transport timer if sent WRs wait for answers and it is idle.
 void ArmAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   if (q->ack_timer_armed || q->timeout == 0 || q->sq.empty() || q->conn == nullptr) return;
   q->ack_timer_armed = true;
   q->timeouts = 0;
-  q->seen_progress = q->progress + q->conn->io_progress();
+  q->seen_progress = LinkProgressLocked(q);
   // IB: the local ACK timeout is 4.096 us * 2^timeout.
   const absl::Duration period = absl::Nanoseconds(int64_t{4096} << q->timeout);
   std::weak_ptr<SoftQp> weak = q->self;
@@ -321,9 +341,9 @@ void ArmAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   });
 }
 
-// One transport timeout period passed. Progress (an answer, or bytes moving
-// on the link: TCP carries a large message in many segments, each of which a
-// NIC would ACK) restarts the count; retry_cnt + 1 periods without any fail
+// One transport timeout period passed. Progress (LinkProgressLocked: an
+// answer, bytes moving, the peer copying for us -- a NIC ACKs or answers every
+// packet of a large message as it moves) restarts the count; retry_cnt + 1 periods without any fail
 // the head WR with RETRY_EXC_ERR and flush the rest, as a NIC does when its
 // retransmissions go unanswered (a crashed or unreachable peer).
 void OnAckTimer(SoftQp* q) {
@@ -333,7 +353,7 @@ void OnAckTimer(SoftQp* q) {
       q->conn == nullptr || q->timeout == 0) {
     return;
   }
-  const uint64_t progress = q->progress + q->conn->io_progress();
+  const uint64_t progress = LinkProgressLocked(q);
   if (q->rnr_wait || progress != q->seen_progress) {
     ArmAckTimerLocked(q);  // resets the count
     return;
@@ -650,6 +670,15 @@ void RetransmitFrom(SoftQp* q, uint32_t psn) {
   ArmAckTimerLocked(q);
 }
 
+// A READ response piece on the TCP link must fall inside the READ at the head
+// of the send queue (after the completions the response implies).
+bool ReadPieceFitsLocked(SoftQp* q, const Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (q->sq.empty()) return false;
+  const SendWqe& w = q->sq.front();
+  if (w.opcode != IBV_WR_RDMA_READ) return true;  // reported as BAD_RESP below
+  return f.h.addr + f.h.length <= w.byte_len;
+}
+
 void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   if (q->state != IBV_QPS_RTS && q->state != IBV_QPS_SQD) return;
   const int idx = FindPsnLocked(q, f.h.psn);
@@ -664,6 +693,33 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
     case FrameType::kAtomicResp: {
       CompleteFrontLocked(q, idx);
       if (q->conn != nullptr && q->conn->drop_requested()) return;  // link died
+      if (f.h.type == FrameType::kReadResp && !(f.h.flags & kRemoteData) &&
+          !ReadPieceFitsLocked(q, f)) {
+        SendWqe w = std::move(q->sq.front());
+        q->sq.pop_front();
+        CompleteSendLocked(q, w, IBV_WC_BAD_RESP_ERR);
+        MoveToErrorLocked(q);
+        return;
+      }
+      if (f.h.flags & kMore) {
+        // A piece of a READ's data (TCP); the last one completes the WR.
+        SendWqe& w = q->sq.front();
+        bool local_ok;
+        uint64_t room = 0;
+        {
+          ScopedMrAccess access;
+          local_ok = CheckLocal(q->qp.pd, w.read_sges.data(), w.read_sges.size(),
+                                /*write=*/true, &room);
+          if (local_ok) ScatterAt(w.read_sges, f.h.addr, f.data(), f.h.length);
+        }
+        if (!local_ok) {
+          SendWqe failed = std::move(q->sq.front());
+          q->sq.pop_front();
+          CompleteSendLocked(q, failed, IBV_WC_LOC_PROT_ERR);
+          MoveToErrorLocked(q);
+        }
+        return;
+      }
       SendWqe w = std::move(q->sq.front());
       q->sq.pop_front();
       q->rnr_count = 0;
@@ -671,8 +727,11 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
       const bool atomic_resp = f.h.type == FrameType::kAtomicResp;
       const bool atomic_wqe =
           w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+      // (A TCP READ's last piece carries the data from offset addr on.)
+      const uint64_t resp_end =
+          atomic_resp || (f.h.flags & kRemoteData) ? f.h.length : f.h.addr + f.h.length;
       if (atomic_resp != atomic_wqe || (!atomic_wqe && w.opcode != IBV_WR_RDMA_READ) ||
-          f.h.length != w.byte_len) {
+          resp_end != w.byte_len) {
         CompleteSendLocked(q, w, IBV_WC_BAD_RESP_ERR);
         MoveToErrorLocked(q);
         return;
@@ -688,7 +747,7 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
           std::memcpy(reinterpret_cast<void*>(w.read_sges[0].addr), &original, 8);
         } else if (local_ok && !(f.h.flags & kRemoteData)) {
           // (kRemoteData: the responder placed the data already.)
-          Scatter(w.read_sges, f.data(), f.h.length);
+          ScatterAt(w.read_sges, f.h.addr, f.data(), f.h.length);
         }
       }
       if (!local_ok) {
@@ -969,20 +1028,32 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
         q->epsn++;
         return LinkSendHeaderLocked(q, h);
       }
-      std::shared_ptr<std::vector<uint8_t>> buf;
-      {
-        ScopedMrAccess access;  // the source stays registered while we copy
-        if (CheckRemote(q, f.h.rkey, f.h.addr, f.h.read_len, IBV_ACCESS_REMOTE_READ)) {
-          buf = NewFrame(h, f.h.read_len);
-          if (f.h.read_len > 0) {
-            std::memcpy(buf->data() + kHeaderSize, reinterpret_cast<const void*>(f.h.addr),
-                        f.h.read_len);
+      // TCP: the data goes in pieces of kReadRespPiece, each copied under its
+      // own check of the rkey (the source stays registered while we copy it;
+      // an MR deregistered midway fails the rest with REM_ACCESS_ERR).
+      uint32_t off = 0;
+      do {
+        const uint32_t n = std::min(kReadRespPiece, f.h.read_len - off);
+        FrameHeader ph = h;
+        ph.addr = off;
+        if (off + n < f.h.read_len) ph.flags |= kMore;
+        auto buf = NewFrame(ph, n);
+        {
+          ScopedMrAccess access;
+          if (!CheckRemote(q, f.h.rkey, f.h.addr + off, n, IBV_ACCESS_REMOTE_READ) ||
+              (off == 0 &&
+               !CheckRemote(q, f.h.rkey, f.h.addr, f.h.read_len, IBV_ACCESS_REMOTE_READ))) {
+            buf.reset();
+          } else if (n > 0) {
+            std::memcpy(buf->data() + kHeaderSize, reinterpret_cast<const void*>(f.h.addr + off),
+                        n);
           }
         }
-      }
-      if (buf == nullptr) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kRemAccess);
-      q->epsn++;
-      LinkSendLocked(q, std::move(buf));
+        if (buf == nullptr) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kRemAccess);
+        if (!(ph.flags & kMore)) q->epsn++;
+        LinkSendLocked(q, std::move(buf));
+        off += n;
+      } while (off < f.h.read_len);
       return;
     }
     case FrameType::kAtomic: {
@@ -1085,7 +1156,9 @@ void DrainShmLocked(SoftQp* q, ShmLink* link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->m
   q->ack_coalesce = true;
   q->ack_pending = false;
   link->Drain([q, link](Frame& f) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (q->shm.get() == link) DispatchLocked(q, f);
+    if (q->shm.get() != link) return;
+    link->NoteWork(1);
+    DispatchLocked(q, f);
   });
   q->ack_coalesce = false;
   if (q->ack_pending) {

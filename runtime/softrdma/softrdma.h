@@ -52,7 +52,12 @@
 //  - Transport timeout: a QP whose sent WRs go unanswered, with nothing moving
 //    on its link, for (retry_cnt + 1) periods of 4.096 us * 2^timeout fails
 //    the head WR with IBV_WC_RETRY_EXC_ERR, flushes the rest and enters ERROR,
-//    as a NIC does when the peer is gone. timeout 14 (67 ms) by default and
+//    as a NIC does when the peer is gone. As a NIC's timer is restarted by
+//    every ACK and response packet, any sign of a working peer restarts it:
+//    answers, bytes moving on the TCP socket either way (a READ's response
+//    goes in 4 MiB pieces), and on the same-host link each request the peer
+//    handles and each 4 MiB it copies (process_vm_* in chunks), so a large
+//    READ or WRITE that takes seconds never trips it while data moves. timeout 14 (67 ms) by default and
 //    0 = infinite; modify_qp(IBV_QP_TIMEOUT / IBV_QP_RETRY_CNT) sets them, and
 //    rdma_cm takes retry_cnt from the connector's conn_param.retry_count (7
 //    when it passes none).
