@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
@@ -84,8 +85,53 @@ struct SoftEventChannel {
   std::deque<SoftCmEvent*> events ABSL_GUARDED_BY(mu);
 };
 
+// The fields that follow the rdma_cm_id in librdmacm's private struct
+// cma_id_private, and its struct cma_device, as rdma-core v44 lays them out
+// (librdmacm/cma.c). librdmacm's rsockets (rsocket.c, inside librdmacm.so)
+// run unmodified on softrdma's ids under the preload library, and read these
+// through librdmacm's internal helpers: ucma_max_qpsize (cma_dev->max_qpsize)
+// and ucma_complete (sync, then rdma_get_cm_event into id->event).
+struct LibrdmacmDevice {
+  ibv_device* dev;
+  void* entry_next;  // struct list_node
+  void* entry_prev;
+  ibv_context* verbs;
+  ibv_pd* pd;
+  void* xrcd;
+  void* port;
+  uint64_t guid;
+  int port_cnt;
+  int refcnt;
+  int max_qpsize;
+  uint8_t max_initiator_depth;
+  uint8_t max_responder_resources;
+  int ibv_idx;
+  uint8_t is_device_dead;
+};
+struct LibrdmacmIdFields {
+  LibrdmacmDevice* cma_dev;
+  void* connect;
+  size_t connect_len;
+  int events_completed;
+  int connect_error;
+  int sync;
+};
+
+LibrdmacmDevice* FakeCmaDevice() {
+  static LibrdmacmDevice* d = [] {
+    auto* dev = new LibrdmacmDevice();
+    dev->max_qpsize = static_cast<int>(kMaxQpWr);
+    dev->max_initiator_depth = kMaxRdAtom;
+    dev->max_responder_resources = kMaxRdAtom;
+    dev->port_cnt = 1;
+    return dev;
+  }();
+  return d;
+}
+
 struct SoftCmId {
   rdma_cm_id id;  // first member
+  LibrdmacmIdFields librdmacm{FakeCmaDevice(), nullptr, 0, 0, 0, 0};  // see above
   uint64_t serial = 0;
   // Synchronous id (created without an event channel, as rdma_create_ep
   // does): operations wait for their outcome on a private channel. Set
@@ -107,7 +153,6 @@ struct SoftCmId {
   bool disconnect_event_posted ABSL_GUARDED_BY(CmMutex()) = false;
   // Passive side: the client vanished before accept / reject.
   bool peer_gone ABSL_GUARDED_BY(CmMutex()) = false;
-  bool own_cqs ABSL_GUARDED_BY(CmMutex()) = false;  // rdma_create_qp made the CQs
   bool passive = false;  // made by a listener for a CONNECT_REQ
   // Events of this id that get_cm_event returned and ack_cm_event has not
   // taken back. librdmacm's rdma_destroy_id blocks until this is 0.
@@ -121,6 +166,9 @@ struct SoftCmId {
   // INIT / RTR / RTS itself, with rdma_init_qp_attr.
   std::shared_ptr<SoftQp> user_qp ABSL_GUARDED_BY(CmMutex());
 };
+
+static_assert(offsetof(SoftCmId, librdmacm) == sizeof(rdma_cm_id),
+              "librdmacm's fields must follow the rdma_cm_id, as in cma_id_private");
 
 absl::Mutex& CmMutex() {
   static absl::Mutex* mu = new absl::Mutex();
@@ -485,6 +533,7 @@ void CmOnFrame(Conn* conn, Frame& f) {
         // The CONNECT_REQUEST goes to the listener's channel (get_request
         // takes it); the new id's own events go to its own private channel.
         s->sync = true;
+        s->librdmacm.sync = 1;
         s->id.channel = softrdma::create_event_channel();
       }
       s->id.context = l->id.context;  // inherited from the listener, as librdmacm
@@ -687,6 +736,7 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
   auto* s = new SoftCmId();
   std::memset(&s->id, 0, sizeof(s->id));
   s->sync = sync;
+  s->librdmacm.sync = sync ? 1 : 0;
   s->id.channel = channel;
   s->id.context = context;
   s->id.ps = ps;
@@ -702,6 +752,15 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
 
 int destroy_id(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
+  {
+    absl::MutexLock l(&CmMutex());
+    if (!internal::IsLiveId(id)) return -1;
+  }
+  // A synchronous id's last event (librdmacm keeps it in id->event).
+  if (id->event != nullptr) {
+    ack_cm_event(id->event);
+    id->event = nullptr;
+  }
   absl::MutexLock l(&CmMutex());
   if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
@@ -820,6 +879,29 @@ static int ResolveRouteStart(rdma_cm_id* id, int timeout_ms) {
 
 namespace {
 
+// librdmacm's ucma_destroy_cqs: destroys the CQs and completion channels the
+// id names (one of each when send and receive share them) and clears them.
+void DestroyIdCqs(rdma_cm_id* id) {
+  if (id->recv_cq != nullptr) {
+    destroy_cq(id->recv_cq);
+    if (id->send_cq != nullptr && id->send_cq != id->recv_cq) destroy_cq(id->send_cq);
+  } else if (id->send_cq != nullptr) {
+    destroy_cq(id->send_cq);
+  }
+  id->recv_cq = nullptr;
+  id->send_cq = nullptr;
+  if (id->recv_cq_channel != nullptr) {
+    destroy_comp_channel(id->recv_cq_channel);
+    if (id->send_cq_channel != nullptr && id->send_cq_channel != id->recv_cq_channel) {
+      destroy_comp_channel(id->send_cq_channel);
+    }
+  } else if (id->send_cq_channel != nullptr) {
+    destroy_comp_channel(id->send_cq_channel);
+  }
+  id->recv_cq_channel = nullptr;
+  id->send_cq_channel = nullptr;
+}
+
 // rdma_create_qp and rdma_create_qp_ex: `ex`, when given, is the extended
 // form of `qp_init_attr` (which then points into it), made by create_qp_ex.
 int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
@@ -839,26 +921,37 @@ int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
     return internal::Fail(EINVAL);
   }
   ibv_qp_init_attr attr = *qp_init_attr;
-  bool own_cqs = false;
-  ibv_comp_channel* sch = nullptr;
-  ibv_comp_channel* rch = nullptr;
-  if (attr.send_cq == nullptr || attr.recv_cq == nullptr) {
-    // As librdmacm: make a CQ (with its own completion channel) per queue.
-    own_cqs = true;
-    if (attr.send_cq != nullptr || attr.recv_cq != nullptr) return internal::Fail(EINVAL);
-    sch = create_comp_channel(id->verbs);
-    rch = create_comp_channel(id->verbs);
-    attr.send_cq = create_cq(id->verbs, std::max<int>(1, attr.cap.max_send_wr), nullptr, sch, 0);
-    attr.recv_cq = create_cq(id->verbs, std::max<int>(1, attr.cap.max_recv_wr), nullptr, rch, 0);
-    if (sch == nullptr || rch == nullptr || attr.send_cq == nullptr || attr.recv_cq == nullptr) {
-      int e = errno;
-      if (attr.send_cq) destroy_cq(attr.send_cq);
-      if (attr.recv_cq) destroy_cq(attr.recv_cq);
-      if (sch) destroy_comp_channel(sch);
-      if (rch) destroy_comp_channel(rch);
+  // As librdmacm (rdma_create_qp_ex): CQs the id already names (rsockets sets
+  // id->recv_cq itself) are used; a queue with neither gets its own CQ and
+  // completion channel, recorded in the id; rdma_destroy_qp destroys what the
+  // id names. CQs passed only in the attributes stay the caller's.
+  if ((id->recv_cq != nullptr && attr.recv_cq != nullptr && id->recv_cq != attr.recv_cq) ||
+      (id->send_cq != nullptr && attr.send_cq != nullptr && id->send_cq != attr.send_cq)) {
+    return internal::Fail(EINVAL);
+  }
+  if (attr.recv_cq == nullptr && id->recv_cq == nullptr && attr.cap.max_recv_wr > 0) {
+    id->recv_cq_channel = create_comp_channel(id->verbs);
+    if (id->recv_cq_channel == nullptr) return -1;
+    id->recv_cq = create_cq(id->verbs, attr.cap.max_recv_wr, id, id->recv_cq_channel, 0);
+    if (id->recv_cq == nullptr) {
+      const int e = errno;
+      DestroyIdCqs(id);
       return internal::Fail(e);
     }
   }
+  if (attr.send_cq == nullptr && id->send_cq == nullptr && attr.cap.max_send_wr > 0) {
+    id->send_cq_channel = create_comp_channel(id->verbs);
+    id->send_cq = id->send_cq_channel != nullptr
+                      ? create_cq(id->verbs, attr.cap.max_send_wr, id, id->send_cq_channel, 0)
+                      : nullptr;
+    if (id->send_cq == nullptr) {
+      const int e = errno;
+      DestroyIdCqs(id);
+      return internal::Fail(e);
+    }
+  }
+  if (attr.send_cq == nullptr) attr.send_cq = id->send_cq;
+  if (attr.recv_cq == nullptr) attr.recv_cq = id->recv_cq;
   ibv_qp* qp;
   if (ex != nullptr) {
     ibv_qp_init_attr_ex x = *ex;
@@ -871,13 +964,8 @@ int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
     qp = softrdma::create_qp(pd, &attr);
   }
   if (qp == nullptr) {
-    int e = errno;
-    if (own_cqs) {
-      destroy_cq(attr.send_cq);
-      destroy_cq(attr.recv_cq);
-      destroy_comp_channel(sch);
-      destroy_comp_channel(rch);
-    }
+    const int e = errno;
+    DestroyIdCqs(id);
     return internal::Fail(e);
   }
   qp_init_attr->cap = attr.cap;
@@ -891,13 +979,6 @@ int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
   SoftCmId* s = internal::CmIdOf(id);
   id->qp = qp;
   id->pd = pd;
-  id->send_cq = attr.send_cq;
-  id->recv_cq = attr.recv_cq;
-  if (own_cqs) {
-    id->send_cq_channel = sch;
-    id->recv_cq_channel = rch;
-  }
-  s->own_cqs = own_cqs;
   internal::ToSoft(qp)->cm_id = s;
   if (s->state == CmState::kEstablished || s->state == CmState::kAccepting) {
     internal::AttachQp(s);
@@ -928,23 +1009,7 @@ void destroy_qp(rdma_cm_id* id) {
   if (id->qp == nullptr) return;
   softrdma::destroy_qp(id->qp);  // detaches from the id and tells the peer
   id->qp = nullptr;
-  bool own_cqs;
-  {
-    absl::MutexLock l(&CmMutex());
-    SoftCmId* s = internal::CmIdOf(id);
-    own_cqs = s->own_cqs;
-    s->own_cqs = false;
-  }
-  if (own_cqs) {
-    destroy_cq(id->send_cq);
-    destroy_cq(id->recv_cq);
-    destroy_comp_channel(id->send_cq_channel);
-    destroy_comp_channel(id->recv_cq_channel);
-    id->send_cq_channel = nullptr;
-    id->recv_cq_channel = nullptr;
-  }
-  id->send_cq = nullptr;
-  id->recv_cq = nullptr;
+  DestroyIdCqs(id);  // as librdmacm: the CQs the id names go with the QP
 }
 
 static int ConnectStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
@@ -1034,14 +1099,21 @@ namespace {
 
 // For a synchronous id: waits for the next event on its private channel and
 // turns it into the -1/errno result librdmacm's synchronous calls give.
+// As librdmacm's ucma_complete, the event stays in id->event (rsockets reads
+// the peer's private data there) until the next call or rdma_destroy_id acks it.
 int WaitSync(rdma_cm_id* id, rdma_cm_event_type want) {
+  if (id->event != nullptr) {
+    ack_cm_event(id->event);
+    id->event = nullptr;
+  }
   rdma_cm_event* e = nullptr;
-  if (get_cm_event(id->channel, &e) != 0) return -1;
+  if (get_cm_event(id->channel, &e) != 0) return -1;  // EAGAIN: non-blocking channel
+  id->event = e;
   const rdma_cm_event_type got = e->event;
   const int status = e->status;
-  ack_cm_event(e);
   // An id whose application made its QP itself gets CONNECT_RESPONSE.
-  if (got == want || (want == RDMA_CM_EVENT_ESTABLISHED && got == RDMA_CM_EVENT_CONNECT_RESPONSE)) {
+  if ((got == want || (want == RDMA_CM_EVENT_ESTABLISHED && got == RDMA_CM_EVENT_CONNECT_RESPONSE)) &&
+      status == 0) {
     return 0;
   }
   switch (got) {
@@ -1095,14 +1167,19 @@ int get_request(rdma_cm_id* listen, rdma_cm_id** id) {
     if (!internal::IsLiveId(listen)) return -1;
   }
   if (!IsSync(listen)) return internal::Fail(EINVAL);
+  // As librdmacm: the listener's last event is acked now; the request's event
+  // stays in the new id's `event` (or the listener's, on failure).
+  if (listen->event != nullptr) {
+    ack_cm_event(listen->event);
+    listen->event = nullptr;
+  }
   rdma_cm_event* e = nullptr;
   if (get_cm_event(listen->channel, &e) != 0) return -1;
   if (e->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-    ack_cm_event(e);
-    return internal::Fail(EPROTO);
+    listen->event = e;
+    return internal::Fail(e->event == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED : EINVAL);
   }
   rdma_cm_id* child = e->id;
-  ack_cm_event(e);
   bool make_qp;
   ibv_qp_init_attr attr;
   ibv_pd* pd;
@@ -1115,9 +1192,11 @@ int get_request(rdma_cm_id* listen, rdma_cm_id** id) {
   }
   if (make_qp && create_qp(child, pd, &attr) != 0) {
     int e2 = errno;
+    ack_cm_event(e);
     destroy_id(child);
     return internal::Fail(e2);
   }
+  child->event = e;
   *id = child;
   return 0;
 }

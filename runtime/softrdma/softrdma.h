@@ -75,7 +75,19 @@
 //  - CQ overrun puts the CQ in error: poll_cq returns what it holds, then
 //    -EIO; IBV_EVENT_CQ_ERR is posted on the context's async_fd.
 //  - get_src_port / get_dst_port return network byte order, as librdmacm's.
-//  - Only RDMA_PS_TCP. Synchronous ids (NULL channel, rdma_create_ep) work.
+//  - Only RDMA_PS_TCP. Synchronous ids (NULL channel, rdma_create_ep) work;
+//    as librdmacm's, each call's event stays in id->event (peer private data
+//    included) until the next call or rdma_destroy_id acks it, and
+//    rdma_get_request leaves the request in the new id's event.
+//  - rdma_create_qp uses the CQs the id names (id->send_cq / recv_cq) for a
+//    queue the attributes leave without one, else makes one with its own
+//    completion channel and records it in the id; rdma_destroy_qp destroys
+//    the CQs and channels the id names (librdmacm's ucma_destroy_cqs). CQs
+//    passed only in the attributes stay the caller's.
+//  - rsockets: librdmacm's own rsocket.c (rstream, rcopy, ...) runs on
+//    softrdma under the preload library. It reads librdmacm-private fields
+//    right after the rdma_cm_id (cma_id_private's cma_dev->max_qpsize and
+//    sync); softrdma's ids carry them laid out as in rdma-core v44 (cm.cc).
 //  - QPs the application creates itself (ibv_create_qp on a PD of id->verbs,
 //    its number in rdma_conn_param.qp_num; id->qp stays NULL, as librdmacm
 //    leaves it), as MPI, UCX and NCCL connect: rdma_init_qp_attr gives the
@@ -186,6 +198,9 @@
 //
 // Unmodified programs on softrdma (libsoftrdma_preload.so, see preload.cc),
 // each a ctest of server and client over 127.0.0.1 (tests/softrdma/):
+//  - rdmacm-utils' rstream -T v (blocking and non-blocking) and rcopy
+//    (rsockets_test.sh, SoftrdmaPreload.rsockets.*): data verified.
+//  - perftest's -R retry after a rejected connect (perftest_reject_test.sh).
 //  - rdma-core's rping -v -C 100, ucmatose -c 4 -C 100, rdma_server/rdma_client
 //    (rdma_core_tools_test.sh, SoftrdmaPreload.{rping,ucmatose,rdma_server}).
 //  - perftest 4.5 (Debian 12's 4.5+0.17): ib_send_lat, ib_write_lat,
