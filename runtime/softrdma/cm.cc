@@ -79,6 +79,8 @@ struct SoftCmEvent {
   uint64_t id_serial = 0;  // SoftCmId::serial of ev.id, which may die first
 };
 
+absl::Mutex& IdsMutex();  // below: the live ids and their unacked events
+
 struct SoftEventChannel {
   rdma_event_channel ch;  // first member; ch.fd is a semaphore eventfd
   absl::Mutex mu;
@@ -156,7 +158,7 @@ struct SoftCmId {
   bool passive = false;  // made by a listener for a CONNECT_REQ
   // Events of this id that get_cm_event returned and ack_cm_event has not
   // taken back. librdmacm's rdma_destroy_id blocks until this is 0.
-  int unacked_events ABSL_GUARDED_BY(CmMutex()) = 0;
+  int unacked_events ABSL_GUARDED_BY(IdsMutex()) = 0;
   ConnParams local ABSL_GUARDED_BY(CmMutex());
   ConnParams remote ABSL_GUARDED_BY(CmMutex());
   ShmState shm_state ABSL_GUARDED_BY(CmMutex()) = ShmState::kNone;
@@ -171,6 +173,15 @@ static_assert(offsetof(SoftCmId, librdmacm) == sizeof(rdma_cm_id),
               "librdmacm's fields must follow the rdma_cm_id, as in cma_id_private");
 
 absl::Mutex& CmMutex() {
+  static absl::Mutex* mu = new absl::Mutex();
+  return *mu;
+}
+
+// The registry of live ids and every id's count of unacked events: what
+// rdma_get_cm_event / rdma_ack_cm_event touch, so that neither waits for
+// CmMutex() (held by connection set-up and the progress thread's control
+// frames). Inner to CmMutex(); outer to SoftEventChannel::mu.
+absl::Mutex& IdsMutex() {
   static absl::Mutex* mu = new absl::Mutex();
   return *mu;
 }
@@ -204,31 +215,43 @@ SoftEventChannel* ChannelOf(rdma_event_channel* c) {
 }
 
 // Live ids by serial, so timers can tell whether their id still exists.
-absl::flat_hash_map<uint64_t, SoftCmId*>& LiveIds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+absl::flat_hash_map<uint64_t, SoftCmId*>& LiveIds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(IdsMutex()) {
   static auto* m = new absl::flat_hash_map<uint64_t, SoftCmId*>();
   return *m;
 }
-uint64_t g_next_serial ABSL_GUARDED_BY(CmMutex()) = 1;
+uint64_t g_next_serial ABSL_GUARDED_BY(IdsMutex()) = 1;
 
 // The same ids by address. Every rdma_cm call checks the id it is handed
 // against it before touching the id: a caller passing a destroyed id (or one
 // read from freed memory, as perftest 4.5's rdma_cm retry does) gets EINVAL
 // instead of softrdma dereferencing a wild pointer.
-absl::flat_hash_set<const rdma_cm_id*>& LiveIdAddrs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+absl::flat_hash_set<const rdma_cm_id*>& LiveIdAddrs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(IdsMutex()) {
   static auto* s = new absl::flat_hash_set<const rdma_cm_id*>();
   return *s;
 }
 
-void PublishId(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+void PublishId(SoftCmId* s) {
+  absl::MutexLock l(&IdsMutex());
   s->serial = g_next_serial++;
   LiveIds()[s->serial] = s;
   LiveIdAddrs().insert(&s->id);
 }
 
+// The live id numbered `serial`, or nullptr. An id is destroyed only under
+// CmMutex(), so a caller holding it may use the result.
+SoftCmId* FindLiveId(uint64_t serial) {
+  absl::MutexLock l(&IdsMutex());
+  auto it = LiveIds().find(serial);
+  return it == LiveIds().end() ? nullptr : it->second;
+}
+
 // True when `id` is a live id of this process; otherwise logs and sets errno
 // to EINVAL.
-bool IsLiveId(const rdma_cm_id* id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
-  if (id != nullptr && LiveIdAddrs().contains(id)) return true;
+bool IsLiveId(const rdma_cm_id* id) {
+  {
+    absl::MutexLock l(&IdsMutex());
+    if (id != nullptr && LiveIdAddrs().contains(id)) return true;
+  }
   LOG(ERROR) << "softrdma: rdma_cm call on " << static_cast<const void*>(id)
              << ", which is not a live rdma_cm_id (destroyed, or never created); EINVAL";
   errno = EINVAL;
@@ -322,7 +345,7 @@ void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
     const bool hold = passive || s->shm_state == ShmState::kPendingRtu;
     const bool use_shm = s->shm_state == ShmState::kPendingRtu || s->shm_state == ShmState::kActive;
     QpBindLink(s->user_qp.get(), s->conn, use_shm ? s->shm : nullptr, hold, passive);
-    s->conn->qp = s->user_qp;
+    s->conn->set_qp(s->user_qp);
     return;
   }
   if (s->id.qp == nullptr || s->conn == nullptr) return;
@@ -336,7 +359,7 @@ void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   const bool use_shm = hold || s->shm_state == ShmState::kActive;
   QpAttach(q, s->conn, use_shm ? s->shm : nullptr, hold, s->remote.qp_num,
            s->remote.rnr_retry_count, s->local.responder_resources, retry_cnt, passive);
-  s->conn->qp = q->self.lock();
+  s->conn->set_qp(q->self.lock());
 }
 
 void DropShm(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
@@ -348,7 +371,7 @@ void DetachConn(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   DropShm(s);
   if (s->conn == nullptr) return;
   s->conn->id = nullptr;
-  s->conn->qp.reset();
+  s->conn->set_qp(nullptr);
   s->conn->Close();
   s->conn.reset();
 }
@@ -357,7 +380,7 @@ void DetachConn(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
 // flush the QP and post DISCONNECTED once.
 void EndConnection(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   s->state = CmState::kDisconnected;
-  if (s->conn != nullptr) s->conn->qp.reset();
+  if (s->conn != nullptr) s->conn->set_qp(nullptr);
   if (s->id.qp != nullptr) QpFlushToError(internal::ToSoft(s->id.qp));
   if (s->user_qp != nullptr) QpFlushToError(s->user_qp.get());
   if (!s->disconnect_event_posted) {
@@ -400,8 +423,11 @@ void DestroyIdLocked(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
     s->user_qp.reset();
   }
   RemoveEventsFor(s);
-  LiveIds().erase(s->serial);
-  LiveIdAddrs().erase(&s->id);
+  {
+    absl::MutexLock l(&IdsMutex());
+    LiveIds().erase(s->serial);
+    LiveIdAddrs().erase(&s->id);
+  }
   if (s->sync) softrdma::destroy_event_channel(s->id.channel);
   delete s;
   Stat().live_cm_ids--;
@@ -498,73 +524,86 @@ void CmOnClosed(Conn* conn) {
     default:
       break;
   }
-  if (conn->qp != nullptr) conn->qp.reset();
+  conn->set_qp(nullptr);
 }
 
+namespace {
+
+// The passive side's half of the same-host link decision for a CONNECT_REQ:
+// the permission probe and the segment's mapping (system calls, made before
+// CmMutex() is taken). `link` stays null when the offer is declined.
+struct ShmOfferAnswer {
+  bool offered = false;  // the peer offered and is on this host
+  std::shared_ptr<ShmLink> link;
+};
+
+ShmOfferAnswer AnswerShmOffer(const ConnParams& p) {
+  ShmOfferAnswer a;
+  if (!p.shm.present || !ShmEnabled() || !SameHost(p.shm)) return a;
+  a.offered = true;
+  if (ProbePeer(p.shm)) {
+    a.link = ShmLink::Open(std::string(p.shm.name, p.shm.name_len), static_cast<pid_t>(p.shm.pid));
+  }
+  return a;
+}
+
+// A listener's connection sent CONNECT_REQ: a new passive id, and
+// RDMA_CM_EVENT_CONNECT_REQUEST on the listener's channel.
+void OnConnectReqLocked(Conn* conn, const ConnParams& p, ShmOfferAnswer shm)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  SoftCmId* l = conn->listen_id;
+  if (l == nullptr) return;
+  std::shared_ptr<Conn> keep;
+  auto& pend = l->pending;
+  for (auto it = pend.begin(); it != pend.end(); ++it) {
+    if (it->get() == conn) {
+      keep = *it;
+      pend.erase(it);
+      break;
+    }
+  }
+  if (keep == nullptr) return;
+  auto* s = new SoftCmId();
+  std::memset(&s->id, 0, sizeof(s->id));
+  s->passive = true;
+  PublishId(s);
+  Stat().live_cm_ids++;
+  s->id.verbs = l->id.verbs != nullptr ? l->id.verbs : CmContext();
+  s->id.channel = l->id.channel;
+  if (l->sync) {
+    // The CONNECT_REQUEST goes to the listener's channel (get_request
+    // takes it); the new id's own events go to its own private channel.
+    s->sync = true;
+    s->librdmacm.sync = 1;
+    s->id.channel = softrdma::create_event_channel();
+  }
+  s->id.context = l->id.context;  // inherited from the listener, as librdmacm
+  s->id.ps = l->id.ps;
+  s->id.port_num = 1;
+  s->id.qp_type = IBV_QPT_RC;
+  socklen_t len = sizeof(s->id.route.addr.src_storage);
+  ::getsockname(conn->fd(), &s->id.route.addr.src_addr, &len);
+  len = sizeof(s->id.route.addr.dst_storage);
+  ::getpeername(conn->fd(), &s->id.route.addr.dst_addr, &len);
+  s->conn = std::move(keep);
+  conn->id = s;
+  conn->listen_id = nullptr;
+  s->remote = p;
+  if (shm.link != nullptr) {
+    s->shm = std::move(shm.link);
+    s->shm_state = ShmState::kPendingRtu;
+  } else if (shm.offered) {
+    Stat().shm_fallbacks++;
+  }
+  s->state = CmState::kConnectReqRcvd;
+  PostEvent(s, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &p, l, &l->id);
+}
+
+}  // namespace
+
+// Control frames other than CONNECT_REQ (CmDispatchFrame handles that one).
 void CmOnFrame(Conn* conn, Frame& f) {
   switch (f.h.type) {
-    case FrameType::kConnectReq: {
-      SoftCmId* l = conn->listen_id;
-      if (l == nullptr) return;
-      ConnParams p;
-      if (!DecodeConnParams(f.payload.get(), f.h.length, &p)) {
-        LOG(WARNING) << "softrdma: malformed CONNECT_REQ; closing";
-        conn->Close();
-        return;
-      }
-      std::shared_ptr<Conn> keep;
-      auto& pend = l->pending;
-      for (auto it = pend.begin(); it != pend.end(); ++it) {
-        if (it->get() == conn) {
-          keep = *it;
-          pend.erase(it);
-          break;
-        }
-      }
-      if (keep == nullptr) return;
-      auto* s = new SoftCmId();
-      std::memset(&s->id, 0, sizeof(s->id));
-      s->passive = true;
-      PublishId(s);
-      Stat().live_cm_ids++;
-      s->id.verbs = l->id.verbs != nullptr ? l->id.verbs : CmContext();
-      s->id.channel = l->id.channel;
-      if (l->sync) {
-        // The CONNECT_REQUEST goes to the listener's channel (get_request
-        // takes it); the new id's own events go to its own private channel.
-        s->sync = true;
-        s->librdmacm.sync = 1;
-        s->id.channel = softrdma::create_event_channel();
-      }
-      s->id.context = l->id.context;  // inherited from the listener, as librdmacm
-      s->id.ps = l->id.ps;
-      s->id.port_num = 1;
-      s->id.qp_type = IBV_QPT_RC;
-      socklen_t len = sizeof(s->id.route.addr.src_storage);
-      ::getsockname(conn->fd(), &s->id.route.addr.src_addr, &len);
-      len = sizeof(s->id.route.addr.dst_storage);
-      ::getpeername(conn->fd(), &s->id.route.addr.dst_addr, &len);
-      s->conn = std::move(keep);
-      conn->id = s;
-      conn->listen_id = nullptr;
-      s->remote = p;
-      if (p.shm.present && ShmEnabled() && SameHost(p.shm)) {
-        std::shared_ptr<ShmLink> link;
-        if (ProbePeer(p.shm)) {
-          link = ShmLink::Open(std::string(p.shm.name, p.shm.name_len),
-                               static_cast<pid_t>(p.shm.pid));
-        }
-        if (link != nullptr) {
-          s->shm = std::move(link);
-          s->shm_state = ShmState::kPendingRtu;
-        } else {
-          Stat().shm_fallbacks++;
-        }
-      }
-      s->state = CmState::kConnectReqRcvd;
-      PostEvent(s, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &p, l, &l->id);
-      return;
-    }
     case FrameType::kAccept: {
       SoftCmId* s = conn->id;
       if (s == nullptr || s->state != CmState::kConnecting) return;
@@ -638,14 +677,43 @@ void CmOnFrame(Conn* conn, Frame& f) {
                            s->state == CmState::kConnectResponse ||
                            s->state == CmState::kDisconnected)) {
         EndConnection(s);
-      } else if (conn->qp != nullptr) {
-        QpFlushToError(conn->qp.get());
-        conn->qp.reset();
+      } else if (std::shared_ptr<SoftQp> q = conn->qp()) {
+        QpFlushToError(q.get());
+        conn->set_qp(nullptr);
       }
       return;
     }
     default:
-      if (conn->qp != nullptr) QpOnFrame(conn->qp.get(), f);
+      if (std::shared_ptr<SoftQp> q = conn->qp()) QpOnFrame(q.get(), f);
+      return;
+  }
+}
+
+void CmDispatchFrame(Conn* conn, Frame& f) {
+  switch (f.h.type) {
+    case FrameType::kConnectReq: {
+      ConnParams p;
+      if (!DecodeConnParams(f.payload.get(), f.h.length, &p)) {
+        LOG(WARNING) << "softrdma: malformed CONNECT_REQ; closing";
+        conn->Close();
+        return;
+      }
+      ShmOfferAnswer shm = AnswerShmOffer(p);  // system calls: before the lock
+      absl::MutexLock l(&CmMutex());
+      OnConnectReqLocked(conn, p, std::move(shm));
+      return;
+    }
+    case FrameType::kAccept:
+    case FrameType::kReject:
+    case FrameType::kRtu:
+    case FrameType::kDisconnect: {
+      absl::MutexLock l(&CmMutex());
+      CmOnFrame(conn, f);
+      return;
+    }
+    default:
+      // Data frames: the QP's own mutex orders them; no cm state is touched.
+      if (std::shared_ptr<SoftQp> q = conn->qp()) QpOnFrame(q.get(), f);
       return;
   }
 }
@@ -653,7 +721,7 @@ void CmOnFrame(Conn* conn, Frame& f) {
 void CmOnQpDestroyed(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   SoftCmId* s = q->cm_id;
   if (s == nullptr) return;
-  if (s->conn != nullptr && s->conn->qp.get() == q) s->conn->qp.reset();
+  if (s->conn != nullptr && s->conn->qp().get() == q) s->conn->set_qp(nullptr);
   if ((s->state == CmState::kEstablished || s->state == CmState::kAccepting ||
        s->state == CmState::kConnectResponse) &&
       s->conn != nullptr) {
@@ -741,10 +809,7 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
   s->id.context = context;
   s->id.ps = ps;
   s->id.qp_type = IBV_QPT_RC;
-  {
-    absl::MutexLock l(&CmMutex());
-    internal::PublishId(s);
-  }
+  internal::PublishId(s);
   internal::Stat().live_cm_ids++;
   *id = &s->id;
   return 0;
@@ -752,33 +817,34 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
 
 int destroy_id(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
-  {
-    absl::MutexLock l(&CmMutex());
-    if (!internal::IsLiveId(id)) return -1;
-  }
+  if (!internal::IsLiveId(id)) return -1;
   // A synchronous id's last event (librdmacm keeps it in id->event).
   if (id->event != nullptr) {
     ack_cm_event(id->event);
     id->event = nullptr;
   }
-  absl::MutexLock l(&CmMutex());
-  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   // librdmacm's rdma_destroy_id waits until every event it returned for the
   // id has been acked, which another thread (e.g. rping's cm thread) may
-  // still be about to do. Wait the same way, but not forever: when nobody
-  // acks, rdma-core would hang here for good, so fail loudly (fatal in debug
-  // builds, where the tests run) instead of letting such code pass.
-  const bool acked = CmMutex().AwaitWithTimeout(
-      absl::Condition(
-          +[](SoftCmId* id) ABSL_NO_THREAD_SAFETY_ANALYSIS { return id->unacked_events == 0; },
-          s),
-      internal::kDestroyIdAckWait);
-  if (!acked) {
-    LOG(DFATAL) << "softrdma: rdma_destroy_id on an id with " << s->unacked_events
-                << " event(s) not acked with rdma_ack_cm_event after "
-                << internal::kDestroyIdAckWait << "; rdma-core would block here forever";
+  // still be about to do. Wait the same way (holding only the ids' mutex,
+  // which the acks take), but not forever: when nobody acks, rdma-core would
+  // hang here for good, so fail loudly (fatal in debug builds, where the
+  // tests run) instead of letting such code pass.
+  {
+    absl::MutexLock ids(&internal::IdsMutex());
+    const bool acked = internal::IdsMutex().AwaitWithTimeout(
+        absl::Condition(
+            +[](SoftCmId* id) ABSL_NO_THREAD_SAFETY_ANALYSIS { return id->unacked_events == 0; },
+            s),
+        internal::kDestroyIdAckWait);
+    if (!acked) {
+      LOG(DFATAL) << "softrdma: rdma_destroy_id on an id with " << s->unacked_events
+                  << " event(s) not acked with rdma_ack_cm_event after "
+                  << internal::kDestroyIdAckWait << "; rdma-core would block here forever";
+    }
   }
+  absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;  // destroyed meanwhile by another thread
   internal::DestroyIdLocked(s);
   return 0;
 }
@@ -813,7 +879,12 @@ int listen(rdma_cm_id* id, int backlog) {
   if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kBound) return internal::Fail(EINVAL);
-  if (::listen(s->bound_fd, backlog > 0 ? backlog : 128) != 0) return -1;
+  // The IB CM queues every REQ whatever the backlog (it only matters to
+  // iWARP), so the socket's backlog is the kernel's maximum: a smaller one
+  // drops the SYNs of a connection storm, and each dropped connect waits for
+  // TCP's 1 s SYN retransmission.
+  (void)backlog;
+  if (::listen(s->bound_fd, SOMAXCONN) != 0) return -1;
   s->listener = internal::MakeListener(s->bound_fd, s);
   s->bound_fd = -1;  // the listener owns it now
   s->listener->Start();
@@ -824,33 +895,39 @@ int listen(rdma_cm_id* id, int backlog) {
 static int ResolveAddrStart(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr,
                             int timeout_ms) {
   if (id == nullptr || dst_addr == nullptr) return internal::Fail(EINVAL);
-  absl::MutexLock l(&CmMutex());
   if (!internal::IsLiveId(id)) return -1;
+  // Ask the kernel for a route, before taking CmMutex(): a connected UDP
+  // socket needs one and tells us the source address it would use. No
+  // packet is sent.
+  const bool good = internal::GoodFamily(dst_addr);
+  int err = 0;
+  sockaddr_storage route_src{};
+  if (good) {
+    int probe = ::socket(dst_addr->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (probe < 0) {
+      err = errno;
+    } else {
+      if (::connect(probe, dst_addr, internal::AddrLen(dst_addr)) != 0) err = errno;
+      socklen_t len = sizeof(route_src);
+      if (err == 0) ::getsockname(probe, reinterpret_cast<sockaddr*>(&route_src), &len);
+      ::close(probe);
+    }
+  }
+  absl::MutexLock l(&CmMutex());
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kIdle && s->state != CmState::kBound) return internal::Fail(EINVAL);
   if (timeout_ms > 0) s->timeout_ms = timeout_ms;
   id->verbs = internal::CmContext();
   id->port_num = 1;
-  if (!internal::GoodFamily(dst_addr)) {
+  if (!good) {
     internal::PostEvent(s, RDMA_CM_EVENT_ADDR_ERROR, -EAFNOSUPPORT);
     return 0;
   }
   std::memcpy(&id->route.addr.dst_storage, dst_addr, internal::AddrLen(dst_addr));
-  // Ask the kernel for a route: a connected UDP socket needs one and tells us
-  // the source address it would use. No packet is sent.
-  int probe = ::socket(dst_addr->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  int err = 0;
-  if (probe < 0) {
-    err = errno;
-  } else {
-    if (::connect(probe, dst_addr, internal::AddrLen(dst_addr)) != 0) err = errno;
-    if (err == 0 && s->state != CmState::kBound) {
-      socklen_t len = sizeof(id->route.addr.src_storage);
-      ::getsockname(probe, &id->route.addr.src_addr, &len);
-      id->route.addr.src_sin.sin_port = 0;  // chosen at connect
-      if (id->route.addr.src_addr.sa_family == AF_INET6) id->route.addr.src_sin6.sin6_port = 0;
-    }
-    ::close(probe);
+  if (err == 0 && s->state != CmState::kBound) {
+    std::memcpy(&id->route.addr.src_storage, &route_src, sizeof(route_src));
+    id->route.addr.src_sin.sin_port = 0;  // chosen at connect
+    if (id->route.addr.src_addr.sa_family == AF_INET6) id->route.addr.src_sin6.sin6_port = 0;
   }
   if (err == 0 && src_addr != nullptr && internal::GoodFamily(src_addr) &&
       s->state != CmState::kBound) {
@@ -907,10 +984,7 @@ void DestroyIdCqs(rdma_cm_id* id) {
 int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
                ibv_qp_init_attr_ex* ex) {
   if (id == nullptr || qp_init_attr == nullptr) return internal::Fail(EINVAL);
-  {
-    absl::MutexLock l(&CmMutex());
-    if (!internal::IsLiveId(id)) return -1;
-  }
+  if (!internal::IsLiveId(id)) return -1;
   if (id->verbs == nullptr || id->qp != nullptr) return internal::Fail(EINVAL);
   if (pd == nullptr) {
     internal::SoftContext* c = internal::ToSoft(id->verbs);
@@ -1002,10 +1076,7 @@ int create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr_ex) {
 
 void destroy_qp(rdma_cm_id* id) {
   if (id == nullptr) return;
-  {
-    absl::MutexLock l(&CmMutex());
-    if (!internal::IsLiveId(id)) return;
-  }
+  if (!internal::IsLiveId(id)) return;
   if (id->qp == nullptr) return;
   softrdma::destroy_qp(id->qp);  // detaches from the id and tells the peer
   id->qp = nullptr;
@@ -1020,25 +1091,34 @@ static int ConnectStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
        !internal::ValidRdAtomic(*conn_param))) {
     return internal::Fail(EINVAL);
   }
-  absl::MutexLock l(&CmMutex());
   if (!internal::IsLiveId(id)) return -1;
-  SoftCmId* s = internal::CmIdOf(id);
-  if (s->state != CmState::kRouteResolved) return internal::Fail(EINVAL);
-  internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
-  if (!internal::TakeUserQp(s, s->local.qp_num)) return internal::Fail(EINVAL);
-  internal::CompleteLocalParams(conn_param, &s->local);
-  if (internal::ShmEnabled()) {
-    s->shm = internal::ShmLink::Create();
-    if (s->shm != nullptr) {
-      internal::FillHello(s->shm->name(), &s->local.shm);
-      s->shm_state = internal::ShmState::kOffered;
-    }
-  }
+  // The system calls of the set-up (a shared-memory segment, a socket) come
+  // before CmMutex(), which other ids' set-up and the progress thread need.
+  std::shared_ptr<internal::ShmLink> link =
+      internal::ShmEnabled() ? internal::ShmLink::Create() : nullptr;
   sockaddr* dst = &id->route.addr.dst_addr;
-  int fd = s->bound_fd;
+  int fresh_fd = ::socket(dst->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  absl::MutexLock l(&CmMutex());
+  SoftCmId* s = internal::CmIdOf(id);
+  auto fail = [fresh_fd](int err) {
+    if (fresh_fd >= 0) ::close(fresh_fd);
+    return internal::Fail(err);
+  };
+  if (s->state != CmState::kRouteResolved) return fail(EINVAL);
+  internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
+  if (!internal::TakeUserQp(s, s->local.qp_num)) return fail(EINVAL);
+  internal::CompleteLocalParams(conn_param, &s->local);
+  if (link != nullptr) {
+    s->shm = std::move(link);
+    internal::FillHello(s->shm->name(), &s->local.shm);
+    s->shm_state = internal::ShmState::kOffered;
+  }
+  int fd = s->bound_fd;  // rdma_bind_addr's socket, if any, is the one to use
   s->bound_fd = -1;
-  if (fd < 0) {
-    fd = ::socket(dst->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    if (fresh_fd >= 0) ::close(fresh_fd);
+  } else {
+    fd = fresh_fd;
     if (fd < 0) return -1;
   }
   int rc = ::connect(fd, dst, internal::AddrLen(dst));
@@ -1055,9 +1135,9 @@ static int ConnectStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
   const uint64_t serial = s->serial;
   internal::Engine::Get().RunAfter(absl::Milliseconds(s->timeout_ms), [serial] {
     absl::MutexLock l(&CmMutex());
-    auto it = internal::LiveIds().find(serial);
-    if (it == internal::LiveIds().end() || !it->second->tcp_connecting) return;
-    internal::FailConnect(it->second, ETIMEDOUT);  // the host did not answer
+    SoftCmId* live = internal::FindLiveId(serial);
+    if (live == nullptr || !live->tcp_connecting) return;
+    internal::FailConnect(live, ETIMEDOUT);  // the host did not answer
   });
   return 0;
 }
@@ -1162,10 +1242,7 @@ int accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
 
 int get_request(rdma_cm_id* listen, rdma_cm_id** id) {
   if (listen == nullptr || id == nullptr) return internal::Fail(EINVAL);
-  {
-    absl::MutexLock l(&CmMutex());
-    if (!internal::IsLiveId(listen)) return -1;
-  }
+  if (!internal::IsLiveId(listen)) return -1;
   if (!IsSync(listen)) return internal::Fail(EINVAL);
   // As librdmacm: the listener's last event is acked now; the request's event
   // stays in the new id's `event` (or the listener's, on failure).
@@ -1395,7 +1472,7 @@ int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   SoftEventChannel* ch = internal::ChannelOf(channel);
   for (;;) {
     if (internal::WaitEventFd(channel->fd) != 0) return -1;
-    absl::MutexLock cm(&CmMutex());  // for the id's unacked_events
+    absl::MutexLock ids(&internal::IdsMutex());  // for the id's unacked_events
     absl::MutexLock l(&ch->mu);
     if (ch->events.empty()) continue;  // its id was destroyed or migrated
     SoftCmEvent* e = ch->events.front();
@@ -1411,7 +1488,7 @@ int ack_cm_event(rdma_cm_event* event) {
   if (event == nullptr) return internal::Fail(EINVAL);
   auto* e = reinterpret_cast<SoftCmEvent*>(event);
   {
-    absl::MutexLock cm(&CmMutex());
+    absl::MutexLock ids(&internal::IdsMutex());
     auto it = internal::LiveIds().find(e->id_serial);
     if (it != internal::LiveIds().end() && it->second->unacked_events > 0) {
       it->second->unacked_events--;

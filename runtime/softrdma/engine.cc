@@ -412,10 +412,7 @@ void Conn::HandleReadable() {
         hdr_got_ = 0;
         pay_got_ = 0;
         if (vanished_.load()) return;  // Vanish() by the frame before
-        {
-          absl::MutexLock l(&CmMutex());
-          CmOnFrame(this, f);
-        }
+        CmDispatchFrame(this, f);
         if (drop_requested_.load()) return Lost();  // DropAfterWrs fired
         if (closed_.load()) return;
       }
@@ -426,10 +423,7 @@ void Conn::HandleReadable() {
       hdr_got_ = 0;
       pay_got_ = 0;
       if (vanished_.load()) return;
-      {
-        absl::MutexLock l(&CmMutex());
-        CmOnFrame(this, f);
-      }
+      CmDispatchFrame(this, f);
       if (drop_requested_.load()) return Lost();
     }
   }

@@ -11,10 +11,15 @@
 // The key table mutex is innermost: it is held (shared, ScopedMrAccess) across
 // an access check and the copy it vouches for, with no other lock taken inside.
 // The fork handlers take CmMutex() and then the key table.
-// CmMutex() guards all rdma_cm state and the Conn -> (id, QP) attachments; the
-// progress thread holds it while it dispatches a received frame, so frames of
-// one process are handled one at a time, in arrival order per connection.
-// The data path of the user (post_send, post_recv, poll_cq) never takes it.
+// CmMutex() guards rdma_cm connection state and the Conn -> id attachments;
+// the progress thread holds it while it handles a control frame (CONNECT_REQ,
+// ACCEPT, REJECT, RTU, DISCONNECT), never across blocking work (socket and
+// shared-memory set-up happen before it is taken). Data frames go to the QP
+// under the Conn's own qp mutex and the QP's, in arrival order per
+// connection. IdsMutex() (cm.cc, inner to CmMutex()) guards the registry of
+// live ids and their unacked events, so rdma_get_cm_event, rdma_ack_cm_event
+// and rdma_create_id never wait for CmMutex(). The data path of the user
+// (post_send, post_recv, poll_cq) takes neither.
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_INTERNAL_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_INTERNAL_H_
 
@@ -450,6 +455,9 @@ void QpOnFrame(SoftQp* qp, Frame& frame);
 // ---- rdma_cm glue called by Conn (progress thread, CmMutex() held) ---------------
 absl::Mutex& CmMutex();
 void CmOnFrame(Conn* conn, Frame& frame) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
+// The progress thread's entry for every frame read from a connection: control
+// frames under CmMutex() (CmOnFrame), data frames straight to the QP without it.
+void CmDispatchFrame(Conn* conn, Frame& frame);
 void CmOnConnectDone(Conn* conn, int error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
 void CmOnClosed(Conn* conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
 // A listener accepted a TCP connection; CONNECT_REQ will follow on it.
