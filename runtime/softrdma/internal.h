@@ -61,7 +61,7 @@ absl::Mutex& CmMutex();
 // ---- counters ---------------------------------------------------------------
 struct Counters {
   std::atomic<uint64_t> send{0}, send_with_imm{0}, rdma_write{0},
-      rdma_write_with_imm{0}, rdma_read{0}, recv{0}, bytes_sent{0},
+      rdma_write_with_imm{0}, rdma_read{0}, atomic{0}, recv{0}, bytes_sent{0},
       rnr_retries{0}, post_send_calls{0}, post_recv_calls{0}, reg_mr{0},
       max_send_bytes{0}, rem_access_errors{0},
       signaled_sends{0}, wc_polled{0}, poll_cq_calls{0}, qps_on_shm{0}, qps_on_tcp{0},

@@ -422,6 +422,10 @@ void CountPosted(ibv_wr_opcode op, uint64_t bytes, bool signaled) {
     case IBV_WR_RDMA_READ:
       c.rdma_read++;
       break;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      c.atomic++;
+      break;
     default:
       break;
   }

@@ -201,21 +201,27 @@
 //  - rdmacm-utils' rstream -T v (blocking and non-blocking) and rcopy
 //    (rsockets_test.sh, SoftrdmaPreload.rsockets.*): data verified.
 //  - perftest's -R retry after a rejected connect (perftest_reject_test.sh).
-//  - rdma-core's rping -v -C 100, ucmatose -c 4 -C 100, rdma_server/rdma_client
-//    (rdma_core_tools_test.sh, SoftrdmaPreload.{rping,ucmatose,rdma_server}).
+//  - rdma-core's rping -v -C 100, rping -V -S 16384 -C 50 (data validated),
+//    ucmatose -c 4 -C 100, ucmatose -c 16 -C 50 -S 65536, rdma_server/
+//    rdma_client, cmtime -c 100; udaddy and mckey (UD / multicast) fail, the
+//    udaddy server with EOPNOTSUPP (rdma_core_tools_test.sh,
+//    SoftrdmaPreload.{rping,rping-validate,ucmatose,ucmatose-large,
+//    rdma_server,cmtime,udaddy,mckey}, each also .tcp).
 //  - perftest 4.5 (Debian 12's 4.5+0.17): ib_send_lat, ib_write_lat,
-//    ib_read_lat, ib_write_bw, ib_read_bw, each as `<tool> -R -a -n 5 -p PORT`
-//    (server) and `... 127.0.0.1` (client): rdma_cm QPs, sizes 2 B .. 8 MiB
-//    (perftest_test.sh, SoftrdmaPreload.ib_*). The test checks exit codes,
-//    one result row per size, and the device's counters (exactly 23 x 5
-//    READs / WRITEs; for ib_send_lat an 8 MiB SEND; no RNR retry, no remote
-//    access error). Their --data_validation does not exist in 4.5+0.17, for
+//    ib_read_lat, ib_write_bw, ib_read_bw, ib_send_bw, each as
+//    `<tool> -R -a -n 5 -p PORT` (server) and `... 127.0.0.1` (client): rdma_cm
+//    QPs, sizes 2 B .. 8 MiB; ib_send_bw and ib_send_lat also --use-srq;
+//    ib_atomic_lat / ib_atomic_bw (8 B); ib_write_bw -s 4194304 -n 100
+//    (perftest_test.sh, SoftrdmaPreload.ib_*, each also .tcp). The test checks
+//    exit codes, one result row per size, and the device's counters (exactly
+//    23 x 5 READs / WRITEs / data SENDs, 5 atomics, 100 WRITEs; for the SEND
+//    tests an 8 MiB SEND; no RNR retry, no remote access error). Their --data_validation does not exist in 4.5+0.17, for
 //    any of the five; ib_write_lat's ping-pong spins on the written buffer,
 //    so a lost WRITE shows as a timeout. perftest takes its ibv_wr_* path
 //    only on devices it recognises (mlx5, EFA, hns), so on softrdma it posts
 //    with ibv_post_send; qp_ex_test.cc covers the ibv_wr_* API instead.
-//    Not run: UD/UC/XRC/DC modes, multicast (-g), --odp, atomics tests;
-//    those need what softrdma does not have, and fail cleanly.
+//    Not run: UD/UC/XRC/DC modes, multicast (-g), --odp; those need what
+//    softrdma does not have, and fail cleanly.
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
 
@@ -386,6 +392,7 @@ struct Stats {
   uint64_t rdma_write = 0;
   uint64_t rdma_write_with_imm = 0;
   uint64_t rdma_read = 0;
+  uint64_t atomic = 0;            // FETCH_AND_ADD and CMP_AND_SWP posted
   uint64_t recv = 0;
   uint64_t bytes_sent = 0;        // payload bytes of SEND/WRITE posted, and READ bytes requested
   uint64_t rnr_retries = 0;       // times a SEND from this process found no receive posted
