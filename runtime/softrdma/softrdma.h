@@ -188,8 +188,6 @@
 //    responder refuses them only when its max_dest_rd_atomic is 0, not when
 //    more than that many are outstanding.
 //  - RNR back-off is a fixed 1 ms; min_rnr_timer is ignored.
-//  - The memlock cap applies only through SetMemlock / SOFTRDMA_FAULT_MEMLOCK_
-//    BYTES: the process's real RLIMIT_MEMLOCK is not enforced by reg_mr.
 //  - iWARP-like mode refuses only immediate data and atomics: a SEND finding
 //    no receive is still RNR-retried (an RNIC has no RNR: the connection is
 //    terminated), an RDMA READ's local sink needs only LOCAL_WRITE (RNICs need
@@ -264,7 +262,10 @@ int dealloc_pd(ibv_pd* pd);
 // of the range is unmapped, not readable, or not writable while the access
 // lets the device write (local / remote write, atomic, MW bind) -- as
 // ib_umem_get's get_user_pages fails it (checked against /proc/self/maps);
-// ENOMEM past the memlock cap (faults.h); an injected errno (FailNext).
+// ENOMEM when the pages it pins would take the process's MRs past
+// RLIMIT_MEMLOCK's soft limit, unless the process has CAP_IPC_LOCK (as
+// ib_umem_get), or past the memlock cap of faults.h; an injected errno
+// (FailNext).
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access);
 int dereg_mr(ibv_mr* mr);
 
