@@ -52,9 +52,18 @@ inline constexpr uint32_t kMaxInlineData = 256;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;  // bytes, per WR
 inline constexpr int kMaxRdAtom = 16;
 inline constexpr int kMaxMw = 1 << 20;  // memory windows per process
-// Receiver-not-ready back-off between retries. IB encodes min_rnr_timer
-// (0.01 ms .. 655 ms); we use a fixed 1 ms so tests that exercise RNR stay fast.
+// Receiver-not-ready back-off between retries for a responder QP whose
+// min_rnr_timer the application never set (rdma_cm's own QPs; see softrdma.h).
 inline constexpr int kRnrDelayMicros = 1000;
+// The RNR NAK timer a min_rnr_timer code (5 bits) stands for, in microseconds
+// (IBA vol. 1 table 45: 0 = 655.36 ms, 1 = 0.01 ms, ..., 31 = 491.52 ms).
+inline int64_t RnrTimerMicros(uint8_t code) {
+  static constexpr int32_t kTenMicros[32] = {
+      65536, 1,    2,    3,    4,    6,    8,     12,    16,    24,    32,
+      48,    64,   96,   128,  192,  256,  384,   512,   768,   1024,  1536,
+      2048,  3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152};
+  return int64_t{kTenMicros[code & 31]} * 10;
+}
 
 absl::Mutex& CmMutex();
 
@@ -354,6 +363,9 @@ struct SoftQp {
   uint32_t epsn ABSL_GUARDED_BY(mu) = 0;      // responder: PSN expected next
   uint8_t rnr_retry ABSL_GUARDED_BY(mu) = 7;  // 7 = retry forever (IB spec)
   uint8_t min_rnr_timer ABSL_GUARDED_BY(mu) = 0;
+  // modify_qp set min_rnr_timer: RNR NAKs of this responder then ask for its
+  // delay; otherwise for kRnrDelayMicros.
+  bool min_rnr_timer_set ABSL_GUARDED_BY(mu) = false;
   int rnr_count ABSL_GUARDED_BY(mu) = 0;     // RNR NAKs for the head WR
   bool rnr_wait ABSL_GUARDED_BY(mu) = false;  // waiting to retransmit after RNR
   bool sq_blocked ABSL_GUARDED_BY(mu) = false;  // an errored WR is queued

@@ -8,7 +8,8 @@
 //
 // Receiver not ready (RNR): a SEND or WRITE_WITH_IMM that finds no posted
 // receive is NAKed with syndrome RNR and the responder drops every later
-// request until that PSN comes again. The requester waits kRnrDelayMicros and
+// request until that PSN comes again. The requester waits the RNR timer the
+// NAK names (the responder's min_rnr_timer, or kRnrDelayMicros) and
 // retransmits from the NAKed PSN (it keeps each WR's encoded frame until the WR
 // completes), up to rnr_retry times (7 = forever), then completes the WR with
 // IBV_WC_RNR_RETRY_EXC_ERR. This is the IB go-back-N recovery, minus packets.
@@ -777,7 +778,10 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
         q->rnr_wait = true;
         std::weak_ptr<SoftQp> weak = q->self;
         const uint32_t psn = f.h.psn;
-        Engine::Get().RunAfter(absl::Microseconds(kRnrDelayMicros), [weak, psn] {
+        const int64_t delay_us =
+            (f.h.read_len & 0x100u) ? RnrTimerMicros(static_cast<uint8_t>(f.h.read_len & 31))
+                                    : kRnrDelayMicros;
+        Engine::Get().RunAfter(absl::Microseconds(delay_us), [weak, psn] {
           if (std::shared_ptr<SoftQp> qp = weak.lock()) RetransmitFrom(qp.get(), psn);
         });
         return;
@@ -820,6 +824,8 @@ void NakLocked(SoftQp* q, uint32_t psn, Syndrome s) ABSL_EXCLUSIVE_LOCKS_REQUIRE
   h.type = FrameType::kNak;
   h.psn = psn;
   h.syndrome = s;
+  // An RNR NAK carries the responder's RNR timer (IBA 9.7.5.2.8).
+  if (s == Syndrome::kRnr && q->min_rnr_timer_set) h.read_len = 0x100u | q->min_rnr_timer;
   LinkSendHeaderLocked(q, h);
 }
 
@@ -1466,7 +1472,10 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   if (attr_mask & IBV_QP_RNR_RETRY) q->rnr_retry = attr->rnr_retry;
   if (attr_mask & IBV_QP_RETRY_CNT) q->retry_cnt = attr->retry_cnt;
   if (attr_mask & IBV_QP_TIMEOUT) q->timeout = attr->timeout;
-  if (attr_mask & IBV_QP_MIN_RNR_TIMER) q->min_rnr_timer = attr->min_rnr_timer;
+  if (attr_mask & IBV_QP_MIN_RNR_TIMER) {
+    q->min_rnr_timer = attr->min_rnr_timer & 31;
+    q->min_rnr_timer_set = true;
+  }
   if (attr_mask & IBV_QP_DEST_QPN) q->dest_qpn = attr->dest_qp_num;
   if (attr_mask & IBV_QP_SQ_PSN) q->next_psn = attr->sq_psn;
   if (attr_mask & IBV_QP_RQ_PSN) q->epsn = attr->rq_psn;

@@ -61,8 +61,12 @@
 //    0 = infinite; modify_qp(IBV_QP_TIMEOUT / IBV_QP_RETRY_CNT) sets them, and
 //    rdma_cm takes retry_cnt from the connector's conn_param.retry_count (7
 //    when it passes none).
-//  - RNR: a SEND or WRITE_WITH_IMM finding no receive is retried every 1 ms
-//    (fixed; min_rnr_timer is accepted and ignored) up to the QP's rnr_retry
+//  - RNR: a SEND or WRITE_WITH_IMM finding no receive is NAKed with the
+//    responder QP's RNR timer, min_rnr_timer (IBA table 45: 1 = 0.01 ms ..
+//    31 = 491.52 ms, 0 = 655.36 ms), once modify_qp set it (the INIT->RTR
+//    transition of a QP the application moves itself, or IBV_QP_MIN_RNR_TIMER
+//    later), and the requester waits that long before each retry, up to the
+//    QP's rnr_retry
 //    (7 = forever); Stats::rnr_retries counts each retry. With rdma_cm, a QP's
 //    rnr_retry is the PEER's conn_param.rnr_retry_count ("how often the remote
 //    peer should retry", rdma_cm(7)); modify_qp(IBV_QP_RNR_RETRY) overrides.
@@ -187,7 +191,10 @@
 //    (initiator depth; query_qp reports the constant kMaxRdAtom), and the
 //    responder refuses them only when its max_dest_rd_atomic is 0, not when
 //    more than that many are outstanding.
-//  - RNR back-off is a fixed 1 ms; min_rnr_timer is ignored.
+//  - A responder QP made by rdma_create_qp, whose min_rnr_timer nobody set,
+//    asks for a 1 ms RNR back-off, not the 655.36 ms of the min_rnr_timer 0
+//    that the IB CM programs into such QPs (rdma_init_qp_attr reports 0, and
+//    a QP the application moves with it waits 655.36 ms, as on a NIC).
 //  - iWARP-like mode refuses only immediate data and atomics: a SEND finding
 //    no receive is still RNR-retried (an RNIC has no RNR: the connection is
 //    terminated), an RDMA READ's local sink needs only LOCAL_WRITE (RNICs need

@@ -30,7 +30,7 @@ enum class FrameType : uint8_t {
   kReadReq = 8,  // addr, rkey, read_len
   kReadResp = 9, // payload: data (TCP: from offset addr; kMore: not the last piece)
   kAck = 10,     // psn: the request accepted (acks all before it too)
-  kNak = 11,     // psn, syndrome
+  kNak = 11,     // psn, syndrome; RNR: read_len = 0x100 | the responder's min_rnr_timer, or 0
   kAtomic = 12,      // flags kFetchAdd or kCmpSwap; addr, rkey; payload: 2 x u64 LE
   kAtomicResp = 13,  // payload: the original u64, LE
   // Same-host link only (shm_link.h): header-only, on the TCP socket. The
