@@ -1346,6 +1346,14 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     errno = EINVAL;
     return nullptr;
   }
+  // A send WQE with room for max_send_sge SGEs has as much room for inline
+  // data, which rxe grants as max_inline_data (rxe_qp.c; mlx5 likewise rounds
+  // it up to its WQE size): a QP may get more than it asked for
+  // (ibv_create_qp(3)), and the caps reported back are what is enforced.
+  cap.max_inline_data = std::max<uint32_t>(
+      cap.max_inline_data,
+      std::min<uint32_t>(internal::kMaxInlineData,
+                         cap.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge))));
   auto q = std::make_shared<SoftQp>();
   q->self = q;
   q->qp.context = pd->context;
@@ -1360,7 +1368,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   pthread_cond_init(&q->qp.cond, nullptr);
   {
     absl::MutexLock l(&q->mu);
-    q->cap = cap;  // reported back unchanged: exactly what is enforced
+    q->cap = cap;  // reported back: exactly what is enforced
     q->sq_sig_all = attr->sq_sig_all != 0;
   }
   internal::QpRegistry& r = internal::Registry();

@@ -119,6 +119,9 @@
 //    original value lands in the local SGE in host order.
 //  - RC QPs only: create_qp (and rdma_create_qp) with IBV_QPT_UC, IBV_QPT_UD
 //    or any other type fails with errno EOPNOTSUPP.
+//  - A QP's max_inline_data is at least max_send_sge x 16 bytes (the SGE
+//    list's room in a WQE, as rxe grants it), capped at 256; create_qp reports
+//    it back in the caps.
 //  - Post-time limits are exactly the QP's (SRQ's) caps as created and
 //    reported by query_qp / query_srq: more WRs outstanding than max_send_wr /
 //    max_recv_wr -> ENOMEM; num_sge above max_send_sge / max_recv_sge / the
@@ -208,10 +211,11 @@
 //  - perftest's -R retry after a rejected connect (perftest_reject_test.sh).
 //  - rdma-core's rping -v -C 100, rping -V -S 16384 -C 50 (data validated),
 //    ucmatose -c 4 -C 100, ucmatose -c 16 -C 50 -S 65536, rdma_server/
-//    rdma_client, cmtime -c 100; udaddy and mckey (UD / multicast) fail, the
-//    udaddy server with EOPNOTSUPP (rdma_core_tools_test.sh,
-//    SoftrdmaPreload.{rping,rping-validate,ucmatose,ucmatose-large,
-//    rdma_server,cmtime,udaddy,mckey}, each also .tcp).
+//    rdma_client, rdma_xserver/rdma_xclient -c r, cmtime -c 100; udaddy and
+//    mckey (UD / multicast) fail, the udaddy server with EOPNOTSUPP
+//    (rdma_core_tools_test.sh, SoftrdmaPreload.{rping,rping-validate,
+//    ucmatose,ucmatose-large,rdma_server,rdma_xserver,cmtime,udaddy,mckey},
+//    each also .tcp).
 //  - perftest 4.5 (Debian 12's 4.5+0.17): ib_send_lat, ib_write_lat,
 //    ib_read_lat, ib_write_bw, ib_read_bw, ib_send_bw, each as
 //    `<tool> -R -a -n 5 -p PORT` (server) and `... 127.0.0.1` (client): rdma_cm

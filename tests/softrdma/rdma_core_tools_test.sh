@@ -7,6 +7,7 @@
 #   ucmatose        ucmatose -c 4 -C 100
 #   ucmatose-large  ucmatose -c 16 -C 50 -S 65536
 #   rdma_server     rdma_server / rdma_client (synchronous endpoints)
+#   rdma_xserver    rdma_xserver / rdma_xclient -c r (RC; XRC is not there)
 #   cmtime          cmtime -c 100: every step's row, the client's exit 0
 #   udaddy, mckey   UD / multicast programs: they must fail, udaddy's server
 #                   with EOPNOTSUPP ("Operation not supported"): softrdma has
@@ -56,6 +57,14 @@ case "$MODE" in
     SERVER="ucmatose -b 127.0.0.1 -p $PORT -c 16 -C 50 -S 65536"
     CLIENT="ucmatose -s 127.0.0.1 -p $PORT -c 16 -C 50 -S 65536"
     EXPECT="data transfers complete"
+    ;;
+  rdma_xserver)
+    # RC mode: rdma_create_ep endpoints; the client SENDs 16 bytes inline on a
+    # QP that asked for no inline data (a QP gets at least its SGE list's
+    # room, as on rxe and mlx5).
+    SERVER="rdma_xserver -p $PORT -c r"
+    CLIENT="rdma_xclient -s 127.0.0.1 -p $PORT -c r"
+    EXPECT="rdma_xserver: end 0"
     ;;
   cmtime)
     SERVER="cmtime -b 127.0.0.1 -p $PORT -c 100"
@@ -143,6 +152,8 @@ case "$MODE" in
   ucmatose-large)
     # Both sides complete every one of the 16 connections.
     [ "$(grep -c "test complete" "$LOG/out")" -eq 2 ] || { echo "FAIL: want 'test complete' from both sides"; exit 1; } ;;
+  rdma_xserver)
+    grep -q "rdma_xclient: end 0" "$LOG/client" || { echo "FAIL: rdma_xclient did not end 0"; exit 1; } ;;
   cmtime)
     for step in "create id" "resolve addr" "resolve route" "create qp" "connect" "disconnect" "destroy"; do
       grep -q "^$step *:" "$LOG/client" || { echo "FAIL: no '$step' row"; exit 1; }
