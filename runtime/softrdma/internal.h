@@ -316,6 +316,10 @@ struct SendWqe {
   ibv_wc_status local_error = IBV_WC_SUCCESS;  // found at post; completes in order
   std::shared_ptr<const std::vector<uint8_t>> frame;  // kept for RNR retransmit
   std::vector<ibv_sge> read_sges;                     // RDMA READ destination
+  // SEND / WRITE (not inline): the payload's SGEs, whose lkeys are checked
+  // again whenever the WR goes out after post (a NIC reads the buffers when
+  // it executes or retransmits the WR).
+  std::vector<ibv_sge> data_sges;
 };
 
 struct RecvWqe {

@@ -328,6 +328,36 @@ uint64_t LinkProgressLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   return p;
 }
 
+// Whether a SEND / WRITE's lkeys still vouch for its buffers (MRs of the QP's
+// PD, in range, alive): a NIC reads them when it executes or retransmits the
+// WR and fails it with LOC_PROT_ERR when an MR was deregistered since post.
+bool DataLkeysValidLocked(SoftQp* q, const SendWqe& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (w.data_sges.empty()) return true;
+  ScopedMrAccess access;
+  uint64_t total = 0;
+  return CheckLocal(q->qp.pd, w.data_sges.data(), w.data_sges.size(), /*write=*/false, &total);
+}
+
+void ProcessSqHeadLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu);
+
+// (Re)sends the WRs from sq[idx] on, as after an RNR wait or a held link. A
+// WR whose lkeys died since post goes no further: it fails in order with
+// IBV_WC_LOC_PROT_ERR, and the WRs after it are flushed.
+void TransmitFromLocked(SoftQp* q, size_t idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  for (size_t i = idx; i < q->sq.size(); ++i) {
+    SendWqe& w = q->sq[i];
+    if (w.local_error != IBV_WC_SUCCESS) break;
+    if (w.local_op) continue;
+    if (!DataLkeysValidLocked(q, w)) {
+      w.local_error = IBV_WC_LOC_PROT_ERR;
+      q->sq_blocked = true;
+      break;
+    }
+    LinkSendLocked(q, w.frame);
+  }
+  if (q->sq_blocked) ProcessSqHeadLocked(q);
+}
+
 // Starts the transport timer if sent WRs wait for answers and it is idle.
 void ArmAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   if (q->ack_timer_armed || q->timeout == 0 || q->sq.empty() || q->conn == nullptr) return;
@@ -600,7 +630,9 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
         h.flags |= kRemoteData;
         h.read_len = static_cast<uint32_t>(total);
         w.frame = NewSglFrame(h, wr->sg_list, wr->num_sge);
+        w.data_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
       } else {
+        if (!is_inline) w.data_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
         SetSendOrWriteHeader(*wr, &h);
         // The payload is copied now (inline or not); the WR's buffers are free
         // for reuse earlier than on hardware, which is allowed.
@@ -667,11 +699,7 @@ void RetransmitFrom(SoftQp* q, uint32_t psn) {
   q->rnr_wait = false;
   int idx = FindPsnLocked(q, psn);
   if (idx < 0) return;
-  for (size_t i = static_cast<size_t>(idx); i < q->sq.size(); ++i) {
-    if (q->sq[i].local_error != IBV_WC_SUCCESS) break;
-    if (q->sq[i].local_op) continue;
-    LinkSendLocked(q, q->sq[i].frame);
-  }
+  TransmitFromLocked(q, static_cast<size_t>(idx));
   ArmAckTimerLocked(q);
 }
 
@@ -1241,12 +1269,7 @@ void QpSetLink(SoftQp* q, std::shared_ptr<ShmLink> shm) {
     }
     q->shm = shm;
     // Everything posted while held goes out now, in order.
-    if (CanTransmitLocked(q)) {
-      for (const SendWqe& w : q->sq) {
-        if (w.local_error != IBV_WC_SUCCESS) break;
-        LinkSendLocked(q, w.frame);
-      }
-    }
+    if (CanTransmitLocked(q)) TransmitFromLocked(q, 0);
   }
   if (shm != nullptr) RegisterWithCqs(q, shm);
   (shm != nullptr ? Stat().qps_on_shm : Stat().qps_on_tcp)++;

@@ -128,6 +128,11 @@
 //    SRQ's max_sge, inline data above max_inline_data, IBV_SEND_INLINE on a
 //    READ, atomic, BIND_MW or LOCAL_INV, or an unknown opcode -> EINVAL. The
 //    refused WR is *bad_wr; the WRs before it are posted, none from it on.
+//  - Lkeys are checked when the device executes a WR: at post when it goes
+//    out at once, and again whenever it goes out later (behind an RNR wait,
+//    on a link still being decided, on retransmission): a SEND / WRITE whose
+//    MR was deregistered since post then completes with IBV_WC_LOC_PROT_ERR
+//    in its turn, and the QP enters ERROR.
 //  - Keys: lkeys and rkeys are independent 32-bit draws from getrandom(2),
 //    never issued twice in a process; a stale or guessed rkey fails with
 //    IBV_WC_REM_ACCESS_ERR at the requester.
@@ -187,9 +192,10 @@
 //
 // Where softrdma is still more lenient than hardware (besides the same-host
 // link's list in shm_link.h):
-//  - The requester checks lkeys at post and (TCP link, or up to 16 KiB on the
-//    same-host link) copies the payload then: an MR deregistered, or a buffer
-//    changed, after post but before the WR executes goes unnoticed.
+//  - The requester copies a SEND / WRITE's payload at post (TCP link, or up
+//    to 16 KiB on the same-host link) and sends that copy, retransmissions
+//    included: a buffer changed after post goes unnoticed. (Its lkeys are
+//    checked when the WR goes out, at post or later; see above.)
 //  - Outstanding READs / atomics are not limited to the QP's max_rd_atomic
 //    (initiator depth; query_qp reports the constant kMaxRdAtom), and the
 //    responder refuses them only when its max_dest_rd_atomic is 0, not when

@@ -3,7 +3,8 @@
 //  - keys of live MRs are distinct (lkey vs lkey, rkey vs rkey; an MR's lkey
 //    and rkey may be equal, as on mlx5);
 //  - after ibv_dereg_mr the keys are dead: a local use is IBV_WC_LOC_PROT_ERR
-//    and a remote one IBV_WC_REM_ACCESS_ERR;
+//    and a remote one IBV_WC_REM_ACCESS_ERR, also for a WR posted before the
+//    dereg that the device executes (or retransmits) after it;
 //  - registration past RLIMIT_MEMLOCK fails with ENOMEM for a process without
 //    CAP_IPC_LOCK (ib_umem_get counts the pages an MR pins against it);
 //  - remote write access without local write is refused at registration
@@ -16,8 +17,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "tests/conformance/conformance_fixture.h"
@@ -102,6 +105,33 @@ TEST_F(PdMrConformance, RegMrPastRlimitMemlockIsEnomemWithoutCapIpcLock) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "MemlockChild's check " << WEXITSTATUS(status) << " failed";
+}
+
+// SEND 1 finds no receive and waits out the responder's RNR timer (81.92 ms);
+// SEND 2, posted behind it, has not executed when its MR is deregistered, so
+// when the device sends it (the retransmission after the wait reads the
+// buffer again) its lkey is dead: LOC_PROT_ERR, while SEND 1 succeeds.
+TEST_F(PdMrConformance, MrDeregisteredAfterPostFailsTheWrWhenItExecutes) {
+  ibv_qp_attr a{};
+  a.min_rnr_timer = 26;  // 81.92 ms
+  ASSERT_EQ(Verbs().modify_qp(server_qp(), &a, IBV_QP_MIN_RNR_TIMER), 0);
+  std::unique_ptr<Region> first = NewRegion(client_pd(), 4096, IBV_ACCESS_LOCAL_WRITE);
+  std::unique_ptr<Region> second = NewRegion(client_pd(), 4096, IBV_ACCESS_LOCAL_WRITE);
+  std::unique_ptr<Region> dst = NewRegion(server_pd(), 8192, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(first && second && dst);
+  ASSERT_EQ(PostSend(client_qp(), IBV_WR_SEND, 1, *first, 0, 256), 0);
+  ASSERT_EQ(PostSend(client_qp(), IBV_WR_SEND, 2, *second, 0, 256), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // SEND 1 is RNR-waiting
+  ASSERT_EQ(second->Deregister(), 0);
+  ASSERT_EQ(PostRecv(server_qp(), 10, *dst, 0, 4096), 0);
+  ASSERT_EQ(PostRecv(server_qp(), 11, *dst, 4096, 4096), 0);
+  absl::StatusOr<std::vector<ibv_wc>> wcs = PollN(client_cq(), 2);
+  ASSERT_TRUE(wcs.ok()) << wcs.status();
+  EXPECT_EQ((*wcs)[0].wr_id, 1u);
+  EXPECT_EQ((*wcs)[0].status, IBV_WC_SUCCESS) << WcStatusName((*wcs)[0].status);
+  EXPECT_EQ((*wcs)[1].wr_id, 2u);
+  EXPECT_EQ((*wcs)[1].status, IBV_WC_LOC_PROT_ERR) << WcStatusName((*wcs)[1].status);
+  EXPECT_EQ(QpState(client_qp()), IBV_QPS_ERR);
 }
 
 TEST_F(PdMrConformance, KeysOfLiveMrsAreDistinct) {
