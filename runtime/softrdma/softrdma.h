@@ -204,6 +204,11 @@
 //    asks for a 1 ms RNR back-off, not the 655.36 ms of the min_rnr_timer 0
 //    that the IB CM programs into such QPs (rdma_init_qp_attr reports 0, and
 //    a QP the application moves with it waits 655.36 ms, as on a NIC).
+//  - modify_qp checks the attributes of RESET->INIT, INIT->RTR and RTR->RTS
+//    only: without a state change (or RTS->RTS) it also takes IBV_QP_TIMEOUT,
+//    IBV_QP_RETRY_CNT and IBV_QP_RNR_RETRY, which the IB state table refuses
+//    there (EINVAL on a NIC); the QP's qp_access_flags are kept and reported
+//    but not enforced by the responder (MR and window access is).
 //  - iWARP-like mode refuses only immediate data and atomics: a SEND finding
 //    no receive is still RNR-retried (an RNIC has no RNR: the connection is
 //    terminated), an RDMA READ's local sink needs only LOCAL_WRITE (RNICs need
