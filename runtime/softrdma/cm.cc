@@ -17,9 +17,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "glog/logging.h"
 #include "softrdma/engine.h"
 #include "softrdma/faults.h"
@@ -46,6 +48,7 @@ enum class CmState {
   kAddrResolved,
   kRouteResolved,
   kConnecting,      // active: TCP connect / CONNECT_REQ sent, awaiting ACCEPT
+  kConnectResponse,  // active, own QP: CONNECT_RESPONSE delivered, awaiting rdma_establish
   kConnectReqRcvd,  // passive: CONNECT_REQUEST delivered, awaiting accept/reject
   kAccepting,       // passive: ACCEPT sent, awaiting RTU
   kEstablished,
@@ -76,14 +79,61 @@ struct SoftCmEvent {
   uint64_t id_serial = 0;  // SoftCmId::serial of ev.id, which may die first
 };
 
+absl::Mutex& IdsMutex();  // below: the live ids and their unacked events
+
 struct SoftEventChannel {
   rdma_event_channel ch;  // first member; ch.fd is a semaphore eventfd
   absl::Mutex mu;
   std::deque<SoftCmEvent*> events ABSL_GUARDED_BY(mu);
 };
 
+// The fields that follow the rdma_cm_id in librdmacm's private struct
+// cma_id_private, and its struct cma_device, as rdma-core v44 lays them out
+// (librdmacm/cma.c). librdmacm's rsockets (rsocket.c, inside librdmacm.so)
+// run unmodified on softrdma's ids under the preload library, and read these
+// through librdmacm's internal helpers: ucma_max_qpsize (cma_dev->max_qpsize)
+// and ucma_complete (sync, then rdma_get_cm_event into id->event).
+struct LibrdmacmDevice {
+  ibv_device* dev;
+  void* entry_next;  // struct list_node
+  void* entry_prev;
+  ibv_context* verbs;
+  ibv_pd* pd;
+  void* xrcd;
+  void* port;
+  uint64_t guid;
+  int port_cnt;
+  int refcnt;
+  int max_qpsize;
+  uint8_t max_initiator_depth;
+  uint8_t max_responder_resources;
+  int ibv_idx;
+  uint8_t is_device_dead;
+};
+struct LibrdmacmIdFields {
+  LibrdmacmDevice* cma_dev;
+  void* connect;
+  size_t connect_len;
+  int events_completed;
+  int connect_error;
+  int sync;
+};
+
+LibrdmacmDevice* FakeCmaDevice() {
+  static LibrdmacmDevice* d = [] {
+    auto* dev = new LibrdmacmDevice();
+    dev->max_qpsize = static_cast<int>(kMaxQpWr);
+    dev->max_initiator_depth = kMaxRdAtom;
+    dev->max_responder_resources = kMaxRdAtom;
+    dev->port_cnt = 1;
+    return dev;
+  }();
+  return d;
+}
+
 struct SoftCmId {
   rdma_cm_id id;  // first member
+  LibrdmacmIdFields librdmacm{FakeCmaDevice(), nullptr, 0, 0, 0, 0};  // see above
   uint64_t serial = 0;
   // Synchronous id (created without an event channel, as rdma_create_ep
   // does): operations wait for their outcome on a private channel. Set
@@ -105,18 +155,33 @@ struct SoftCmId {
   bool disconnect_event_posted ABSL_GUARDED_BY(CmMutex()) = false;
   // Passive side: the client vanished before accept / reject.
   bool peer_gone ABSL_GUARDED_BY(CmMutex()) = false;
-  bool own_cqs ABSL_GUARDED_BY(CmMutex()) = false;  // rdma_create_qp made the CQs
   bool passive = false;  // made by a listener for a CONNECT_REQ
   // Events of this id that get_cm_event returned and ack_cm_event has not
   // taken back. librdmacm's rdma_destroy_id blocks until this is 0.
-  int unacked_events ABSL_GUARDED_BY(CmMutex()) = 0;
+  int unacked_events ABSL_GUARDED_BY(IdsMutex()) = 0;
   ConnParams local ABSL_GUARDED_BY(CmMutex());
   ConnParams remote ABSL_GUARDED_BY(CmMutex());
   ShmState shm_state ABSL_GUARDED_BY(CmMutex()) = ShmState::kNone;
   std::shared_ptr<ShmLink> shm ABSL_GUARDED_BY(CmMutex());
+  // A QP the application created itself (id.qp stays NULL, as librdmacm
+  // leaves it) and named in rdma_conn_param.qp_num; it moves the QP through
+  // INIT / RTR / RTS itself, with rdma_init_qp_attr.
+  std::shared_ptr<SoftQp> user_qp ABSL_GUARDED_BY(CmMutex());
 };
 
+static_assert(offsetof(SoftCmId, librdmacm) == sizeof(rdma_cm_id),
+              "librdmacm's fields must follow the rdma_cm_id, as in cma_id_private");
+
 absl::Mutex& CmMutex() {
+  static absl::Mutex* mu = new absl::Mutex();
+  return *mu;
+}
+
+// The registry of live ids and every id's count of unacked events: what
+// rdma_get_cm_event / rdma_ack_cm_event touch, so that neither waits for
+// CmMutex() (held by connection set-up and the progress thread's control
+// frames). Inner to CmMutex(); outer to SoftEventChannel::mu.
+absl::Mutex& IdsMutex() {
   static absl::Mutex* mu = new absl::Mutex();
   return *mu;
 }
@@ -124,16 +189,74 @@ absl::Mutex& CmMutex() {
 namespace {
 
 SoftCmId* CmIdOf(rdma_cm_id* id) { return reinterpret_cast<SoftCmId*>(id); }
+
+// Event channels this process created and has not destroyed, checked as ids
+// are (IsLiveId): perftest 4.5 destroys its channel twice after a rejected
+// connect. Its own mutex: channels are not rdma_cm connection state.
+ABSL_CONST_INIT absl::Mutex g_channels_mu(absl::kConstInit);
+absl::flat_hash_set<const rdma_event_channel*>& LiveChannels()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_channels_mu) {
+  static auto* s = new absl::flat_hash_set<const rdma_event_channel*>();
+  return *s;
+}
+
+bool IsLiveChannel(const rdma_event_channel* ch) {
+  {
+    absl::MutexLock l(&g_channels_mu);
+    if (ch != nullptr && LiveChannels().contains(ch)) return true;
+  }
+  LOG(ERROR) << "softrdma: " << static_cast<const void*>(ch)
+             << " is not a live rdma_event_channel (destroyed, or never created); EINVAL";
+  errno = EINVAL;
+  return false;
+}
 SoftEventChannel* ChannelOf(rdma_event_channel* c) {
   return reinterpret_cast<SoftEventChannel*>(c);
 }
 
 // Live ids by serial, so timers can tell whether their id still exists.
-absl::flat_hash_map<uint64_t, SoftCmId*>& LiveIds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+absl::flat_hash_map<uint64_t, SoftCmId*>& LiveIds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(IdsMutex()) {
   static auto* m = new absl::flat_hash_map<uint64_t, SoftCmId*>();
   return *m;
 }
-uint64_t g_next_serial ABSL_GUARDED_BY(CmMutex()) = 1;
+uint64_t g_next_serial ABSL_GUARDED_BY(IdsMutex()) = 1;
+
+// The same ids by address. Every rdma_cm call checks the id it is handed
+// against it before touching the id: a caller passing a destroyed id (or one
+// read from freed memory, as perftest 4.5's rdma_cm retry does) gets EINVAL
+// instead of softrdma dereferencing a wild pointer.
+absl::flat_hash_set<const rdma_cm_id*>& LiveIdAddrs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(IdsMutex()) {
+  static auto* s = new absl::flat_hash_set<const rdma_cm_id*>();
+  return *s;
+}
+
+void PublishId(SoftCmId* s) {
+  absl::MutexLock l(&IdsMutex());
+  s->serial = g_next_serial++;
+  LiveIds()[s->serial] = s;
+  LiveIdAddrs().insert(&s->id);
+}
+
+// The live id numbered `serial`, or nullptr. An id is destroyed only under
+// CmMutex(), so a caller holding it may use the result.
+SoftCmId* FindLiveId(uint64_t serial) {
+  absl::MutexLock l(&IdsMutex());
+  auto it = LiveIds().find(serial);
+  return it == LiveIds().end() ? nullptr : it->second;
+}
+
+// True when `id` is a live id of this process; otherwise logs and sets errno
+// to EINVAL.
+bool IsLiveId(const rdma_cm_id* id) {
+  {
+    absl::MutexLock l(&IdsMutex());
+    if (id != nullptr && LiveIdAddrs().contains(id)) return true;
+  }
+  LOG(ERROR) << "softrdma: rdma_cm call on " << static_cast<const void*>(id)
+             << ", which is not a live rdma_cm_id (destroyed, or never created); EINVAL";
+  errno = EINVAL;
+  return false;
+}
 
 // Queues an event for `id` on its channel (or on `on`'s channel, for a
 // CONNECT_REQUEST that belongs on the listener's channel).
@@ -213,6 +336,18 @@ void SendControl(Conn* conn, FrameType type, const std::vector<uint8_t>& payload
 // peer's rnr_retry_count governs our sends (rdma_cm(7): "the maximum number of
 // times that a send operation from the remote peer should be retried").
 void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  if (s->user_qp != nullptr && s->conn != nullptr) {
+    // The application's own QP: only the link. The passive side holds its
+    // sends until RTU, when the active side's QP is known to be in RTR (a NIC
+    // would drop them earlier, and retransmit).
+    const bool passive =
+        s->state == CmState::kConnectReqRcvd || s->state == CmState::kAccepting;
+    const bool hold = passive || s->shm_state == ShmState::kPendingRtu;
+    const bool use_shm = s->shm_state == ShmState::kPendingRtu || s->shm_state == ShmState::kActive;
+    QpBindLink(s->user_qp.get(), s->conn, use_shm ? s->shm : nullptr, hold, passive);
+    s->conn->set_qp(s->user_qp);
+    return;
+  }
   if (s->id.qp == nullptr || s->conn == nullptr) return;
   SoftQp* q = internal::ToSoft(s->id.qp);
   const bool passive =
@@ -224,7 +359,7 @@ void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   const bool use_shm = hold || s->shm_state == ShmState::kActive;
   QpAttach(q, s->conn, use_shm ? s->shm : nullptr, hold, s->remote.qp_num,
            s->remote.rnr_retry_count, s->local.responder_resources, retry_cnt, passive);
-  s->conn->qp = q->self.lock();
+  s->conn->set_qp(q->self.lock());
 }
 
 void DropShm(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
@@ -236,7 +371,7 @@ void DetachConn(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   DropShm(s);
   if (s->conn == nullptr) return;
   s->conn->id = nullptr;
-  s->conn->qp.reset();
+  s->conn->set_qp(nullptr);
   s->conn->Close();
   s->conn.reset();
 }
@@ -245,8 +380,9 @@ void DetachConn(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
 // flush the QP and post DISCONNECTED once.
 void EndConnection(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   s->state = CmState::kDisconnected;
-  if (s->conn != nullptr) s->conn->qp.reset();
+  if (s->conn != nullptr) s->conn->set_qp(nullptr);
   if (s->id.qp != nullptr) QpFlushToError(internal::ToSoft(s->id.qp));
+  if (s->user_qp != nullptr) QpFlushToError(s->user_qp.get());
   if (!s->disconnect_event_posted) {
     s->disconnect_event_posted = true;
     PostEvent(s, RDMA_CM_EVENT_DISCONNECTED, 0);
@@ -282,8 +418,16 @@ void DestroyIdLocked(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   DetachConn(s);
   DropShm(s);
   if (s->id.qp != nullptr) internal::ToSoft(s->id.qp)->cm_id = nullptr;
+  if (s->user_qp != nullptr) {
+    if (s->user_qp->cm_id == s) s->user_qp->cm_id = nullptr;
+    s->user_qp.reset();
+  }
   RemoveEventsFor(s);
-  LiveIds().erase(s->serial);
+  {
+    absl::MutexLock l(&IdsMutex());
+    LiveIds().erase(s->serial);
+    LiveIdAddrs().erase(&s->id);
+  }
   if (s->sync) softrdma::destroy_event_channel(s->id.channel);
   delete s;
   Stat().live_cm_ids--;
@@ -355,9 +499,11 @@ void CmOnClosed(Conn* conn) {
   if (s == nullptr) return;
   switch (s->state) {
     case CmState::kEstablished:
+    case CmState::kConnectResponse:
       // The TCP connection broke without a DISCONNECT: a transport failure,
       // which the QP reports as IBV_EVENT_QP_FATAL before it flushes.
       if (s->id.qp != nullptr) QpTransportFailed(internal::ToSoft(s->id.qp));
+      if (s->user_qp != nullptr) QpTransportFailed(s->user_qp.get());
       EndConnection(s);
       break;
     case CmState::kConnecting:
@@ -378,73 +524,86 @@ void CmOnClosed(Conn* conn) {
     default:
       break;
   }
-  if (conn->qp != nullptr) conn->qp.reset();
+  conn->set_qp(nullptr);
 }
 
+namespace {
+
+// The passive side's half of the same-host link decision for a CONNECT_REQ:
+// the permission probe and the segment's mapping (system calls, made before
+// CmMutex() is taken). `link` stays null when the offer is declined.
+struct ShmOfferAnswer {
+  bool offered = false;  // the peer offered and is on this host
+  std::shared_ptr<ShmLink> link;
+};
+
+ShmOfferAnswer AnswerShmOffer(const ConnParams& p) {
+  ShmOfferAnswer a;
+  if (!p.shm.present || !ShmEnabled() || !SameHost(p.shm)) return a;
+  a.offered = true;
+  if (ProbePeer(p.shm)) {
+    a.link = ShmLink::Open(std::string(p.shm.name, p.shm.name_len), static_cast<pid_t>(p.shm.pid));
+  }
+  return a;
+}
+
+// A listener's connection sent CONNECT_REQ: a new passive id, and
+// RDMA_CM_EVENT_CONNECT_REQUEST on the listener's channel.
+void OnConnectReqLocked(Conn* conn, const ConnParams& p, ShmOfferAnswer shm)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  SoftCmId* l = conn->listen_id;
+  if (l == nullptr) return;
+  std::shared_ptr<Conn> keep;
+  auto& pend = l->pending;
+  for (auto it = pend.begin(); it != pend.end(); ++it) {
+    if (it->get() == conn) {
+      keep = *it;
+      pend.erase(it);
+      break;
+    }
+  }
+  if (keep == nullptr) return;
+  auto* s = new SoftCmId();
+  std::memset(&s->id, 0, sizeof(s->id));
+  s->passive = true;
+  PublishId(s);
+  Stat().live_cm_ids++;
+  s->id.verbs = l->id.verbs != nullptr ? l->id.verbs : CmContext();
+  s->id.channel = l->id.channel;
+  if (l->sync) {
+    // The CONNECT_REQUEST goes to the listener's channel (get_request
+    // takes it); the new id's own events go to its own private channel.
+    s->sync = true;
+    s->librdmacm.sync = 1;
+    s->id.channel = softrdma::create_event_channel();
+  }
+  s->id.context = l->id.context;  // inherited from the listener, as librdmacm
+  s->id.ps = l->id.ps;
+  s->id.port_num = 1;
+  s->id.qp_type = IBV_QPT_RC;
+  socklen_t len = sizeof(s->id.route.addr.src_storage);
+  ::getsockname(conn->fd(), &s->id.route.addr.src_addr, &len);
+  len = sizeof(s->id.route.addr.dst_storage);
+  ::getpeername(conn->fd(), &s->id.route.addr.dst_addr, &len);
+  s->conn = std::move(keep);
+  conn->id = s;
+  conn->listen_id = nullptr;
+  s->remote = p;
+  if (shm.link != nullptr) {
+    s->shm = std::move(shm.link);
+    s->shm_state = ShmState::kPendingRtu;
+  } else if (shm.offered) {
+    Stat().shm_fallbacks++;
+  }
+  s->state = CmState::kConnectReqRcvd;
+  PostEvent(s, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &p, l, &l->id);
+}
+
+}  // namespace
+
+// Control frames other than CONNECT_REQ (CmDispatchFrame handles that one).
 void CmOnFrame(Conn* conn, Frame& f) {
   switch (f.h.type) {
-    case FrameType::kConnectReq: {
-      SoftCmId* l = conn->listen_id;
-      if (l == nullptr) return;
-      ConnParams p;
-      if (!DecodeConnParams(f.payload.get(), f.h.length, &p)) {
-        LOG(WARNING) << "softrdma: malformed CONNECT_REQ; closing";
-        conn->Close();
-        return;
-      }
-      std::shared_ptr<Conn> keep;
-      auto& pend = l->pending;
-      for (auto it = pend.begin(); it != pend.end(); ++it) {
-        if (it->get() == conn) {
-          keep = *it;
-          pend.erase(it);
-          break;
-        }
-      }
-      if (keep == nullptr) return;
-      auto* s = new SoftCmId();
-      std::memset(&s->id, 0, sizeof(s->id));
-      s->passive = true;
-      s->serial = g_next_serial++;
-      LiveIds()[s->serial] = s;
-      Stat().live_cm_ids++;
-      s->id.verbs = l->id.verbs != nullptr ? l->id.verbs : CmContext();
-      s->id.channel = l->id.channel;
-      if (l->sync) {
-        // The CONNECT_REQUEST goes to the listener's channel (get_request
-        // takes it); the new id's own events go to its own private channel.
-        s->sync = true;
-        s->id.channel = softrdma::create_event_channel();
-      }
-      s->id.context = l->id.context;  // inherited from the listener, as librdmacm
-      s->id.ps = l->id.ps;
-      s->id.port_num = 1;
-      s->id.qp_type = IBV_QPT_RC;
-      socklen_t len = sizeof(s->id.route.addr.src_storage);
-      ::getsockname(conn->fd(), &s->id.route.addr.src_addr, &len);
-      len = sizeof(s->id.route.addr.dst_storage);
-      ::getpeername(conn->fd(), &s->id.route.addr.dst_addr, &len);
-      s->conn = std::move(keep);
-      conn->id = s;
-      conn->listen_id = nullptr;
-      s->remote = p;
-      if (p.shm.present && ShmEnabled() && SameHost(p.shm)) {
-        std::shared_ptr<ShmLink> link;
-        if (ProbePeer(p.shm)) {
-          link = ShmLink::Open(std::string(p.shm.name, p.shm.name_len),
-                               static_cast<pid_t>(p.shm.pid));
-        }
-        if (link != nullptr) {
-          s->shm = std::move(link);
-          s->shm_state = ShmState::kPendingRtu;
-        } else {
-          Stat().shm_fallbacks++;
-        }
-      }
-      s->state = CmState::kConnectReqRcvd;
-      PostEvent(s, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &p, l, &l->id);
-      return;
-    }
     case FrameType::kAccept: {
       SoftCmId* s = conn->id;
       if (s == nullptr || s->state != CmState::kConnecting) return;
@@ -467,6 +626,14 @@ void CmOnFrame(Conn* conn, Frame& f) {
         }
       }
       AttachQp(s);
+      if (s->id.qp == nullptr) {
+        // No QP of rdma_cm's (librdmacm's rule): the application gets
+        // CONNECT_RESPONSE, moves its own QP to RTR and RTS, and calls
+        // rdma_establish, which sends RTU.
+        s->state = CmState::kConnectResponse;
+        PostEvent(s, RDMA_CM_EVENT_CONNECT_RESPONSE, 0, &s->remote);
+        return;
+      }
       SendControl(conn, FrameType::kRtu,
                   {static_cast<uint8_t>(s->shm_state == ShmState::kActive ? 1 : 0)});
       s->state = CmState::kEstablished;
@@ -496,6 +663,9 @@ void CmOnFrame(Conn* conn, Frame& f) {
         }
         if (s->id.qp != nullptr) QpSetLink(internal::ToSoft(s->id.qp), use ? s->shm : nullptr);
       }
+      if (s->user_qp != nullptr) {
+        QpSetLink(s->user_qp.get(), s->shm_state == ShmState::kActive ? s->shm : nullptr);
+      }
       s->state = CmState::kEstablished;
       PostEvent(s, RDMA_CM_EVENT_ESTABLISHED, 0);
       return;
@@ -504,16 +674,46 @@ void CmOnFrame(Conn* conn, Frame& f) {
       SoftCmId* s = conn->id;
       if (s != nullptr && (s->state == CmState::kEstablished ||
                            s->state == CmState::kAccepting ||
+                           s->state == CmState::kConnectResponse ||
                            s->state == CmState::kDisconnected)) {
         EndConnection(s);
-      } else if (conn->qp != nullptr) {
-        QpFlushToError(conn->qp.get());
-        conn->qp.reset();
+      } else if (std::shared_ptr<SoftQp> q = conn->qp()) {
+        QpFlushToError(q.get());
+        conn->set_qp(nullptr);
       }
       return;
     }
     default:
-      if (conn->qp != nullptr) QpOnFrame(conn->qp.get(), f);
+      if (std::shared_ptr<SoftQp> q = conn->qp()) QpOnFrame(q.get(), f);
+      return;
+  }
+}
+
+void CmDispatchFrame(Conn* conn, Frame& f) {
+  switch (f.h.type) {
+    case FrameType::kConnectReq: {
+      ConnParams p;
+      if (!DecodeConnParams(f.payload.get(), f.h.length, &p)) {
+        LOG(WARNING) << "softrdma: malformed CONNECT_REQ; closing";
+        conn->Close();
+        return;
+      }
+      ShmOfferAnswer shm = AnswerShmOffer(p);  // system calls: before the lock
+      absl::MutexLock l(&CmMutex());
+      OnConnectReqLocked(conn, p, std::move(shm));
+      return;
+    }
+    case FrameType::kAccept:
+    case FrameType::kReject:
+    case FrameType::kRtu:
+    case FrameType::kDisconnect: {
+      absl::MutexLock l(&CmMutex());
+      CmOnFrame(conn, f);
+      return;
+    }
+    default:
+      // Data frames: the QP's own mutex orders them; no cm state is touched.
+      if (std::shared_ptr<SoftQp> q = conn->qp()) QpOnFrame(q.get(), f);
       return;
   }
 }
@@ -521,15 +721,32 @@ void CmOnFrame(Conn* conn, Frame& f) {
 void CmOnQpDestroyed(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   SoftCmId* s = q->cm_id;
   if (s == nullptr) return;
-  if (s->conn != nullptr && s->conn->qp.get() == q) s->conn->qp.reset();
-  if ((s->state == CmState::kEstablished || s->state == CmState::kAccepting) &&
+  if (s->conn != nullptr && s->conn->qp().get() == q) s->conn->set_qp(nullptr);
+  if ((s->state == CmState::kEstablished || s->state == CmState::kAccepting ||
+       s->state == CmState::kConnectResponse) &&
       s->conn != nullptr) {
     // The peer must not wait forever on a QP that is gone.
     SendControl(s->conn.get(), FrameType::kDisconnect, {});
     s->state = CmState::kDisconnected;
   }
-  s->id.qp = nullptr;
+  if (s->user_qp.get() == q) s->user_qp.reset();
+  if (s->id.qp == &q->qp) s->id.qp = nullptr;
   q->cm_id = nullptr;
+}
+
+// rdma_connect / rdma_accept on an id without a QP of rdma_cm's: takes the
+// application's QP named by conn_param.qp_num (none named, or no QP of that
+// number: the connection carries no QP, and the peer's requests go
+// unanswered, as on a NIC). EINVAL when that QP is in use by another id or
+// belongs to another device context.
+bool TakeUserQp(SoftCmId* s, uint32_t qp_num) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+  if (s->id.qp != nullptr || qp_num == 0) return true;
+  std::shared_ptr<SoftQp> q = FindQp(qp_num);
+  if (q == nullptr) return true;
+  if (q->cm_id != nullptr || q->qp.context != s->id.verbs) return false;
+  q->cm_id = s;
+  s->user_qp = std::move(q);
+  return true;
 }
 
 }  // namespace internal
@@ -549,11 +766,21 @@ rdma_event_channel* create_event_channel() {
     errno = e;
     return nullptr;
   }
+  absl::MutexLock l(&internal::g_channels_mu);
+  internal::LiveChannels().insert(&ch->ch);
   return &ch->ch;
 }
 
 void destroy_event_channel(rdma_event_channel* channel) {
   if (channel == nullptr) return;
+  {
+    absl::MutexLock l(&internal::g_channels_mu);
+    if (internal::LiveChannels().erase(channel) == 0) {
+      LOG(ERROR) << "softrdma: rdma_destroy_event_channel on " << static_cast<void*>(channel)
+                 << ", which is not a live channel (destroyed twice?); ignored";
+      return;
+    }
+  }
   auto* ch = internal::ChannelOf(channel);
   {
     absl::MutexLock l(&ch->mu);
@@ -569,6 +796,7 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
   if (id == nullptr) return internal::Fail(EINVAL);
   if (ps != RDMA_PS_TCP) return internal::Fail(EOPNOTSUPP);
   const bool sync = channel == nullptr;
+  if (!sync && !internal::IsLiveChannel(channel)) return -1;
   if (sync) {
     channel = create_event_channel();
     if (channel == nullptr) return -1;
@@ -576,15 +804,12 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
   auto* s = new SoftCmId();
   std::memset(&s->id, 0, sizeof(s->id));
   s->sync = sync;
+  s->librdmacm.sync = sync ? 1 : 0;
   s->id.channel = channel;
   s->id.context = context;
   s->id.ps = ps;
   s->id.qp_type = IBV_QPT_RC;
-  {
-    absl::MutexLock l(&CmMutex());
-    s->serial = internal::g_next_serial++;
-    internal::LiveIds()[s->serial] = s;
-  }
+  internal::PublishId(s);
   internal::Stat().live_cm_ids++;
   *id = &s->id;
   return 0;
@@ -592,23 +817,34 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
 
 int destroy_id(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
-  absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
+  // A synchronous id's last event (librdmacm keeps it in id->event).
+  if (id->event != nullptr) {
+    ack_cm_event(id->event);
+    id->event = nullptr;
+  }
   SoftCmId* s = internal::CmIdOf(id);
   // librdmacm's rdma_destroy_id waits until every event it returned for the
   // id has been acked, which another thread (e.g. rping's cm thread) may
-  // still be about to do. Wait the same way, but not forever: when nobody
-  // acks, rdma-core would hang here for good, so fail loudly (fatal in debug
-  // builds, where the tests run) instead of letting such code pass.
-  const bool acked = CmMutex().AwaitWithTimeout(
-      absl::Condition(
-          +[](SoftCmId* id) ABSL_NO_THREAD_SAFETY_ANALYSIS { return id->unacked_events == 0; },
-          s),
-      internal::kDestroyIdAckWait);
-  if (!acked) {
-    LOG(DFATAL) << "softrdma: rdma_destroy_id on an id with " << s->unacked_events
-                << " event(s) not acked with rdma_ack_cm_event after "
-                << internal::kDestroyIdAckWait << "; rdma-core would block here forever";
+  // still be about to do. Wait the same way (holding only the ids' mutex,
+  // which the acks take), but not forever: when nobody acks, rdma-core would
+  // hang here for good, so fail loudly (fatal in debug builds, where the
+  // tests run) instead of letting such code pass.
+  {
+    absl::MutexLock ids(&internal::IdsMutex());
+    const bool acked = internal::IdsMutex().AwaitWithTimeout(
+        absl::Condition(
+            +[](SoftCmId* id) ABSL_NO_THREAD_SAFETY_ANALYSIS { return id->unacked_events == 0; },
+            s),
+        internal::kDestroyIdAckWait);
+    if (!acked) {
+      LOG(DFATAL) << "softrdma: rdma_destroy_id on an id with " << s->unacked_events
+                  << " event(s) not acked with rdma_ack_cm_event after "
+                  << internal::kDestroyIdAckWait << "; rdma-core would block here forever";
+    }
   }
+  absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;  // destroyed meanwhile by another thread
   internal::DestroyIdLocked(s);
   return 0;
 }
@@ -616,6 +852,7 @@ int destroy_id(rdma_cm_id* id) {
 int bind_addr(rdma_cm_id* id, sockaddr* addr) {
   if (id == nullptr || !internal::GoodFamily(addr)) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kIdle) return internal::Fail(EINVAL);
   int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -639,9 +876,15 @@ int bind_addr(rdma_cm_id* id, sockaddr* addr) {
 int listen(rdma_cm_id* id, int backlog) {
   if (id == nullptr) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kBound) return internal::Fail(EINVAL);
-  if (::listen(s->bound_fd, backlog > 0 ? backlog : 128) != 0) return -1;
+  // The IB CM queues every REQ whatever the backlog (it only matters to
+  // iWARP), so the socket's backlog is the kernel's maximum: a smaller one
+  // drops the SYNs of a connection storm, and each dropped connect waits for
+  // TCP's 1 s SYN retransmission.
+  (void)backlog;
+  if (::listen(s->bound_fd, SOMAXCONN) != 0) return -1;
   s->listener = internal::MakeListener(s->bound_fd, s);
   s->bound_fd = -1;  // the listener owns it now
   s->listener->Start();
@@ -652,32 +895,39 @@ int listen(rdma_cm_id* id, int backlog) {
 static int ResolveAddrStart(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr,
                             int timeout_ms) {
   if (id == nullptr || dst_addr == nullptr) return internal::Fail(EINVAL);
+  if (!internal::IsLiveId(id)) return -1;
+  // Ask the kernel for a route, before taking CmMutex(): a connected UDP
+  // socket needs one and tells us the source address it would use. No
+  // packet is sent.
+  const bool good = internal::GoodFamily(dst_addr);
+  int err = 0;
+  sockaddr_storage route_src{};
+  if (good) {
+    int probe = ::socket(dst_addr->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (probe < 0) {
+      err = errno;
+    } else {
+      if (::connect(probe, dst_addr, internal::AddrLen(dst_addr)) != 0) err = errno;
+      socklen_t len = sizeof(route_src);
+      if (err == 0) ::getsockname(probe, reinterpret_cast<sockaddr*>(&route_src), &len);
+      ::close(probe);
+    }
+  }
   absl::MutexLock l(&CmMutex());
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kIdle && s->state != CmState::kBound) return internal::Fail(EINVAL);
   if (timeout_ms > 0) s->timeout_ms = timeout_ms;
   id->verbs = internal::CmContext();
   id->port_num = 1;
-  if (!internal::GoodFamily(dst_addr)) {
+  if (!good) {
     internal::PostEvent(s, RDMA_CM_EVENT_ADDR_ERROR, -EAFNOSUPPORT);
     return 0;
   }
   std::memcpy(&id->route.addr.dst_storage, dst_addr, internal::AddrLen(dst_addr));
-  // Ask the kernel for a route: a connected UDP socket needs one and tells us
-  // the source address it would use. No packet is sent.
-  int probe = ::socket(dst_addr->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  int err = 0;
-  if (probe < 0) {
-    err = errno;
-  } else {
-    if (::connect(probe, dst_addr, internal::AddrLen(dst_addr)) != 0) err = errno;
-    if (err == 0 && s->state != CmState::kBound) {
-      socklen_t len = sizeof(id->route.addr.src_storage);
-      ::getsockname(probe, &id->route.addr.src_addr, &len);
-      id->route.addr.src_sin.sin_port = 0;  // chosen at connect
-      if (id->route.addr.src_addr.sa_family == AF_INET6) id->route.addr.src_sin6.sin6_port = 0;
-    }
-    ::close(probe);
+  if (err == 0 && s->state != CmState::kBound) {
+    std::memcpy(&id->route.addr.src_storage, &route_src, sizeof(route_src));
+    id->route.addr.src_sin.sin_port = 0;  // chosen at connect
+    if (id->route.addr.src_addr.sa_family == AF_INET6) id->route.addr.src_sin6.sin6_port = 0;
   }
   if (err == 0 && src_addr != nullptr && internal::GoodFamily(src_addr) &&
       s->state != CmState::kBound) {
@@ -695,6 +945,7 @@ static int ResolveAddrStart(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_ad
 static int ResolveRouteStart(rdma_cm_id* id, int timeout_ms) {
   if (id == nullptr) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kAddrResolved) return internal::Fail(EINVAL);
   if (timeout_ms > 0) s->timeout_ms = timeout_ms;
@@ -705,14 +956,36 @@ static int ResolveRouteStart(rdma_cm_id* id, int timeout_ms) {
 
 namespace {
 
+// librdmacm's ucma_destroy_cqs: destroys the CQs and completion channels the
+// id names (one of each when send and receive share them) and clears them.
+void DestroyIdCqs(rdma_cm_id* id) {
+  if (id->recv_cq != nullptr) {
+    destroy_cq(id->recv_cq);
+    if (id->send_cq != nullptr && id->send_cq != id->recv_cq) destroy_cq(id->send_cq);
+  } else if (id->send_cq != nullptr) {
+    destroy_cq(id->send_cq);
+  }
+  id->recv_cq = nullptr;
+  id->send_cq = nullptr;
+  if (id->recv_cq_channel != nullptr) {
+    destroy_comp_channel(id->recv_cq_channel);
+    if (id->send_cq_channel != nullptr && id->send_cq_channel != id->recv_cq_channel) {
+      destroy_comp_channel(id->send_cq_channel);
+    }
+  } else if (id->send_cq_channel != nullptr) {
+    destroy_comp_channel(id->send_cq_channel);
+  }
+  id->recv_cq_channel = nullptr;
+  id->send_cq_channel = nullptr;
+}
+
 // rdma_create_qp and rdma_create_qp_ex: `ex`, when given, is the extended
 // form of `qp_init_attr` (which then points into it), made by create_qp_ex.
 int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
                ibv_qp_init_attr_ex* ex) {
-  if (id == nullptr || qp_init_attr == nullptr || id->verbs == nullptr) {
-    return internal::Fail(EINVAL);
-  }
-  if (id->qp != nullptr) return internal::Fail(EINVAL);
+  if (id == nullptr || qp_init_attr == nullptr) return internal::Fail(EINVAL);
+  if (!internal::IsLiveId(id)) return -1;
+  if (id->verbs == nullptr || id->qp != nullptr) return internal::Fail(EINVAL);
   if (pd == nullptr) {
     internal::SoftContext* c = internal::ToSoft(id->verbs);
     absl::MutexLock l(&c->mu);
@@ -722,26 +995,37 @@ int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
     return internal::Fail(EINVAL);
   }
   ibv_qp_init_attr attr = *qp_init_attr;
-  bool own_cqs = false;
-  ibv_comp_channel* sch = nullptr;
-  ibv_comp_channel* rch = nullptr;
-  if (attr.send_cq == nullptr || attr.recv_cq == nullptr) {
-    // As librdmacm: make a CQ (with its own completion channel) per queue.
-    own_cqs = true;
-    if (attr.send_cq != nullptr || attr.recv_cq != nullptr) return internal::Fail(EINVAL);
-    sch = create_comp_channel(id->verbs);
-    rch = create_comp_channel(id->verbs);
-    attr.send_cq = create_cq(id->verbs, std::max<int>(1, attr.cap.max_send_wr), nullptr, sch, 0);
-    attr.recv_cq = create_cq(id->verbs, std::max<int>(1, attr.cap.max_recv_wr), nullptr, rch, 0);
-    if (sch == nullptr || rch == nullptr || attr.send_cq == nullptr || attr.recv_cq == nullptr) {
-      int e = errno;
-      if (attr.send_cq) destroy_cq(attr.send_cq);
-      if (attr.recv_cq) destroy_cq(attr.recv_cq);
-      if (sch) destroy_comp_channel(sch);
-      if (rch) destroy_comp_channel(rch);
+  // As librdmacm (rdma_create_qp_ex): CQs the id already names (rsockets sets
+  // id->recv_cq itself) are used; a queue with neither gets its own CQ and
+  // completion channel, recorded in the id; rdma_destroy_qp destroys what the
+  // id names. CQs passed only in the attributes stay the caller's.
+  if ((id->recv_cq != nullptr && attr.recv_cq != nullptr && id->recv_cq != attr.recv_cq) ||
+      (id->send_cq != nullptr && attr.send_cq != nullptr && id->send_cq != attr.send_cq)) {
+    return internal::Fail(EINVAL);
+  }
+  if (attr.recv_cq == nullptr && id->recv_cq == nullptr && attr.cap.max_recv_wr > 0) {
+    id->recv_cq_channel = create_comp_channel(id->verbs);
+    if (id->recv_cq_channel == nullptr) return -1;
+    id->recv_cq = create_cq(id->verbs, attr.cap.max_recv_wr, id, id->recv_cq_channel, 0);
+    if (id->recv_cq == nullptr) {
+      const int e = errno;
+      DestroyIdCqs(id);
       return internal::Fail(e);
     }
   }
+  if (attr.send_cq == nullptr && id->send_cq == nullptr && attr.cap.max_send_wr > 0) {
+    id->send_cq_channel = create_comp_channel(id->verbs);
+    id->send_cq = id->send_cq_channel != nullptr
+                      ? create_cq(id->verbs, attr.cap.max_send_wr, id, id->send_cq_channel, 0)
+                      : nullptr;
+    if (id->send_cq == nullptr) {
+      const int e = errno;
+      DestroyIdCqs(id);
+      return internal::Fail(e);
+    }
+  }
+  if (attr.send_cq == nullptr) attr.send_cq = id->send_cq;
+  if (attr.recv_cq == nullptr) attr.recv_cq = id->recv_cq;
   ibv_qp* qp;
   if (ex != nullptr) {
     ibv_qp_init_attr_ex x = *ex;
@@ -754,30 +1038,21 @@ int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
     qp = softrdma::create_qp(pd, &attr);
   }
   if (qp == nullptr) {
-    int e = errno;
-    if (own_cqs) {
-      destroy_cq(attr.send_cq);
-      destroy_cq(attr.recv_cq);
-      destroy_comp_channel(sch);
-      destroy_comp_channel(rch);
-    }
+    const int e = errno;
+    DestroyIdCqs(id);
     return internal::Fail(e);
   }
   qp_init_attr->cap = attr.cap;
   ibv_qp_attr init{};
   init.qp_state = IBV_QPS_INIT;
-  modify_qp(qp, &init, IBV_QP_STATE);
+  init.port_num = 1;
+  init.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  modify_qp(qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   id->qp = qp;
   id->pd = pd;
-  id->send_cq = attr.send_cq;
-  id->recv_cq = attr.recv_cq;
-  if (own_cqs) {
-    id->send_cq_channel = sch;
-    id->recv_cq_channel = rch;
-  }
-  s->own_cqs = own_cqs;
   internal::ToSoft(qp)->cm_id = s;
   if (s->state == CmState::kEstablished || s->state == CmState::kAccepting) {
     internal::AttachQp(s);
@@ -800,26 +1075,12 @@ int create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr_ex) {
 }
 
 void destroy_qp(rdma_cm_id* id) {
-  if (id == nullptr || id->qp == nullptr) return;
+  if (id == nullptr) return;
+  if (!internal::IsLiveId(id)) return;
+  if (id->qp == nullptr) return;
   softrdma::destroy_qp(id->qp);  // detaches from the id and tells the peer
   id->qp = nullptr;
-  bool own_cqs;
-  {
-    absl::MutexLock l(&CmMutex());
-    SoftCmId* s = internal::CmIdOf(id);
-    own_cqs = s->own_cqs;
-    s->own_cqs = false;
-  }
-  if (own_cqs) {
-    destroy_cq(id->send_cq);
-    destroy_cq(id->recv_cq);
-    destroy_comp_channel(id->send_cq_channel);
-    destroy_comp_channel(id->recv_cq_channel);
-    id->send_cq_channel = nullptr;
-    id->recv_cq_channel = nullptr;
-  }
-  id->send_cq = nullptr;
-  id->recv_cq = nullptr;
+  DestroyIdCqs(id);  // as librdmacm: the CQs the id names go with the QP
 }
 
 static int ConnectStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
@@ -830,23 +1091,34 @@ static int ConnectStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
        !internal::ValidRdAtomic(*conn_param))) {
     return internal::Fail(EINVAL);
   }
+  if (!internal::IsLiveId(id)) return -1;
+  // The system calls of the set-up (a shared-memory segment, a socket) come
+  // before CmMutex(), which other ids' set-up and the progress thread need.
+  std::shared_ptr<internal::ShmLink> link =
+      internal::ShmEnabled() ? internal::ShmLink::Create() : nullptr;
+  sockaddr* dst = &id->route.addr.dst_addr;
+  int fresh_fd = ::socket(dst->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   absl::MutexLock l(&CmMutex());
   SoftCmId* s = internal::CmIdOf(id);
-  if (s->state != CmState::kRouteResolved) return internal::Fail(EINVAL);
+  auto fail = [fresh_fd](int err) {
+    if (fresh_fd >= 0) ::close(fresh_fd);
+    return internal::Fail(err);
+  };
+  if (s->state != CmState::kRouteResolved) return fail(EINVAL);
   internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
+  if (!internal::TakeUserQp(s, s->local.qp_num)) return fail(EINVAL);
   internal::CompleteLocalParams(conn_param, &s->local);
-  if (internal::ShmEnabled()) {
-    s->shm = internal::ShmLink::Create();
-    if (s->shm != nullptr) {
-      internal::FillHello(s->shm->name(), &s->local.shm);
-      s->shm_state = internal::ShmState::kOffered;
-    }
+  if (link != nullptr) {
+    s->shm = std::move(link);
+    internal::FillHello(s->shm->name(), &s->local.shm);
+    s->shm_state = internal::ShmState::kOffered;
   }
-  sockaddr* dst = &id->route.addr.dst_addr;
-  int fd = s->bound_fd;
+  int fd = s->bound_fd;  // rdma_bind_addr's socket, if any, is the one to use
   s->bound_fd = -1;
-  if (fd < 0) {
-    fd = ::socket(dst->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    if (fresh_fd >= 0) ::close(fresh_fd);
+  } else {
+    fd = fresh_fd;
     if (fd < 0) return -1;
   }
   int rc = ::connect(fd, dst, internal::AddrLen(dst));
@@ -863,9 +1135,9 @@ static int ConnectStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
   const uint64_t serial = s->serial;
   internal::Engine::Get().RunAfter(absl::Milliseconds(s->timeout_ms), [serial] {
     absl::MutexLock l(&CmMutex());
-    auto it = internal::LiveIds().find(serial);
-    if (it == internal::LiveIds().end() || !it->second->tcp_connecting) return;
-    internal::FailConnect(it->second, ETIMEDOUT);  // the host did not answer
+    SoftCmId* live = internal::FindLiveId(serial);
+    if (live == nullptr || !live->tcp_connecting) return;
+    internal::FailConnect(live, ETIMEDOUT);  // the host did not answer
   });
   return 0;
 }
@@ -879,6 +1151,7 @@ static int AcceptStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
     return internal::Fail(EINVAL);
   }
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kConnectReqRcvd || s->conn == nullptr) return internal::Fail(EINVAL);
   if (s->peer_gone) {
@@ -889,6 +1162,7 @@ static int AcceptStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
     return 0;
   }
   internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
+  if (!internal::TakeUserQp(s, s->local.qp_num)) return internal::Fail(EINVAL);
   internal::CompleteLocalParams(conn_param, &s->local);
   if (s->shm_state == internal::ShmState::kPendingRtu) {
     internal::FillHello("", &s->local.shm);
@@ -905,13 +1179,23 @@ namespace {
 
 // For a synchronous id: waits for the next event on its private channel and
 // turns it into the -1/errno result librdmacm's synchronous calls give.
+// As librdmacm's ucma_complete, the event stays in id->event (rsockets reads
+// the peer's private data there) until the next call or rdma_destroy_id acks it.
 int WaitSync(rdma_cm_id* id, rdma_cm_event_type want) {
+  if (id->event != nullptr) {
+    ack_cm_event(id->event);
+    id->event = nullptr;
+  }
   rdma_cm_event* e = nullptr;
-  if (get_cm_event(id->channel, &e) != 0) return -1;
+  if (get_cm_event(id->channel, &e) != 0) return -1;  // EAGAIN: non-blocking channel
+  id->event = e;
   const rdma_cm_event_type got = e->event;
   const int status = e->status;
-  ack_cm_event(e);
-  if (got == want) return 0;
+  // An id whose application made its QP itself gets CONNECT_RESPONSE.
+  if ((got == want || (want == RDMA_CM_EVENT_ESTABLISHED && got == RDMA_CM_EVENT_CONNECT_RESPONSE)) &&
+      status == 0) {
+    return 0;
+  }
   switch (got) {
     case RDMA_CM_EVENT_REJECTED:
       errno = ECONNREFUSED;
@@ -957,15 +1241,22 @@ int accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
 }
 
 int get_request(rdma_cm_id* listen, rdma_cm_id** id) {
-  if (listen == nullptr || id == nullptr || !IsSync(listen)) return internal::Fail(EINVAL);
+  if (listen == nullptr || id == nullptr) return internal::Fail(EINVAL);
+  if (!internal::IsLiveId(listen)) return -1;
+  if (!IsSync(listen)) return internal::Fail(EINVAL);
+  // As librdmacm: the listener's last event is acked now; the request's event
+  // stays in the new id's `event` (or the listener's, on failure).
+  if (listen->event != nullptr) {
+    ack_cm_event(listen->event);
+    listen->event = nullptr;
+  }
   rdma_cm_event* e = nullptr;
   if (get_cm_event(listen->channel, &e) != 0) return -1;
   if (e->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-    ack_cm_event(e);
-    return internal::Fail(EPROTO);
+    listen->event = e;
+    return internal::Fail(e->event == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED : EINVAL);
   }
   rdma_cm_id* child = e->id;
-  ack_cm_event(e);
   bool make_qp;
   ibv_qp_init_attr attr;
   ibv_pd* pd;
@@ -978,9 +1269,11 @@ int get_request(rdma_cm_id* listen, rdma_cm_id** id) {
   }
   if (make_qp && create_qp(child, pd, &attr) != 0) {
     int e2 = errno;
+    ack_cm_event(e);
     destroy_id(child);
     return internal::Fail(e2);
   }
+  child->event = e;
   *id = child;
   return 0;
 }
@@ -1031,6 +1324,7 @@ int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
     return internal::Fail(EINVAL);
   }
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->state != CmState::kConnectReqRcvd || s->conn == nullptr) return internal::Fail(EINVAL);
   std::vector<uint8_t> pd(static_cast<const uint8_t*>(private_data),
@@ -1041,13 +1335,124 @@ int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
   return 0;
 }
 
+int init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
+  if (id == nullptr || qp_attr == nullptr || qp_attr_mask == nullptr) {
+    return internal::Fail(EINVAL);
+  }
+  absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
+  SoftCmId* s = internal::CmIdOf(id);
+  if (id->verbs == nullptr) return internal::Fail(EINVAL);  // no device yet
+  const CmState st = s->state;
+  // The peer's parameters are known on the passive side from CONNECT_REQUEST
+  // on, on the active side from CONNECT_RESPONSE (the IB CM's REQ_RCVD /
+  // REP_RCVD); before that only INIT can be asked for (ib_cm_init_qp_attr).
+  const bool peer_known =
+      s->passive ? (st == CmState::kConnectReqRcvd || st == CmState::kAccepting ||
+                    st == CmState::kEstablished)
+                 : (st == CmState::kConnectResponse || st == CmState::kEstablished);
+  const bool cm_connection = peer_known || st == CmState::kConnecting;
+  // READ / atomic resources as the IB CM negotiated them: before rdma_accept
+  // the REQ's offer; after it what the passive side accepted; on the active
+  // side what the REP granted (its responder resources are our initiator
+  // depth and the other way round).
+  uint8_t resp_res;
+  uint8_t init_depth;
+  if (s->passive && st == CmState::kConnectReqRcvd) {
+    resp_res = s->remote.initiator_depth;
+    init_depth = s->remote.responder_resources;
+  } else if (s->passive) {
+    resp_res = s->local.responder_resources;
+    init_depth = s->local.initiator_depth;
+  } else if (peer_known) {
+    resp_res = s->remote.initiator_depth;
+    init_depth = s->remote.responder_resources;
+  } else {
+    resp_res = s->local.responder_resources;
+    init_depth = s->local.initiator_depth;
+  }
+  resp_res = std::min<uint8_t>(resp_res, internal::kMaxRdAtom);
+  init_depth = std::min<uint8_t>(init_depth, internal::kMaxRdAtom);
+  const ibv_qp_state want = qp_attr->qp_state;
+  std::memset(qp_attr, 0, sizeof(*qp_attr));
+  qp_attr->qp_state = want;
+  switch (want) {
+    case IBV_QPS_INIT:
+      *qp_attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+      qp_attr->pkey_index = 0;
+      qp_attr->port_num = 1;
+      // No REMOTE_* rights before the CM has a connection (cma_ib_init_qp_attr).
+      qp_attr->qp_access_flags =
+          cm_connection ? IBV_ACCESS_REMOTE_WRITE |
+                              (resp_res > 0 ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC : 0)
+                        : 0;
+      return 0;
+    case IBV_QPS_RTR: {
+      if (!peer_known) return internal::Fail(EINVAL);
+      *qp_attr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                      IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+      qp_attr->path_mtu = IBV_MTU_4096;
+      qp_attr->dest_qp_num = s->remote.qp_num;
+      qp_attr->rq_psn = 0;  // softrdma's QPs start their PSNs at 0
+      qp_attr->max_dest_rd_atomic = resp_res;
+      qp_attr->min_rnr_timer = 0;  // as the IB CM sets it
+      ibv_ah_attr& ah = qp_attr->ah_attr;
+      ah.port_num = 1;
+      ah.is_global = 1;
+      ah.grh.hop_limit = 64;
+      const sockaddr* dst = &id->route.addr.dst_addr;
+      if (dst->sa_family == AF_INET6) {
+        std::memcpy(ah.grh.dgid.raw, &id->route.addr.dst_sin6.sin6_addr, 16);
+      } else {
+        ah.grh.dgid.raw[10] = 0xff;  // RoCE v2: the IPv4-mapped address
+        ah.grh.dgid.raw[11] = 0xff;
+        std::memcpy(&ah.grh.dgid.raw[12], &id->route.addr.dst_sin.sin_addr, 4);
+      }
+      return 0;
+    }
+    case IBV_QPS_RTS:
+      if (!peer_known) return internal::Fail(EINVAL);
+      *qp_attr_mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                      IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+      qp_attr->sq_psn = 0;
+      qp_attr->timeout = 14;  // 67 ms, softrdma's default
+      // The transport retry count is the connector's; the RNR retry count is
+      // what the peer asked for ("how often the remote peer should retry").
+      qp_attr->retry_cnt =
+          std::min<uint8_t>(s->passive ? s->remote.retry_count : s->local.retry_count, 7);
+      qp_attr->rnr_retry = std::min<uint8_t>(s->remote.rnr_retry_count, 7);
+      qp_attr->max_rd_atomic = init_depth;
+      return 0;
+    default:
+      return internal::Fail(EINVAL);
+  }
+}
+
+int establish(rdma_cm_id* id) {
+  if (id == nullptr) return internal::Fail(EINVAL);
+  absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
+  SoftCmId* s = internal::CmIdOf(id);
+  // librdmacm: only for an id without a QP of its own, after CONNECT_RESPONSE.
+  if (id->qp != nullptr || s->state != CmState::kConnectResponse || s->conn == nullptr) {
+    return internal::Fail(EINVAL);
+  }
+  internal::SendControl(
+      s->conn.get(), internal::FrameType::kRtu,
+      {static_cast<uint8_t>(s->shm_state == internal::ShmState::kActive ? 1 : 0)});
+  s->state = CmState::kEstablished;
+  return 0;
+}
+
 int disconnect(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   switch (s->state) {
     case CmState::kEstablished:
     case CmState::kAccepting:
+    case CmState::kConnectResponse:
       if (s->conn != nullptr) {
         internal::SendControl(s->conn.get(), internal::FrameType::kDisconnect, {});
       }
@@ -1063,10 +1468,11 @@ int disconnect(rdma_cm_id* id) {
 
 int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (channel == nullptr || event == nullptr) return internal::Fail(EINVAL);
+  if (!internal::IsLiveChannel(channel)) return -1;
   SoftEventChannel* ch = internal::ChannelOf(channel);
   for (;;) {
     if (internal::WaitEventFd(channel->fd) != 0) return -1;
-    absl::MutexLock cm(&CmMutex());  // for the id's unacked_events
+    absl::MutexLock ids(&internal::IdsMutex());  // for the id's unacked_events
     absl::MutexLock l(&ch->mu);
     if (ch->events.empty()) continue;  // its id was destroyed or migrated
     SoftCmEvent* e = ch->events.front();
@@ -1082,7 +1488,7 @@ int ack_cm_event(rdma_cm_event* event) {
   if (event == nullptr) return internal::Fail(EINVAL);
   auto* e = reinterpret_cast<SoftCmEvent*>(event);
   {
-    absl::MutexLock cm(&CmMutex());
+    absl::MutexLock ids(&internal::IdsMutex());
     auto it = internal::LiveIds().find(e->id_serial);
     if (it != internal::LiveIds().end() && it->second->unacked_events > 0) {
       it->second->unacked_events--;
@@ -1094,7 +1500,9 @@ int ack_cm_event(rdma_cm_event* event) {
 
 int migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
   if (id == nullptr || channel == nullptr) return internal::Fail(EINVAL);
+  if (!internal::IsLiveChannel(channel)) return -1;
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftEventChannel* from = internal::ChannelOf(id->channel);
   SoftEventChannel* to = internal::ChannelOf(channel);
   if (from == to) return 0;
@@ -1120,6 +1528,7 @@ int migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
 int DropConnection(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->conn == nullptr) return internal::Fail(EINVAL);
   // Both directions end at once; the progress thread then sees EOF on this
@@ -1131,6 +1540,7 @@ int DropConnection(rdma_cm_id* id) {
 int VanishPeer(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
   absl::MutexLock l(&CmMutex());
+  if (!internal::IsLiveId(id)) return -1;
   SoftCmId* s = internal::CmIdOf(id);
   if (s->conn == nullptr) return internal::Fail(EINVAL);
   s->conn->Vanish();

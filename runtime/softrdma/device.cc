@@ -510,6 +510,7 @@ Stats GetStats() {
   s.rdma_write = c.rdma_write;
   s.rdma_write_with_imm = c.rdma_write_with_imm;
   s.rdma_read = c.rdma_read;
+  s.atomic = c.atomic;
   s.recv = c.recv;
   s.bytes_sent = c.bytes_sent;
   s.rnr_retries = c.rnr_retries;
@@ -541,6 +542,7 @@ void ResetStats() {
   c.rdma_write = 0;
   c.rdma_write_with_imm = 0;
   c.rdma_read = 0;
+  c.atomic = 0;
   c.recv = 0;
   c.bytes_sent = 0;
   c.rnr_retries = 0;
@@ -567,7 +569,7 @@ void PrintStatsAtExit() {
                "softrdma-stats: send=%llu send_with_imm=%llu rdma_write=%llu "
                "rdma_write_with_imm=%llu rdma_read=%llu recv=%llu bytes_sent=%llu "
                "rnr_retries=%llu post_send_calls=%llu post_recv_calls=%llu reg_mr=%llu "
-               "max_send_bytes=%llu rem_access_errors=%llu\n",
+               "max_send_bytes=%llu rem_access_errors=%llu atomic=%llu\n",
                static_cast<unsigned long long>(s.send),
                static_cast<unsigned long long>(s.send_with_imm),
                static_cast<unsigned long long>(s.rdma_write),
@@ -580,7 +582,8 @@ void PrintStatsAtExit() {
                static_cast<unsigned long long>(s.post_recv_calls),
                static_cast<unsigned long long>(s.reg_mr),
                static_cast<unsigned long long>(s.max_send_bytes),
-               static_cast<unsigned long long>(s.rem_access_errors));
+               static_cast<unsigned long long>(s.rem_access_errors),
+               static_cast<unsigned long long>(s.atomic));
   // The same-host link, on a line of its own so parsers of the line above
   // keep working.
   std::fprintf(stderr,

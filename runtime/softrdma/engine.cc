@@ -241,9 +241,12 @@ void Conn::Send(std::shared_ptr<const std::vector<uint8_t>> frame) {
   absl::MutexLock l(&write_mu_);
   if (broken_) return;
   wq_.push_back(Chunk{std::move(frame), 0});
-  if (out_armed_ || connecting_) return;  // the progress thread drains it
+  if (connecting_) return;  // the progress thread drains it once connected
+  // Write what the socket takes now, even while EPOLLOUT is armed: a caller
+  // queueing many frames on the progress thread (a large READ's response
+  // pieces) keeps bytes moving instead of queueing them all first.
   if (!TryWriteLocked()) return;
-  if (!wq_.empty()) {
+  if (!wq_.empty() && !out_armed_) {
     out_armed_ = true;
     Engine::Get().Modify(token_, fd_, EPOLLIN | EPOLLRDHUP | EPOLLOUT);
   }
@@ -409,10 +412,7 @@ void Conn::HandleReadable() {
         hdr_got_ = 0;
         pay_got_ = 0;
         if (vanished_.load()) return;  // Vanish() by the frame before
-        {
-          absl::MutexLock l(&CmMutex());
-          CmOnFrame(this, f);
-        }
+        CmDispatchFrame(this, f);
         if (drop_requested_.load()) return Lost();  // DropAfterWrs fired
         if (closed_.load()) return;
       }
@@ -423,10 +423,7 @@ void Conn::HandleReadable() {
       hdr_got_ = 0;
       pay_got_ = 0;
       if (vanished_.load()) return;
-      {
-        absl::MutexLock l(&CmMutex());
-        CmOnFrame(this, f);
-      }
+      CmDispatchFrame(this, f);
       if (drop_requested_.load()) return Lost();
     }
   }

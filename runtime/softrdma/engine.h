@@ -103,7 +103,16 @@ class Conn : public Pollable, public std::enable_shared_from_this<Conn> {
   // Attachments.
   SoftCmId* id ABSL_GUARDED_BY(CmMutex()) = nullptr;  // the cm id this belongs to
   SoftCmId* listen_id ABSL_GUARDED_BY(CmMutex()) = nullptr;  // passive, before CONNECT_REQ
-  std::shared_ptr<SoftQp> qp ABSL_GUARDED_BY(CmMutex());     // where data frames go
+  // Where data frames go. Its own mutex, not CmMutex(): the progress thread
+  // dispatches data frames without the cm lock (CmDispatchFrame).
+  std::shared_ptr<SoftQp> qp() const {
+    absl::MutexLock l(&qp_mu_);
+    return qp_;
+  }
+  void set_qp(std::shared_ptr<SoftQp> qp) {
+    absl::MutexLock l(&qp_mu_);
+    qp_ = std::move(qp);
+  }
 
  private:
   Conn(int fd, bool connecting);
@@ -122,6 +131,9 @@ class Conn : public Pollable, public std::enable_shared_from_this<Conn> {
   std::atomic<uint64_t> io_progress_{0};
   bool connecting_;  // progress thread only (after Create)
   bool lost_reported_ = false;
+
+  mutable absl::Mutex qp_mu_;
+  std::shared_ptr<SoftQp> qp_ ABSL_GUARDED_BY(qp_mu_);
 
   absl::Mutex write_mu_;
   struct Chunk {

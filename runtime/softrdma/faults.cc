@@ -1,8 +1,12 @@
 // faults.cc: the state of the fault knobs (faults.h), their environment
 // variables, and the hooks the verbs consult (faults_internal.h).
 #include <errno.h>
+#include <linux/capability.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -285,6 +289,28 @@ bool AckHoldEnabled(uint32_t* max_hold_micros) {
   return true;
 }
 
+namespace {
+
+// Whether this thread's effective capabilities hold CAP_IPC_LOCK, with which
+// the kernel lets ib_umem_get pin past RLIMIT_MEMLOCK.
+bool HasIpcLock() {
+  __user_cap_header_struct h{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3] = {};
+  if (::syscall(SYS_capget, &h, d) != 0) return false;
+  return (d[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32))) != 0;
+}
+
+// The bytes the kernel would let this process pin: RLIMIT_MEMLOCK's soft
+// limit, unless it is infinite or the process has CAP_IPC_LOCK.
+uint64_t RealMemlockLimit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+  if (HasIpcLock()) return UINT64_MAX;
+  return static_cast<uint64_t>(r.rlim_cur);
+}
+
+}  // namespace
+
 bool PinPages(const void* addr, size_t length, uint64_t* pinned) {
   EnsureLoaded();
   *pinned = 0;
@@ -294,7 +320,8 @@ bool PinPages(const void* addr, size_t length, uint64_t* pinned) {
       (reinterpret_cast<uintptr_t>(addr) + length + kPageBytes - 1) / kPageBytes * kPageBytes;
   const uint64_t bytes = end - start;
   Knobs& k = K();
-  const uint64_t cap = k.memlock_cap.load();
+  // The knob (SetMemlockLimit) and, as ib_umem_get checks it, the real limit.
+  const uint64_t cap = std::min(k.memlock_cap.load(), RealMemlockLimit());
   uint64_t cur = k.pinned.load();
   do {
     if (cap != UINT64_MAX && (bytes > cap || cur > cap - bytes)) return false;

@@ -11,10 +11,15 @@
 // The key table mutex is innermost: it is held (shared, ScopedMrAccess) across
 // an access check and the copy it vouches for, with no other lock taken inside.
 // The fork handlers take CmMutex() and then the key table.
-// CmMutex() guards all rdma_cm state and the Conn -> (id, QP) attachments; the
-// progress thread holds it while it dispatches a received frame, so frames of
-// one process are handled one at a time, in arrival order per connection.
-// The data path of the user (post_send, post_recv, poll_cq) never takes it.
+// CmMutex() guards rdma_cm connection state and the Conn -> id attachments;
+// the progress thread holds it while it handles a control frame (CONNECT_REQ,
+// ACCEPT, REJECT, RTU, DISCONNECT), never across blocking work (socket and
+// shared-memory set-up happen before it is taken). Data frames go to the QP
+// under the Conn's own qp mutex and the QP's, in arrival order per
+// connection. IdsMutex() (cm.cc, inner to CmMutex()) guards the registry of
+// live ids and their unacked events, so rdma_get_cm_event, rdma_ack_cm_event
+// and rdma_create_id never wait for CmMutex(). The data path of the user
+// (post_send, post_recv, poll_cq) takes neither.
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_INTERNAL_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_INTERNAL_H_
 
@@ -47,16 +52,25 @@ inline constexpr uint32_t kMaxInlineData = 256;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;  // bytes, per WR
 inline constexpr int kMaxRdAtom = 16;
 inline constexpr int kMaxMw = 1 << 20;  // memory windows per process
-// Receiver-not-ready back-off between retries. IB encodes min_rnr_timer
-// (0.01 ms .. 655 ms); we use a fixed 1 ms so tests that exercise RNR stay fast.
+// Receiver-not-ready back-off between retries for a responder QP whose
+// min_rnr_timer the application never set (rdma_cm's own QPs; see softrdma.h).
 inline constexpr int kRnrDelayMicros = 1000;
+// The RNR NAK timer a min_rnr_timer code (5 bits) stands for, in microseconds
+// (IBA vol. 1 table 45: 0 = 655.36 ms, 1 = 0.01 ms, ..., 31 = 491.52 ms).
+inline int64_t RnrTimerMicros(uint8_t code) {
+  static constexpr int32_t kTenMicros[32] = {
+      65536, 1,    2,    3,    4,    6,    8,     12,    16,    24,    32,
+      48,    64,   96,   128,  192,  256,  384,   512,   768,   1024,  1536,
+      2048,  3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152};
+  return int64_t{kTenMicros[code & 31]} * 10;
+}
 
 absl::Mutex& CmMutex();
 
 // ---- counters ---------------------------------------------------------------
 struct Counters {
   std::atomic<uint64_t> send{0}, send_with_imm{0}, rdma_write{0},
-      rdma_write_with_imm{0}, rdma_read{0}, recv{0}, bytes_sent{0},
+      rdma_write_with_imm{0}, rdma_read{0}, atomic{0}, recv{0}, bytes_sent{0},
       rnr_retries{0}, post_send_calls{0}, post_recv_calls{0}, reg_mr{0},
       max_send_bytes{0}, rem_access_errors{0},
       signaled_sends{0}, wc_polled{0}, poll_cq_calls{0}, qps_on_shm{0}, qps_on_tcp{0},
@@ -302,6 +316,10 @@ struct SendWqe {
   ibv_wc_status local_error = IBV_WC_SUCCESS;  // found at post; completes in order
   std::shared_ptr<const std::vector<uint8_t>> frame;  // kept for RNR retransmit
   std::vector<ibv_sge> read_sges;                     // RDMA READ destination
+  // SEND / WRITE (not inline): the payload's SGEs, whose lkeys are checked
+  // again whenever the WR goes out after post (a NIC reads the buffers when
+  // it executes or retransmits the WR).
+  std::vector<ibv_sge> data_sges;
 };
 
 struct RecvWqe {
@@ -349,6 +367,9 @@ struct SoftQp {
   uint32_t epsn ABSL_GUARDED_BY(mu) = 0;      // responder: PSN expected next
   uint8_t rnr_retry ABSL_GUARDED_BY(mu) = 7;  // 7 = retry forever (IB spec)
   uint8_t min_rnr_timer ABSL_GUARDED_BY(mu) = 0;
+  // modify_qp set min_rnr_timer: RNR NAKs of this responder then ask for its
+  // delay; otherwise for kRnrDelayMicros.
+  bool min_rnr_timer_set ABSL_GUARDED_BY(mu) = false;
   int rnr_count ABSL_GUARDED_BY(mu) = 0;     // RNR NAKs for the head WR
   bool rnr_wait ABSL_GUARDED_BY(mu) = false;  // waiting to retransmit after RNR
   bool sq_blocked ABSL_GUARDED_BY(mu) = false;  // an errored WR is queued
@@ -357,6 +378,9 @@ struct SoftQp {
   // 0 (rdma_conn_param.responder_resources = 0) means it takes none: a NIC
   // NAKs them with "invalid request", the requester sees REM_INV_REQ_ERR.
   uint8_t max_dest_rd_atomic ABSL_GUARDED_BY(mu) = kMaxRdAtom;
+  // As modify_qp(IBV_QP_ACCESS_FLAGS) set it; reported by query_qp.
+  int qp_access_flags ABSL_GUARDED_BY(mu) =
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   std::shared_ptr<Conn> conn ABSL_GUARDED_BY(mu);
   // Same-host link (shm_link.h): when set, QP frames go through its rings and
   // `conn` carries only doorbells and DISCONNECT.
@@ -420,6 +444,16 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 void QpAttach(SoftQp* qp, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm,
               bool hold, uint32_t dest_qpn, uint8_t rnr_retry, uint8_t responder_resources,
               uint8_t retry_cnt, bool passive = false);
+// Connects a QP the application created itself (ibv_create_qp, its number
+// in rdma_conn_param.qp_num) to `conn` without touching its state or
+// attributes: the application moves it to RTR / RTS with rdma_init_qp_attr
+// and modify_qp, and frames reach it once it is in RTR. `hold`, `passive`: as
+// QpAttach. False (nothing done) when the QP is in ERROR or already has a
+// connection.
+bool QpBindLink(SoftQp* qp, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm,
+                bool hold, bool passive);
+// The live QP of this process numbered `qp_num`, or nullptr.
+std::shared_ptr<SoftQp> FindQp(uint32_t qp_num);
 // Ends a hold: `shm` (or nullptr: TCP) carries the QP's frames from now on.
 void QpSetLink(SoftQp* qp, std::shared_ptr<ShmLink> shm);
 // Consumes the QP's incoming ring of `link` (processing its frames when the
@@ -437,6 +471,9 @@ void QpOnFrame(SoftQp* qp, Frame& frame);
 // ---- rdma_cm glue called by Conn (progress thread, CmMutex() held) ---------------
 absl::Mutex& CmMutex();
 void CmOnFrame(Conn* conn, Frame& frame) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
+// The progress thread's entry for every frame read from a connection: control
+// frames under CmMutex() (CmOnFrame), data frames straight to the QP without it.
+void CmDispatchFrame(Conn* conn, Frame& frame);
 void CmOnConnectDone(Conn* conn, int error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
 void CmOnClosed(Conn* conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
 // A listener accepted a TCP connection; CONNECT_REQ will follow on it.

@@ -186,12 +186,9 @@ SOFTRDMA_EXPORT __be16 rdma_get_dst_port(rdma_cm_id* id) { return softrdma::get_
 // Options (timeouts, TOS, reuseaddr) have no effect on a TCP-backed device.
 SOFTRDMA_EXPORT int rdma_set_option(rdma_cm_id*, int, int, void*, size_t) { return 0; }
 
-// The QP is already in RTS once the connection is up.
-SOFTRDMA_EXPORT int rdma_establish(rdma_cm_id*) { return 0; }
-
-SOFTRDMA_EXPORT int rdma_init_qp_attr(rdma_cm_id*, ibv_qp_attr*, int*) {
-  errno = EOPNOTSUPP;
-  return -1;
+SOFTRDMA_EXPORT int rdma_establish(rdma_cm_id* id) { return softrdma::establish(id); }
+SOFTRDMA_EXPORT int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* a, int* mask) {
+  return softrdma::init_qp_attr(id, a, mask);
 }
 
 SOFTRDMA_EXPORT const char* rdma_event_str(rdma_cm_event_type event) {

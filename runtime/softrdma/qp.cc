@@ -8,7 +8,8 @@
 //
 // Receiver not ready (RNR): a SEND or WRITE_WITH_IMM that finds no posted
 // receive is NAKed with syndrome RNR and the responder drops every later
-// request until that PSN comes again. The requester waits kRnrDelayMicros and
+// request until that PSN comes again. The requester waits the RNR timer the
+// NAK names (the responder's min_rnr_timer, or kRnrDelayMicros) and
 // retransmits from the NAKed PSN (it keeps each WR's encoded frame until the WR
 // completes), up to rnr_retry times (7 = forever), then completes the WR with
 // IBV_WC_RNR_RETRY_EXC_ERR. This is the IB go-back-N recovery, minus packets.
@@ -181,16 +182,25 @@ bool CheckRemote(SoftQp* q, uint32_t rkey, uint64_t addr, uint64_t len, int need
   return (v.access & need) == need;
 }
 
-void Scatter(const std::vector<ibv_sge>& sges, const uint8_t* data, size_t len) {
+// Scatters `len` bytes that belong at byte `offset` of the SGE list.
+void ScatterAt(const std::vector<ibv_sge>& sges, size_t offset, const uint8_t* data, size_t len) {
   for (const ibv_sge& s : sges) {
     if (len == 0) break;
-    if (s.length == 0) continue;  // skipped, as at post (address may be NULL)
-    size_t take = std::min<size_t>(len, s.length);
-    std::memcpy(reinterpret_cast<void*>(s.addr), data, take);
+    if (s.length == 0) continue;
+    if (offset >= s.length) {
+      offset -= s.length;
+      continue;
+    }
+    const size_t take = std::min<size_t>(len, s.length - offset);
+    std::memcpy(reinterpret_cast<void*>(s.addr + offset), data, take);
     data += take;
     len -= take;
+    offset = 0;
   }
 }
+
+// The largest piece of a READ response on the TCP link (see kMore).
+inline constexpr uint32_t kReadRespPiece = 4 << 20;
 
 void UpdateMax(std::atomic<uint64_t>& m, uint64_t v) {
   uint64_t cur = m.load();
@@ -307,12 +317,53 @@ std::shared_ptr<const std::vector<uint8_t>> ToTcpFrame(
 
 void OnAckTimer(SoftQp* q);
 
+// Signs that the peer is alive and working, as one counter: answers received,
+// bytes moving on the TCP socket either way (kProgress frames included), and
+// on the same-host link the peer's work on our requests and records it
+// produced for us. A silenced link (VanishPeer, DropConnection) shows only the
+// first, which then stops.
+uint64_t LinkProgressLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  uint64_t p = q->progress + q->conn->io_progress();
+  if (q->shm != nullptr && !LinkSilencedLocked(q)) p += q->shm->PeerProgress();
+  return p;
+}
+
+// Whether a SEND / WRITE's lkeys still vouch for its buffers (MRs of the QP's
+// PD, in range, alive): a NIC reads them when it executes or retransmits the
+// WR and fails it with LOC_PROT_ERR when an MR was deregistered since post.
+bool DataLkeysValidLocked(SoftQp* q, const SendWqe& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (w.data_sges.empty()) return true;
+  ScopedMrAccess access;
+  uint64_t total = 0;
+  return CheckLocal(q->qp.pd, w.data_sges.data(), w.data_sges.size(), /*write=*/false, &total);
+}
+
+void ProcessSqHeadLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu);
+
+// (Re)sends the WRs from sq[idx] on, as after an RNR wait or a held link. A
+// WR whose lkeys died since post goes no further: it fails in order with
+// IBV_WC_LOC_PROT_ERR, and the WRs after it are flushed.
+void TransmitFromLocked(SoftQp* q, size_t idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  for (size_t i = idx; i < q->sq.size(); ++i) {
+    SendWqe& w = q->sq[i];
+    if (w.local_error != IBV_WC_SUCCESS) break;
+    if (w.local_op) continue;
+    if (!DataLkeysValidLocked(q, w)) {
+      w.local_error = IBV_WC_LOC_PROT_ERR;
+      q->sq_blocked = true;
+      break;
+    }
+    LinkSendLocked(q, w.frame);
+  }
+  if (q->sq_blocked) ProcessSqHeadLocked(q);
+}
+
 // Starts the transport timer if sent WRs wait for answers and it is idle.
 void ArmAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   if (q->ack_timer_armed || q->timeout == 0 || q->sq.empty() || q->conn == nullptr) return;
   q->ack_timer_armed = true;
   q->timeouts = 0;
-  q->seen_progress = q->progress + q->conn->io_progress();
+  q->seen_progress = LinkProgressLocked(q);
   // IB: the local ACK timeout is 4.096 us * 2^timeout.
   const absl::Duration period = absl::Nanoseconds(int64_t{4096} << q->timeout);
   std::weak_ptr<SoftQp> weak = q->self;
@@ -321,9 +372,9 @@ void ArmAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   });
 }
 
-// One transport timeout period passed. Progress (an answer, or bytes moving
-// on the link: TCP carries a large message in many segments, each of which a
-// NIC would ACK) restarts the count; retry_cnt + 1 periods without any fail
+// One transport timeout period passed. Progress (LinkProgressLocked: an
+// answer, bytes moving, the peer copying for us -- a NIC ACKs or answers every
+// packet of a large message as it moves) restarts the count; retry_cnt + 1 periods without any fail
 // the head WR with RETRY_EXC_ERR and flush the rest, as a NIC does when its
 // retransmissions go unanswered (a crashed or unreachable peer).
 void OnAckTimer(SoftQp* q) {
@@ -333,7 +384,7 @@ void OnAckTimer(SoftQp* q) {
       q->conn == nullptr || q->timeout == 0) {
     return;
   }
-  const uint64_t progress = q->progress + q->conn->io_progress();
+  const uint64_t progress = LinkProgressLocked(q);
   if (q->rnr_wait || progress != q->seen_progress) {
     ArmAckTimerLocked(q);  // resets the count
     return;
@@ -401,6 +452,10 @@ void CountPosted(ibv_wr_opcode op, uint64_t bytes, bool signaled) {
       break;
     case IBV_WR_RDMA_READ:
       c.rdma_read++;
+      break;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      c.atomic++;
       break;
     default:
       break;
@@ -575,7 +630,9 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
         h.flags |= kRemoteData;
         h.read_len = static_cast<uint32_t>(total);
         w.frame = NewSglFrame(h, wr->sg_list, wr->num_sge);
+        w.data_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
       } else {
+        if (!is_inline) w.data_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
         SetSendOrWriteHeader(*wr, &h);
         // The payload is copied now (inline or not); the WR's buffers are free
         // for reuse earlier than on hardware, which is allowed.
@@ -642,12 +699,17 @@ void RetransmitFrom(SoftQp* q, uint32_t psn) {
   q->rnr_wait = false;
   int idx = FindPsnLocked(q, psn);
   if (idx < 0) return;
-  for (size_t i = static_cast<size_t>(idx); i < q->sq.size(); ++i) {
-    if (q->sq[i].local_error != IBV_WC_SUCCESS) break;
-    if (q->sq[i].local_op) continue;
-    LinkSendLocked(q, q->sq[i].frame);
-  }
+  TransmitFromLocked(q, static_cast<size_t>(idx));
   ArmAckTimerLocked(q);
+}
+
+// A READ response piece on the TCP link must fall inside the READ at the head
+// of the send queue (after the completions the response implies).
+bool ReadPieceFitsLocked(SoftQp* q, const Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (q->sq.empty()) return false;
+  const SendWqe& w = q->sq.front();
+  if (w.opcode != IBV_WR_RDMA_READ) return true;  // reported as BAD_RESP below
+  return f.h.addr + f.h.length <= w.byte_len;
 }
 
 void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
@@ -664,6 +726,33 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
     case FrameType::kAtomicResp: {
       CompleteFrontLocked(q, idx);
       if (q->conn != nullptr && q->conn->drop_requested()) return;  // link died
+      if (f.h.type == FrameType::kReadResp && !(f.h.flags & kRemoteData) &&
+          !ReadPieceFitsLocked(q, f)) {
+        SendWqe w = std::move(q->sq.front());
+        q->sq.pop_front();
+        CompleteSendLocked(q, w, IBV_WC_BAD_RESP_ERR);
+        MoveToErrorLocked(q);
+        return;
+      }
+      if (f.h.flags & kMore) {
+        // A piece of a READ's data (TCP); the last one completes the WR.
+        SendWqe& w = q->sq.front();
+        bool local_ok;
+        uint64_t room = 0;
+        {
+          ScopedMrAccess access;
+          local_ok = CheckLocal(q->qp.pd, w.read_sges.data(), w.read_sges.size(),
+                                /*write=*/true, &room);
+          if (local_ok) ScatterAt(w.read_sges, f.h.addr, f.data(), f.h.length);
+        }
+        if (!local_ok) {
+          SendWqe failed = std::move(q->sq.front());
+          q->sq.pop_front();
+          CompleteSendLocked(q, failed, IBV_WC_LOC_PROT_ERR);
+          MoveToErrorLocked(q);
+        }
+        return;
+      }
       SendWqe w = std::move(q->sq.front());
       q->sq.pop_front();
       q->rnr_count = 0;
@@ -671,8 +760,11 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
       const bool atomic_resp = f.h.type == FrameType::kAtomicResp;
       const bool atomic_wqe =
           w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+      // (A TCP READ's last piece carries the data from offset addr on.)
+      const uint64_t resp_end =
+          atomic_resp || (f.h.flags & kRemoteData) ? f.h.length : f.h.addr + f.h.length;
       if (atomic_resp != atomic_wqe || (!atomic_wqe && w.opcode != IBV_WR_RDMA_READ) ||
-          f.h.length != w.byte_len) {
+          resp_end != w.byte_len) {
         CompleteSendLocked(q, w, IBV_WC_BAD_RESP_ERR);
         MoveToErrorLocked(q);
         return;
@@ -688,7 +780,7 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
           std::memcpy(reinterpret_cast<void*>(w.read_sges[0].addr), &original, 8);
         } else if (local_ok && !(f.h.flags & kRemoteData)) {
           // (kRemoteData: the responder placed the data already.)
-          Scatter(w.read_sges, f.data(), f.h.length);
+          ScatterAt(w.read_sges, f.h.addr, f.data(), f.h.length);
         }
       }
       if (!local_ok) {
@@ -714,7 +806,10 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
         q->rnr_wait = true;
         std::weak_ptr<SoftQp> weak = q->self;
         const uint32_t psn = f.h.psn;
-        Engine::Get().RunAfter(absl::Microseconds(kRnrDelayMicros), [weak, psn] {
+        const int64_t delay_us =
+            (f.h.read_len & 0x100u) ? RnrTimerMicros(static_cast<uint8_t>(f.h.read_len & 31))
+                                    : kRnrDelayMicros;
+        Engine::Get().RunAfter(absl::Microseconds(delay_us), [weak, psn] {
           if (std::shared_ptr<SoftQp> qp = weak.lock()) RetransmitFrom(qp.get(), psn);
         });
         return;
@@ -757,6 +852,8 @@ void NakLocked(SoftQp* q, uint32_t psn, Syndrome s) ABSL_EXCLUSIVE_LOCKS_REQUIRE
   h.type = FrameType::kNak;
   h.psn = psn;
   h.syndrome = s;
+  // An RNR NAK carries the responder's RNR timer (IBA 9.7.5.2.8).
+  if (s == Syndrome::kRnr && q->min_rnr_timer_set) h.read_len = 0x100u | q->min_rnr_timer;
   LinkSendHeaderLocked(q, h);
 }
 
@@ -969,20 +1066,32 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
         q->epsn++;
         return LinkSendHeaderLocked(q, h);
       }
-      std::shared_ptr<std::vector<uint8_t>> buf;
-      {
-        ScopedMrAccess access;  // the source stays registered while we copy
-        if (CheckRemote(q, f.h.rkey, f.h.addr, f.h.read_len, IBV_ACCESS_REMOTE_READ)) {
-          buf = NewFrame(h, f.h.read_len);
-          if (f.h.read_len > 0) {
-            std::memcpy(buf->data() + kHeaderSize, reinterpret_cast<const void*>(f.h.addr),
-                        f.h.read_len);
+      // TCP: the data goes in pieces of kReadRespPiece, each copied under its
+      // own check of the rkey (the source stays registered while we copy it;
+      // an MR deregistered midway fails the rest with REM_ACCESS_ERR).
+      uint32_t off = 0;
+      do {
+        const uint32_t n = std::min(kReadRespPiece, f.h.read_len - off);
+        FrameHeader ph = h;
+        ph.addr = off;
+        if (off + n < f.h.read_len) ph.flags |= kMore;
+        auto buf = NewFrame(ph, n);
+        {
+          ScopedMrAccess access;
+          if (!CheckRemote(q, f.h.rkey, f.h.addr + off, n, IBV_ACCESS_REMOTE_READ) ||
+              (off == 0 &&
+               !CheckRemote(q, f.h.rkey, f.h.addr, f.h.read_len, IBV_ACCESS_REMOTE_READ))) {
+            buf.reset();
+          } else if (n > 0) {
+            std::memcpy(buf->data() + kHeaderSize, reinterpret_cast<const void*>(f.h.addr + off),
+                        n);
           }
         }
-      }
-      if (buf == nullptr) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kRemAccess);
-      q->epsn++;
-      LinkSendLocked(q, std::move(buf));
+        if (buf == nullptr) return ResponderFailNoCqeLocked(q, f.h.psn, Syndrome::kRemAccess);
+        if (!(ph.flags & kMore)) q->epsn++;
+        LinkSendLocked(q, std::move(buf));
+        off += n;
+      } while (off < f.h.read_len);
       return;
     }
     case FrameType::kAtomic: {
@@ -1085,7 +1194,9 @@ void DrainShmLocked(SoftQp* q, ShmLink* link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->m
   q->ack_coalesce = true;
   q->ack_pending = false;
   link->Drain([q, link](Frame& f) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (q->shm.get() == link) DispatchLocked(q, f);
+    if (q->shm.get() != link) return;
+    link->NoteWork(1);
+    DispatchLocked(q, f);
   });
   q->ack_coalesce = false;
   if (q->ack_pending) {
@@ -1123,6 +1234,28 @@ void QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> sh
   if (!hold) (shm != nullptr ? Stat().qps_on_shm : Stat().qps_on_tcp)++;
 }
 
+bool QpBindLink(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm, bool hold,
+                bool passive) {
+  {
+    absl::MutexLock l(&q->mu);
+    if (q->state == IBV_QPS_ERR || q->conn != nullptr) return false;
+    q->awaiting_first_request = passive;
+    q->conn = std::move(conn);
+    q->shm = shm;
+    q->link_hold = hold;
+  }
+  if (shm != nullptr && !hold) RegisterWithCqs(q, shm);
+  if (!hold) (shm != nullptr ? Stat().qps_on_shm : Stat().qps_on_tcp)++;
+  return true;
+}
+
+std::shared_ptr<SoftQp> FindQp(uint32_t qp_num) {
+  QpRegistry& r = Registry();
+  absl::MutexLock l(&r.mu);
+  auto it = r.qps.find(qp_num);
+  return it == r.qps.end() ? nullptr : it->second;
+}
+
 void QpSetLink(SoftQp* q, std::shared_ptr<ShmLink> shm) {
   {
     absl::MutexLock l(&q->mu);
@@ -1136,12 +1269,7 @@ void QpSetLink(SoftQp* q, std::shared_ptr<ShmLink> shm) {
     }
     q->shm = shm;
     // Everything posted while held goes out now, in order.
-    if (CanTransmitLocked(q)) {
-      for (const SendWqe& w : q->sq) {
-        if (w.local_error != IBV_WC_SUCCESS) break;
-        LinkSendLocked(q, w.frame);
-      }
-    }
+    if (CanTransmitLocked(q)) TransmitFromLocked(q, 0);
   }
   if (shm != nullptr) RegisterWithCqs(q, shm);
   (shm != nullptr ? Stat().qps_on_shm : Stat().qps_on_tcp)++;
@@ -1241,6 +1369,14 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     errno = EINVAL;
     return nullptr;
   }
+  // A send WQE with room for max_send_sge SGEs has as much room for inline
+  // data, which rxe grants as max_inline_data (rxe_qp.c; mlx5 likewise rounds
+  // it up to its WQE size): a QP may get more than it asked for
+  // (ibv_create_qp(3)), and the caps reported back are what is enforced.
+  cap.max_inline_data = std::max<uint32_t>(
+      cap.max_inline_data,
+      std::min<uint32_t>(internal::kMaxInlineData,
+                         cap.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge))));
   auto q = std::make_shared<SoftQp>();
   q->self = q;
   q->qp.context = pd->context;
@@ -1255,7 +1391,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   pthread_cond_init(&q->qp.cond, nullptr);
   {
     absl::MutexLock l(&q->mu);
-    q->cap = cap;  // reported back unchanged: exactly what is enforced
+    q->cap = cap;  // reported back: exactly what is enforced
     q->sq_sig_all = attr->sq_sig_all != 0;
   }
   internal::QpRegistry& r = internal::Registry();
@@ -1311,14 +1447,66 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
     }
     if (!ok) return EINVAL;
   }
+  if (attr_mask & IBV_QP_STATE) {
+    // The attributes each RC transition requires and allows (IBA vol. 1
+    // table 91; the kernel's ib_modify_qp_is_ok): a missing required one, or
+    // one the transition does not take, is EINVAL, as on any rdma-core device.
+    int required = 0;
+    int optional = 0;
+    bool checked = true;
+    const ibv_qp_state cur = q->state;
+    if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT) {
+      required = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+    } else if (cur == IBV_QPS_INIT && next == IBV_QPS_INIT) {
+      optional = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+    } else if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
+      required = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+      optional = IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX;
+    } else if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
+      required = IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                 IBV_QP_MAX_QP_RD_ATOMIC;
+      optional = IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
+                 IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE;
+    } else {
+      checked = false;  // RESET / ERR from anywhere, RTS <-> SQD, X -> X
+    }
+    if (checked && ((attr_mask & required) != required ||
+                    (attr_mask & ~(required | optional | IBV_QP_STATE)) != 0)) {
+      return EINVAL;
+    }
+  }
+  if ((attr_mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
+  if ((attr_mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return EINVAL;  // one P_Key
+  if ((attr_mask & IBV_QP_PATH_MTU) &&
+      (attr->path_mtu < IBV_MTU_256 || attr->path_mtu > IBV_MTU_4096)) {
+    return EINVAL;
+  }
+  if ((attr_mask & IBV_QP_AV) &&
+      ((attr->ah_attr.port_num != 0 && attr->ah_attr.port_num != 1) ||
+       (attr->ah_attr.is_global && attr->ah_attr.grh.sgid_index != 0))) {
+    return EINVAL;  // one port, one GID
+  }
+  if ((attr_mask & IBV_QP_ACCESS_FLAGS) &&
+      (attr->qp_access_flags & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)) != 0) {
+    return EINVAL;
+  }
+  if ((attr_mask & IBV_QP_MAX_QP_RD_ATOMIC) && attr->max_rd_atomic > internal::kMaxRdAtom) {
+    return EINVAL;
+  }
   if ((attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC) && attr->max_dest_rd_atomic > internal::kMaxRdAtom) {
     return EINVAL;
   }
   if (attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC) q->max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  if (attr_mask & IBV_QP_ACCESS_FLAGS) q->qp_access_flags = attr->qp_access_flags;
   if (attr_mask & IBV_QP_RNR_RETRY) q->rnr_retry = attr->rnr_retry;
   if (attr_mask & IBV_QP_RETRY_CNT) q->retry_cnt = attr->retry_cnt;
   if (attr_mask & IBV_QP_TIMEOUT) q->timeout = attr->timeout;
-  if (attr_mask & IBV_QP_MIN_RNR_TIMER) q->min_rnr_timer = attr->min_rnr_timer;
+  if (attr_mask & IBV_QP_MIN_RNR_TIMER) {
+    q->min_rnr_timer = attr->min_rnr_timer & 31;
+    q->min_rnr_timer_set = true;
+  }
   if (attr_mask & IBV_QP_DEST_QPN) q->dest_qpn = attr->dest_qp_num;
   if (attr_mask & IBV_QP_SQ_PSN) q->next_psn = attr->sq_psn;
   if (attr_mask & IBV_QP_RQ_PSN) q->epsn = attr->rq_psn;
@@ -1355,8 +1543,7 @@ int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr*
   attr->qp_state = q->state;
   attr->cur_qp_state = q->state;
   attr->path_mtu = IBV_MTU_4096;
-  attr->qp_access_flags =
-      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  attr->qp_access_flags = q->qp_access_flags;
   attr->cap = q->cap;
   attr->dest_qp_num = q->dest_qpn;
   attr->sq_psn = q->next_psn;

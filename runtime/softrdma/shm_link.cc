@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -182,6 +183,7 @@ std::shared_ptr<ShmLink> ShmLink::Create() {
     c->tail.store(0);
     c->head.store(0);
     c->need_doorbell.store(1);
+    c->work.store(0);
   }
   return link;
 }
@@ -371,21 +373,24 @@ namespace {
 // process_vm_{readv,writev} move at most IOV_MAX iovecs per call and may stop
 // early; this walks both lists until every byte moved.
 bool VmCopy(bool write, pid_t pid, const std::vector<iovec>& local,
-            const std::vector<iovec>& remote) {
+            const std::vector<iovec>& remote, std::atomic<uint64_t>* work) {
   size_t li = 0, ri = 0, loff = 0, roff = 0;
   constexpr size_t kBatch = 64;
   while (li < local.size() && ri < remote.size()) {
     iovec l[kBatch], r[kBatch];
     size_t nl = 0, nr = 0, want_l = 0, want_r = 0;
-    for (size_t i = li; i < local.size() && nl < kBatch; ++i, ++nl) {
+    // At most kVmCopyChunk bytes per call (the last iovec cut short).
+    for (size_t i = li; i < local.size() && nl < kBatch && want_l < kVmCopyChunk; ++i, ++nl) {
       const size_t off = i == li ? loff : 0;
-      l[nl] = iovec{static_cast<uint8_t*>(local[i].iov_base) + off, local[i].iov_len - off};
-      want_l += l[nl].iov_len;
+      const size_t len = std::min(local[i].iov_len - off, kVmCopyChunk - want_l);
+      l[nl] = iovec{static_cast<uint8_t*>(local[i].iov_base) + off, len};
+      want_l += len;
     }
-    for (size_t i = ri; i < remote.size() && nr < kBatch; ++i, ++nr) {
+    for (size_t i = ri; i < remote.size() && nr < kBatch && want_r < kVmCopyChunk; ++i, ++nr) {
       const size_t off = i == ri ? roff : 0;
-      r[nr] = iovec{static_cast<uint8_t*>(remote[i].iov_base) + off, remote[i].iov_len - off};
-      want_r += r[nr].iov_len;
+      const size_t len = std::min(remote[i].iov_len - off, kVmCopyChunk - want_r);
+      r[nr] = iovec{static_cast<uint8_t*>(remote[i].iov_base) + off, len};
+      want_r += len;
     }
     if (want_l == 0 || want_r == 0) break;
     ssize_t n = write ? ::process_vm_writev(pid, l, nl, r, nr, 0)
@@ -398,6 +403,7 @@ bool VmCopy(bool write, pid_t pid, const std::vector<iovec>& local,
       errno = EFAULT;
       return false;
     }
+    work->fetch_add(1, std::memory_order_relaxed);
     // Advance both cursors by n bytes.
     size_t left = static_cast<size_t>(n);
     while (left > 0 && li < local.size()) {
@@ -438,11 +444,20 @@ bool VmCopy(bool write, pid_t pid, const std::vector<iovec>& local,
 }  // namespace
 
 bool ShmLink::ReadFromPeer(const std::vector<iovec>& local, const std::vector<iovec>& remote) {
-  return VmCopy(/*write=*/false, peer_pid_, local, remote);
+  return VmCopy(/*write=*/false, peer_pid_, local, remote, &ctl(in_)->work);
 }
 
 bool ShmLink::WriteToPeer(const std::vector<iovec>& local, const std::vector<iovec>& remote) {
-  return VmCopy(/*write=*/true, peer_pid_, local, remote);
+  return VmCopy(/*write=*/true, peer_pid_, local, remote, &ctl(in_)->work);
+}
+
+void ShmLink::NoteWork(uint64_t units) {
+  ctl(in_)->work.fetch_add(units, std::memory_order_relaxed);
+}
+
+uint64_t ShmLink::PeerProgress() const {
+  return ctl(out_)->work.load(std::memory_order_relaxed) +
+         ctl(in_)->tail.load(std::memory_order_relaxed);
 }
 
 }  // namespace internal

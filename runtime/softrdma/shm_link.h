@@ -78,6 +78,10 @@ inline constexpr uint32_t kShmInlineMax = 16384;
 // A poller that has not polled for this long is considered asleep: the
 // progress thread sets need_doorbell and drains in its place.
 inline constexpr int kWatchdogMicros = 1000;
+// Bytes one process_vm_{readv,writev} call moves at most, so a large copy
+// shows progress (NoteWork) every millisecond or so instead of once at the
+// end.
+inline constexpr size_t kVmCopyChunk = 4 << 20;
 
 // True when new connections may use the shared-memory link: env SOFTRDMA_SHM
 // (0 or 1, default 1) unless SetShmEnabled overrode it.
@@ -147,14 +151,26 @@ class ShmLink {
 
   // ---- process_vm copies; false with errno on failure ----
   // Copies `len` bytes from the peer's `remote` SGEs into local SGEs.
+  // Both are called by the responder and move at most kVmCopyChunk bytes per
+  // system call, counting each chunk as work (NoteWork).
   bool ReadFromPeer(const std::vector<iovec>& local, const std::vector<iovec>& remote);
   bool WriteToPeer(const std::vector<iovec>& local, const std::vector<iovec>& remote);
+
+  // ---- signs of life for the transport timer ----
+  // The responder (consumer) records work done for the peer's requests:
+  // frames handled, chunks copied.
+  void NoteWork(uint64_t units);
+  // What the peer did lately, as a counter that moves while it works: its
+  // work on our requests plus the records it produced for us. A silent peer
+  // leaves it unchanged.
+  uint64_t PeerProgress() const;
 
  private:
   struct alignas(64) RingCtl {
     alignas(64) std::atomic<uint64_t> tail;  // bytes published (producer)
     alignas(64) std::atomic<uint64_t> head;  // bytes consumed (consumer)
     alignas(64) std::atomic<uint32_t> need_doorbell;  // consumer
+    std::atomic<uint64_t> work;  // consumer: NoteWork units
   };
   static constexpr size_t kRingStride = sizeof(RingCtl) + kRingBytes;
   static constexpr size_t kSegmentBytes = 2 * kRingStride;

@@ -52,12 +52,21 @@
 //  - Transport timeout: a QP whose sent WRs go unanswered, with nothing moving
 //    on its link, for (retry_cnt + 1) periods of 4.096 us * 2^timeout fails
 //    the head WR with IBV_WC_RETRY_EXC_ERR, flushes the rest and enters ERROR,
-//    as a NIC does when the peer is gone. timeout 14 (67 ms) by default and
+//    as a NIC does when the peer is gone. As a NIC's timer is restarted by
+//    every ACK and response packet, any sign of a working peer restarts it:
+//    answers, bytes moving on the TCP socket either way (a READ's response
+//    goes in 4 MiB pieces), and on the same-host link each request the peer
+//    handles and each 4 MiB it copies (process_vm_* in chunks), so a large
+//    READ or WRITE that takes seconds never trips it while data moves. timeout 14 (67 ms) by default and
 //    0 = infinite; modify_qp(IBV_QP_TIMEOUT / IBV_QP_RETRY_CNT) sets them, and
 //    rdma_cm takes retry_cnt from the connector's conn_param.retry_count (7
 //    when it passes none).
-//  - RNR: a SEND or WRITE_WITH_IMM finding no receive is retried every 1 ms
-//    (fixed; min_rnr_timer is accepted and ignored) up to the QP's rnr_retry
+//  - RNR: a SEND or WRITE_WITH_IMM finding no receive is NAKed with the
+//    responder QP's RNR timer, min_rnr_timer (IBA table 45: 1 = 0.01 ms ..
+//    31 = 491.52 ms, 0 = 655.36 ms), once modify_qp set it (the INIT->RTR
+//    transition of a QP the application moves itself, or IBV_QP_MIN_RNR_TIMER
+//    later), and the requester waits that long before each retry, up to the
+//    QP's rnr_retry
 //    (7 = forever); Stats::rnr_retries counts each retry. With rdma_cm, a QP's
 //    rnr_retry is the PEER's conn_param.rnr_retry_count ("how often the remote
 //    peer should retry", rdma_cm(7)); modify_qp(IBV_QP_RNR_RETRY) overrides.
@@ -70,17 +79,60 @@
 //  - CQ overrun puts the CQ in error: poll_cq returns what it holds, then
 //    -EIO; IBV_EVENT_CQ_ERR is posted on the context's async_fd.
 //  - get_src_port / get_dst_port return network byte order, as librdmacm's.
-//  - Only RDMA_PS_TCP. Synchronous ids (NULL channel, rdma_create_ep) work.
+//  - Only RDMA_PS_TCP. Synchronous ids (NULL channel, rdma_create_ep) work;
+//    as librdmacm's, each call's event stays in id->event (peer private data
+//    included) until the next call or rdma_destroy_id acks it, and
+//    rdma_get_request leaves the request in the new id's event.
+//  - rdma_create_qp uses the CQs the id names (id->send_cq / recv_cq) for a
+//    queue the attributes leave without one, else makes one with its own
+//    completion channel and records it in the id; rdma_destroy_qp destroys
+//    the CQs and channels the id names (librdmacm's ucma_destroy_cqs). CQs
+//    passed only in the attributes stay the caller's.
+//  - rsockets: librdmacm's own rsocket.c (rstream, rcopy, ...) runs on
+//    softrdma under the preload library. It reads librdmacm-private fields
+//    right after the rdma_cm_id (cma_id_private's cma_dev->max_qpsize and
+//    sync); softrdma's ids carry them laid out as in rdma-core v44 (cm.cc).
+//  - QPs the application creates itself (ibv_create_qp on a PD of id->verbs,
+//    its number in rdma_conn_param.qp_num; id->qp stays NULL, as librdmacm
+//    leaves it), as MPI, UCX and NCCL connect: rdma_init_qp_attr gives the
+//    INIT / RTR / RTS attributes the IB CM would (RTR and RTS only once the
+//    peer is known: CONNECT_REQUEST on the passive side, CONNECT_RESPONSE on
+//    the active side; EINVAL before, and for any other state); the active side
+//    gets RDMA_CM_EVENT_CONNECT_RESPONSE instead of ESTABLISHED and sends RTU
+//    with rdma_establish, after which no ESTABLISHED event comes; the passive
+//    side gets ESTABLISHED at RTU and holds its sends until then. rdma_connect
+//    / rdma_accept naming a QP another id uses, or a QP of another context:
+//    EINVAL; naming no live QP: the connection carries none (the peer's
+//    requests go unanswered). Disconnect flushes such a QP as it does rdma_cm's.
+//  - modify_qp checks RC transitions as the IB spec's state table does
+//    (ib_modify_qp_is_ok): RESET->INIT, INIT->RTR and RTR->RTS missing a
+//    required attribute, or with one the transition does not take, -> EINVAL;
+//    port_num other than 1, pkey_index other than 0, an AV on another port or
+//    GID index, an unknown access flag, path_mtu outside 256..4096 -> EINVAL.
+//  - Every rdma_cm call checks the rdma_cm_id / rdma_event_channel it is
+//    handed against those the process created and has not destroyed: a dead
+//    or wild one fails with EINVAL (destroy_event_channel ignores it), logged,
+//    and is never dereferenced. perftest 4.5+0.17 retries a rejected -R
+//    connect on ids it freed and destroys its channel twice
+//    (perftest_reject_test.sh).
 //  - Atomics (FETCH_ADD, CMP_AND_SWP) act on host-order u64s, as rxe; the
 //    original value lands in the local SGE in host order.
 //  - RC QPs only: create_qp (and rdma_create_qp) with IBV_QPT_UC, IBV_QPT_UD
 //    or any other type fails with errno EOPNOTSUPP.
+//  - A QP's max_inline_data is at least max_send_sge x 16 bytes (the SGE
+//    list's room in a WQE, as rxe grants it), capped at 256; create_qp reports
+//    it back in the caps.
 //  - Post-time limits are exactly the QP's (SRQ's) caps as created and
 //    reported by query_qp / query_srq: more WRs outstanding than max_send_wr /
 //    max_recv_wr -> ENOMEM; num_sge above max_send_sge / max_recv_sge / the
 //    SRQ's max_sge, inline data above max_inline_data, IBV_SEND_INLINE on a
 //    READ, atomic, BIND_MW or LOCAL_INV, or an unknown opcode -> EINVAL. The
 //    refused WR is *bad_wr; the WRs before it are posted, none from it on.
+//  - Lkeys are checked when the device executes a WR: at post when it goes
+//    out at once, and again whenever it goes out later (behind an RNR wait,
+//    on a link still being decided, on retransmission): a SEND / WRITE whose
+//    MR was deregistered since post then completes with IBV_WC_LOC_PROT_ERR
+//    in its turn, and the QP enters ERROR.
 //  - Keys: lkeys and rkeys are independent 32-bit draws from getrandom(2),
 //    never issued twice in a process; a stale or guessed rkey fails with
 //    IBV_WC_REM_ACCESS_ERR at the requester.
@@ -140,16 +192,23 @@
 //
 // Where softrdma is still more lenient than hardware (besides the same-host
 // link's list in shm_link.h):
-//  - The requester checks lkeys at post and (TCP link, or up to 16 KiB on the
-//    same-host link) copies the payload then: an MR deregistered, or a buffer
-//    changed, after post but before the WR executes goes unnoticed.
+//  - The requester copies a SEND / WRITE's payload at post (TCP link, or up
+//    to 16 KiB on the same-host link) and sends that copy, retransmissions
+//    included: a buffer changed after post goes unnoticed. (Its lkeys are
+//    checked when the WR goes out, at post or later; see above.)
 //  - Outstanding READs / atomics are not limited to the QP's max_rd_atomic
 //    (initiator depth; query_qp reports the constant kMaxRdAtom), and the
 //    responder refuses them only when its max_dest_rd_atomic is 0, not when
 //    more than that many are outstanding.
-//  - RNR back-off is a fixed 1 ms; min_rnr_timer is ignored.
-//  - The memlock cap applies only through SetMemlock / SOFTRDMA_FAULT_MEMLOCK_
-//    BYTES: the process's real RLIMIT_MEMLOCK is not enforced by reg_mr.
+//  - A responder QP made by rdma_create_qp, whose min_rnr_timer nobody set,
+//    asks for a 1 ms RNR back-off, not the 655.36 ms of the min_rnr_timer 0
+//    that the IB CM programs into such QPs (rdma_init_qp_attr reports 0, and
+//    a QP the application moves with it waits 655.36 ms, as on a NIC).
+//  - modify_qp checks the attributes of RESET->INIT, INIT->RTR and RTR->RTS
+//    only: without a state change (or RTS->RTS) it also takes IBV_QP_TIMEOUT,
+//    IBV_QP_RETRY_CNT and IBV_QP_RNR_RETRY, which the IB state table refuses
+//    there (EINVAL on a NIC); the QP's qp_access_flags are kept and reported
+//    but not enforced by the responder (MR and window access is).
 //  - iWARP-like mode refuses only immediate data and atomics: a SEND finding
 //    no receive is still RNR-retried (an RNIC has no RNR: the connection is
 //    terminated), an RDMA READ's local sink needs only LOCAL_WRITE (RNICs need
@@ -158,21 +217,31 @@
 //
 // Unmodified programs on softrdma (libsoftrdma_preload.so, see preload.cc),
 // each a ctest of server and client over 127.0.0.1 (tests/softrdma/):
-//  - rdma-core's rping -v -C 100, ucmatose -c 4 -C 100, rdma_server/rdma_client
-//    (rdma_core_tools_test.sh, SoftrdmaPreload.{rping,ucmatose,rdma_server}).
+//  - rdmacm-utils' rstream -T v (blocking and non-blocking) and rcopy
+//    (rsockets_test.sh, SoftrdmaPreload.rsockets.*): data verified.
+//  - perftest's -R retry after a rejected connect (perftest_reject_test.sh).
+//  - rdma-core's rping -v -C 100, rping -V -S 16384 -C 50 (data validated),
+//    ucmatose -c 4 -C 100, ucmatose -c 16 -C 50 -S 65536, rdma_server/
+//    rdma_client, rdma_xserver/rdma_xclient -c r, cmtime -c 100; udaddy and
+//    mckey (UD / multicast) fail, the udaddy server with EOPNOTSUPP
+//    (rdma_core_tools_test.sh, SoftrdmaPreload.{rping,rping-validate,
+//    ucmatose,ucmatose-large,rdma_server,rdma_xserver,cmtime,udaddy,mckey},
+//    each also .tcp).
 //  - perftest 4.5 (Debian 12's 4.5+0.17): ib_send_lat, ib_write_lat,
-//    ib_read_lat, ib_write_bw, ib_read_bw, each as `<tool> -R -a -n 5 -p PORT`
-//    (server) and `... 127.0.0.1` (client): rdma_cm QPs, sizes 2 B .. 8 MiB
-//    (perftest_test.sh, SoftrdmaPreload.ib_*). The test checks exit codes,
-//    one result row per size, and the device's counters (exactly 23 x 5
-//    READs / WRITEs; for ib_send_lat an 8 MiB SEND; no RNR retry, no remote
-//    access error). Their --data_validation does not exist in 4.5+0.17, for
+//    ib_read_lat, ib_write_bw, ib_read_bw, ib_send_bw, each as
+//    `<tool> -R -a -n 5 -p PORT` (server) and `... 127.0.0.1` (client): rdma_cm
+//    QPs, sizes 2 B .. 8 MiB; ib_send_bw and ib_send_lat also --use-srq;
+//    ib_atomic_lat / ib_atomic_bw (8 B); ib_write_bw -s 4194304 -n 100
+//    (perftest_test.sh, SoftrdmaPreload.ib_*, each also .tcp). The test checks
+//    exit codes, one result row per size, and the device's counters (exactly
+//    23 x 5 READs / WRITEs / data SENDs, 5 atomics, 100 WRITEs; for the SEND
+//    tests an 8 MiB SEND; no RNR retry, no remote access error). Their --data_validation does not exist in 4.5+0.17, for
 //    any of the five; ib_write_lat's ping-pong spins on the written buffer,
 //    so a lost WRITE shows as a timeout. perftest takes its ibv_wr_* path
 //    only on devices it recognises (mlx5, EFA, hns), so on softrdma it posts
 //    with ibv_post_send; qp_ex_test.cc covers the ibv_wr_* API instead.
-//    Not run: UD/UC/XRC/DC modes, multicast (-g), --odp, atomics tests;
-//    those need what softrdma does not have, and fail cleanly.
+//    Not run: UD/UC/XRC/DC modes, multicast (-g), --odp; those need what
+//    softrdma does not have, and fail cleanly.
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_SOFTRDMA_H_
 
@@ -215,7 +284,10 @@ int dealloc_pd(ibv_pd* pd);
 // of the range is unmapped, not readable, or not writable while the access
 // lets the device write (local / remote write, atomic, MW bind) -- as
 // ib_umem_get's get_user_pages fails it (checked against /proc/self/maps);
-// ENOMEM past the memlock cap (faults.h); an injected errno (FailNext).
+// ENOMEM when the pages it pins would take the process's MRs past
+// RLIMIT_MEMLOCK's soft limit, unless the process has CAP_IPC_LOCK (as
+// ib_umem_get), or past the memlock cap of faults.h; an injected errno
+// (FailNext).
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access);
 int dereg_mr(ibv_mr* mr);
 
@@ -300,6 +372,16 @@ int connect(rdma_cm_id* id, rdma_conn_param* conn_param);
 int accept(rdma_cm_id* id, rdma_conn_param* conn_param);
 int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len);
 int disconnect(rdma_cm_id* id);
+// rdma_init_qp_attr: the attributes and mask that move an application's own
+// QP to qp_attr->qp_state for this connection, as the IB CM computes them
+// (INIT at any time once the id has a device; RTR and RTS once the peer's
+// parameters are known: the passive side from CONNECT_REQUEST, the active
+// side from CONNECT_RESPONSE). -1/EINVAL otherwise, or for another state.
+int init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask);
+// rdma_establish: the active side, after CONNECT_RESPONSE, once its own QP is
+// in RTS: sends RTU. -1/EINVAL for an id with a QP of rdma_cm's or in another
+// state. No ESTABLISHED event follows on this side (as librdmacm).
+int establish(rdma_cm_id* id);
 int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event);
 int ack_cm_event(rdma_cm_event* event);
 int migrate_id(rdma_cm_id* id, rdma_event_channel* channel);
@@ -333,6 +415,7 @@ struct Stats {
   uint64_t rdma_write = 0;
   uint64_t rdma_write_with_imm = 0;
   uint64_t rdma_read = 0;
+  uint64_t atomic = 0;            // FETCH_AND_ADD and CMP_AND_SWP posted
   uint64_t recv = 0;
   uint64_t bytes_sent = 0;        // payload bytes of SEND/WRITE posted, and READ bytes requested
   uint64_t rnr_retries = 0;       // times a SEND from this process found no receive posted

@@ -28,14 +28,19 @@ enum class FrameType : uint8_t {
   kSend = 6,     // flags kHasImm, kSolicited, or kHasInv (rkey); payload: message
   kWrite = 7,    // flags kHasImm, kSolicited; addr, rkey; payload: data
   kReadReq = 8,  // addr, rkey, read_len
-  kReadResp = 9, // payload: data
+  kReadResp = 9, // payload: data (TCP: from offset addr; kMore: not the last piece)
   kAck = 10,     // psn: the request accepted (acks all before it too)
-  kNak = 11,     // psn, syndrome
+  kNak = 11,     // psn, syndrome; RNR: read_len = 0x100 | the responder's min_rnr_timer, or 0
   kAtomic = 12,      // flags kFetchAdd or kCmpSwap; addr, rkey; payload: 2 x u64 LE
   kAtomicResp = 13,  // payload: the original u64, LE
   // Same-host link only (shm_link.h): header-only, on the TCP socket. The
   // peer's ring has records and its consumer was asleep: drain it.
   kDoorbell = 14,
+  // TCP link only, header-only: the responder is still copying a large
+  // request's data (a NIC's response packets or ACKs would be arriving all
+  // along); the requester's transport timer counts it as a sign of life and
+  // otherwise ignores it.
+  kProgress = 15,
 };
 
 // kSolicited: the Solicited Event bit of the request (IBV_SEND_SOLICITED).
@@ -51,6 +56,11 @@ enum FrameFlags : uint8_t {
   kSolicited = 8,
   kHasInv = 16,
   kRemoteData = 32,
+  // READ_RESP on the TCP link: a piece of the data, at offset `addr` of the
+  // READ; more pieces follow (the last has no kMore). A NIC answers a READ
+  // with one packet per MTU; pieces keep a large READ's bytes moving while
+  // the responder copies, and its transport timer sees them.
+  kMore = 64,
 };
 
 enum class Syndrome : uint8_t {

@@ -5,15 +5,21 @@
 //
 // rdma_cm sets a QP's rnr_retry from the PEER's conn_param.rnr_retry_count
 // (rdma_accept(3)), which QpOptions::client_rnr_retry does here.
+//
+// The requester waits between retries at least the RNR timer the responder's
+// NAK names: the responder QP's min_rnr_timer (ibv_modify_qp(3); IBA table 45).
 #include <arpa/inet.h>
 
 #include <cstring>
 
+#include "absl/time/clock.h"
 #include "tests/conformance/conformance_fixture.h"
 
 namespace rdmarpc {
 namespace conformance {
 namespace {
+
+using internal::Verbs;
 
 class RnrNoRetryConformance : public ConformanceTest {
  protected:
@@ -66,6 +72,33 @@ TEST_F(RnrNoRetryConformance, PlainWriteNeedsNoReceive) {
   ASSERT_TRUE(wc.ok()) << wc.status();
   EXPECT_EQ(wc->status, IBV_WC_SUCCESS) << WcStatusName(wc->status);
   EXPECT_EQ(dst->data()[0], 0x77);
+}
+
+// min_rnr_timer 26 (81.92 ms) on the responder, rnr_retry 2 on the
+// requester: the SEND is tried three times, with two RNR waits between.
+class RnrTimerConformance : public ConformanceTest {
+ protected:
+  QpOptions DefaultOptions() const override {
+    QpOptions o;
+    o.client_rnr_retry = 2;
+    return o;
+  }
+};
+
+TEST_F(RnrTimerConformance, RetriesWaitTheRespondersMinRnrTimer) {
+  ibv_qp_attr a{};
+  a.min_rnr_timer = 26;  // 81.92 ms
+  ASSERT_EQ(Verbs().modify_qp(server_qp(), &a, IBV_QP_MIN_RNR_TIMER), 0);
+  std::unique_ptr<Region> src = NewRegion(client_pd(), 4096, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(src);
+  const absl::Time start = absl::Now();
+  ASSERT_EQ(PostSend(client_qp(), IBV_WR_SEND, 7, *src, 0, 32), 0);
+  absl::StatusOr<ibv_wc> wc = PollOne(client_cq());
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(wc.ok()) << wc.status();
+  EXPECT_EQ(wc->wr_id, 7u);
+  EXPECT_EQ(wc->status, IBV_WC_RNR_RETRY_EXC_ERR) << WcStatusName(wc->status);
+  EXPECT_GE(took, absl::Microseconds(2 * 81920)) << "two RNR waits of at least 81.92 ms";
 }
 
 class RnrLowRetryConformance : public ConformanceTest {

@@ -16,18 +16,38 @@
 # RDMA WRITE changes it, so a write that lands nowhere hangs the run into its
 # timeout.
 #
-# Usage: perftest_test.sh <preload.so> <ib_send_lat|ib_write_lat|ib_read_lat|ib_write_bw|ib_read_bw>
+# Other modes (MODE = TOOL-variant):
+#   ib_send_bw, ib_send_bw-srq, ib_send_lat-srq   SENDs, with --use-srq
+#     (the receiver takes its receives from a shared receive queue): the
+#     client's data SENDs are its SENDs minus the server's (the control
+#     messages are the same both ways), exactly 23 x ITERS.
+#   ib_atomic_lat, ib_atomic_bw   8-byte atomics: exactly ITERS on the client.
+#   ib_write_bw-burst   100 RDMA WRITEs of 4 MiB (-s 4194304 -n 100): a burst
+#     that outlasts the transport timer's window on a loaded machine.
+#
+# Usage: perftest_test.sh <preload.so> <mode>
 set -u
 PRELOAD=$1
-TOOL=$2
+MODE=$2
+TOOL=${MODE%%-*}
+VARIANT=${MODE#"$TOOL"}
 ITERS=5          # perftest's minimum; -a runs 23 sizes of ITERS each
 SIZES=23         # 2^1 .. 2^23
+SIZE_ARGS="-a"
+EXTRA=""
+case "$VARIANT" in
+  "") ;;
+  -srq) EXTRA="--use-srq" ;;
+  -burst) SIZE_ARGS="-s 4194304"; ITERS=100; SIZES=1 ;;
+  *) echo "unknown mode $MODE"; exit 2 ;;
+esac
 command -v "$TOOL" >/dev/null 2>&1 || { echo "$TOOL not installed (Debian package perftest); skipping"; exit 77; }
 command -v ss >/dev/null 2>&1 || { echo "ss (iproute2) not installed; skipping"; exit 77; }
 case "$TOOL" in
-  ib_send_lat)  STAT=send ;;
+  ib_send_lat|ib_send_bw)  STAT=send ;;
   ib_write_lat|ib_write_bw) STAT=rdma_write ;;
   ib_read_lat|ib_read_bw)   STAT=rdma_read ;;
+  ib_atomic_lat|ib_atomic_bw) STAT=atomic; SIZE_ARGS=""; SIZES=1 ;;
   *) echo "unknown tool $TOOL"; exit 2 ;;
 esac
 # Every libibverbs / librdmacm function the program imports must be ours: one
@@ -61,7 +81,7 @@ pick_port() {
 run_once() {
   : >"$LOG/server"; : >"$LOG/client"
   LD_PRELOAD="$PRELOAD" timeout --foreground 110 \
-    "$TOOL" -R -a -n $ITERS -p "$PORT" >"$LOG/server" 2>&1 &
+    "$TOOL" -R $SIZE_ARGS $EXTRA -n $ITERS -p "$PORT" >"$LOG/server" 2>&1 &
   SPID=$!
   # The client fails at once if nobody listens yet: wait for the server's
   # rdma_cm listener (softrdma listens on the same TCP port).
@@ -71,7 +91,7 @@ run_once() {
     sleep 0.1; i=$((i + 1))
   done
   LD_PRELOAD="$PRELOAD" timeout --foreground 100 \
-    "$TOOL" -R -a -n $ITERS -p "$PORT" 127.0.0.1 >"$LOG/client" 2>&1
+    "$TOOL" -R $SIZE_ARGS $EXTRA -n $ITERS -p "$PORT" 127.0.0.1 >"$LOG/client" 2>&1
   CRC=$?
   if [ $CRC -ne 0 ] && grep -q "RDMA_CM_EVENT_REJECTED" "$LOG/client"; then
     # The client's rdma_connect for the test QP can reach the server before
@@ -110,7 +130,11 @@ fail=0
 # The result rows: "<bytes> <iterations> ..." — one per size, in order.
 rows() { grep -o -E "^ *[0-9]+ +[0-9]+ " "$1" | awk '{print $1, $2}'; }
 expected_rows() {
-  s=2; while [ $s -le 8388608 ]; do echo "$s $ITERS"; s=$((s * 2)); done
+  case "$SIZE_ARGS" in
+    -a) s=2; while [ $s -le 8388608 ]; do echo "$s $ITERS"; s=$((s * 2)); done ;;
+    "") echo "8 $ITERS" ;;  # atomics: 8 bytes
+    *) echo "${SIZE_ARGS#-s } $ITERS" ;;
+  esac
 }
 expected_rows >"$LOG/want"
 # The ping-pong tests (ib_send_lat, ib_write_lat) report on both sides; the
@@ -148,6 +172,13 @@ case "$TOOL" in
       v=$(stat_of $side send)
       [ "${v:-0}" -ge $want ] || { echo "FAIL: $side send=$v, want >= $want"; fail=1; }
     done ;;
+  ib_send_bw)
+    # One-way SENDs; both sides send the same control messages.
+    c=$(stat_of client send); sv=$(stat_of server send)
+    [ $(( ${c:-0} - ${sv:-0} )) -eq $want ] ||
+      { echo "FAIL: client send=$c - server send=$sv, want $want data SENDs"; fail=1; }
+    v=$(stat_of client max_send_bytes)
+    [ "$v" = 8388608 ] || { echo "FAIL: client max_send_bytes=$v, want 8388608"; fail=1; } ;;
   ib_write_lat)
     # Ping-pong: each side writes every iteration of every size.
     for side in client server; do
@@ -162,5 +193,5 @@ case "$TOOL" in
     [ "$v" = 0 ] || { echo "FAIL: server $STAT=$v, want 0"; fail=1; } ;;
 esac
 [ $fail -eq 0 ] || exit 1
-echo "PASS: $TOOL -R -a -n $ITERS: $SIZES sizes x $ITERS iterations, client and server exit 0"
+echo "PASS: $TOOL -R $SIZE_ARGS $EXTRA -n $ITERS: $SIZES sizes x $ITERS iterations, client and server exit 0"
 exit 0

@@ -65,9 +65,19 @@ TEST(PostLimits, SgeOverMaxSendSgeStopsTheChainThere) {
   EXPECT_EQ(ibv_post_send(p.client->qp, &c.wr[1], &bad), 0);
 }
 
+TEST(PostLimits, InlineRoomIsAtLeastTheSgeListsAsOnRxe) {
+  PairOptions opt;
+  opt.max_inline = 0;
+  opt.max_sge = 4;  // 4 x 16-byte SGEs
+  ConnectedPair p(opt);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(CapsOf(p.client->qp).max_inline_data, 64u);
+}
+
 TEST(PostLimits, InlineUpToMaxInlineDataOnly) {
   PairOptions opt;
   opt.max_inline = 32;
+  opt.max_sge = 2;  // 2 SGEs' room (32 bytes) grants no more inline than asked
   ConnectedPair p(opt);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(CapsOf(p.client->qp).max_inline_data, 32u);

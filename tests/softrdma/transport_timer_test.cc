@@ -1,0 +1,201 @@
+// transport_timer_test.cc: the transport (local ACK) timer fires only when the
+// peer stops answering, not while a large transfer is moving.
+//
+// The requester is a second process (this binary re-executed with a filter
+// that runs only TransportTimerChild.Reader, as fork_test.cc does), so its
+// timer runs on its own progress thread while the parent's responder copies.
+// The child connects with its own QP and sets a short timer in the RTR->RTS
+// transition (timeout 12: 16.8 ms, retry_cnt 2: fails after ~50 ms of
+// silence), then RDMA READs a 256 MiB region the parent advertised. Copying
+// 256 MiB takes far longer than 50 ms (a NIC would send response packets all
+// along): the READ must still complete, byte-exact.
+#include <arpa/inet.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "softrdma/softrdma.h"
+#include "test_util.h"
+
+namespace softrdma {
+namespace testing {
+namespace {
+
+constexpr int kAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+constexpr char kPortEnv[] = "SOFTRDMA_TIMER_TEST_PORT";
+constexpr size_t kBytes = size_t{256} << 20;
+constexpr size_t kMiB = size_t{1} << 20;
+
+struct Advert {
+  uint64_t addr;
+  uint32_t rkey;
+};
+
+// The region's contents: each MiB its own byte, and each 4 KiB page starts
+// with its offset, so a misplaced or missing piece shows.
+void Fill(uint8_t* p, size_t n) {
+  for (size_t mib = 0; mib < n / kMiB; ++mib) {
+    std::memset(p + mib * kMiB, static_cast<int>((mib * 7 + 3) & 0xff), kMiB);
+  }
+  for (size_t off = 0; off < n; off += 4096) std::memcpy(p + off, &off, sizeof(off));
+}
+
+int MoveTo(rdma_cm_id* id, ibv_qp* qp, ibv_qp_state state, uint8_t timeout = 0,
+           uint8_t retry_cnt = 0) {
+  ibv_qp_attr a{};
+  a.qp_state = state;
+  int mask = 0;
+  if (init_qp_attr(id, &a, &mask) != 0) return -errno;
+  if (state == IBV_QPS_RTS) {
+    a.timeout = timeout;
+    a.retry_cnt = retry_cnt;
+  }
+  return softrdma::modify_qp(qp, &a, mask);
+}
+
+// Runs only inside the child process.
+TEST(TransportTimerChild, Reader) {
+  const char* port = std::getenv(kPortEnv);
+  if (port == nullptr) GTEST_SKIP() << "runs only as TransportTimer's child";
+  rdma_event_channel* ch = create_event_channel();
+  SetNonBlocking(ch->fd);
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(port)));
+  ASSERT_EQ(resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&addr), 2000), 0);
+  ASSERT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_ADDR_RESOLVED), 0);
+  ASSERT_EQ(resolve_route(id, 2000), 0);
+  ASSERT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_ROUTE_RESOLVED), 0);
+  ibv_pd* pd = alloc_pd(id->verbs);
+  ibv_cq* cq = create_cq(id->verbs, 16, nullptr, nullptr, 0);
+  ibv_qp_init_attr qa{};
+  qa.qp_type = IBV_QPT_RC;
+  qa.send_cq = cq;
+  qa.recv_cq = cq;
+  qa.cap = {4, 4, 1, 1, 0};
+  ibv_qp* qp = softrdma::create_qp(pd, &qa);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(MoveTo(id, qp, IBV_QPS_INIT), 0);
+  rdma_conn_param cp{};
+  cp.qp_num = qp->qp_num;
+  cp.initiator_depth = 1;
+  cp.responder_resources = 1;
+  cp.retry_count = 2;
+  cp.rnr_retry_count = 7;
+  ASSERT_EQ(softrdma::connect(id, &cp), 0);
+  rdma_cm_event* e = NextEvent(ch, 10000);
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(e->event, RDMA_CM_EVENT_CONNECT_RESPONSE);
+  ASSERT_EQ(e->param.conn.private_data_len >= sizeof(Advert), true);
+  Advert adv;
+  std::memcpy(&adv, e->param.conn.private_data, sizeof(adv));
+  ack_cm_event(e);
+  ASSERT_EQ(MoveTo(id, qp, IBV_QPS_INIT), 0);
+  ASSERT_EQ(MoveTo(id, qp, IBV_QPS_RTR), 0);
+  ASSERT_EQ(MoveTo(id, qp, IBV_QPS_RTS, /*timeout=*/12, /*retry_cnt=*/2), 0);
+  ASSERT_EQ(establish(id), 0);
+  {
+    Buffer dst(pd, kBytes, kAll);
+    ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_READ, 1, dst, 0, static_cast<uint32_t>(kBytes), 0,
+                       adv.addr, adv.rkey),
+              0);
+    ibv_wc wc;
+    ASSERT_TRUE(PollOne(cq, &wc, 40000));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);  // 12: IBV_WC_RETRY_EXC_ERR
+    EXPECT_EQ(wc.opcode, IBV_WC_RDMA_READ);
+    std::vector<uint8_t> want(kBytes);
+    Fill(want.data(), kBytes);
+    size_t bad = 0;
+    for (size_t off = 0; off < kBytes; off += kMiB) {
+      if (std::memcmp(dst.data.data() + off, want.data() + off, kMiB) != 0) ++bad;
+    }
+    EXPECT_EQ(bad, 0u) << "MiB chunks that differ";
+  }
+  disconnect(id);
+  softrdma::destroy_qp(qp);
+  destroy_id(id);
+  destroy_cq(cq);
+  dealloc_pd(pd);
+  destroy_event_channel(ch);
+}
+
+TEST(TransportTimer, LargeReadByAnotherProcessDoesNotTimeOut) {
+  rdma_event_channel* ch = create_event_channel();
+  SetNonBlocking(ch->fd);
+  rdma_cm_id* listener = nullptr;
+  ASSERT_EQ(create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)), 0);
+  ASSERT_EQ(softrdma::listen(listener, 4), 0);
+  const std::string port = std::to_string(ntohs(get_src_port(listener)));
+
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv(kPortEnv, port.c_str(), 1);
+    execl("/proc/self/exe", "softrdma_test", "--gtest_filter=TransportTimerChild.Reader",
+          nullptr);
+    _exit(127);
+  }
+  rdma_cm_event* e = NextEvent(ch, 20000);
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(e->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+  rdma_cm_id* server = e->id;
+  ack_cm_event(e);
+  ibv_pd* pd = alloc_pd(server->verbs);
+  ibv_cq* cq = create_cq(server->verbs, 16, nullptr, nullptr, 0);
+  ibv_qp_init_attr qa{};
+  qa.qp_type = IBV_QPT_RC;
+  qa.send_cq = cq;
+  qa.recv_cq = cq;
+  qa.cap = {4, 4, 1, 1, 0};
+  ASSERT_EQ(create_qp(server, pd, &qa), 0);
+  int status = 0;
+  {
+    Buffer region(pd, kBytes, kAll);
+    Fill(region.data.data(), kBytes);
+    Advert adv{region.addr(), region.mr->rkey};
+    rdma_conn_param ap{};
+    ap.private_data = &adv;
+    ap.private_data_len = sizeof(adv);
+    ap.responder_resources = 1;
+    ap.initiator_depth = 1;
+    ASSERT_EQ(softrdma::accept(server, &ap), 0);
+    EXPECT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_ESTABLISHED, 10000), 0);
+    // The parent only serves (its progress thread answers the READ) until the
+    // child is done.
+    pid_t got = 0;
+    for (int i = 0; i < 500 && got == 0; ++i) {
+      got = waitpid(pid, &status, WNOHANG);
+      if (got == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (got == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "child did not finish in 50 s";
+    }
+  }
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's READ failed (see its output above)";
+  destroy_qp(server);
+  destroy_id(server);
+  destroy_id(listener);
+  destroy_cq(cq);
+  dealloc_pd(pd);
+  destroy_event_channel(ch);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace softrdma
