@@ -1,6 +1,7 @@
 // client_stream.cc: see client_stream.h.
 #include "runtime/rpc/client_stream.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -137,13 +138,26 @@ void ClientStreamState::OnResponseMetadata(absl::string_view meta) {
 }
 
 void ClientStreamState::OnStreamMessage(absl::string_view payload) {
-  absl::MutexLock lock(&mu_);
-  inbox_.emplace_back(payload);
+  {
+    absl::MutexLock lock(&mu_);
+    if (inbox_.size() < kStreamWindow) {
+      inbox_.emplace_back(payload);
+      return;
+    }
+  }
+  // The server sent beyond the window we granted: a broken or hostile peer.
+  // Only this call fails.
+  if (handle_ != 0 && conn_ != nullptr) conn_->CancelCall(handle_);
+  handle_ = 0;
+  End(absl::ResourceExhaustedError(absl::StrCat(
+      *peer_, " sent more than the ", kStreamWindow, " stream messages it was granted")));
 }
 
 void ClientStreamState::OnWindow(uint32_t messages) {
   absl::MutexLock lock(&mu_);
-  send_window_ += messages;
+  // A well-behaved server grants back only what it consumed; never let a
+  // hostile one open the window past kStreamWindow (or wrap it).
+  send_window_ = std::min<uint64_t>(uint64_t{send_window_} + messages, kStreamWindow);
 }
 
 void ClientStreamState::OnResponse(absl::StatusCode code, absl::string_view message,
@@ -235,21 +249,21 @@ bool ClientStreamState::Write(const google::protobuf::MessageLite& message) {
     mu_.Await(absl::Condition(&ready));
     if (done_ || writes_done_) return false;
     --send_window_;
+    // Posted under the lock: a WritesDone on another thread cannot post the
+    // half-close ahead of this message.
+    engine_->Post([self = shared_from_this(), payload = std::move(payload)]() mutable {
+      if (self->ended_ || self->handle_ == 0) return;
+      self->conn_->SendStreamMessage(self->handle_, std::move(payload), /*no_message=*/false,
+                                     /*end_stream=*/false);
+    });
   }
-  engine_->Post([self = shared_from_this(), payload = std::move(payload)]() mutable {
-    if (self->ended_ || self->handle_ == 0) return;
-    self->conn_->SendStreamMessage(self->handle_, std::move(payload), /*no_message=*/false,
-                                   /*end_stream=*/false);
-  });
   return true;
 }
 
 bool ClientStreamState::WritesDone() {
-  {
-    absl::MutexLock lock(&mu_);
-    if (done_ || writes_done_) return false;
-    writes_done_ = true;
-  }
+  absl::MutexLock lock(&mu_);
+  if (done_ || writes_done_) return false;
+  writes_done_ = true;
   engine_->Post([self = shared_from_this()] {
     if (self->ended_ || self->handle_ == 0) return;
     self->conn_->SendStreamMessage(self->handle_, std::string(), /*no_message=*/true,

@@ -271,7 +271,10 @@ void ServerImpl::OnConnectRequest(const CmEvent& ev) {
   copts.recv_depth = options_.recv_depth;
   copts.max_message_bytes = options_.max_message_bytes;
   if (InstalledServerHooks() != nullptr) {
-    copts.request_read_delay = [] { return InstalledServerHooks()->RequestReadDelay(); };
+    copts.request_read_delay = [] {
+      ServerHooks* hooks = InstalledServerHooks();
+      return hooks != nullptr ? hooks->RequestReadDelay() : absl::ZeroDuration();
+    };
   }
   const HandshakeData peer = *h;
   w->engine->Post([this, w, id, peer, copts] {
@@ -334,6 +337,9 @@ void ServerImpl::Worker::OnCancel(Connection* conn, const RequestToken& token) {
 
 void ServerImpl::Worker::OnClosed(Connection* conn, const absl::Status&) {
   if (conns.erase(conn) > 0) server->open_connections_.fetch_sub(1);
+  if (auto old = answered_calls.extract(conn); !old.empty()) {
+    for (PoolCall* call : old.mapped()) call->conn = nullptr;
+  }
   auto calls = pool_calls.extract(conn);
   if (calls.empty()) return;
   // The client is gone: its calls' handlers are told, their answers dropped.
@@ -437,6 +443,7 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
   if (req.stream) {
     call->stream = std::make_unique<ServerStreamState>(worker->engine.get(), &call->conn,
                                                        req.token, options_.max_message_bytes,
+                                                       conn->eager_limit() - kWireHeaderBytes,
                                                        &call->context);
     // The opening frame's message (server streaming), copied: the receive
     // buffer is re-posted once this step ends.
@@ -462,8 +469,15 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
     SendReply(conn, req.token, std::move(md), nullptr);
     return;
   }
-  worker->pool_calls[conn][static_cast<uint32_t>(req.token.generation) << 16 | req.token.slot] =
-      call.get();
+  PoolCall*& entry =
+      worker->pool_calls[conn][static_cast<uint32_t>(req.token.generation) << 16 | req.token.slot];
+  if (entry != nullptr) {
+    // The client reused the slot and generation (12 bits wrap) while an
+    // earlier call of that key, answered (cancelled) already, still runs:
+    // keep that one where OnClosed and Shutdown still find it.
+    worker->answered_calls[conn].push_back(entry);
+  }
+  entry = call.get();
   pool_calls_.fetch_add(1, std::memory_order_relaxed);
   pool_->Submit([this, call = std::move(call)]() mutable { RunOnPool(std::move(call)); });
   if (draining_.load(std::memory_order_acquire)) {
@@ -506,8 +520,15 @@ void ServerImpl::FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status sta
   if (call->conn == nullptr) return;  // the connection closed: nobody to answer
   auto calls = worker->pool_calls.find(call->conn);
   if (calls != worker->pool_calls.end()) {
-    calls->second.erase(static_cast<uint32_t>(call->token.generation) << 16 | call->token.slot);
+    auto it =
+        calls->second.find(static_cast<uint32_t>(call->token.generation) << 16 | call->token.slot);
+    if (it != calls->second.end() && it->second == call.get()) calls->second.erase(it);
     if (calls->second.empty()) worker->pool_calls.erase(calls);
+  }
+  if (auto old = worker->answered_calls.find(call->conn); old != worker->answered_calls.end()) {
+    std::vector<PoolCall*>& v = old->second;
+    v.erase(std::remove(v.begin(), v.end(), call.get()), v.end());
+    if (v.empty()) worker->answered_calls.erase(old);
   }
   if (call->answered) return;
   if (call->stream != nullptr) {

@@ -72,6 +72,10 @@ class ServerImpl final : public CmEventHandler {
     // Pool calls not answered yet, by connection and request token
     // (slot | generation << 16). Engine thread only.
     absl::flat_hash_map<Connection*, absl::flat_hash_map<uint32_t, PoolCall*>> pool_calls;
+    // Answered pool calls whose key a newer call of the same connection
+    // took (the client reuses slot and generation) and whose handlers still
+    // run. Engine thread only.
+    absl::flat_hash_map<Connection*, std::vector<PoolCall*>> answered_calls;
     // Request/response messages kept per method and reused (Clear keeps
     // their buffers), so a small call allocates nothing in steady state.
     // Engine thread only; `busy` while a handler runs (never nested today,

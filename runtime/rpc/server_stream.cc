@@ -1,6 +1,8 @@
 // server_stream.cc: see server_stream.h.
 #include "runtime/rpc/server_stream.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/rpc/context_access.h"
 #include "runtime/rpc/metadata.h"
@@ -54,12 +56,19 @@ bool ServerStreamState::Write(const google::protobuf::MessageLite& message) {
     const Metadata& initial = ServerContextAccess::InitialMetadata(context_);
     if (!initial.empty()) {
       absl::Status md = ValidateMetadata(initial, ~size_t{0}, "server initial metadata");
+      std::string encoded = EncodeMetadata(initial);
+      if (md.ok() && encoded.size() > max_header_bytes_) {
+        md = absl::ResourceExhaustedError(absl::StrCat(
+            "server initial metadata of ", encoded.size(), " encoded bytes exceeds the ",
+            max_header_bytes_, " bytes a stream's headers carry on this connection (its eager "
+            "limit); send it as trailing metadata"));
+      }
       if (!md.ok()) {
         absl::MutexLock lock(&mu_);
         if (failure_.ok()) failure_ = std::move(md);
         return false;
       }
-      engine_->Post([conn = conn_, token = token_, meta = EncodeMetadata(initial)]() mutable {
+      engine_->Post([conn = conn_, token = token_, meta = std::move(encoded)]() mutable {
         if (*conn != nullptr) (*conn)->SendStreamHeaders(token, std::move(meta));
       });
     }
@@ -97,7 +106,9 @@ void ServerStreamState::OnMessage(absl::string_view payload, bool has_message,
 
 void ServerStreamState::OnWindow(uint32_t messages) {
   absl::MutexLock lock(&mu_);
-  send_window_ += messages;
+  // A well-behaved client grants back only what it consumed; never let a
+  // hostile one open the window past kStreamWindow (or wrap it).
+  send_window_ = std::min<uint64_t>(uint64_t{send_window_} + messages, kStreamWindow);
 }
 
 void ServerStreamState::Cancel() {

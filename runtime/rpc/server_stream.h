@@ -33,12 +33,16 @@ class ServerStreamState {
   // when the connection closes; both live until the call is answered.
   // `context` is the call's (its initial metadata goes before the first
   // message).
+  // `max_header_bytes` is the most metadata a kHeaders frame carries on
+  // this connection (its eager limit less the frame header).
   ServerStreamState(Engine* engine, Connection* const* conn, RequestToken token,
-                    size_t max_message_bytes, const ServerContext* context)
+                    size_t max_message_bytes, size_t max_header_bytes,
+                    const ServerContext* context)
       : engine_(engine),
         conn_(conn),
         token_(token),
         max_message_bytes_(max_message_bytes),
+        max_header_bytes_(max_header_bytes),
         context_(context) {}
 
   // Handler thread.
@@ -66,6 +70,7 @@ class ServerStreamState {
   Connection* const* const conn_;
   const RequestToken token_;
   const size_t max_message_bytes_;
+  const size_t max_header_bytes_;
   const ServerContext* const context_;
   uint32_t consumed_ = 0;  // handler thread: read since the last grant
   bool headers_sent_ = false;  // handler thread

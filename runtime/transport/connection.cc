@@ -394,7 +394,12 @@ void Connection::CloseWhenSent(absl::Status reason, absl::Duration bound) {
 }
 
 void Connection::MaybeFinishCloseWhenSent() {
-  if (!close_when_sent_ || !usable() || !out_queue_.empty() || !qp_) return;
+  // Delivered means: nothing queued, the peer pulled (and released) every
+  // buffer we exposed to it, and we pulled what it exposed to us.
+  if (!close_when_sent_ || !usable() || !out_queue_.empty() || !qp_ || !exposed_.empty() ||
+      !reads_.empty() || !pending_reads_.empty()) {
+    return;
+  }
   if (!drain_marker_posted_) {
     if (sq_head_ - sq_tail_ >= static_cast<uint64_t>(kSendQueueDepth)) return;  // next time
     ibv_sge sge{};  // zero-length: touches no memory, consumes no receive

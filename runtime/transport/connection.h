@@ -250,8 +250,10 @@ class Connection final : public CmEventHandler {
   void Close(absl::Status reason);
   // Closes once everything queued was sent and acknowledged by the peer
   // (a signalled zero-length RDMA WRITE posted behind it completed: on an
-  // RC QP that retires every WR before it), or after `bound`, whichever
-  // comes first: replies posted just before are delivered, not flushed.
+  // RC QP that retires every WR before it), the peer released every buffer
+  // exposed to it (it pulled the large replies) and our own pulls ended; or
+  // after `bound`, whichever comes first: replies posted just before are
+  // delivered, not flushed.
   void CloseWhenSent(absl::Status reason, absl::Duration bound);
   // Destroys at once (engine stopping). QP first, so the device stops.
   void ForceDestroy();
@@ -301,6 +303,10 @@ class Connection final : public CmEventHandler {
       return m;
     }
   };
+  // Frames of one stream a well-behaved peer can have in flight behind one
+  // pull: a window of messages, as many window grants, headers, trailers
+  // (runtime/rpc's window is 16 messages; 4x that leaves room).
+  static constexpr size_t kMaxDeferredFrames = 64;
   // In-order delivery state of one stream (either role).
   struct StreamIn {
     int pulls = 0;  // a READ of one of its frames is in flight (0 or 1)

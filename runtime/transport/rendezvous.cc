@@ -229,6 +229,7 @@ void Connection::OnRelease(uint32_t ref) {
   if (it == exposed_.end()) return;
   if (pool_ != nullptr) pool_->Put(it->second);
   exposed_.erase(it);
+  if (close_when_sent_) MaybeFinishCloseWhenSent();
 }
 
 void Connection::DeliverRequest(const RequestToken& token, absl::string_view method,

@@ -100,7 +100,8 @@ bool Connection::SendStreamItem(OutItem& item) {
       h.kind = MsgKind::kHeaders;
       h.meta_len = static_cast<uint32_t>(item.meta.size());
       if (EncodedPrefixBytes(h) > EagerLimit()) {
-        // runtime/rpc bounds metadata by the eager limit before it gets here.
+        // runtime/rpc fails a stream whose headers do not fit
+        // (ServerStreamState's max_header_bytes); not reached then.
         LOG(WARNING) << "dropping initial metadata of " << item.meta.size() << " bytes to "
                      << peer_name_ << ": above the eager limit " << EagerLimit();
         return true;
@@ -153,6 +154,11 @@ void Connection::DropStreamIn(StreamIn& in) {
         (f.header.kind == MsgKind::kStreamMessage || f.header.kind == MsgKind::kResponse)) {
       QueueRelease(f.header.ref);
     }
+    // The server's answer was here already: it touches the call's buffers
+    // no more, and no other answer will come for the cancel.
+    if (is_client_ && f.header.kind == MsgKind::kResponse) {
+      ReleaseQuarantined(f.imm.slot, f.imm.generation);
+    }
   }
   in.deferred.clear();
 }
@@ -169,6 +175,14 @@ Connection::StreamIn* Connection::FindStreamIn(const Imm& imm) {
 bool Connection::DeferIfBehind(const Imm& imm, const ParsedMessage& m) {
   StreamIn* in = FindStreamIn(imm);
   if (in == nullptr || (in->pulls == 0 && in->deferred.empty())) return false;
+  if (in->deferred.size() >= kMaxDeferredFrames) {
+    // More than a stream's window (and its window grants) behind one pull:
+    // only a broken or hostile peer does this.
+    Close(absl::UnavailableError(absl::StrCat(
+        "protocol error from ", peer_name_, ": more than ", kMaxDeferredFrames,
+        " frames of one stream behind a pull")));
+    return true;
+  }
   DeferredFrame f;
   f.imm = imm;
   f.header = m.header;

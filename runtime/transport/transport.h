@@ -21,15 +21,32 @@
 //    (header at offset 0). Otherwise a large response is exposed by the
 //    server and its descriptor sent eagerly; the client pulls it with RDMA
 //    READ and then sends kRelease so the server may reuse that buffer.
-//  * Exposure ends with the call: a request buffer the client exposed for a
-//    call that ended early (deadline) is re-registered (new rkey,
-//    LargeBufferPool::Rekey) before reuse, so a late READ from the server
-//    fails with IBV_WC_REM_ACCESS_ERR instead of reading the next call's
-//    data. That is the only place we register on a call path, and only on
-//    cancellation. The reply buffer of such a call is not re-keyed (a late
-//    WRITE would then kill the connection for all its calls): it is kept
-//    out of use ("quarantined") until the late response for that slot and
-//    generation arrives, or the connection ends (then it is re-keyed).
+//  * Streams (streams.cc): a request with kFlagStream opens a stream on its
+//    client slot (slot + generation name it both ways). kStreamMessage
+//    frames carry messages either way (eager, or exposed and pulled by RDMA
+//    READ, then kRelease), kFlagEndStream is the client's half-close,
+//    kHeaders the server's initial metadata, kResponse the server's
+//    trailers (status, message; details in its payload). Flow control per
+//    stream: a receiver buffers at most kStreamWindow messages and grants
+//    more with kWindow as its reader consumes them (runtime/rpc counts), so
+//    a stalled reader stops only its own writer and holds no receive
+//    buffer. A frame of a stream that arrives while an earlier one is being
+//    pulled is copied aside and delivered after it (in order per stream;
+//    other streams are not held up). A unary call is a request without
+//    kFlagStream and one kResponse: exactly the frames it had before.
+//  * Metadata: opaque bytes (runtime/rpc/metadata.h) after aux in a
+//    request, response or kHeaders (WireHeader::meta_len); too large for
+//    the eager prefix, it leads the payload instead (kFlagMetaInPayload)
+//    and travels with it, eagerly or by rendezvous.
+//  * Cancellation: a client call that ends before its answer (TryCancel,
+//    deadline) sends kCancel. Its exposed buffers (request and reply) stay
+//    out of use ("quarantined") until the server's answer for that slot and
+//    generation arrives: the server answers every request exactly once,
+//    CANCELLED when it was told, and skips a READ it had not posted (or
+//    drops what it pulled). A buffer is re-keyed (LargeBufferPool::Rekey,
+//    the only registration on a call path) only when the connection ends
+//    first, so a late READ or WRITE of the server never meets a revoked
+//    rkey on a live connection (which would close it for every call).
 //  * Credits: a sender posts a SEND / WRITE_WITH_IMM only while it holds a
 //    credit for a receive the peer has posted (CreditWindow). Credits return in
 //    every WireHeader; a kCredit message carries them when traffic is
@@ -81,6 +98,9 @@
 //  * Nothing is freed while the device may still touch it: a closing
 //    connection waits for the flush of its posted work requests (bounded by
 //    kFlushWait), then destroys the QP, then the cm id, then the buffers.
+//    Connection::CloseWhenSent (a server shutting down) first lets what is
+//    queued be delivered: a signalled zero-length RDMA WRITE behind it
+//    completes only once every WR before it did.
 #ifndef RDMARPC_RUNTIME_TRANSPORT_TRANSPORT_H_
 #define RDMARPC_RUNTIME_TRANSPORT_TRANSPORT_H_
 

@@ -106,7 +106,7 @@ class RDMARPC_EXPORT ClientContext {
   friend class internal::ClientContextAccess;
 
   // Cancellation handshake between TryCancel and the call (see
-  // runtime/rpc/client_context.cc).
+  // runtime/rpc/contexts.cc).
   enum CancelState : int {
     kIdle = 0,             // no call bound
     kBound = 1,            // a call runs; canceller_ is valid

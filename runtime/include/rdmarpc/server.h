@@ -103,7 +103,8 @@ class RDMARPC_EXPORT Server {
   //     handler that ignores IsCancelled() holds it up, and is logged by
   //     method name every second);
   //  4. then every client is disconnected and the threads are joined.
-  // Returns as soon as that is done. Idempotent. Must not be called from a
+  // Returns as soon as that is done. Only the first call does this; a later
+  // (or concurrent) one returns at once (use Wait to wait). Must not be called from a
   // service method or an inline handler: it joins the threads (CHECK
   // failure).
   void Shutdown(absl::Duration grace = absl::Seconds(5));

@@ -82,7 +82,7 @@ class RDMARPC_EXPORT ServerContext {
   bool IsCancelled() const { return cancelled_.load(std::memory_order_acquire); }
 
   // Runs `callback` once when the call is cancelled: on the thread that
-  // cancels it (a server worker, or the thread in Server::Shutdown), so it
+  // cancels it (the server worker that owns the call's connection), so it
   // must not block; at once on this thread when the call is cancelled
   // already. Never runs for a call that finishes uncancelled. Any thread,
   // while the context lives. A ClientContext made by FromServerContext from
