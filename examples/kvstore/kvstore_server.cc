@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,10 +34,20 @@ namespace {
 
 namespace kv = rdmarpc::examples;
 
-// Largest value accepted, in bytes.
+// Largest value accepted by Put, in bytes.
 constexpr size_t kMaxValueBytes = 64 << 20;
 // Messages carry the key and protobuf framing besides the value.
 constexpr size_t kMaxMessageBytes = kMaxValueBytes + (1 << 20);
+// Largest value accepted by PutStream, in bytes.
+constexpr uint64_t kMaxStreamedValueBytes = uint64_t{2} << 30;
+// GetStream's chunk size when the request names none: 1 MiB, large enough
+// that per-message costs vanish beside the copy, small enough that a
+// window of chunks (internal::kStreamWindow) stays at 16 MiB.
+constexpr uint32_t kDefaultChunkBytes = 1 << 20;
+
+// Values are immutable once stored and shared, so Get and GetStream copy
+// a pointer under the lock, not the bytes.
+using Value = std::shared_ptr<const std::string>;
 
 class KvStoreImpl final : public kv::KvStore::Service {
  public:
@@ -49,32 +60,75 @@ class KvStoreImpl final : public kv::KvStore::Service {
                        " bytes, more than the limit of ", kMaxValueBytes));
     }
     // Copy outside the lock: a 64 MiB copy must not stall every other call.
-    std::string value = request.value();
-    absl::MutexLock lock(&mu_);
-    auto [it, inserted] = values_.try_emplace(request.key());
-    it->second.swap(value);
-    response->set_replaced(!inserted);
+    response->set_replaced(Store(request.key(), std::make_shared<const std::string>(request.value())));
+    return absl::OkStatus();
+  }
+
+  absl::Status PutStream(rdmarpc::ServerContext* /*context*/,
+                         rdmarpc::ServerReader<kv::PutChunk>* reader,
+                         kv::PutResponse* response) override {
+    kv::PutChunk chunk;
+    if (!reader->Read(&chunk)) return absl::InvalidArgumentError("PutStream: no chunks");
+    const std::string key = chunk.key();
+    if (key.empty()) return absl::InvalidArgumentError("PutStream: empty key");
+    auto value = std::make_shared<std::string>();
+    // The hint saves the doublings of a growing string, up to the limit.
+    value->reserve(std::min(chunk.total_bytes(), kMaxStreamedValueBytes));
+    uint64_t chunks = 0;
+    do {
+      ++chunks;
+      if (!chunk.key().empty() && chunk.key() != key) {
+        return absl::InvalidArgumentError(absl::StrCat("PutStream: chunk ", chunks, " names key \"",
+                                                       chunk.key(), "\", the first \"", key, "\""));
+      }
+      if (value->size() + chunk.data().size() > kMaxStreamedValueBytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "PutStream: value of key \"", key, "\" exceeds ", kMaxStreamedValueBytes,
+            " bytes at chunk ", chunks));
+      }
+      value->append(chunk.data());
+    } while (reader->Read(&chunk));
+    response->set_replaced(Store(key, std::move(value)));
     return absl::OkStatus();
   }
 
   absl::Status Get(rdmarpc::ServerContext* /*context*/, const kv::GetRequest& request,
                    kv::GetResponse* response) override {
-    // Copying under the lock keeps the handler simple; a store serving many
-    // large concurrent reads would hold values in shared_ptrs instead.
-    absl::MutexLock lock(&mu_);
-    auto it = values_.find(request.key());
-    if (it == values_.end()) return NotFound(request.key());
-    response->set_value(it->second);
+    Value value = Find(request.key());
+    if (value == nullptr) return NotFound(request.key());
+    response->set_value(*value);
+    return absl::OkStatus();
+  }
+
+  absl::Status GetStream(rdmarpc::ServerContext* /*context*/, const kv::GetRequest& request,
+                         rdmarpc::ServerWriter<kv::GetChunk>* writer) override {
+    const uint32_t chunk_bytes =
+        request.chunk_bytes() == 0 ? kDefaultChunkBytes : request.chunk_bytes();
+    if (chunk_bytes > kMaxValueBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("GetStream: chunk_bytes ", chunk_bytes,
+                                                     " exceeds ", kMaxValueBytes));
+    }
+    Value value = Find(request.key());
+    if (value == nullptr) return NotFound(request.key());
+    kv::GetChunk chunk;
+    chunk.set_total_bytes(value->size());
+    size_t offset = 0;
+    do {
+      const size_t n = std::min<size_t>(chunk_bytes, value->size() - offset);
+      chunk.set_data(value->data() + offset, n);
+      offset += n;
+      if (!writer->Write(chunk)) return absl::CancelledError("GetStream: stream ended");
+    } while (offset < value->size());
     return absl::OkStatus();
   }
 
   absl::Status Delete(rdmarpc::ServerContext* /*context*/, const kv::DeleteRequest& request,
                       kv::DeleteResponse* /*response*/) override {
-    std::string doomed;  // freed after the lock is released
+    Value doomed;  // freed after the lock is released
     absl::MutexLock lock(&mu_);
     auto it = values_.find(request.key());
     if (it == values_.end()) return NotFound(request.key());
-    doomed.swap(it->second);
+    doomed = std::move(it->second);
     values_.erase(it);
     return absl::OkStatus();
   }
@@ -94,12 +148,28 @@ class KvStoreImpl final : public kv::KvStore::Service {
   }
 
  private:
+  // Stores `value` under `key`; whether it replaced a value.
+  bool Store(const std::string& key, Value value) {
+    absl::MutexLock lock(&mu_);
+    auto [it, inserted] = values_.try_emplace(key);
+    // The old value goes into `value`, a parameter, so the last reference
+    // to it (a value of up to 2 GiB) is dropped after the lock is released.
+    it->second.swap(value);
+    return !inserted;
+  }
+
+  Value Find(const std::string& key) {
+    absl::MutexLock lock(&mu_);
+    auto it = values_.find(key);
+    return it == values_.end() ? nullptr : it->second;
+  }
+
   static absl::Status NotFound(const std::string& key) {
     return absl::NotFoundError(absl::StrCat("key \"", key, "\" not found"));
   }
 
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Value> values_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::string_view HostOf(absl::string_view address) {

@@ -149,3 +149,44 @@ stat_max() {
 
 # last_line FILE: the last line of FILE.
 last_line() { tail -n 1 "$1"; }
+
+# use_link shm|tcp: makes every process started afterwards connect over
+# softrdma's same-host link (shared-memory rings, SOFTRDMA_SHM=1) or over TCP
+# (SOFTRDMA_SHM=0), and print its counters at exit for check_link.
+use_link() {
+  case "$1" in
+    shm) export SOFTRDMA_SHM=1 ;;
+    tcp) export SOFTRDMA_SHM=0 ;;
+    *) fail "unknown link '$1', want shm or tcp" ;;
+  esac
+  export RDMARPC_SOFT_STATS=1
+}
+
+# link_sum FIELD FILE...: sum of FIELD=N over the softrdma-stats-link lines.
+# (tests/interop/interop_lib.sh has the same helper.)
+link_sum() {
+  local field="$1"
+  shift
+  cat "$@" 2>/dev/null | grep '^softrdma-stats-link:' |
+    grep -o "\(^\| \)$field=[0-9]*" | sed 's/.*=//' |
+    awk 'BEGIN { n = 0; s = 0 } { s += $1; n++ } END { if (n == 0) exit 1; print s }'
+}
+
+# check_link shm|tcp FILE...: the QPs the processes connected (their
+# softrdma-stats-link lines, printed at exit) all took the named link, and at
+# least one did.
+check_link() {
+  local link="$1"
+  shift
+  local on_shm on_tcp
+  on_shm="$(link_sum qps_on_shm "$@")" || fail "no softrdma-stats-link line in $*"
+  on_tcp="$(link_sum qps_on_tcp "$@")" || fail "no qps_on_tcp counter in $*"
+  echo "link: qps_on_shm=$on_shm qps_on_tcp=$on_tcp"
+  case "$link" in
+    shm) ((on_tcp == 0)) || fail "want every QP on the shared-memory link, $on_tcp on TCP"
+         ((on_shm > 0)) || fail "no QP on the shared-memory link" ;;
+    tcp) ((on_shm == 0)) || fail "want every QP on TCP, $on_shm on the shared-memory link"
+         ((on_tcp > 0)) || fail "no QP on TCP" ;;
+    *) fail "unknown link '$link'" ;;
+  esac
+}
