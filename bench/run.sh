@@ -10,8 +10,11 @@
 #   bench/results/latency_vs_size.png     p50 and p99 vs payload size, log-log
 #   bench/results/throughput.png          RPC/s (32 B) and GB/s (1, 16 MiB)
 # then prints the summary table (ratio = rdmarpc/gRPC; below 1 is better for
-# latency, above 1 for throughput). Extra arguments go to the client, e.g.
+# latency, above 1 for throughput). The client's default --modes include
+# the rdmarpc-only stream and mixed workloads (gRPC's cells say n/a; about
+# 10 s of the run). Extra arguments go to the client, e.g.
 #   bench/run.sh --modes=latency --sizes=32,4096
+#   bench/run.sh --modes=stream,mixed
 # Takes about 2 minutes after the build. Exit status: 0 on success.
 # softrdma acknowledges in a thread of the receiving process, not in a NIC: a
 # process stalled past the QP's transport timeout (~0.5 s; e.g. run under

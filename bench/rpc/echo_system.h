@@ -1,17 +1,20 @@
 // echo_system.h: what rpc_bench needs of an RPC system, so the same workload
 // code drives rdmarpc (rdmarpc_system.cc) and gRPC (bench/peers/grpc_system.cc).
 //
-// An EchoClient makes RpcBench.Echo calls, blocking or asynchronous; an
-// EchoServer serves them until destroyed. The bench pays one virtual call per
+// An EchoClient makes RpcBench.Echo calls, blocking or asynchronous, and
+// (rdmarpc only) reads RpcBench.Stream streams; an EchoServer serves them
+// until destroyed. The bench pays one virtual call per
 // RPC here, which is noise next to an RPC (and the same for both systems).
 #ifndef RDMARPC_BENCH_RPC_ECHO_SYSTEM_H_
 #define RDMARPC_BENCH_RPC_ECHO_SYSTEM_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -19,6 +22,12 @@
 
 namespace rdmarpc {
 namespace rpcbench {
+
+// max_message_bytes of the rdmarpc server and of the `mixed` workload's
+// channel, in bytes: room for a 64 MiB payload plus its protobuf framing
+// and the call header (rdmarpc's default limit, 64 MiB, is the payload's
+// size exactly and would refuse it).
+inline constexpr size_t kLargeMessageBytes = 80 * 1024 * 1024;
 
 // Verbs and transport counters of one process (softrdma::Stats plus
 // rdmarpc::internal::TransportStats), or a difference or sum of them.
@@ -73,6 +82,18 @@ class EchoClient {
   // The server process's counters (RpcBench.GetStats). UNIMPLEMENTED for
   // systems without verbs counters (gRPC); otherwise the call's status.
   virtual absl::StatusOr<VerbsCounters> ServerCounters() = 0;
+
+  // Opens one RpcBench.Stream for `request` and reads it to the end on the
+  // calling thread (blocking; not a completion thread), passing each
+  // message to `on_message` on this thread. When `on_message` returns an
+  // error the stream is cancelled and that error returned; otherwise the
+  // call's status (the handler's, or UNAVAILABLE, CANCELLED, ...).
+  // UNIMPLEMENTED for a system without the Stream method (gRPC's peer).
+  virtual absl::Status ReadStream(
+      const StreamRequest& /*request*/,
+      absl::FunctionRef<absl::Status(const EchoResponse&)> /*on_message*/) {
+    return absl::UnimplementedError("RpcBench.Stream is served by rdmarpc only");
+  }
 };
 
 class EchoServer {
@@ -88,9 +109,12 @@ struct ClientConfig {
   std::string address;            // "host:port"
   int64_t connect_timeout_ms = 5000;
   int engine_threads = 1;         // rdmarpc: completion threads per channel
+  int pool_size = 0;              // rdmarpc: connections per channel; 0 = ChannelOptions'
+  size_t max_message_bytes = 0;   // rdmarpc: the channel's limit; 0 = ChannelOptions'
 };
 
-// rdmarpc. Start returns the Server::Start status (INVALID_ARGUMENT for a bad
+// rdmarpc, with max_message_bytes = kLargeMessageBytes. Start returns the
+// Server::Start status (INVALID_ARGUMENT for a bad
 // address, UNAVAILABLE when the port is taken or no RDMA device opens).
 absl::StatusOr<std::unique_ptr<EchoServer>> StartRdmarpcServer(absl::string_view host, int port,
                                                                int workers);

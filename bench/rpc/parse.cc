@@ -28,12 +28,13 @@ absl::StatusOr<std::vector<std::string>> ParseList(const std::string& flag, cons
   return out;
 }
 
-absl::StatusOr<size_t> ParseSize(const std::string& flag, absl::string_view text) {
+absl::StatusOr<size_t> ParseSize(const std::string& flag, absl::string_view text,
+                                 size_t max_bytes) {
   uint64_t bytes = 0;
-  if (!absl::SimpleAtoi(text, &bytes) || bytes > kMaxPayloadBytes) {
+  if (!absl::SimpleAtoi(text, &bytes) || bytes > max_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", text,
                                                    "' is not a size in bytes from 0 to ",
-                                                   kMaxPayloadBytes));
+                                                   max_bytes));
   }
   return static_cast<size_t>(bytes);
 }

@@ -44,10 +44,10 @@ std::vector<Figure> Figures(const std::vector<SystemResults>& all) {
     return nullptr;
   };
   auto add = [&](const std::string& key, const std::string& label, const std::string& unit,
-                 const std::string& system, double v) {
+                 const std::string& system, double v, const char* absent = "-") {
     Figure* f = find(key);
     if (f == nullptr) {
-      figures.push_back(Figure{key, label, unit, {}});
+      figures.push_back(Figure{key, label, unit, {}, absent});
       f = &figures.back();
     }
     f->value[system] = v;
@@ -72,6 +72,33 @@ std::vector<Figure> Figures(const std::vector<SystemResults>& all) {
           absl::StrCat("bandwidth ", SizeLabel(b.size_bytes), " x", b.in_flight_per_thread),
           "GB/s", s.system, b.gb_per_s);
     }
+    for (const StreamResult& st : s.stream) {
+      const std::string key = absl::StrCat("stream_", st.size_bytes, "_B_");
+      const std::string label = absl::StrCat("stream ", SizeLabel(st.size_bytes), " ");
+      add(key + "messages_per_s", label + "messages", "msg/s", s.system, st.messages_per_s, "n/a");
+      add(key + "mb_per_s", label + "payload", "MB/s", s.system, st.mb_per_s, "n/a");
+    }
+    if (s.mixed) {
+      const MixedResult& m = *s.mixed;
+      const std::string key = absl::StrCat("mixed_", m.small_size_bytes, "_B_");
+      const std::string label = absl::StrCat("mixed ", SizeLabel(m.small_size_bytes), " ");
+      const std::string with = absl::StrCat(" +", SizeLabel(m.large_size_bytes));
+      const std::pair<const char*, double LatencyResult::*> percentiles[] = {
+          {"p50", &LatencyResult::p50_us},
+          {"p99", &LatencyResult::p99_us},
+          {"p999", &LatencyResult::p999_us}};
+      for (const auto& [name, field] : percentiles) {
+        const std::string shown = std::string(name) == "p999" ? "p99.9" : name;
+        add(key + name + "_alone", label + shown + " alone", "us", s.system, m.alone.*field,
+            "n/a");
+        add(key + name + "_loaded", label + shown + with, "us", s.system, m.loaded.*field, "n/a");
+        add(key + name + "_loaded_over_alone", label + shown + " ratio", "x", s.system,
+            m.alone.*field > 0 ? m.loaded.*field / m.alone.*field : 0, "n/a");
+      }
+      add(absl::StrCat("mixed_", m.large_size_bytes, "_B_gb_per_s"),
+          absl::StrCat("mixed ", SizeLabel(m.large_size_bytes), " calls"), "GB/s", s.system,
+          m.large_gb_per_s, "n/a");
+    }
   }
   return figures;
 }
@@ -88,7 +115,7 @@ std::string FormatTable(const std::vector<SystemResults>& all, const std::vector
     for (const SystemResults& s : all) {
       auto it = f.value.find(s.system);
       if (it == f.value.end()) {
-        absl::StrAppendFormat(&t, " %14s", "-");
+        absl::StrAppendFormat(&t, " %14s", f.absent);
       } else {
         absl::StrAppendFormat(&t, " %14.2f", it->second);
       }
@@ -125,6 +152,9 @@ std::string FormatTable(const std::vector<SystemResults>& all, const std::vector
   }
   for (const SystemResults& s : all) {
     if (!s.budget_note.empty()) absl::StrAppendFormat(&t, "%s budget: %s\n", s.system, s.budget_note);
+    if (!s.streaming_note.empty()) {
+      absl::StrAppendFormat(&t, "%s stream, mixed: %s\n", s.system, s.streaming_note);
+    }
   }
   return t;
 }
@@ -155,13 +185,16 @@ std::string Json(const std::vector<SystemResults>& all, const std::vector<Figure
   for (size_t i = 0; i < all.size(); ++i) {
     const SystemResults& s = all[i];
     absl::StrAppend(&out, i == 0 ? "\n" : ",\n", "    \"", s.system, "\": {\n");
+    auto latency = [&out](const LatencyResult& l) {
+      absl::StrAppend(&out, "{\"size_bytes\": ", l.size_bytes, ", \"calls\": ", l.calls,
+                      ", \"p50_us\": ", Num(l.p50_us), ", \"p99_us\": ", Num(l.p99_us),
+                      ", \"p999_us\": ", Num(l.p999_us), ", \"max_us\": ", Num(l.max_us),
+                      ", \"mean_us\": ", Num(l.mean_us), "}");
+    };
     absl::StrAppend(&out, "      \"latency\": [");
     for (size_t j = 0; j < s.latency.size(); ++j) {
-      const LatencyResult& l = s.latency[j];
-      absl::StrAppend(&out, j == 0 ? "\n" : ",\n", "        {\"size_bytes\": ", l.size_bytes,
-                      ", \"calls\": ", l.calls, ", \"p50_us\": ", Num(l.p50_us),
-                      ", \"p99_us\": ", Num(l.p99_us), ", \"p999_us\": ", Num(l.p999_us),
-                      ", \"max_us\": ", Num(l.max_us), ", \"mean_us\": ", Num(l.mean_us), "}");
+      absl::StrAppend(&out, j == 0 ? "\n        " : ",\n        ");
+      latency(s.latency[j]);
     }
     absl::StrAppend(&out, "],\n");
     auto throughput = [&out](const ThroughputResult& t) {
@@ -210,7 +243,42 @@ std::string Json(const std::vector<SystemResults>& all, const std::vector<Figure
       AppendCounters(&out, b.server);
       absl::StrAppend(&out, "}");
     }
-    absl::StrAppend(&out, "],\n      \"budget_note\": \"", s.budget_note, "\"\n    }");
+    absl::StrAppend(&out, "],\n      \"budget_note\": \"", s.budget_note, "\",\n      \"stream\": [");
+    for (size_t j = 0; j < s.stream.size(); ++j) {
+      const StreamResult& st = s.stream[j];
+      absl::StrAppend(&out, j == 0 ? "\n        " : ",\n        ", "{\"size_bytes\": ",
+                      st.size_bytes, ", \"runs\": ", st.run_seconds.size(),
+                      ", \"messages_per_run\": ", st.messages_per_run, ", \"run_seconds\": [");
+      for (size_t k = 0; k < st.run_seconds.size(); ++k) {
+        absl::StrAppend(&out, k == 0 ? "" : ", ", Num(st.run_seconds[k]));
+      }
+      absl::StrAppend(&out, "], \"median_seconds\": ", Num(st.median_seconds),
+                      ", \"messages_per_s\": ", Num(st.messages_per_s),
+                      ", \"mb_per_s\": ", Num(st.mb_per_s), "}");
+    }
+    absl::StrAppend(&out, "],\n      \"mixed\": ");
+    if (s.mixed) {
+      const MixedResult& m = *s.mixed;
+      auto ratio = [](double loaded, double alone) { return alone > 0 ? loaded / alone : 0; };
+      absl::StrAppend(&out, "{\"small_size_bytes\": ", m.small_size_bytes,
+                      ", \"large_size_bytes\": ", m.large_size_bytes,
+                      ", \"pool_size\": ", m.pool_size, ",\n        \"alone\": ");
+      latency(m.alone);
+      absl::StrAppend(&out, ",\n        \"loaded\": ");
+      latency(m.loaded);
+      absl::StrAppend(&out, ",\n        \"p50_loaded_over_alone\": ",
+                      Num(ratio(m.loaded.p50_us, m.alone.p50_us)),
+                      ", \"p99_loaded_over_alone\": ", Num(ratio(m.loaded.p99_us, m.alone.p99_us)),
+                      ", \"p999_loaded_over_alone\": ",
+                      Num(ratio(m.loaded.p999_us, m.alone.p999_us)),
+                      ",\n        \"large_calls\": ", m.large_calls,
+                      ", \"large_seconds\": ", Num(m.large_seconds),
+                      ", \"large_calls_per_s\": ", Num(m.large_calls_per_s),
+                      ", \"large_gb_per_s\": ", Num(m.large_gb_per_s), "}");
+    } else {
+      absl::StrAppend(&out, "null");
+    }
+    absl::StrAppend(&out, ",\n      \"streaming_note\": \"", s.streaming_note, "\"\n    }");
   }
   absl::StrAppend(&out, "\n  },\n  \"ratios\": {");
   // rdmarpc/gRPC of every figure both measured: < 1 is better for

@@ -25,6 +25,9 @@ struct Figure {
   std::string label;  // table row
   std::string unit;
   std::map<std::string, double> value;  // by system
+  // What the table shows for a system without a value: "-" (not run), or
+  // "n/a" for a figure only rdmarpc measures (stream, mixed).
+  std::string absent = "-";
 };
 
 // Every figure of `all`, in workload order; a figure a system did not
@@ -33,12 +36,12 @@ std::vector<Figure> Figures(const std::vector<SystemResults>& all);
 
 // The table printed at the end of a client run: one row per figure, one
 // column per system and, with two systems, their ratio; then each system's
-// verbs budget per call.
+// verbs budget per call; then each system's notes (budget, streaming).
 std::string FormatTable(const std::vector<SystemResults>& all, const std::vector<Figure>& figures);
 
 // The JSON document: tool, time_utc, config (the object `config_json`
-// verbatim), systems (latency, rate, bandwidth, budget, budget_note per
-// system), ratios (figure key -> first/second, with two systems) and
+// verbatim), systems (latency, rate, bandwidth, budget, budget_note,
+// stream, mixed, streaming_note per system), ratios (figure key -> first/second, with two systems) and
 // ratio_of ("rdmarpc/grpc").
 std::string Json(const std::vector<SystemResults>& all, const std::vector<Figure>& figures,
                  absl::string_view time_utc, absl::string_view config_json);

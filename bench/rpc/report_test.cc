@@ -90,6 +90,18 @@ std::vector<SystemResults> TwoSystems() {
   budget.server = budget.client;
   budget.server.payload_bytes_copied = 3400;
   r.budget.push_back(budget);
+  r.stream.push_back(SummariseStreamRuns(32, 100000, {0.5, 0.25, 1.0}));
+  r.stream.push_back(SummariseStreamRuns(4096, 100000, {0.8, 0.4}));
+  MixedResult mixed;
+  mixed.small_size_bytes = 32;
+  mixed.large_size_bytes = 64 << 20;
+  mixed.alone = {32, 1000, 2.0, 4.0, 8.0, 10.0, 2.5};
+  mixed.loaded = {32, 500, 20.0, 100.0, 400.0, 500.0, 30.0};
+  mixed.large_calls = 10;
+  mixed.large_seconds = 2.5;
+  mixed.large_calls_per_s = 4;
+  mixed.large_gb_per_s = 4 * 2 * double(64 << 20) / 1e9;
+  r.mixed = mixed;
 
   SystemResults g;
   g.system = "grpc";
@@ -97,7 +109,26 @@ std::vector<SystemResults> TwoSystems() {
   rate.rpc_per_s = 25000;
   g.rate = rate;
   g.budget_note = "no verbs: gRPC runs over TCP sockets";
+  g.streaming_note = "n/a (rdmarpc only)";
   return {r, g};
+}
+
+TEST(RpcBenchWorkloads, StreamRunsSummariseToTheMedianRun) {
+  StreamResult odd = SummariseStreamRuns(32, 100000, {0.5, 0.25, 1.0});
+  EXPECT_EQ(odd.size_bytes, 32u);
+  EXPECT_EQ(odd.messages_per_run, 100000u);
+  EXPECT_EQ(odd.run_seconds, (std::vector<double>{0.5, 0.25, 1.0}));  // in the order run
+  EXPECT_EQ(odd.median_seconds, 0.5);
+  EXPECT_EQ(odd.messages_per_s, 200000);
+  EXPECT_DOUBLE_EQ(odd.mb_per_s, 6.4);  // 200000 x 32 B
+  // Nearest rank: of an even count, the shorter middle run.
+  StreamResult even = SummariseStreamRuns(4096, 100000, {0.8, 0.4});
+  EXPECT_EQ(even.median_seconds, 0.4);
+  EXPECT_EQ(even.messages_per_s, 250000);
+  EXPECT_EQ(even.mb_per_s, 1024);
+  StreamResult none = SummariseStreamRuns(32, 10, {});
+  EXPECT_EQ(none.messages_per_s, 0);
+  EXPECT_EQ(none.mb_per_s, 0);
 }
 
 TEST(RpcBenchReport, JsonHasUnitsRatiosAndBudgetPerCall) {
@@ -126,6 +157,67 @@ TEST(RpcBenchReport, JsonHasUnitsRatiosAndBudgetPerCall) {
   EXPECT_NE(json.find("\"latency_32_B_p999\": 0.5,"), std::string::npos);
   EXPECT_NE(json.find("\"rate_rpc_per_s\": 4\n"), std::string::npos) << json;
   EXPECT_NE(json.find("\"ratio_of\": \"rdmarpc/grpc\""), std::string::npos);
+}
+
+TEST(RpcBenchReport, JsonHasStreamAndMixedWithUnits) {
+  std::vector<SystemResults> all = TwoSystems();
+  std::string json = Json(all, Figures(all), "2026-12-01T10:00:00Z", "{}");
+  EXPECT_NE(json.find("\"stream\": [\n"
+                      "        {\"size_bytes\": 32, \"runs\": 3, \"messages_per_run\": 100000, "
+                      "\"run_seconds\": [0.5, 0.25, 1], \"median_seconds\": 0.5, "
+                      "\"messages_per_s\": 200000, \"mb_per_s\": 6.4},\n"
+                      "        {\"size_bytes\": 4096, \"runs\": 2, \"messages_per_run\": 100000, "
+                      "\"run_seconds\": [0.8, 0.4], \"median_seconds\": 0.4, "
+                      "\"messages_per_s\": 250000, \"mb_per_s\": 1024}],\n"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"mixed\": {\"small_size_bytes\": 32, \"large_size_bytes\": 67108864, "
+                      "\"pool_size\": 1,\n"
+                      "        \"alone\": {\"size_bytes\": 32, \"calls\": 1000, \"p50_us\": 2, "
+                      "\"p99_us\": 4, \"p999_us\": 8, \"max_us\": 10, \"mean_us\": 2.5},\n"
+                      "        \"loaded\": {\"size_bytes\": 32, \"calls\": 500, \"p50_us\": 20, "
+                      "\"p99_us\": 100, \"p999_us\": 400, \"max_us\": 500, \"mean_us\": 30},\n"
+                      "        \"p50_loaded_over_alone\": 10, \"p99_loaded_over_alone\": 25, "
+                      "\"p999_loaded_over_alone\": 50,\n"
+                      "        \"large_calls\": 10, \"large_seconds\": 2.5, "
+                      "\"large_calls_per_s\": 4, \"large_gb_per_s\": 0.536871},\n"
+                      "      \"streaming_note\": \"\"\n"),
+            std::string::npos)
+      << json;
+  // gRPC: nothing measured, and why.
+  EXPECT_NE(json.find("\"stream\": [],\n      \"mixed\": null,\n"
+                      "      \"streaming_note\": \"n/a (rdmarpc only)\"\n"),
+            std::string::npos)
+      << json;
+  // No ratio of a figure only one system has.
+  EXPECT_EQ(json.find("\"stream_32_B_messages_per_s\":"), std::string::npos) << json;
+}
+
+TEST(RpcBenchReport, TableShowsStreamAndMixedRowsWithNaForGrpc) {
+  std::vector<SystemResults> all = TwoSystems();
+  std::string table = FormatTable(all, Figures(all));
+  for (const char* row : {
+           "stream 32 B messages           msg/s       200000.00            n/a                -\n",
+           "stream 32 B payload            MB/s             6.40            n/a                -\n",
+           "stream 4 KiB messages          msg/s       250000.00            n/a                -\n",
+           "stream 4 KiB payload           MB/s          1024.00            n/a                -\n",
+           "mixed 32 B p50 alone           us               2.00            n/a                -\n",
+           "mixed 32 B p50 +64 MiB         us              20.00            n/a                -\n",
+           "mixed 32 B p50 ratio           x               10.00            n/a                -\n",
+           "mixed 32 B p99 +64 MiB         us             100.00            n/a                -\n",
+           "mixed 32 B p99 ratio           x               25.00            n/a                -\n",
+           "mixed 32 B p99.9 alone         us               8.00            n/a                -\n",
+           "mixed 32 B p99.9 +64 MiB       us             400.00            n/a                -\n",
+           "mixed 32 B p99.9 ratio         x               50.00            n/a                -\n",
+           "mixed 64 MiB calls             GB/s             0.54            n/a                -\n",
+           "grpc stream, mixed: n/a (rdmarpc only)\n"}) {
+    EXPECT_NE(table.find(row), std::string::npos) << row << "in:\n" << table;
+  }
+  // A figure a system did not run shows "-", not "n/a".
+  all[1].latency.clear();
+  EXPECT_NE(FormatTable(all, Figures(all))
+                .find("latency 32 B p50               us              10.00              -"),
+            std::string::npos);
 }
 
 TEST(RpcBenchReport, TableHasRatioColumnOnlyWithTwoSystems) {

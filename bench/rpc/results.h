@@ -46,6 +46,34 @@ struct BudgetResult {
   VerbsCounters client, server;  // differences over the run
 };
 
+// Server-streaming: `runs` streams one after another, each of
+// `messages_per_run` messages of `size_bytes` read on one stream; the
+// figures are the median run's (nearest rank: the lower middle one of an
+// even count). MB/s = 10^6 B/s of message payload (one direction).
+struct StreamResult {
+  size_t size_bytes = 0;
+  uint64_t messages_per_run = 0;
+  std::vector<double> run_seconds;  // each run's, in the order run
+  double median_seconds = 0;
+  double messages_per_s = 0;
+  double mb_per_s = 0;
+};
+
+// Small blocking calls one at a time on a one-connection channel, first
+// alone, then while another thread keeps large calls going on the same
+// connection. large_calls completed within large_seconds (the loaded
+// phase); GB/s counts request and response payload (2 x size per call).
+struct MixedResult {
+  size_t small_size_bytes = 0;
+  size_t large_size_bytes = 0;
+  int pool_size = 1;
+  LatencyResult alone, loaded;  // the small calls
+  uint64_t large_calls = 0;
+  double large_seconds = 0;
+  double large_calls_per_s = 0;
+  double large_gb_per_s = 0;
+};
+
 // Everything measured for one system.
 struct SystemResults {
   std::string system;
@@ -54,6 +82,9 @@ struct SystemResults {
   std::vector<ThroughputResult> bandwidth;
   std::vector<BudgetResult> budget;
   std::string budget_note;  // why there is no budget, when there is none
+  std::vector<StreamResult> stream;
+  std::optional<MixedResult> mixed;
+  std::string streaming_note;  // why there is no stream / mixed, when there is none
 };
 
 }  // namespace rpcbench

@@ -1,10 +1,12 @@
 // rpc_bench: latency, message rate, bandwidth and per-call verbs budget of
-// an Echo(bytes) RPC over rdmarpc, and the same workload over gRPC.
+// an Echo(bytes) RPC over rdmarpc, and the same workload over gRPC; and,
+// over rdmarpc only, messages/s on one server-streaming stream and small
+// calls' latency next to 64 MiB calls on one connection.
 //
 //   rpc_bench --mode=server [--systems=rdmarpc,grpc] [--host=127.0.0.1]
 //             [--port=0] [--grpc_port=0] [--duration=0]
 //   rpc_bench --mode=client --port=P [--grpc_port=Q] [--systems=rdmarpc,grpc]
-//             [--modes=latency,rate,bandwidth,budget] [--json_out=FILE]
+//             [--modes=latency,rate,bandwidth,budget,stream,mixed] [--json_out=FILE]
 //
 // The server prints one line per system, "listening on HOST:PORT system=S",
 // and serves until SIGINT/SIGTERM or --duration seconds. The client measures
@@ -53,7 +55,8 @@ DEFINE_double(duration, 0, "Server: stop after this many seconds; 0 = at SIGINT/
 DEFINE_int32(server_workers, 1, "rdmarpc server worker threads");
 DEFINE_int32(engine_threads, 1, "rdmarpc client: completion (engine) threads per channel");
 DEFINE_int64(connect_timeout_ms, 5000, "Client: time allowed to connect, in ms");
-DEFINE_string(modes, "latency,rate,bandwidth,budget", "Client: workloads to run");
+DEFINE_string(modes, "latency,rate,bandwidth,budget,stream,mixed",
+              "Client: workloads to run (stream and mixed: rdmarpc only)");
 DEFINE_string(sizes, "32,256,4096,65536,1048576,16777216",
               "Latency: payload sizes in bytes, one call at a time");
 DEFINE_int64(latency_calls, 10000, "Latency: at most this many timed calls per size");
@@ -75,6 +78,14 @@ DEFINE_double(warmup_seconds, 0.5,
 DEFINE_string(budget_runs, "32x1,32x32,1048576x1",
               "Budget (rdmarpc only): SIZExIN_FLIGHT runs, each of --budget_calls calls");
 DEFINE_int64(budget_calls, 2000, "Budget: calls per run");
+DEFINE_string(stream_sizes, "32,4096", "Stream (rdmarpc only): message payload sizes in bytes");
+DEFINE_int64(stream_messages, 200000, "Stream: messages per stream (one run)");
+DEFINE_int32(stream_runs, 3, "Stream: runs per size, one stream each; the median run is reported");
+DEFINE_int64(mixed_small_size, 32, "Mixed (rdmarpc only): the small calls' payload bytes");
+DEFINE_int64(mixed_large_size, 64 << 20, "Mixed: the large calls' payload bytes");
+DEFINE_int64(mixed_calls, 10000, "Mixed: at most this many timed small calls per phase");
+DEFINE_double(mixed_seconds, 2.0,
+              "Mixed: time budget of each phase's small calls (alone, then loaded), in s");
 DEFINE_string(json_out, "", "Client: write the results as JSON to this file");
 DEFINE_string(plot_dir, "",
               "Client: write gnuplot data (latency.dat, rate.dat, bandwidth.dat) here");
@@ -105,7 +116,8 @@ absl::StatusOr<SystemResults> RunSystem(const std::string& system,
                                         const std::vector<std::string>& modes,
                                         const std::vector<size_t>& sizes,
                                         const std::vector<size_t>& bandwidth_sizes,
-                                        const std::vector<BudgetRun>& budget_runs) {
+                                        const std::vector<BudgetRun>& budget_runs,
+                                        const std::vector<size_t>& stream_sizes) {
   SystemResults results;
   results.system = system;
   auto fail = [&system](absl::string_view what, const absl::Status& status) {
@@ -182,6 +194,46 @@ absl::StatusOr<SystemResults> RunSystem(const std::string& system,
       }
     }
   }
+  const bool streaming = Has(modes, "stream") || Has(modes, "mixed");
+  if (streaming && system != "rdmarpc") {
+    results.streaming_note = "n/a (rdmarpc only: the gRPC peer has no Stream method)";
+  } else if (streaming) {
+    for (size_t size : stream_sizes) {
+      if (!Has(modes, "stream")) break;
+      fprintf(stderr, "rpc_bench: %s stream %zu B x %ld messages x %d runs\n", system.c_str(),
+              size, static_cast<long>(FLAGS_stream_messages), FLAGS_stream_runs);
+      absl::StatusOr<StreamResult> r =
+          MeasureStream(*client, size, static_cast<uint64_t>(FLAGS_stream_messages),
+                        FLAGS_stream_runs);
+      if (!r.ok()) return fail(absl::StrCat("stream ", size, " B"), r.status());
+      results.stream.push_back(*r);
+    }
+    if (Has(modes, "mixed")) {
+      fprintf(stderr, "rpc_bench: %s mixed %ld B calls next to %ld B calls, one connection\n",
+              system.c_str(), static_cast<long>(FLAGS_mixed_small_size),
+              static_cast<long>(FLAGS_mixed_large_size));
+      // A channel of its own: one connection, and a limit that lets a
+      // 64 MiB payload through (the server's is kLargeMessageBytes too).
+      ClientConfig config;
+      config.address = absl::StrCat(FLAGS_host, ":", FLAGS_port);
+      config.connect_timeout_ms = FLAGS_connect_timeout_ms;
+      config.engine_threads = FLAGS_engine_threads;
+      config.pool_size = 1;
+      config.max_message_bytes = kLargeMessageBytes;
+      absl::StatusOr<std::unique_ptr<EchoClient>> mixed_client = NewRdmarpcClient(config);
+      if (!mixed_client.ok()) return fail("mixed client", mixed_client.status());
+      MixedOptions options;
+      options.small_size = static_cast<size_t>(FLAGS_mixed_small_size);
+      options.large_size = static_cast<size_t>(FLAGS_mixed_large_size);
+      options.small.warmup_calls = FLAGS_warmup_calls;
+      options.small.max_calls = FLAGS_mixed_calls;
+      options.small.max_seconds = FLAGS_mixed_seconds;
+      absl::StatusOr<MixedResult> r = MeasureMixed(**mixed_client, options);
+      if (!r.ok()) return fail("mixed", r.status());
+      r->pool_size = config.pool_size;
+      results.mixed = *r;
+    }
+  }
   if (system == "grpc") {
     static auto* const kept = new std::vector<std::unique_ptr<EchoClient>>();
     for (auto& c : pool) kept->push_back(std::move(c));
@@ -246,7 +298,7 @@ int RunClient(std::vector<std::string> systems) {
         "--connect_timeout_ms must be >= 1, got ", FLAGS_connect_timeout_ms)));
   }
   absl::StatusOr<std::vector<std::string>> modes =
-      ParseList("modes", FLAGS_modes, {"latency", "rate", "bandwidth", "budget"});
+      ParseList("modes", FLAGS_modes, {"latency", "rate", "bandwidth", "budget", "stream", "mixed"});
   if (!modes.ok()) return BadFlag(modes.status());
   absl::StatusOr<std::vector<size_t>> sizes = ParseSizes("sizes", FLAGS_sizes);
   if (!sizes.ok()) return BadFlag(sizes.status());
@@ -255,6 +307,25 @@ int RunClient(std::vector<std::string> systems) {
   if (!bandwidth_sizes.ok()) return BadFlag(bandwidth_sizes.status());
   absl::StatusOr<std::vector<BudgetRun>> budget_runs = ParseBudgetRuns(FLAGS_budget_runs);
   if (!budget_runs.ok()) return BadFlag(budget_runs.status());
+  absl::StatusOr<std::vector<size_t>> stream_sizes = ParseSizes("stream_sizes", FLAGS_stream_sizes);
+  if (!stream_sizes.ok()) return BadFlag(stream_sizes.status());
+  // Each bounds the run: a stream of --stream_messages is read to its end.
+  constexpr int64_t kMaxStreamMessages = 1000000000;
+  constexpr int kMaxStreamRuns = 100;
+  if (FLAGS_stream_messages < 1 || FLAGS_stream_messages > kMaxStreamMessages ||
+      FLAGS_stream_runs < 1 || FLAGS_stream_runs > kMaxStreamRuns || FLAGS_mixed_calls < 1 ||
+      FLAGS_mixed_seconds <= 0 || FLAGS_mixed_small_size < 0 ||
+      static_cast<uint64_t>(FLAGS_mixed_small_size) > kMaxPayloadBytes ||
+      FLAGS_mixed_large_size < 1 ||
+      static_cast<uint64_t>(FLAGS_mixed_large_size) > kMaxLargePayloadBytes) {
+    return BadFlag(absl::InvalidArgumentError(absl::StrFormat(
+        "need 1 <= --stream_messages <= %d (%d), 1 <= --stream_runs <= %d (%d), "
+        "--mixed_calls >= 1 (%d), --mixed_seconds > 0 (%g), 0 <= --mixed_small_size <= %d (%d), "
+        "1 <= --mixed_large_size <= %d (%d)",
+        kMaxStreamMessages, FLAGS_stream_messages, kMaxStreamRuns, FLAGS_stream_runs,
+        FLAGS_mixed_calls, FLAGS_mixed_seconds, kMaxPayloadBytes, FLAGS_mixed_small_size,
+        kMaxLargePayloadBytes, FLAGS_mixed_large_size)));
+  }
   if (FLAGS_latency_calls < 1 || FLAGS_budget_calls < 1 || FLAGS_concurrency < 1 ||
       FLAGS_threads < 1 || FLAGS_bandwidth_concurrency < 1 || FLAGS_warmup_calls < 0 ||
       FLAGS_rate_seconds <= 0 || FLAGS_bandwidth_seconds <= 0 || FLAGS_latency_seconds <= 0 ||
@@ -281,7 +352,7 @@ int RunClient(std::vector<std::string> systems) {
           absl::StrCat("--grpc_port must name the gRPC server's port, got ", FLAGS_grpc_port)));
     }
     absl::StatusOr<SystemResults> results =
-        RunSystem(system, *modes, *sizes, *bandwidth_sizes, *budget_runs);
+        RunSystem(system, *modes, *sizes, *bandwidth_sizes, *budget_runs, *stream_sizes);
     if (!results.ok()) {
       fprintf(stderr, "rpc_bench: %s\n", results.status().ToString().c_str());
       return 1;
@@ -296,10 +367,13 @@ int RunClient(std::vector<std::string> systems) {
     const std::string config = absl::StrFormat(
         "{\"host\": \"%s\", \"rdmarpc_provider\": \"%s\", \"warmup_calls\": %d, "
         "\"latency_calls_max\": %d, \"latency_seconds_max\": %g, \"rate_seconds\": %g, "
-        "\"bandwidth_seconds\": %g, \"warmup_seconds\": %g, \"engine_threads\": %d}",
+        "\"bandwidth_seconds\": %g, \"warmup_seconds\": %g, \"engine_threads\": %d, "
+        "\"stream_messages\": %d, \"stream_runs\": %d, \"mixed_calls_max\": %d, "
+        "\"mixed_seconds_max\": %g}",
         FLAGS_host, provider == nullptr ? "" : provider, FLAGS_warmup_calls, FLAGS_latency_calls,
         FLAGS_latency_seconds, FLAGS_rate_seconds, FLAGS_bandwidth_seconds, FLAGS_warmup_seconds,
-        FLAGS_engine_threads);
+        FLAGS_engine_threads, FLAGS_stream_messages, FLAGS_stream_runs, FLAGS_mixed_calls,
+        FLAGS_mixed_seconds);
     const std::string time_utc =
         absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
     absl::Status status = WriteFile(FLAGS_json_out, Json(all, figures, time_utc, config));

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # rpc_bench_smoke: starts `rpc_bench --mode=server` (rdmarpc only) on
-# 127.0.0.1, runs the client for one size with a few calls and every mode,
-# and checks the JSON has each figure with the counts asked for. Numbers are
-# not judged: this is not a benchmark, only proof the tool works.
+# 127.0.0.1, runs the client for one size with a few calls and the unary
+# modes, then once more with --modes=stream,mixed (short streams, a short
+# phase next to 64 MiB calls), and checks the JSON has each figure with the
+# counts asked for and sane values (messages > 0, p50 <= p99 <= p99.9).
+# Numbers are not judged: this is not a benchmark, only proof the tool works.
 #   smoke_test.sh path/to/rpc_bench
 set -euo pipefail
 bench=$1
@@ -33,7 +35,14 @@ expect_bad_flag "--duration must be >= 0 seconds (0 = until SIGINT/SIGTERM), got
 expect_bad_flag "--connect_timeout_ms must be >= 1, got 0" \
   --mode=client --systems=rdmarpc --port=1 --connect_timeout_ms=0
 expect_bad_flag "--sizes: 'abc' is not a size" --mode=client --systems=rdmarpc --port=1 --sizes=abc
-"$bench" --mode=server --systems=rdmarpc --host=127.0.0.1 --port=0 --duration=50 \
+expect_bad_flag "--modes: unknown 'streams', expected one of latency,rate,bandwidth,budget,stream,mixed" \
+  --mode=client --systems=rdmarpc --port=1 --modes=stream,streams
+expect_bad_flag "1 <= --stream_runs <= 100 (0)" --mode=client --systems=rdmarpc --port=1 --stream_runs=0
+expect_bad_flag "1 <= --mixed_large_size <= 83881984 (83886080)" \
+  --mode=client --systems=rdmarpc --port=1 --mixed_large_size=83886080
+expect_bad_flag "--stream_sizes: '67108864' is not a size in bytes from 0 to 67104768" \
+  --mode=client --systems=rdmarpc --port=1 --stream_sizes=32,67108864
+"$bench" --mode=server --systems=rdmarpc --host=127.0.0.1 --port=0 --duration=100 \
   >"$dir/server.log" 2>"$dir/server.err.log" &
 server_pid=$!
 port=""
@@ -76,6 +85,46 @@ grep -q '"send_wrs_per_call": \([2-9]\|[1-9][0-9]\)' <<<"$json" || fail "send_wr
 grep -q '^32 [0-9.e+-]* [0-9.e+-]* NaN NaN$' "$dir/latency.dat" || fail "latency.dat: $(cat "$dir/latency.dat")"
 grep -q 'rdmarpc/' "$dir/client.log" && fail "ratio column printed with one system"
 grep -q '^latency 32 B p50' "$dir/client.log" || fail "no table in the client output"
+# Streaming and mixed, on the same server: two short streams per size, and
+# 32 B calls alone then next to the default 64 MiB calls (over the default
+# 64 MiB max_message_bytes: the server's and the mixed channel's limit is
+# 80 MiB).
+timeout 50 "$bench" --mode=client --systems=rdmarpc --host=127.0.0.1 --port="$port" \
+  --modes=stream,mixed --stream_sizes=32,4096 --stream_messages=500 --stream_runs=2 \
+  --mixed_calls=200 --mixed_seconds=0.2 --warmup_calls=2 \
+  --json_out="$dir/stream.json" >"$dir/stream_client.log" 2>"$dir/stream_client.err.log" \
+  || fail "stream/mixed client failed"
+json=$(tr -d '\n' <"$dir/stream.json")
+num='[0-9.e+-]*'
+# Every value of "FIELD": in the text $2 is > 0 (and there is one).
+positive() {
+  local values
+  values=$(grep -o "\"$1\": $num" <<<"$2" | sed 's/.*: //')
+  [[ -n "$values" ]] || fail "no $1 in: $2"
+  awk '$1 <= 0 { bad = 1 } END { exit bad }' <<<"$values" || fail "$1 not > 0: $values"
+}
+for size in 32 4096; do
+  expect "{\"size_bytes\": $size, \"runs\": 2, \"messages_per_run\": 500, \"run_seconds\": \[$num, $num\], \"median_seconds\": $num, \"messages_per_s\": $num, \"mb_per_s\": $num}"
+done
+positive messages_per_s "$json"
+positive mb_per_s "$json"
+positive median_seconds "$json"
+expect '"mixed": {"small_size_bytes": 32, "large_size_bytes": 67108864, "pool_size": 1,'
+expect "\"large_calls\": [1-9][0-9]*, \"large_seconds\": $num, \"large_calls_per_s\": $num, \"large_gb_per_s\": $num}"
+positive large_gb_per_s "$json"
+# Each phase: at least one timed call and 0 < p50 <= p99 <= p99.9 <= max.
+value() { sed -n "s/.*\"$1\": \($num\).*/\1/p" <<<"$2"; }
+for phase in alone loaded; do
+  fields=$(sed -n "s/.*\"$phase\": {\([^}]*\)}.*/\1/p" <<<"$json")
+  [[ -n "$fields" ]] || fail "JSON lacks mixed.$phase"
+  awk -v calls="$(value calls "$fields")" -v p50="$(value p50_us "$fields")" \
+      -v p99="$(value p99_us "$fields")" -v p999="$(value p999_us "$fields")" \
+      -v max="$(value max_us "$fields")" \
+      'BEGIN { exit !(calls >= 1 && p50 > 0 && p50 <= p99 && p99 <= p999 && p999 <= max) }' \
+    || fail "mixed.$phase not ordered: $fields"
+done
+grep -q '^stream 4 KiB messages  *msg/s' "$dir/stream_client.log" || fail "no stream rows in the table"
+grep -q '^mixed 32 B p99 +64 MiB  *us' "$dir/stream_client.log" || fail "no mixed rows in the table"
 # The server stops cleanly at SIGTERM (exit 0; under ASan, no report).
 kill -TERM "$server_pid"
 server_rc=0

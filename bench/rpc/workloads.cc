@@ -1,5 +1,5 @@
-// workloads.cc: latency, closed-loop throughput and verbs budget
-// (workloads.h).
+// workloads.cc: latency, closed-loop throughput, verbs budget, server
+// streaming and small calls next to large ones (workloads.h).
 #include "bench/rpc/workloads.h"
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -255,6 +256,179 @@ absl::StatusOr<BudgetResult> MeasureBudget(EchoClient& client, const BudgetRun& 
   r.calls = calls;
   r.client = client_after - client_before;
   r.server = *server_after - *server_before;
+  return r;
+}
+
+StreamResult SummariseStreamRuns(size_t size, uint64_t messages,
+                                 const std::vector<double>& run_seconds) {
+  StreamResult r;
+  r.size_bytes = size;
+  r.messages_per_run = messages;
+  r.run_seconds = run_seconds;
+  std::vector<double> sorted = run_seconds;
+  std::sort(sorted.begin(), sorted.end());
+  r.median_seconds = Percentile(sorted, 0.5);
+  if (r.median_seconds > 0) {
+    r.messages_per_s = static_cast<double>(messages) / r.median_seconds;
+    r.mb_per_s = r.messages_per_s * static_cast<double>(size) / 1e6;
+  }
+  return r;
+}
+
+absl::StatusOr<StreamResult> MeasureStream(EchoClient& client, size_t size, uint64_t messages,
+                                           int runs) {
+  const std::string expected = MakeRequest(size).payload();
+  // One stream of `count` messages; its seconds from opening to status.
+  auto read = [&](uint64_t count) -> absl::StatusOr<double> {
+    StreamRequest request;
+    request.set_count(count);
+    request.set_size(size);
+    uint64_t received = 0;
+    const Clock::time_point start = Clock::now();
+    absl::Status status = client.ReadStream(request, [&](const EchoResponse& m) -> absl::Status {
+      if (m.payload().size() != size || (received == 0 && m.payload() != expected)) {
+        return absl::DataLossError(absl::StrCat("stream message ", received, " has ",
+                                                m.payload().size(), " bytes, not the ", size,
+                                                " asked for (or different bytes)"));
+      }
+      ++received;
+      return absl::OkStatus();
+    });
+    const double seconds = SecondsSince(start);
+    if (!status.ok()) return status;
+    if (received != count) {
+      return absl::DataLossError(
+          absl::StrCat("stream of ", count, " messages ended OK after ", received));
+    }
+    return seconds;
+  };
+  absl::StatusOr<double> warm = read(100);
+  if (!warm.ok()) return warm.status();
+  std::vector<double> run_seconds;
+  for (int i = 0; i < runs; ++i) {
+    absl::StatusOr<double> seconds = read(messages);
+    if (!seconds.ok()) return seconds.status();
+    run_seconds.push_back(*seconds);
+  }
+  return SummariseStreamRuns(size, messages, run_seconds);
+}
+
+namespace {
+
+// Blocking calls of one size back to back on a thread of its own, from
+// construction until Stop (or the first failure).
+class LargeCallLoad {
+ public:
+  LargeCallLoad(EchoClient* client, size_t size)
+      : client_(client), request_(MakeRequest(size)), thread_([this] { Run(); }) {}
+  ~LargeCallLoad() { Stop().IgnoreError(); }
+
+  // Calls completed so far and when the last of them did.
+  struct Progress {
+    uint64_t calls = 0;
+    Clock::time_point last_end;
+  };
+  // Waits until more than `calls` calls completed or the thread ended, up
+  // to `timeout`; returns the progress then.
+  Progress WaitForMoreThan(uint64_t calls, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto more = [this, calls]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return completed_ > calls || ended_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&more), timeout);
+    return Progress{completed_, last_end_};
+  }
+  // Ends the loop after the call in flight, joins the thread, and returns
+  // the first failure. Idempotent.
+  absl::Status Stop() {
+    stop_.store(true, std::memory_order_relaxed);
+    if (thread_.joinable()) thread_.join();
+    absl::MutexLock lock(&mu_);
+    return error_;
+  }
+
+ private:
+  void Run() {
+    EchoResponse response;
+    while (!stop_.load(std::memory_order_relaxed)) {
+      response.Clear();
+      absl::Status status = client_->Echo(request_, &response);
+      const Clock::time_point end = Clock::now();
+      if (status.ok() && response.payload().size() != request_.payload().size()) {
+        status = absl::DataLossError(absl::StrCat("sent ", request_.payload().size(),
+                                                  " bytes, echo has ", response.payload().size()));
+      }
+      absl::MutexLock lock(&mu_);
+      if (!status.ok()) {
+        error_ = status;
+        break;
+      }
+      ++completed_;
+      last_end_ = end;
+    }
+    absl::MutexLock lock(&mu_);
+    ended_ = true;
+  }
+
+  EchoClient* const client_;
+  const EchoRequest request_;
+  std::atomic<bool> stop_{false};
+  absl::Mutex mu_;
+  uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
+  Clock::time_point last_end_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: starts once the fields above exist
+};
+
+}  // namespace
+
+absl::StatusOr<MixedResult> MeasureMixed(EchoClient& client, const MixedOptions& options) {
+  MixedResult r;
+  r.small_size_bytes = options.small_size;
+  r.large_size_bytes = options.large_size;
+  {
+    // Registers the large buffers on both sides before anything is timed.
+    EchoRequest request = MakeRequest(options.large_size);
+    EchoResponse response;
+    absl::Status status = client.Echo(request, &response);
+    if (!status.ok()) return status;
+  }
+  absl::StatusOr<LatencyResult> alone = MeasureLatency(client, options.small_size, options.small);
+  if (!alone.ok()) return alone.status();
+  r.alone = *alone;
+
+  LargeCallLoad load(&client, options.large_size);
+  // The window of the large calls' throughput runs from one large call's
+  // end to another's, so it holds whole calls only: from the first one's
+  // end until the last one to end while the small calls ran (or the first
+  // to end after them, when none did).
+  constexpr absl::Duration kCallTimeout = absl::Seconds(30);
+  auto no_progress = [&options, kCallTimeout] {
+    return absl::DeadlineExceededError(absl::StrCat("no ", options.large_size,
+                                                    "-byte call completed within ",
+                                                    absl::FormatDuration(kCallTimeout)));
+  };
+  const LargeCallLoad::Progress first = load.WaitForMoreThan(0, kCallTimeout);
+  if (first.calls == 0) {
+    absl::Status status = load.Stop();
+    return status.ok() ? no_progress() : status;
+  }
+  absl::StatusOr<LatencyResult> loaded = MeasureLatency(client, options.small_size, options.small);
+  LargeCallLoad::Progress last = load.WaitForMoreThan(0, absl::ZeroDuration());
+  if (last.calls <= first.calls) last = load.WaitForMoreThan(first.calls, kCallTimeout);
+  absl::Status load_status = load.Stop();
+  if (!loaded.ok()) return loaded.status();
+  if (!load_status.ok()) return load_status;
+  if (last.calls <= first.calls) return no_progress();
+  r.loaded = *loaded;
+  r.large_calls = last.calls - first.calls;
+  r.large_seconds = std::chrono::duration<double>(last.last_end - first.last_end).count();
+  if (r.large_seconds > 0) {
+    r.large_calls_per_s = static_cast<double>(r.large_calls) / r.large_seconds;
+    r.large_gb_per_s =
+        r.large_calls_per_s * 2.0 * static_cast<double>(options.large_size) / 1e9;
+  }
   return r;
 }
 

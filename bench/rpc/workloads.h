@@ -1,4 +1,4 @@
-// workloads.h: the four things rpc_bench measures on an EchoClient. Each
+// workloads.h: the things rpc_bench measures on an EchoClient. Each
 // runs on the calling thread (the closed loops run on the system's
 // completion threads) and returns the client's first failed call status, or
 // DATA_LOSS when an echo does not match what was sent.
@@ -49,6 +49,31 @@ absl::StatusOr<ThroughputResult> MeasureThroughput(const std::vector<EchoClient*
 // UNIMPLEMENTED for a system without counters.
 absl::StatusOr<BudgetResult> MeasureBudget(EchoClient& client, const BudgetRun& run,
                                            uint64_t calls);
+
+// Reads `runs` RpcBench.Stream streams of `messages` messages of `size`
+// bytes, one after another, each timed from opening the stream to its
+// status; every message's size and the first one's bytes are checked.
+// An untimed stream of 100 messages comes first.
+absl::StatusOr<StreamResult> MeasureStream(EchoClient& client, size_t size, uint64_t messages,
+                                           int runs);
+// The figures of StreamResult from its runs' durations (pure; the median
+// by nearest rank).
+StreamResult SummariseStreamRuns(size_t size, uint64_t messages,
+                                 const std::vector<double>& run_seconds);
+
+struct MixedOptions {
+  size_t small_size = 32;
+  size_t large_size = 64 * 1024 * 1024;
+  LatencyOptions small;  // each phase's small calls (alone, then loaded)
+};
+
+// On `client` (which should have one connection: the caller makes it with
+// pool_size 1): one untimed large call, the small calls' latency alone
+// (MeasureLatency), then the same while a second thread makes blocking
+// large calls back to back; the large calls completed while the loaded
+// small calls ran give the throughput. The load thread's first failure is
+// returned (DATA_LOSS for an echo of the wrong size).
+absl::StatusOr<MixedResult> MeasureMixed(EchoClient& client, const MixedOptions& options);
 
 }  // namespace rpcbench
 }  // namespace rdmarpc
