@@ -176,6 +176,9 @@ class Engine {
   // Asks for conn->AfterPollBatch() (re-post receives, send what is queued,
   // one doorbell) once the current loop step ends.
   void MarkTouched(Connection* conn) { touched_.push_back(conn); }
+  // Poller holder only: polls the CQ now and dispatches what it finds (a
+  // connection told of its peer's disconnect takes what arrived first).
+  int PollCompletionsNow() { return PollCq(); }
   // Registers a fd with its own readiness callback (e.g. a listener channel).
   absl::Status WatchFd(int fd, absl::AnyInvocable<void()> on_readable);
   void UnwatchFd(int fd);

@@ -285,6 +285,11 @@ void Connection::OnCmEvent(const CmEvent& ev) {
                                                 ") in state ", ConnStateName(state_))));
       return;
     case RDMA_CM_EVENT_DISCONNECTED:
+      // What the peer sent before it disconnected may sit in the CQ still
+      // (this step polled it before reading cm events): take it first, so a
+      // reply that arrived is delivered rather than failed with the call.
+      engine_->PollCompletionsNow();
+      if (!usable()) return;
       Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
                                                 " lost: peer disconnected")));
       return;
