@@ -11,8 +11,12 @@ namespace rdmarpc {
 namespace internal {
 
 HandlerPool::HandlerPool(int min_threads, int max_threads, const std::string& name,
-                         absl::Duration spin)
-    : min_threads_(min_threads), max_threads_(max_threads), name_(name), spin_(spin) {
+                         absl::Duration spin, absl::Duration idle_exit)
+    : min_threads_(min_threads),
+      max_threads_(max_threads),
+      name_(name),
+      spin_(spin),
+      idle_exit_(idle_exit) {
   absl::MutexLock lock(&mu_);
   for (int i = 0; i < min_threads_; ++i) StartThread();
 }
@@ -85,11 +89,13 @@ bool HandlerPool::TakeTask(absl::AnyInvocable<void() &&>* task, bool extra) {
       if (stopping_) return false;
       if (absl::Now() >= spin_until) {
         ++sleepers_;
-        const absl::Time give_up = absl::Now() + kIdleExit;
+        const absl::Time give_up = absl::Now() + idle_exit_;
         while (queue_.empty() && !stopping_) {
-          if (work_.WaitWithDeadline(&mu_, give_up) && extra && queue_.empty()) {
+          if (!extra) {
+            work_.Wait(&mu_);  // the minimum threads stay, however long idle
+          } else if (work_.WaitWithDeadline(&mu_, give_up) && queue_.empty()) {
             --sleepers_;
-            return false;  // an extra thread idle for kIdleExit
+            return false;  // an extra thread idle for idle_exit_
           }
         }
         --sleepers_;

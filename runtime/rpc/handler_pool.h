@@ -6,7 +6,7 @@
 // `min_threads` threads and adds one (up to `max_threads`) whenever a task
 // is queued while every thread is busy, so blocking handlers do not wait for
 // each other (as gRPC's synchronous server grows its thread pool); threads
-// above the minimum exit after kIdleExit without work. A thread that finds
+// above the minimum exit after a while without work (kIdleExit). A thread that finds
 // the queue empty spins for a short while before it sleeps on the condition
 // variable: a wake-up costs tens of microseconds on these VMs, and under
 // load the next task usually arrives within that window.
@@ -30,10 +30,15 @@ namespace internal {
 
 class HandlerPool {
  public:
+  // Threads above the minimum exit after this long without work (default).
+  static constexpr absl::Duration kIdleExit = absl::Seconds(10);
+
   // Starts `min_threads` (>= 1) threads named `name`-N; grows to at most
   // `max_threads` (>= min_threads). A thread that ran out of work spins up to
-  // `spin` before sleeping.
-  HandlerPool(int min_threads, int max_threads, const std::string& name, absl::Duration spin);
+  // `spin` before sleeping; threads above the minimum exit after
+  // `idle_exit` without work.
+  HandlerPool(int min_threads, int max_threads, const std::string& name, absl::Duration spin,
+              absl::Duration idle_exit = kIdleExit);
   ~HandlerPool();  // Stop()
   HandlerPool(const HandlerPool&) = delete;
   HandlerPool& operator=(const HandlerPool&) = delete;
@@ -48,9 +53,6 @@ class HandlerPool {
   // Threads now (started and not exited).
   int threads() const;
 
-  // Threads above the minimum exit after this long without work.
-  static constexpr absl::Duration kIdleExit = absl::Seconds(10);
-
  private:
   void StartThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run(bool extra);
@@ -61,6 +63,7 @@ class HandlerPool {
   const int max_threads_;
   const std::string name_;
   const absl::Duration spin_;
+  const absl::Duration idle_exit_;
   absl::Mutex mu_;
   std::deque<absl::AnyInvocable<void() &&>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,6 +1,8 @@
 // handler_pool_test.cc: the handler pool on its own.
 #include "runtime/rpc/handler_pool.h"
 
+#include <time.h>
+
 #include <atomic>
 
 #include "absl/synchronization/blocking_counter.h"
@@ -65,6 +67,39 @@ TEST(HandlerPool, NeverRunsMoreThanMaxThreadsAtOnce) {
   pool.Stop();
   EXPECT_EQ(done.load(), 5);
   EXPECT_EQ(peak.load(), 2);
+}
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Regression: once idle longer than the idle-exit time, the minimum threads
+// looped on an expired deadline and burnt a core each.
+TEST(HandlerPool, IdleThreadsSleepAndExtraOnesExit) {
+  HandlerPool pool(2, 4, "test", absl::Microseconds(20), absl::Milliseconds(50));
+  absl::BlockingCounter started(4);
+  absl::Notification release;
+  for (int i = 0; i < 4; ++i) {
+    pool.Submit([&] {
+      started.DecrementCount();
+      release.WaitForNotificationWithTimeout(absl::Seconds(10));
+    });
+  }
+  started.Wait();
+  EXPECT_EQ(pool.threads(), 4);
+  release.Notify();
+  absl::SleepFor(absl::Milliseconds(300));  // well past the idle-exit time
+  EXPECT_EQ(pool.threads(), 2);             // the two extra threads left
+  const double cpu0 = ProcessCpuSeconds();
+  absl::SleepFor(absl::Milliseconds(500));
+  const double cpu = ProcessCpuSeconds() - cpu0;
+  EXPECT_LT(cpu, 0.05) << "idle pool used " << cpu << " s of CPU in 0.5 s";
+  std::atomic<int> runs{0};
+  pool.Submit([&] { runs.fetch_add(1); });  // still serves after the idle spell
+  pool.Stop();
+  EXPECT_EQ(runs.load(), 1);
 }
 
 }  // namespace
