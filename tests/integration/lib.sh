@@ -163,7 +163,6 @@ use_link() {
 }
 
 # link_sum FIELD FILE...: sum of FIELD=N over the softrdma-stats-link lines.
-# (tests/interop/interop_lib.sh has the same helper.)
 link_sum() {
   local field="$1"
   shift

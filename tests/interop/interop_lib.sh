@@ -52,30 +52,4 @@ run_case() {
     fail "$case: last line '$verdict', want 'interop: PASS $case'"
 }
 
-# link_sum FIELD FILE...: sum of FIELD=N over the softrdma-stats-link lines.
-link_sum() {
-  local field="$1"
-  shift
-  cat "$@" 2>/dev/null | grep '^softrdma-stats-link:' |
-    grep -o "\(^\| \)$field=[0-9]*" | sed 's/.*=//' |
-    awk 'BEGIN { n = 0; s = 0 } { s += $1; n++ } END { if (n == 0) exit 1; print s }'
-}
-
-# check_link shm|tcp FILE...: the QPs the processes connected (their
-# softrdma-stats-link lines, printed at exit) all took the named link, and at
-# least one did.
-check_link() {
-  local link="$1"
-  shift
-  local on_shm on_tcp
-  on_shm="$(link_sum qps_on_shm "$@")" || fail "no softrdma-stats-link line in $*"
-  on_tcp="$(link_sum qps_on_tcp "$@")" || fail "no qps_on_tcp counter in $*"
-  echo "link: qps_on_shm=$on_shm qps_on_tcp=$on_tcp"
-  case "$link" in
-    shm) ((on_tcp == 0)) || fail "want every QP on the shared-memory link, $on_tcp on TCP"
-         ((on_shm > 0)) || fail "no QP on the shared-memory link" ;;
-    tcp) ((on_shm == 0)) || fail "want every QP on TCP, $on_shm on the shared-memory link"
-         ((on_tcp > 0)) || fail "no QP on TCP" ;;
-    *) fail "unknown link '$link'" ;;
-  esac
-}
+# link_sum and check_link come from tests/integration/lib.sh.
