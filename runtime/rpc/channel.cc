@@ -8,7 +8,6 @@
 #include "runtime/rpc/channel_impl.h"
 #include "runtime/rpc/metadata.h"
 #include "runtime/rpc/status_payloads.h"
-#include "runtime/verbs/verbs.h"
 
 namespace rdmarpc {
 
@@ -28,23 +27,9 @@ namespace internal {
 
 void ClientCall::OnResponseMetadata(absl::string_view meta) {
   if (context == nullptr) return;
-  Metadata* initial = ClientContextAccess::ServerInitialMetadata(context);
-  Metadata* trailing = ClientContextAccess::ServerTrailingMetadata(context);
-  if (!DecodeResponseMetadata(meta, initial, trailing)) {
-    meta_error = absl::InternalError(absl::StrCat("metadata of ", meta.size(), " bytes from ",
-                                                  *peer, " did not decode"));
-    return;
-  }
-  // Each list on its own, as gRPC bounds each header block.
-  for (const auto& [what, md] : {std::pair<const char*, const Metadata*>{"initial", initial},
-                                 {"trailing", trailing}}) {
-    if (MetadataBytes(*md) > max_metadata_bytes) {
-      meta_error = absl::ResourceExhaustedError(
-          absl::StrCat("server ", what, " metadata of ", MetadataBytes(*md),
-                       " bytes exceeds max_metadata_bytes ", max_metadata_bytes));
-      return;
-    }
-  }
+  meta_error = TakeServerMetadata(meta, *peer, max_metadata_bytes,
+                                  ClientContextAccess::ServerInitialMetadata(context),
+                                  ClientContextAccess::ServerTrailingMetadata(context));
 }
 
 void ClientCall::OnResponse(absl::StatusCode code, absl::string_view message,
@@ -133,7 +118,7 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
         "ChannelOptions: connect_timeout ", absl::FormatDuration(options.connect_timeout),
         " (> 0)"));
   }
-  (void)Verbs();  // choose the provider now, not on the first call
+  ChooseProvider();
   std::unique_ptr<ChannelImpl> impl(new ChannelImpl(std::string(target), options));
   // Client large buffers are cached up to 4 × max message, unbounded in use.
   impl->device_ = std::make_unique<DeviceResources>(0, 256u << 20);

@@ -105,36 +105,17 @@ void ClientStreamState::StartOnEngine(ChannelImpl::Route route, std::string firs
 void ClientStreamState::OnSent() { ClientContextAccess::SetPeer(context_, *peer_); }
 
 void ClientStreamState::OnStreamHeaders(absl::string_view meta) {
-  Metadata* initial = ClientContextAccess::ServerInitialMetadata(context_);
-  if (!DecodeMetadata(meta, initial)) {
-    meta_error_ = absl::InternalError(absl::StrCat("initial metadata of ", meta.size(),
-                                                   " bytes from ", *peer_, " did not decode"));
-  } else if (MetadataBytes(*initial) > channel_->options().max_metadata_bytes) {
-    meta_error_ = absl::ResourceExhaustedError(absl::StrCat(
-        "server initial metadata of ", MetadataBytes(*initial),
-        " bytes exceeds max_metadata_bytes ", channel_->options().max_metadata_bytes));
-  }
+  absl::Status s = TakeServerMetadata(meta, *peer_, channel_->options().max_metadata_bytes,
+                                      ClientContextAccess::ServerInitialMetadata(context_),
+                                      /*trailing=*/nullptr);
+  if (!s.ok()) meta_error_ = std::move(s);
 }
 
 void ClientStreamState::OnResponseMetadata(absl::string_view meta) {
-  Metadata* initial = ClientContextAccess::ServerInitialMetadata(context_);
-  Metadata* trailing = ClientContextAccess::ServerTrailingMetadata(context_);
-  if (!DecodeResponseMetadata(meta, initial, trailing)) {
-    meta_error_ = absl::InternalError(
-        absl::StrCat("metadata of ", meta.size(), " bytes from ", *peer_, " did not decode"));
-  } else {
-    // Each list on its own, as gRPC bounds each header block.
-    const size_t limit = channel_->options().max_metadata_bytes;
-    for (const auto& [what, md] : {std::pair<const char*, const Metadata*>{"initial", initial},
-                                   {"trailing", trailing}}) {
-      if (MetadataBytes(*md) > limit) {
-        meta_error_ = absl::ResourceExhaustedError(
-            absl::StrCat("server ", what, " metadata of ", MetadataBytes(*md),
-                         " bytes exceeds max_metadata_bytes ", limit));
-        return;
-      }
-    }
-  }
+  absl::Status s = TakeServerMetadata(meta, *peer_, channel_->options().max_metadata_bytes,
+                                      ClientContextAccess::ServerInitialMetadata(context_),
+                                      ClientContextAccess::ServerTrailingMetadata(context_));
+  if (!s.ok()) meta_error_ = std::move(s);
 }
 
 void ClientStreamState::OnStreamMessage(absl::string_view payload) {

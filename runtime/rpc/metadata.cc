@@ -2,6 +2,7 @@
 #include "runtime/rpc/metadata.h"
 
 #include <cstdint>
+#include <utility>
 
 #include "absl/base/internal/endian.h"
 #include "absl/strings/escaping.h"
@@ -91,6 +92,26 @@ bool DecodeMetadata(absl::string_view bytes, Metadata* md) {
   }
   md->merge(decoded);
   return true;
+}
+
+absl::Status TakeServerMetadata(absl::string_view bytes, absl::string_view peer, size_t limit,
+                                Metadata* initial, Metadata* trailing) {
+  const bool decoded = trailing != nullptr ? DecodeResponseMetadata(bytes, initial, trailing)
+                                           : DecodeMetadata(bytes, initial);
+  if (!decoded) {
+    return absl::InternalError(absl::StrCat(trailing != nullptr ? "" : "initial ",
+                                            "metadata of ", bytes.size(), " bytes from ", peer,
+                                            " did not decode"));
+  }
+  for (const auto& [what, md] : {std::pair<const char*, const Metadata*>{"initial", initial},
+                                 {"trailing", trailing}}) {
+    if (md != nullptr && MetadataBytes(*md) > limit) {
+      return absl::ResourceExhaustedError(absl::StrCat("server ", what, " metadata of ",
+                                                       MetadataBytes(*md),
+                                                       " bytes exceeds max_metadata_bytes ", limit));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string EncodeResponseMetadata(const Metadata& initial, const Metadata& trailing) {

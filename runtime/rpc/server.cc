@@ -95,7 +95,7 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
   }
   absl::StatusOr<ResolvedAddress> addr = ParseHostPort(listen_address, /*allow_port_zero=*/true);
   if (!addr.ok()) return addr.status();
-  (void)Verbs();
+  ChooseProvider();
   device_ = std::make_unique<DeviceResources>(options_.large_buffer_pool_bytes,
                                               options_.large_buffer_pool_bytes);
   const int handler_threads =
@@ -384,6 +384,20 @@ void ServerImpl::Dispatch(Worker* worker, Connection* conn, const IncomingReques
 
 namespace {
 
+// The handler's initial and trailing metadata for its answer, encoded; when
+// an entry breaks gRPC's rules, none, and `*status` becomes why (INTERNAL).
+std::string EncodeHandlerMetadata(const Metadata& initial, const Metadata& trailing,
+                                  absl::Status* status) {
+  if (initial.empty() && trailing.empty()) return std::string();
+  absl::Status md = ValidateMetadata(initial, ~size_t{0}, "server initial metadata");
+  if (md.ok()) md = ValidateMetadata(trailing, ~size_t{0}, "server trailing metadata");
+  if (!md.ok()) {
+    *status = std::move(md);
+    return std::string();
+  }
+  return EncodeResponseMetadata(initial, trailing);
+}
+
 absl::Time DeadlineFrom(uint64_t timeout_us) {
   return timeout_us == kNoTimeout ? absl::InfiniteFuture()
                                   : absl::Now() + absl::Microseconds(timeout_us);
@@ -539,16 +553,7 @@ void ServerImpl::FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status sta
                                   ? none
                                   : ServerContextAccess::InitialMetadata(&call->context);
     const Metadata& trailing = ServerContextAccess::TrailingMetadata(&call->context);
-    std::string meta;
-    if (!initial.empty() || !trailing.empty()) {
-      absl::Status md = ValidateMetadata(initial, ~size_t{0}, "server initial metadata");
-      if (md.ok()) md = ValidateMetadata(trailing, ~size_t{0}, "server trailing metadata");
-      if (md.ok()) {
-        meta = EncodeResponseMetadata(initial, trailing);
-      } else {
-        status = std::move(md);
-      }
-    }
+    std::string meta = EncodeHandlerMetadata(initial, trailing, &status);
     call->conn->SendResponse(call->token, status.code(), std::string(status.message()),
                              status.ok() ? std::string() : EncodeStatusPayloads(status),
                              std::move(meta));
@@ -578,17 +583,8 @@ void ServerImpl::SendReply(Connection* conn, const RequestToken& token, absl::St
                            const ServerContext* context) {
   std::string meta;
   if (context != nullptr) {
-    const Metadata& initial = ServerContextAccess::InitialMetadata(context);
-    const Metadata& trailing = ServerContextAccess::TrailingMetadata(context);
-    if (!initial.empty() || !trailing.empty()) {
-      absl::Status md = ValidateMetadata(initial, ~size_t{0}, "server initial metadata");
-      if (md.ok()) md = ValidateMetadata(trailing, ~size_t{0}, "server trailing metadata");
-      if (md.ok()) {
-        meta = EncodeResponseMetadata(initial, trailing);
-      } else {
-        status = std::move(md);
-      }
-    }
+    meta = EncodeHandlerMetadata(ServerContextAccess::InitialMetadata(context),
+                                 ServerContextAccess::TrailingMetadata(context), &status);
   }
   if (!status.ok()) {
     // Binary details travel as the payload of the error response.

@@ -307,7 +307,7 @@ int modify_srq(ibv_srq* srq, ibv_srq_attr* srq_attr, int srq_attr_mask);
 int query_srq(ibv_srq* srq, ibv_srq_attr* srq_attr);
 int destroy_srq(ibv_srq* srq);
 
-// --- memory windows (added with issue 3) -----------------------------------------
+// --- memory windows ----------------------------------------------------------------
 // The same as the verbs.h inlines ibv_alloc_mw / ibv_dealloc_mw / ibv_bind_mw,
 // which reach these through the context's ops (see the notes above).
 // alloc_mw: NULL/EINVAL for a type other than IBV_MW_TYPE_1/2. bind_mw: 0, or

@@ -6,6 +6,8 @@
 namespace rdmarpc {
 namespace internal {
 
+void ChooseProvider() { (void)Verbs(); }
+
 DeviceResources::DeviceResources(size_t large_limit_bytes, size_t large_keep_bytes)
     : large_limit_bytes_(large_limit_bytes), large_keep_bytes_(large_keep_bytes) {}
 

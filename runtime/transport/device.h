@@ -20,6 +20,10 @@
 namespace rdmarpc {
 namespace internal {
 
+// Chooses the verbs provider (rdma-core or softrdma, see verbs.h) now, so
+// the choice is logged at start and not made by the first call. Any thread.
+void ChooseProvider();
+
 class DeviceResources {
  public:
   // `large_limit_bytes`: most registered memory for rendezvous (0 = none).

@@ -1,6 +1,6 @@
 // transport_stats.h: process-wide counters of work the transport does per
 // call that the verbs counters cannot see, read by bench/rpc_bench for the
-// per-call budget (issue 4: "bytes the runtime copied, serialisation aside").
+// per-call budget ("bytes the runtime copied, serialisation aside").
 //
 // Counters are relaxed atomics, safe to read and bump from any thread; a read
 // is a snapshot, not a consistent cut across counters.

@@ -79,8 +79,8 @@ struct VerbsApi {
   uint16_t (*get_dst_port)(rdma_cm_id* id);
   sockaddr* (*get_peer_addr)(rdma_cm_id* id);
 
-  // Added with issue 3 (SRQs, async events, QP state, QPs without rdma_cm),
-  // for the conformance tests (ibv_post_srq_recv is a verbs.h inline; query_qp
+  // SRQs, async events, QP state, QPs without rdma_cm: for the conformance
+  // tests (ibv_post_srq_recv is a verbs.h inline; query_qp
   // reports the caps the provider granted). Memory windows need no entries: ibv_alloc_mw,
   // ibv_bind_mw and ibv_dealloc_mw are verbs.h inlines through context ops.
   int (*get_async_event)(ibv_context* context, ibv_async_event* event);

@@ -1,4 +1,4 @@
-// Concurrency of the caller-polls completion design (issue 4): blocking and
+// Concurrency of the caller-polls completion design: blocking and
 // async calls from many threads on one Channel, callbacks run by whichever
 // thread polls, deadlines that expire while another thread leads the poller,
 // links dropped while callers poll, and keepalive against a slow but live

@@ -1,4 +1,4 @@
-// The per-call budget of the hot path (issue 4, items 5-6), read from
+// The per-call budget of the hot path, read from
 // softrdma's verbs counters and the transport's own counters: after warm-up,
 // a small call costs one ibv_post_send per message, one ibv_post_recv per 16
 // messages, one signalled send WR in 16, no memory registration and no
