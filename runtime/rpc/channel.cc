@@ -56,6 +56,28 @@ void ClientCall::OnResponse(absl::StatusCode code, absl::string_view message,
   Finish(absl::OkStatus());
 }
 
+void ClientCall::OnResponseInBuffer(absl::StatusCode code, absl::string_view message,
+                                    absl::string_view payload, PooledBuffer* buffer) {
+  if (waiter == nullptr || code != absl::StatusCode::kOk || !meta_error.ok() || !*buffer) {
+    OnResponse(code, message, payload);
+    return;
+  }
+  deferred_response = std::move(*buffer);
+  deferred_payload = payload;
+  Finish(absl::OkStatus());
+}
+
+absl::Status ClientCall::ParseDeferredResponse() {
+  const bool parsed =
+      response->ParseFromArray(deferred_payload.data(), static_cast<int>(deferred_payload.size()));
+  const size_t size = deferred_payload.size();
+  deferred_response.reset();
+  deferred_payload = absl::string_view();
+  if (parsed) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("response of ", size, " bytes to ", method,
+                                          " did not parse as ", response->GetTypeName()));
+}
+
 void ClientCall::OnFailure(absl::Status status) { Finish(std::move(status)); }
 
 void ClientCall::Finish(absl::Status status) {

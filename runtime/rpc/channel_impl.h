@@ -73,6 +73,16 @@ class ClientCall final : public ResponseSink, public CallCanceller {
   }
   void OnResponse(absl::StatusCode code, absl::string_view message,
                   absl::string_view payload) override;
+  // Synchronous calls keep a large OK response's buffer and parse it on the
+  // caller's thread (ParseDeferredResponse), not on the thread polling the
+  // channel: a parse of megabytes would hold up every call it serves.
+  void OnResponseInBuffer(absl::StatusCode code, absl::string_view message,
+                          absl::string_view payload, PooledBuffer* buffer) override;
+  // The caller's thread, after the call ended OK with a deferred response:
+  // parses it into `response`; INTERNAL when it does not parse.
+  absl::Status ParseDeferredResponse();
+  PooledBuffer deferred_response;
+  absl::string_view deferred_payload;
   void OnFailure(absl::Status status) override;
   // TryCancel (any thread): posts OnCancelRequested to the call's engine.
   void RequestCancel() override;

@@ -375,7 +375,10 @@ void ServerImpl::Dispatch(Worker* worker, Connection* conn, const IncomingReques
                        std::string());
     return;
   }
-  if (handler->run_inline()) {
+  // A request pulled by rendezvous goes to the pool even for a run_inline
+  // method: parsing, handling and serialising megabytes is blocking work
+  // for the worker, which serves every other call on its connections.
+  if (handler->run_inline() && req.payload_buffer == nullptr) {
     RunInline(worker, conn, req, &it->first, handler);
   } else {
     SubmitToPool(worker, conn, req, &it->first, handler);
@@ -464,13 +467,20 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
     call->stream->OnMessage(req.payload, req.has_message, req.end_stream);
   } else {
     call->request = handler->NewRequest();
-    // Parsed here: the receive buffer is re-posted once this step ends.
-    if (!call->request->ParseFromArray(req.payload.data(),
-                                       static_cast<int>(req.payload.size()))) {
+    if (req.payload_buffer != nullptr && *req.payload_buffer) {
+      // Pulled into a registered buffer of its own: keep it and parse on
+      // the pool thread (RunOnPool).
+      call->request_buffer = std::move(*req.payload_buffer);
+      call->request_payload = req.payload;
+    } else if (!call->request->ParseFromArray(req.payload.data(),
+                                              static_cast<int>(req.payload.size()))) {
+      // Parsed here: the receive buffer is re-posted once this step ends.
       SendReply(conn, req.token, ParseFailure(req, *method, *call->request), nullptr);
       return;
     }
     call->response = handler->NewResponse();
+    call->large_pool = conn->large_pool();
+    call->eager_limit = conn->eager_limit();
   }
   call->worker = worker;
   call->conn = conn;
@@ -513,8 +523,16 @@ void ServerImpl::RunOnPool(std::unique_ptr<PoolCall> call) {
       ServerStream stream(call->stream.get());
       status = call->handler->InvokeStream(&call->context, &stream);
       if (absl::Status failure = call->stream->failure(); !failure.ok()) status = failure;
+    } else if (call->request_buffer &&
+               !call->request->ParseFromArray(call->request_payload.data(),
+                                              static_cast<int>(call->request_payload.size()))) {
+      status = absl::InternalError(absl::StrCat("request of ", call->request_payload.size(),
+                                                " bytes to ", *call->method, " did not parse as ",
+                                                call->request->GetTypeName()));
     } else {
+      call->request_buffer.reset();
       status = call->handler->Invoke(&call->context, *call->request, call->response.get());
+      if (status.ok()) SerializeLargeResponse(call.get());
     }
     running_handlers_.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -559,7 +577,28 @@ void ServerImpl::FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status sta
                              std::move(meta));
     return;
   }
+  if (call->response_buffer && status.ok()) {
+    call->conn->SendRegisteredResponse(call->token, std::move(call->response_buffer),
+                                       call->response_size);
+    return;
+  }
   SendReply(call->conn, call->token, std::move(status), call->response.get(), &call->context);
+}
+
+void ServerImpl::SerializeLargeResponse(PoolCall* call) {
+  if (call->large_pool == nullptr ||
+      !ServerContextAccess::InitialMetadata(&call->context).empty() ||
+      !ServerContextAccess::TrailingMetadata(&call->context).empty()) {
+    return;  // SendReply on the worker handles metadata
+  }
+  const size_t size = call->response->ByteSizeLong();
+  if (size + kWireHeaderBytes <= call->eager_limit || size > options_.max_message_bytes) return;
+  absl::StatusOr<LargeBuffer*> buf = call->large_pool->Get(kRegisteredResponseOffset + size);
+  if (!buf.ok()) return;  // SendReply tries again, then queues it as bytes
+  call->response->SerializeWithCachedSizesToArray(
+      reinterpret_cast<uint8_t*>((*buf)->data + kRegisteredResponseOffset));
+  call->response_buffer = PooledBuffer(call->large_pool, *buf);
+  call->response_size = size;
 }
 
 absl::Status ServerImpl::TakeClientMetadata(const IncomingRequest& req,

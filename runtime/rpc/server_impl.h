@@ -63,6 +63,19 @@ class ServerImpl final : public CmEventHandler {
     std::atomic<bool> started{false};
     // Streaming calls: the stream the handler reads and writes.
     std::unique_ptr<ServerStreamState> stream;
+    // A unary request pulled by rendezvous: its registered buffer and the
+    // payload in it, parsed on the pool thread (a parse of megabytes would
+    // hold up every connection of the worker).
+    PooledBuffer request_buffer;
+    absl::string_view request_payload;
+    // A large OK response without metadata, serialised on the pool thread
+    // into registered memory at kRegisteredResponseOffset (`response_size`
+    // bytes); the worker only posts it. `large_pool` and `eager_limit` are
+    // the connection's, taken at dispatch.
+    LargeBufferPool* large_pool = nullptr;
+    size_t eager_limit = 0;
+    PooledBuffer response_buffer;
+    size_t response_size = 0;
   };
   // Per worker: its connections and the dispatch upcall.
   struct Worker final : ConnectionHandler {
@@ -109,6 +122,9 @@ class ServerImpl final : public CmEventHandler {
   void RunOnPool(std::unique_ptr<PoolCall> call);
   // Worker: answers a pool call whose handler returned `status`.
   void FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status status);
+  // Pool thread, after an OK handler: a response above the eager limit
+  // (and without metadata) is serialised into call->response_buffer.
+  void SerializeLargeResponse(PoolCall* call);
   // Worker: the answer of a call, serialised straight into registered
   // memory where it fits (see Connection::TrySendResponseInPlace).
   void SendReply(Connection* conn, const RequestToken& token, absl::Status status,

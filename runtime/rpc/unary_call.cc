@@ -121,6 +121,7 @@ absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method, Clien
   call.waiter = &waiter;
   call.result = &result;
   impl->RunBlocking(&call);
+  if (result.ok() && call.deferred_response) return call.ParseDeferredResponse();
   return result;
 }
 

@@ -133,15 +133,12 @@ void Connection::CancelCall(uint32_t handle) {
 }
 
 void Connection::OnCancelFrame(const Imm& imm) {
-  for (ReadCtx& ctx : pending_reads_) {
+  for (auto& [id, ctx] : reads_) {
     if (ctx.is_request && ctx.token.slot == imm.slot && ctx.token.generation == imm.generation) {
+      // No more of it is pulled; answered CANCELLED once its pieces in
+      // flight ended (PostRendezvousChunks, OnChunkDone).
       ctx.cancelled = true;
-      return;
-    }
-  }
-  for (auto& [seq, ctx] : reads_) {
-    if (ctx.is_request && ctx.token.slot == imm.slot && ctx.token.generation == imm.generation) {
-      ctx.cancelled = true;
+      if (ctx.progress.outstanding == 0 && !ctx.progress.all_posted()) Touch();
       return;
     }
   }

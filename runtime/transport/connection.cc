@@ -402,7 +402,7 @@ void Connection::MaybeFinishCloseWhenSent() {
   // Delivered means: nothing queued, the peer pulled (and released) every
   // buffer we exposed to it, and we pulled what it exposed to us.
   if (!close_when_sent_ || !usable() || !out_queue_.empty() || !qp_ || !exposed_.empty() ||
-      !reads_.empty() || !pending_reads_.empty()) {
+      !reads_.empty() || !pushes_.empty()) {
     return;
   }
   if (!drain_marker_posted_) {
@@ -469,20 +469,21 @@ void Connection::Destroy() {
   id_.reset();
   engine_->ReleaseCqEntries(cq_entries_);
   cq_entries_ = 0;
-  for (auto& [seq, ctx] : reads_) {
+  for (auto& [id, ctx] : reads_) {
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
   }
   reads_.clear();
-  for (ReadCtx& ctx : pending_reads_) {
+  for (auto& [id, ctx] : pushes_) {
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
   }
-  pending_reads_.clear();
+  pushes_.clear();
+  transfer_queue_.clear();
+  chunks_in_flight_ = 0;
   for (auto& [id, ctx] : delayed_reads_) {
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
   }
   delayed_reads_.clear();
   for (SqEntry& e : sq_ring_) {
-    if (e.large != nullptr && pool_ != nullptr) pool_->Put(e.large);
     e = SqEntry{};
   }
   for (auto& [handle, bufs] : quarantine_) {

@@ -37,6 +37,11 @@
 namespace rdmarpc {
 namespace internal {
 
+// The flags' values (rendezvous.cc), clamped to at least 1; each at most
+// kSendQueueDepth / 4 pieces in flight.
+size_t DefaultRendezvousChunkBytes();
+int DefaultRendezvousChunksInFlight();
+
 struct ConnectionOptions {
   size_t eager_limit_bytes = 8 * 1024;
   size_t recv_buffer_bytes = 8 * 1024;  // our receive buffers (advertised)
@@ -47,6 +52,13 @@ struct ConnectionOptions {
   // the server (keepalive.cc) so a silently dead one fails the calls with
   // UNAVAILABLE after the QP's transport timeout. Zero turns it off.
   absl::Duration keepalive_interval = absl::Seconds(1);
+  // Rendezvous payloads move in pieces of this many bytes, at most
+  // `rendezvous_chunks_in_flight` pieces per connection at once, so frames
+  // of other calls and streams go out between them (defaults and why in
+  // transport.h: kRendezvousChunkBytes; --rdmarpc_rendezvous_chunk_bytes and
+  // --rdmarpc_rendezvous_chunks_in_flight override them process-wide).
+  size_t rendezvous_chunk_bytes = DefaultRendezvousChunkBytes();
+  int rendezvous_chunks_in_flight = DefaultRendezvousChunksInFlight();
   // Test hook (server): asked once per rendezvous request; a positive result
   // delays posting its RDMA READ by that much (timer, engine keeps running).
   absl::Duration (*request_read_delay)() = nullptr;
@@ -85,6 +97,14 @@ class ResponseSink {
   // `message` and `payload` are valid during the call only.
   virtual void OnResponse(absl::StatusCode code, absl::string_view message,
                           absl::string_view payload) = 0;
+  // As OnResponse, for a response that arrived by rendezvous: `payload`
+  // lies in `*buffer`, which the sink may move out and keep (the view then
+  // stays valid while it holds the buffer; e.g. to parse it on another
+  // thread than the engine's). Default: OnResponse.
+  virtual void OnResponseInBuffer(absl::StatusCode code, absl::string_view message,
+                                  absl::string_view payload, PooledBuffer* /*buffer*/) {
+    OnResponse(code, message, payload);
+  }
   // The call failed in the transport (UNAVAILABLE, RESOURCE_EXHAUSTED, ...).
   virtual void OnFailure(absl::Status status) = 0;
 };
@@ -108,6 +128,12 @@ struct IncomingRequest {
   bool stream = false;
   bool has_message = true;
   bool end_stream = true;
+  // Non-null when `payload` was pulled by rendezvous into a registered
+  // buffer of its own: the handler may move the buffer out and keep it
+  // (then `payload`, not `meta`, stays valid while it holds it, e.g. to
+  // parse a large request on another thread). Otherwise freed after
+  // OnRequest.
+  PooledBuffer* payload_buffer = nullptr;
 };
 
 class ConnectionHandler {
@@ -339,6 +365,14 @@ class Connection final : public CmEventHandler {
     uint8_t flags = 0;        // kStreamMessage: kFlagNoMessage, kFlagEndStream
     std::string meta;         // kResponse, kHeaders
   };
+  // How far one rendezvous transfer got (rendezvous.cc moves it in pieces).
+  struct ChunkProgress {
+    uint32_t length = 0;   // bytes to move
+    uint32_t posted = 0;   // bytes posted so far
+    int outstanding = 0;   // pieces posted and not completed
+    bool failed = false;   // a piece completed in error (or was flushed)
+    bool all_posted() const { return posted == length; }
+  };
   struct ReadCtx {
     bool is_request = false;
     LargeBuffer* buffer = nullptr;
@@ -359,11 +393,23 @@ class Connection final : public CmEventHandler {
     uint32_t ref = 0;
     absl::StatusCode code = absl::StatusCode::kOk;
     std::string message;
+    ChunkProgress progress;  // length = remote.length
+  };
+  // A large response pushed into the client's reply buffer: plain RDMA
+  // WRITEs of [first_len, length), then one WRITE_WITH_IMM of [0, first_len)
+  // that carries the header (so the client sees it only once every piece
+  // before it was placed: RC completes in order).
+  struct PushCtx {
+    LargeBuffer* buffer = nullptr;  // header + payload, ours until every piece ended
+    RemoteBuffer remote;            // the client's reply buffer
+    uint32_t first_len = 0;         // bytes the WRITE_WITH_IMM carries
+    uint32_t imm = 0;               // host order
+    ChunkProgress progress;
   };
   struct SqEntry {
     int send_buffer = -1;
-    LargeBuffer* large = nullptr;  // WRITE_WITH_IMM source, put back on completion
-    bool is_read = false;
+    uint64_t bulk_id = 0;          // a rendezvous piece of reads_ / pushes_ (0: none)
+    bool bulk_read = false;
   };
 
   Connection(Engine* engine, DeviceResources* device, const ConnectionOptions& options,
@@ -442,12 +488,19 @@ class Connection final : public CmEventHandler {
   void StartRequestPull(const Imm& imm, const ParsedMessage& m);
   void StartResponsePull(uint32_t handle, const ParsedMessage& m);
   void PostRead(ReadCtx ctx);
-  void FlushReads();
-  void OnReadCompletion(uint64_t seq, const ibv_wc& wc);
+  // Queues a large response for a push into the client's reply buffer.
+  void StartPush(PooledBuffer buffer, uint32_t total, const RemoteBuffer& remote, uint32_t imm);
+  // Posts the next pieces of queued transfers, in order, while fewer than
+  // rendezvous_chunks_in_flight are in flight and the SQ has room.
+  void PostRendezvousChunks();
+  // A piece's completion (or its undo when ibv_post_send refused it).
+  void OnChunkDone(const SqEntry& entry, const ibv_wc* wc);
+  // A pull whose pieces all ended: delivers (or drops) what it read.
+  void OnReadDone(uint64_t id);
   void OnRelease(uint32_t ref);
   void DeliverRequest(const RequestToken& token, absl::string_view method,
                       absl::string_view payload, uint64_t timeout_us, uint8_t flags,
-                      absl::string_view meta);
+                      absl::string_view meta, PooledBuffer* payload_buffer = nullptr);
 
   Engine* const engine_;
   DeviceResources* const device_;
@@ -490,8 +543,17 @@ class Connection final : public CmEventHandler {
   std::vector<PendingWr> batch_;  // WRs waiting for the doorbell
 
   std::deque<OutItem> out_queue_;
-  std::deque<ReadCtx> pending_reads_;
-  absl::flat_hash_map<uint64_t, ReadCtx> reads_;  // by sq sequence
+  // Rendezvous transfers by id, from queued to their last piece's end.
+  absl::flat_hash_map<uint64_t, ReadCtx> reads_;
+  absl::flat_hash_map<uint64_t, PushCtx> pushes_;
+  struct QueuedTransfer {
+    uint64_t id = 0;
+    bool read = false;
+  };
+  // Transfers with pieces left to post, oldest first.
+  std::deque<QueuedTransfer> transfer_queue_;
+  uint64_t next_transfer_id_ = 1;
+  int chunks_in_flight_ = 0;
   // READs held back by the test hook, by a local id.
   absl::flat_hash_map<uint64_t, ReadCtx> delayed_reads_;
   uint64_t next_delayed_ = 1;

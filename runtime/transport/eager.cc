@@ -79,7 +79,7 @@ bool Connection::TrySendResponseInPlace(const RequestToken& token, size_t size,
 
 void Connection::Flush() {
   if (state_ != ConnState::kEstablished && state_ != ConnState::kAccepting) return;
-  FlushReads();
+  PostRendezvousChunks();
   while (!out_queue_.empty() && CanPostMessage()) {
     if (!SendOne(out_queue_.front())) break;
     out_queue_.pop_front();
@@ -302,19 +302,9 @@ bool Connection::SendResponseItem(OutItem& item) {
     // it, and credits must never be lost.
     h.credits = 0;
     EncodePrefix(h, item.message, {}, {}, b->data, item.meta);
-    ibv_sge sge{b->addr(), static_cast<uint32_t>(total), b->lkey()};
-    ibv_send_wr wr{};
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr.imm_data = htonl(EncodeImm({MsgKind::kResponseWritten, item.token.generation,
-                                   item.token.slot}));
-    wr.wr.rdma.remote_addr = item.token.reply_buffer.addr;
-    wr.wr.rdma.rkey = item.token.reply_buffer.rkey;
-    credits_->Consume();
-    SqEntry e;
-    e.large = b.release();
-    PostWr(&wr, e, /*force_signal=*/true);
+    credits_->Consume();  // for the last piece, the WRITE_WITH_IMM
+    StartPush(std::move(b), static_cast<uint32_t>(total), item.token.reply_buffer,
+              EncodeImm({MsgKind::kResponseWritten, item.token.generation, item.token.slot}));
     return true;
   }
   // Expose: the client pulls with RDMA READ and sends kRelease.
@@ -412,12 +402,9 @@ void Connection::Doorbell() {
       const uint64_t seq = --sq_head_;
       SqEntry& e = sq_ring_[seq % kSendQueueDepth];
       if (e.send_buffer >= 0) send_slab_->Put(e.send_buffer);
-      if (e.large != nullptr && pool_ != nullptr) pool_->Put(e.large);
+      const SqEntry undone = e;
       e = SqEntry{};
-      if (auto it = reads_.find(seq); it != reads_.end()) {
-        if (pool_ != nullptr) pool_->Put(it->second.buffer);
-        reads_.erase(it);
-      }
+      if (undone.bulk_id != 0) OnChunkDone(undone, nullptr);
     }
     batch_.clear();
     Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_, ": ",
@@ -438,7 +425,11 @@ void Connection::OnCompletion(const ibv_wc& wc) {
 void Connection::OnSendCompletion(const ibv_wc& wc) {
   const uint64_t seq = wc.wr_id;
   if (seq < sq_tail_ || seq >= sq_head_) return;
-  if (reads_.contains(seq)) OnReadCompletion(seq, wc);
+  if (SqEntry& e = sq_ring_[seq % kSendQueueDepth]; e.bulk_id != 0) {
+    const SqEntry piece = e;
+    e.bulk_id = 0;
+    OnChunkDone(piece, &wc);
+  }
   if (wc.status != IBV_WC_SUCCESS && wc.status != IBV_WC_WR_FLUSH_ERR) {
     // Logged: the peer sees only "peer disconnected", so this side's log is
     // the one place that names the cause (e.g. a transport timeout).
@@ -451,8 +442,11 @@ void Connection::OnSendCompletion(const ibv_wc& wc) {
   for (; sq_tail_ <= seq; ++sq_tail_) {
     SqEntry& e = sq_ring_[sq_tail_ % kSendQueueDepth];
     if (e.send_buffer >= 0 && send_slab_ != nullptr) send_slab_->Put(e.send_buffer);
-    if (e.large != nullptr && pool_ != nullptr) pool_->Put(e.large);
+    const SqEntry retired = e;
     e = SqEntry{};
+    // Every piece is signalled, so this only happens when its own CQE was
+    // lost: count it ended (failed), so its buffer is freed.
+    if (retired.bulk_id != 0) OnChunkDone(retired, nullptr);
   }
   if (close_when_sent_) MaybeFinishCloseWhenSent();
   MaybeFinishClose();
@@ -500,15 +494,21 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
       ReleaseQuarantined(imm->slot, imm->generation);
       return;
     }
-    if (wc.byte_len > s->reply_buffer->capacity) {
+    // The last piece of the push carries the header; the message's size
+    // comes from it (rendezvous.cc: StartPush).
+    absl::StatusOr<size_t> total = EncodedMessageBytes(absl::string_view(
+        s->reply_buffer->data, std::min<size_t>(wc.byte_len, s->reply_buffer->capacity)));
+    if (!total.ok() || *total > s->reply_buffer->capacity || *total < wc.byte_len) {
       // Cannot happen with a correct peer (the device bounds the WRITE by
       // our rkey's region); never leave the call waiting silently.
       Close(absl::UnavailableError(absl::StrCat(
-          "protocol error from ", peer_name_, ": response of ", wc.byte_len,
-          " bytes written into a reply buffer of ", s->reply_buffer->capacity)));
+          "protocol error from ", peer_name_, ": response written into a reply buffer of ",
+          s->reply_buffer->capacity, " bytes (last piece ", wc.byte_len, " bytes): ",
+          total.ok() ? absl::StrCat("message of ", *total, " bytes")
+                     : std::string(total.status().message()))));
       return;
     }
-    bytes = absl::string_view(s->reply_buffer->data, wc.byte_len);
+    bytes = absl::string_view(s->reply_buffer->data, *total);
   } else {
     bytes = absl::string_view(recv_slab_->data(idx), wc.byte_len);
   }
@@ -617,12 +617,11 @@ void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
   }
   if (imm.kind == MsgKind::kResponseWritten) {
     // The payload lives in the reply buffer: deliver before recycling it.
-    LargeBuffer* reply = s->reply_buffer;
+    PooledBuffer reply(pool_, s->reply_buffer);  // the sink may keep it
     s->reply_buffer = nullptr;
     FinishSlot(imm.slot, false);
     if (!m.meta.empty()) sink->OnResponseMetadata(m.meta);
-    sink->OnResponse(code, m.aux, m.payload);
-    if (pool_ != nullptr) pool_->Put(reply);
+    sink->OnResponseInBuffer(code, m.aux, m.payload, &reply);
     return;
   }
   FinishSlot(imm.slot, false);

@@ -176,6 +176,36 @@ absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
   return m;
 }
 
+absl::StatusOr<size_t> EncodedMessageBytes(absl::string_view start) {
+  if (start.size() < kWireHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("message start of ", start.size(),
+                                                   " bytes is shorter than the ",
+                                                   kWireHeaderBytes, "-byte header"));
+  }
+  const char* p = start.data();
+  if (Get<uint16_t>(p) != kHeaderMagic) {
+    return absl::InvalidArgumentError(absl::StrCat("header magic 0x",
+                                                   absl::Hex(Get<uint16_t>(p)), " is not 0x",
+                                                   absl::Hex(kHeaderMagic)));
+  }
+  WireHeader h;
+  h.flags = static_cast<uint8_t>(p[3]);
+  if (h.flags & ~kKnownFlags) {
+    return absl::InvalidArgumentError(absl::StrCat("header has unknown flags 0x",
+                                                   absl::Hex(h.flags)));
+  }
+  h.aux_len = Get<uint16_t>(p + 6);
+  h.payload_len = Get<uint32_t>(p + 12);
+  h.meta_len = Get<uint32_t>(p + 28);
+  const size_t prefix = EncodedPrefixBytes(h);
+  if (prefix > start.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("header announces ", prefix,
+                                                   " bytes of header, aux and descriptors but "
+                                                   "only ", start.size(), " arrived with it"));
+  }
+  return prefix + ((h.flags & kFlagPayloadRemote) ? 0 : size_t{h.payload_len});
+}
+
 bool SplitMetaInPayload(const WireHeader& h, absl::string_view* payload, absl::string_view* meta) {
   if (!(h.flags & kFlagMetaInPayload)) return true;
   if (payload->size() < h.meta_len) return false;

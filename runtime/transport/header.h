@@ -119,6 +119,13 @@ size_t EncodedPrefixBytes(const WireHeader& h);
 size_t EncodePrefix(const WireHeader& h, absl::string_view aux, const RemoteBuffer& payload_remote,
                     const RemoteBuffer& reply_buffer, char* out,
                     absl::string_view meta = absl::string_view());
+// The whole encoded size (prefix + inline payload) of the message whose
+// first bytes are `start` (at least its prefix): how a client learns the
+// size of a response pushed into its reply buffer, whose last piece (the
+// WRITE_WITH_IMM, header first) reports only its own byte_len.
+// INVALID_ARGUMENT as DecodeMessage for a bad header, or when `start` is
+// shorter than the prefix.
+absl::StatusOr<size_t> EncodedMessageBytes(absl::string_view start);
 // Parses `bytes` (one received message). INVALID_ARGUMENT (naming the field
 // and values) for a bad magic, unknown kind, unknown flags, or lengths that
 // overrun `bytes`.

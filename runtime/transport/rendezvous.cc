@@ -1,17 +1,37 @@
 // rendezvous.cc: large payloads. The server pulls a large request with RDMA
 // READ; the client pulls a large response the server exposed (then sends
-// kRelease). Pushes (WRITE_WITH_IMM into the advertised reply buffer) are
-// posted from eager.cc's response path.
+// kRelease); the server pushes a large response into the client's reply
+// buffer (RDMA WRITEs, the last WITH_IMM; queued by eager.cc's response
+// path). Every transfer moves in pieces (transport.h:
+// kRendezvousChunkBytes), posted in order from one queue.
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "runtime/transport/connection.h"
 
+DEFINE_uint64(rdmarpc_rendezvous_chunk_bytes, rdmarpc::internal::kRendezvousChunkBytes,
+              "Bytes per RDMA READ / WRITE piece of an rdmarpc rendezvous transfer (large "
+              "messages move in pieces so small frames of other calls on the connection go "
+              "between them). See transport.h (kRendezvousChunkBytes) for the default.");
+DEFINE_int32(rdmarpc_rendezvous_chunks_in_flight, rdmarpc::internal::kRendezvousChunksInFlight,
+             "Rendezvous pieces an rdmarpc connection keeps in flight at once (1 to 64).");
+
 namespace rdmarpc {
 namespace internal {
+
+size_t DefaultRendezvousChunkBytes() {
+  return std::max<uint64_t>(1, FLAGS_rdmarpc_rendezvous_chunk_bytes);
+}
+
+int DefaultRendezvousChunksInFlight() {
+  return std::clamp(FLAGS_rdmarpc_rendezvous_chunks_in_flight, 1, kSendQueueDepth / 4);
+}
 
 void Connection::StartRequestPull(const Imm& imm, const ParsedMessage& m) {
   RequestToken token;
@@ -128,42 +148,144 @@ void Connection::StartResponsePull(uint32_t handle, const ParsedMessage& m) {
 }
 
 void Connection::PostRead(ReadCtx ctx) {
-  pending_reads_.push_back(std::move(ctx));
-  FlushReads();
+  const uint64_t id = next_transfer_id_++;
+  ctx.progress.length = ctx.remote.length;
+  reads_.emplace(id, std::move(ctx));
+  transfer_queue_.push_back({id, /*read=*/true});
+  PostRendezvousChunks();
 }
 
-void Connection::FlushReads() {
-  // READs need send-queue room but no credit: they consume no receive.
-  while (!pending_reads_.empty() && usable() && qp_ &&
+void Connection::StartPush(PooledBuffer buffer, uint32_t total, const RemoteBuffer& remote,
+                           uint32_t imm) {
+  const uint64_t id = next_transfer_id_++;
+  PushCtx ctx;
+  ctx.remote = remote;
+  ctx.imm = imm;
+  // The header travels in the last piece, whole (chunk sizes below the
+  // eager limit would otherwise split it).
+  ctx.first_len = static_cast<uint32_t>(std::min<size_t>(
+      total, std::max(options_.rendezvous_chunk_bytes, EagerLimit())));
+  ctx.progress.length = total;
+  ctx.buffer = buffer.release();
+  pushes_.emplace(id, ctx);
+  transfer_queue_.push_back({id, /*read=*/false});
+  PostRendezvousChunks();
+}
+
+void Connection::PostRendezvousChunks() {
+  const size_t chunk = std::max<size_t>(1, options_.rendezvous_chunk_bytes);
+  // Pieces need send-queue room; only a push's last piece consumes a
+  // receive at the peer, and its credit was taken when it was queued.
+  while (!transfer_queue_.empty() && usable() && qp_ &&
+         chunks_in_flight_ < options_.rendezvous_chunks_in_flight &&
          sq_head_ - sq_tail_ < static_cast<uint64_t>(kSendQueueDepth)) {
-    ReadCtx ctx = std::move(pending_reads_.front());
-    pending_reads_.pop_front();
-    ibv_sge sge{ctx.buffer->addr(), ctx.remote.length, ctx.buffer->lkey()};
+    const QueuedTransfer q = transfer_queue_.front();
+    ibv_sge sge{};
     ibv_send_wr wr{};
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_READ;
-    wr.wr.rdma.remote_addr = ctx.remote.addr;
-    wr.wr.rdma.rkey = ctx.remote.rkey;
-    const uint64_t seq = sq_head_;
-    reads_.emplace(seq, std::move(ctx));
+    ChunkProgress* progress = nullptr;
+    if (q.read) {
+      auto it = reads_.find(q.id);
+      if (it == reads_.end() || it->second.progress.failed) {
+        transfer_queue_.pop_front();
+        continue;
+      }
+      ReadCtx& ctx = it->second;
+      if (ctx.is_request && ctx.cancelled) {
+        // Abandoned by the client: pull no more of it.
+        transfer_queue_.pop_front();
+        if (ctx.progress.outstanding == 0) OnReadDone(q.id);
+        continue;
+      }
+      progress = &ctx.progress;
+      const uint32_t len =
+          static_cast<uint32_t>(std::min<size_t>(chunk, progress->length - progress->posted));
+      sge = ibv_sge{ctx.buffer->addr() + progress->posted, len, ctx.buffer->lkey()};
+      wr.opcode = IBV_WR_RDMA_READ;
+      wr.wr.rdma.remote_addr = ctx.remote.addr + progress->posted;
+      wr.wr.rdma.rkey = ctx.remote.rkey;
+      progress->posted += len;
+    } else {
+      auto it = pushes_.find(q.id);
+      if (it == pushes_.end() || it->second.progress.failed) {
+        transfer_queue_.pop_front();
+        continue;
+      }
+      PushCtx& ctx = it->second;
+      progress = &ctx.progress;
+      const uint32_t plain = progress->length - ctx.first_len;  // bytes of plain WRITEs
+      if (progress->posted < plain) {
+        const uint32_t len =
+            static_cast<uint32_t>(std::min<size_t>(chunk, plain - progress->posted));
+        const uint64_t off = ctx.first_len + progress->posted;
+        sge = ibv_sge{ctx.buffer->addr() + off, len, ctx.buffer->lkey()};
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.wr.rdma.remote_addr = ctx.remote.addr + off;
+        progress->posted += len;
+      } else {
+        sge = ibv_sge{ctx.buffer->addr(), ctx.first_len, ctx.buffer->lkey()};
+        wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        wr.imm_data = htonl(ctx.imm);
+        wr.wr.rdma.remote_addr = ctx.remote.addr;
+        progress->posted += ctx.first_len;
+      }
+      wr.wr.rdma.rkey = ctx.remote.rkey;
+    }
+    if (progress->all_posted()) transfer_queue_.pop_front();
+    ++progress->outstanding;
+    ++chunks_in_flight_;
     SqEntry e;
-    e.is_read = true;
+    e.bulk_id = q.id;
+    e.bulk_read = q.read;
     PostWr(&wr, e, /*force_signal=*/true);
   }
   Doorbell();
 }
 
-void Connection::OnReadCompletion(uint64_t seq, const ibv_wc& wc) {
-  auto node = reads_.extract(seq);
-  ReadCtx& ctx = node.mapped();
-  if (wc.status != IBV_WC_SUCCESS) {
-    LOG_IF(WARNING, wc.status != IBV_WC_WR_FLUSH_ERR)
-        << "RDMA READ of " << ctx.remote.length << " bytes from " << peer_name_
-        << " failed: " << ibv_wc_status_str(wc.status);
-    if (pool_ != nullptr) pool_->Put(ctx.buffer);
-    return;  // OnSendCompletion closes the connection
+void Connection::OnChunkDone(const SqEntry& entry, const ibv_wc* wc) {
+  --chunks_in_flight_;
+  const bool ok = wc != nullptr && wc->status == IBV_WC_SUCCESS;
+  if (!entry.bulk_read) {
+    auto it = pushes_.find(entry.bulk_id);
+    if (it == pushes_.end()) return;
+    PushCtx& ctx = it->second;
+    --ctx.progress.outstanding;
+    if (!ok) ctx.progress.failed = true;
+    if (ctx.progress.outstanding > 0) return;
+    // Nothing of it is in flight: done, failed, or its connection closed
+    // with pieces never posted. The device no longer reads the buffer.
+    if (ctx.progress.all_posted() || ctx.progress.failed || !usable()) {
+      if (pool_ != nullptr) pool_->Put(ctx.buffer);
+      pushes_.erase(it);
+      if (close_when_sent_) MaybeFinishCloseWhenSent();
+    }
+    return;
   }
+  auto it = reads_.find(entry.bulk_id);
+  if (it == reads_.end()) return;
+  ReadCtx& ctx = it->second;
+  --ctx.progress.outstanding;
+  if (!ok) {
+    if (!ctx.progress.failed && wc != nullptr) {
+      LOG_IF(WARNING, wc->status != IBV_WC_WR_FLUSH_ERR)
+          << "RDMA READ of " << ctx.remote.length << " bytes from " << peer_name_
+          << " failed: " << ibv_wc_status_str(wc->status);
+    }
+    ctx.progress.failed = true;  // OnSendCompletion closes the connection
+  }
+  if (ctx.progress.outstanding > 0) return;
+  if (ctx.progress.failed || !usable()) {
+    if (pool_ != nullptr) pool_->Put(ctx.buffer);
+    reads_.erase(it);
+    return;
+  }
+  if (ctx.progress.all_posted() || (ctx.is_request && ctx.cancelled)) OnReadDone(entry.bulk_id);
+}
+
+void Connection::OnReadDone(uint64_t id) {
+  auto node = reads_.extract(id);
+  ReadCtx& ctx = node.mapped();
   if (ctx.stream_message) {
     OnStreamPullDone(ctx, absl::string_view(ctx.buffer->data, ctx.remote.length));
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
@@ -196,8 +318,10 @@ void Connection::OnReadCompletion(uint64_t seq, const ibv_wc& wc) {
                                                 "metadata of ", ctx.header.meta_len)));
       return;
     }
-    DeliverRequest(ctx.token, ctx.method, payload, ctx.timeout_us, flags, meta);
-    if (pool_ != nullptr) pool_->Put(ctx.buffer);
+    // The handler may keep the buffer (and parse it on another thread).
+    PooledBuffer owner(pool_, ctx.buffer);
+    DeliverRequest(ctx.token, ctx.method, payload, ctx.timeout_us, flags, meta, &owner);
+    owner.reset();
     if (stream) RunDeferred(StreamKey(ctx.token.slot, ctx.token.generation));
     return;
   }
@@ -207,6 +331,7 @@ void Connection::OnReadCompletion(uint64_t seq, const ibv_wc& wc) {
   out_queue_.push_back(std::move(rel));
   const uint16_t idx = static_cast<uint16_t>(ctx.handle & 0xFFFF);
   const uint16_t gen = static_cast<uint16_t>(ctx.handle >> 16);
+  PooledBuffer owner(pool_, ctx.buffer);  // the sink may keep it
   if (Slot* s = LiveSlot(idx, gen); s != nullptr) {
     ResponseSink* sink = s->sink;
     FinishSlot(idx, false);
@@ -218,10 +343,9 @@ void Connection::OnReadCompletion(uint64_t seq, const ibv_wc& wc) {
           " bytes is shorter than its metadata of ", ctx.header.meta_len)));
     } else {
       if (!meta.empty()) sink->OnResponseMetadata(meta);
-      sink->OnResponse(ctx.code, ctx.message, payload);
+      sink->OnResponseInBuffer(ctx.code, ctx.message, payload, &owner);
     }
   }
-  if (pool_ != nullptr) pool_->Put(ctx.buffer);
 }
 
 void Connection::OnRelease(uint32_t ref) {
@@ -234,7 +358,7 @@ void Connection::OnRelease(uint32_t ref) {
 
 void Connection::DeliverRequest(const RequestToken& token, absl::string_view method,
                                 absl::string_view payload, uint64_t timeout_us, uint8_t flags,
-                                absl::string_view meta) {
+                                absl::string_view meta, PooledBuffer* payload_buffer) {
   if (handler_ == nullptr) return;
   IncomingRequest req;
   req.method = method;
@@ -245,6 +369,7 @@ void Connection::DeliverRequest(const RequestToken& token, absl::string_view met
   req.stream = (flags & kFlagStream) != 0;
   req.has_message = !(flags & kFlagNoMessage);
   req.end_stream = !req.stream || (flags & kFlagEndStream) != 0;
+  req.payload_buffer = payload_buffer;
   handler_->OnRequest(this, req);
 }
 

@@ -17,10 +17,16 @@
 //    with IBV_WR_RDMA_READ. A client that sends a rendezvous request also
 //    advertises a reply buffer with capacity = encoded request size (the rule:
 //    "a large request usually has a large response, e.g. echo"); the server
-//    pushes a response that fits it with one IBV_WR_RDMA_WRITE_WITH_IMM
-//    (header at offset 0). Otherwise a large response is exposed by the
+//    pushes a response that fits it with RDMA WRITEs ending in one
+//    IBV_WR_RDMA_WRITE_WITH_IMM that carries the header (at offset 0); the
+//    client takes the message's length from that header, not from byte_len.
+//    Otherwise a large response is exposed by the
 //    server and its descriptor sent eagerly; the client pulls it with RDMA
 //    READ and then sends kRelease so the server may reuse that buffer.
+//  * Rendezvous transfers move in pieces (kRendezvousChunkBytes, at most
+//    kRendezvousChunksInFlight per connection), so small frames of other
+//    calls are posted between the pieces of a large one. A pull of a
+//    request cancelled meanwhile stops posting pieces.
 //  * Streams (streams.cc): a request with kFlagStream opens a stream on its
 //    client slot (slot + generation name it both ways). kStreamMessage
 //    frames carry messages either way (eager, or exposed and pulled by RDMA
@@ -168,6 +174,25 @@ inline constexpr int kMaxSlots = 65536;
 // credit and owing one, and both wait forever
 // (Credits.TwoReceivesEachWayMixedSizesNeverDeadlock in rpc_limits_test).
 inline constexpr int kMinRecvDepth = 3;
+// Rendezvous payloads (RDMA READ pulls, RDMA WRITE pushes) move in pieces of
+// this many bytes, at most kRendezvousChunksInFlight pieces per connection
+// at once; eager frames queued meanwhile are posted between pieces, so a
+// small call next to a large transfer waits for at most the bytes in flight
+// (a 64 MiB payload as one WR held every frame behind it for the whole
+// transfer: ~60 ms). Chosen with bench/rpc_bench --modes=mixed (32 B calls
+// next to 64 MiB echoes on one connection, softrdma same-host, Release,
+// 2-vCPU VM under load, one run each; bench/README.md "mixed"): the small
+// calls' p50 follows the bytes in flight (one 64 MiB piece: 1,073 us;
+// 1 MiB x 2: 1,050 us; 256 KiB x 2: 146 us; 64 KiB x 4: 77 us; 64 KiB x 2
+// and 32 KiB x 4: 32 us; 16 KiB x 8: 26 us) while the 64 MiB calls' GB/s
+// stayed within 1.03-1.09 for every size from 16 KiB to 1 MiB. 128 KiB in
+// flight is ~10 us of a 100 Gb/s link: raise it there
+// (--rdmarpc_rendezvous_chunk_bytes, --rdmarpc_rendezvous_chunks_in_flight)
+// when a link idles between pieces.
+inline constexpr size_t kRendezvousChunkBytes = 64 * 1024;
+inline constexpr int kRendezvousChunksInFlight = 2;
+static_assert(kRendezvousChunksInFlight >= 1 && kRendezvousChunksInFlight < kSendQueueDepth / 2,
+              "pieces must leave send-queue room for eager frames");
 // Protocol version spoken on the wire.
 inline constexpr uint16_t kProtocolVersion = 2;
 

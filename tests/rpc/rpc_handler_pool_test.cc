@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
@@ -159,6 +160,53 @@ TEST(HandlerPool, InlineMethodAnswersWithin50MsWhileEveryHandlerThreadIsBusy) {
   EXPECT_LT(probes[probes.size() / 2], absl::Milliseconds(50)) << probes[probes.size() / 2];
   done.Wait();
   EXPECT_EQ(f.service.started_.load(), kSlow);
+}
+
+TEST(HandlerPool, InlineMethodWithARendezvousRequestRunsOnThePoolNotTheWorker) {
+  // A 1 MiB request arrives by rendezvous: parsing and handling it is
+  // blocking work, so even a run_inline method runs it on the pool. Its
+  // handler sleeps 1 s; small inline probes on the same worker meanwhile
+  // answer at once.
+  Fixture f(OneWorker());
+  std::shared_ptr<Channel> large_channel = f.NewChannel();
+  std::shared_ptr<Channel> probe_channel = f.NewChannel();
+  const int inline_before = f.service.inline_calls_.load();
+  EchoRequest large;
+  large.set_sleep_ms(1000);
+  large.set_text("large");
+  large.set_data(std::string(1 << 20, 'L'));
+  EchoResponse large_resp;
+  ClientContext large_ctx;
+  large_ctx.set_timeout(absl::Seconds(30));
+  absl::Notification large_done;
+  absl::Status large_status;
+  internal::AsyncUnaryCall(large_channel.get(), kInlineMethod, &large_ctx, large, &large_resp,
+                           [&](absl::Status s) {
+                             large_status = s;
+                             large_done.Notify();
+                           });
+  ASSERT_TRUE(WaitFor([&] { return f.service.inline_calls_.load() == inline_before + 1; }));
+  std::vector<absl::Duration> probes;
+  for (int i = 0; i < 5; ++i) {
+    EchoRequest req;
+    req.set_text("probe");
+    EchoResponse resp;
+    ClientContext ctx;
+    ctx.set_timeout(absl::Seconds(10));
+    const absl::Time t0 = absl::Now();
+    absl::Status s =
+        internal::BlockingUnaryCall(probe_channel.get(), kInlineMethod, &ctx, req, &resp);
+    probes.push_back(absl::Now() - t0);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(resp.text(), "probe");
+  }
+  EXPECT_FALSE(large_done.HasBeenNotified()) << "the large call's handler ended early";
+  std::sort(probes.begin(), probes.end());
+  EXPECT_LT(probes[probes.size() / 2], absl::Milliseconds(50)) << probes[probes.size() / 2];
+  ASSERT_TRUE(large_done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(large_status.ok()) << large_status;
+  EXPECT_EQ(large_resp.text(), "large");
+  EXPECT_EQ(f.service.inline_calls_.load(), inline_before + 6);
 }
 
 TEST(HandlerPool, ServerOptionsOutOfRangeAreInvalidArgument) {

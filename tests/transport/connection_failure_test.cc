@@ -66,6 +66,9 @@ class Server final : public CmEventHandler, public ConnectionHandler {
     ASSERT_TRUE(h.ok());
     ConnectionOptions o;
     o.recv_depth = recv_depth_;
+    // Every large response (one piece each) in flight at once, so a peer
+    // that vanishes leaves eight WRITE_WITH_IMMs on the QP.
+    o.rendezvous_chunks_in_flight = 8;
     absl::StatusOr<Connection*> c = Connection::Accept(&engine_, &device_, ev.id, *h, o, this);
     ASSERT_TRUE(c.ok()) << c.status();
     absl::MutexLock l(&mu_);

@@ -1,0 +1,274 @@
+// Rendezvous transfers in pieces (runtime/transport/rendezvous.cc): a large
+// request pulled by RDMA READs and a large response pushed by RDMA WRITEs,
+// each kRendezvousChunkBytes-sized piece a WR of its own, with small frames
+// of other calls posted between them; a cancelled pull stops.
+#include <arpa/inet.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "runtime/softrdma/softrdma.h"
+#include "runtime/transport/completion_poller.h"
+#include "runtime/transport/connection.h"
+#include "runtime/transport/device.h"
+
+namespace rdmarpc {
+namespace internal {
+namespace {
+
+constexpr size_t kSmall = 64;
+
+ConnectionOptions Chunked(size_t chunk_bytes, int in_flight) {
+  ConnectionOptions o;
+  o.rendezvous_chunk_bytes = chunk_bytes;
+  o.rendezvous_chunks_in_flight = in_flight;
+  return o;
+}
+
+// Accepts onto its own engine and answers each request with its payload
+// reversed; counts the large requests (above kSmall bytes) it was handed.
+class ReverseServer final : public CmEventHandler, public ConnectionHandler {
+ public:
+  explicit ReverseServer(ConnectionOptions options)
+      : options_(options), device_(256 << 20, 256 << 20), engine_("srv") {}
+  ~ReverseServer() override {
+    engine_.Stop([this] { listen_.reset(); });
+  }
+  int Start() {
+    EXPECT_TRUE(engine_.Start().ok());
+    absl::Notification n;
+    int port = 0;
+    engine_.Post([&] {
+      absl::StatusOr<CmIdPtr> id =
+          CreateCmId(engine_.event_channel(), static_cast<CmEventHandler*>(this));
+      EXPECT_TRUE(id.ok());
+      listen_ = std::move(*id);
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      EXPECT_EQ(Verbs().bind_addr(listen_.get(), reinterpret_cast<sockaddr*>(&sa)), 0);
+      EXPECT_EQ(Verbs().listen(listen_.get(), 8), 0);
+      port = ntohs(Verbs().get_src_port(listen_.get()));
+      n.Notify();
+    });
+    n.WaitForNotification();
+    return port;
+  }
+  void OnCmEvent(const CmEvent& ev) override {
+    if (ev.type != RDMA_CM_EVENT_CONNECT_REQUEST) return;
+    absl::StatusOr<HandshakeData> h =
+        DecodeHandshake(ev.private_data.data(), ev.private_data.size());
+    ASSERT_TRUE(h.ok());
+    absl::StatusOr<Connection*> c =
+        Connection::Accept(&engine_, &device_, ev.id, *h, options_, this);
+    ASSERT_TRUE(c.ok()) << c.status();
+  }
+  void OnRequest(Connection* c, const IncomingRequest& req) override {
+    if (req.payload.size() > kSmall) large_requests_.fetch_add(1);
+    std::string out(req.payload.rbegin(), req.payload.rend());
+    c->SendResponse(req.token, absl::StatusCode::kOk, "", std::move(out));
+  }
+  int large_requests() const { return large_requests_.load(); }
+
+ private:
+  const ConnectionOptions options_;
+  std::atomic<int> large_requests_{0};
+  DeviceResources device_;
+  Engine engine_;
+  CmIdPtr listen_;
+};
+
+class Sink final : public ResponseSink {
+ public:
+  explicit Sink(std::atomic<int>* order = nullptr) : order_(order) {}
+  void OnSent() override { sent.Notify(); }
+  void OnResponse(absl::StatusCode code, absl::string_view, absl::string_view payload) override {
+    status = absl::Status(code, "");
+    body = std::string(payload);
+    End();
+  }
+  void OnFailure(absl::Status s) override {
+    status = s;
+    End();
+  }
+  absl::Status status;
+  std::string body;
+  int finished_as = 0;  // 1 for the first sink sharing `order_` to finish, ...
+  absl::Notification sent, done;
+
+ private:
+  void End() {
+    if (order_ != nullptr) finished_as = order_->fetch_add(1) + 1;
+    done.Notify();
+  }
+  std::atomic<int>* order_;
+};
+
+struct Client {
+  explicit Client(ConnectionOptions options)
+      : options(options), device(0, 256 << 20), engine("cli") {
+    EXPECT_TRUE(engine.Start().ok());
+  }
+  ~Client() { engine.Stop(); }
+  // On the engine: connects to `port` (first call) and starts a call.
+  uint32_t Call(int port, std::string payload, Sink* sink) {
+    uint32_t handle = 0;
+    absl::Notification n;
+    engine.Post([&] {
+      if (conn == nullptr) {
+        sockaddr_in sa{};
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        sa.sin_port = htons(static_cast<uint16_t>(port));
+        absl::StatusOr<Connection*> c =
+            Connection::Connect(&engine, &device, sa, "test-server", options, nullptr);
+        EXPECT_TRUE(c.ok()) << c.status();
+        conn = *c;
+      }
+      OutgoingRequest r;
+      r.method = "/t.S/M";
+      r.payload = std::move(payload);
+      handle = conn->StartCall(std::move(r), sink);
+      n.Notify();
+    });
+    n.WaitForNotification();
+    return handle;
+  }
+  void Cancel(uint32_t handle) {
+    absl::Notification n;
+    engine.Post([&] {
+      conn->CancelCall(handle);
+      n.Notify();
+    });
+    n.WaitForNotification();
+  }
+  const ConnectionOptions options;
+  DeviceResources device;
+  Engine engine;
+  Connection* conn = nullptr;
+};
+
+std::string Pattern(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (i * 7 + i / 251) % 26);
+  return s;
+}
+
+TEST(Rendezvous, RequestPulledAndResponsePushedInPiecesByteExact) {
+  const ConnectionOptions o = Chunked(64 << 10, 2);
+  ReverseServer server(o);
+  const int port = server.Start();
+  Client client(o);
+  Sink warm;  // connects; small, so no READ or WRITE
+  client.Call(port, "abc", &warm);
+  ASSERT_TRUE(warm.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(warm.status.ok()) << warm.status;
+
+  const std::string big = Pattern((1 << 20) + 1000);
+  softrdma::ResetStats();
+  Sink large;
+  client.Call(port, big, &large);
+  ASSERT_TRUE(large.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(large.status.ok()) << large.status;
+  EXPECT_EQ(large.body, std::string(big.rbegin(), big.rend()));
+  const softrdma::Stats st = softrdma::GetStats();
+  // The request: ceil(1049576 / 65536) = 17 READs. The response (32-byte
+  // header + 1049576 bytes) fits the reply buffer: 65536 bytes with the
+  // header in the WRITE_WITH_IMM, the other 984072 in ceil(984072 / 65536)
+  // = 16 plain WRITEs.
+  EXPECT_EQ(st.rdma_read, 17u);
+  EXPECT_EQ(st.rdma_write, 16u);
+  EXPECT_EQ(st.rdma_write_with_imm, 1u);
+  EXPECT_EQ(server.large_requests(), 1);
+}
+
+TEST(Rendezvous, ResponseSmallerThanOnePieceIsOneWriteWithImm) {
+  const ConnectionOptions o = Chunked(1 << 20, 2);
+  ReverseServer server(o);
+  const int port = server.Start();
+  Client client(o);
+  const std::string big = Pattern(300000);
+  softrdma::ResetStats();
+  Sink large;
+  client.Call(port, big, &large);
+  ASSERT_TRUE(large.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(large.status.ok()) << large.status;
+  EXPECT_EQ(large.body, std::string(big.rbegin(), big.rend()));
+  const softrdma::Stats st = softrdma::GetStats();
+  EXPECT_EQ(st.rdma_read, 1u);
+  EXPECT_EQ(st.rdma_write, 0u);
+  EXPECT_EQ(st.rdma_write_with_imm, 1u);
+}
+
+TEST(Rendezvous, SmallCallAnsweredWhileALargeRequestIsStillBeingPulled) {
+  // One 64 KiB piece in flight: the 16 MiB request takes 256 READ round
+  // trips; a small call sent after it is answered between two of them.
+  const ConnectionOptions o = Chunked(64 << 10, 1);
+  ReverseServer server(o);
+  const int port = server.Start();
+  Client client(o);
+  Sink warm;
+  client.Call(port, "abc", &warm);
+  ASSERT_TRUE(warm.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+
+  std::atomic<int> order{0};
+  const std::string big = Pattern(16 << 20);
+  Sink large(&order), small(&order);
+  client.Call(port, big, &large);
+  client.Call(port, "xyz", &small);
+  ASSERT_TRUE(small.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(small.status.ok()) << small.status;
+  EXPECT_EQ(small.body, "zyx");
+  const int large_seen_when_small_done = server.large_requests();
+  ASSERT_TRUE(large.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(large.status.ok()) << large.status;
+  EXPECT_EQ(large.body, std::string(big.rbegin(), big.rend()));
+  EXPECT_EQ(small.finished_as, 1);
+  EXPECT_EQ(large.finished_as, 2);
+  EXPECT_EQ(large_seen_when_small_done, 0)
+      << "the small call waited for the whole 16 MiB pull";
+}
+
+TEST(Rendezvous, CancelledRequestStopsBeingPulledAndIsNeverDelivered) {
+  // 4 KiB pieces, one in flight: 4096 READs for the 16 MiB request, so the
+  // cancel lands in the middle of the pull.
+  const ConnectionOptions o = Chunked(4 << 10, 1);
+  ReverseServer server(o);
+  const int port = server.Start();
+  Client client(o);
+  Sink warm;
+  client.Call(port, "abc", &warm);
+  ASSERT_TRUE(warm.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+
+  softrdma::ResetStats();
+  Sink large;
+  const uint32_t handle = client.Call(port, Pattern(16 << 20), &large);
+  ASSERT_NE(handle, 0u);
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (softrdma::GetStats().rdma_read < 8 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Microseconds(100));
+  }
+  ASSERT_GE(softrdma::GetStats().rdma_read, 8u) << "the pull never started";
+  client.Cancel(handle);
+  // A small call behind the cancel: answered once the server handled it.
+  Sink after;
+  client.Call(port, "q", &after);
+  ASSERT_TRUE(after.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(after.status.ok()) << after.status;
+  absl::SleepFor(absl::Milliseconds(200));  // pieces still in flight end
+  const uint64_t reads = softrdma::GetStats().rdma_read;
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(softrdma::GetStats().rdma_read, reads) << "pieces still posted after the cancel";
+  EXPECT_LT(reads, 4096u);
+  EXPECT_EQ(server.large_requests(), 0);
+  EXPECT_FALSE(large.done.HasBeenNotified());  // a cancelled call's sink is never called
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace rdmarpc
