@@ -92,6 +92,33 @@ TEST(WireHeader, ResponseCarriesStatus) {
   EXPECT_EQ(m->aux, "not found");
 }
 
+TEST(WireHeader, EncodedMessageBytesComesFromThePrefixAlone) {
+  // A pushed response: only its first piece (header first) is at hand.
+  WireHeader h;
+  h.kind = MsgKind::kResponse;
+  h.aux_len = 2;
+  h.payload_len = 100000;
+  std::string bytes = Encode(h, "ok", {}, {}, std::string(100000, 'p'));
+  std::string prefix_only(bytes.data(), EncodedPrefixBytes(h));
+  absl::StatusOr<size_t> n = EncodedMessageBytes(bytes.substr(0, 4096));
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, kWireHeaderBytes + 2 + 100000);
+  EXPECT_EQ(EncodedMessageBytes(prefix_only).value(), *n);
+  // Shorter than its prefix, or not a header at all: INVALID_ARGUMENT.
+  absl::StatusOr<size_t> short_prefix = EncodedMessageBytes(bytes.substr(0, kWireHeaderBytes + 1));
+  EXPECT_EQ(short_prefix.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(short_prefix.status().message().find("34 bytes"), absl::string_view::npos)
+      << short_prefix.status();
+  EXPECT_EQ(EncodedMessageBytes(std::string(40, 'x')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodedMessageBytes(std::string(31, '\0')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A remote payload is not part of the message.
+  h.flags = kFlagPayloadRemote;
+  const std::string remote = Encode(h, "ok", RemoteBuffer{1, 2, 100000}, {}, "");
+  EXPECT_EQ(EncodedMessageBytes(remote).value(), kWireHeaderBytes + 2 + kRemoteBufferBytes);
+}
+
 TEST(WireHeader, RejectsShortMessage) {
   absl::StatusOr<ParsedMessage> m = DecodeMessage(std::string(31, '\0'));
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
