@@ -50,9 +50,34 @@ Vars MethodVars(const ServiceModel& service, const MethodModel& method, size_t i
 }
 
 // Whether Stub::async (and StubInterface::async_interface, and the mock's
-// async()) has a call for `method`: unary methods only. Streaming methods
-// have only the blocking readers and writers of rdmarpc/sync_stream.h.
-bool HasAsyncForm(const MethodModel& method) { return method.kind == MethodKind::kUnary; }
+// async()) has a done-callback call for `method`: unary methods only. Every
+// method has a reactor call there (rdmarpc/client_callback.h).
+bool HasDoneForm(const MethodModel& method) { return method.kind == MethodKind::kUnary; }
+
+// The parameters of Stub::async's reactor call for `method`, after gRPC's
+// callback stubs; `$Request$` and `$Response$` are left for the caller's
+// vars. Shared by the interface, the Stub and the mock.
+std::string ReactorParams(const MethodModel& method) {
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      return "    ::rdmarpc::ClientContext* context,\n"
+             "    const $Request$* request,\n"
+             "    $Response$* response,\n"
+             "    ::rdmarpc::ClientUnaryReactor* reactor)";
+    case MethodKind::kServerStreaming:
+      return "    ::rdmarpc::ClientContext* context,\n"
+             "    const $Request$* request,\n"
+             "    ::rdmarpc::ClientReadReactor<$Response$>* reactor)";
+    case MethodKind::kClientStreaming:
+      return "    ::rdmarpc::ClientContext* context,\n"
+             "    $Response$* response,\n"
+             "    ::rdmarpc::ClientWriteReactor<$Request$>* reactor)";
+    case MethodKind::kBidiStreaming:
+      return "    ::rdmarpc::ClientContext* context,\n"
+             "    ::rdmarpc::ClientBidiReactor<$Request$, $Response$>* reactor)";
+  }
+  return "";
+}
 
 // The first method of `service` for which `pred` holds, or nullptr.
 template <class Pred>
@@ -295,6 +320,77 @@ void PrintServerClassDecl(const ServiceModel& service, Printer* printer) {
   printer->Print("};\n");
 }
 
+// S::CallbackService's virtual method for `method`.
+void PrintHeaderCallbackServerMethod(const ServiceModel& service, const MethodModel& method,
+                                     size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  printer->Print("\n");
+  PrintMethodComments(method, printer);
+  printer->Print(vars,
+                 "// rpc $proto_method$($request_stream$$request_proto$) returns "
+                 "($response_stream$$response_proto$): \"$method_full_name$\".\n");
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      if (method.run_inline) {
+        printer->Print(vars,
+                       "// Runs inline on the worker thread ($run_inline_source$.run_inline).\n");
+      }
+      printer->Print(vars,
+                     "// The reactor's Finish(OK) sends `*response`; `request` and `response`\n"
+                     "// live until its OnDone.\n"
+                     "virtual ::rdmarpc::ServerUnaryReactor* $Method$(\n"
+                     "    ::rdmarpc::CallbackServerContext* context,\n"
+                     "    const $Request$* request,\n"
+                     "    $Response$* response);\n");
+      break;
+    case MethodKind::kServerStreaming:
+      printer->Print(vars,
+                     "// The reactor writes the responses; `request` lives until its OnDone.\n"
+                     "virtual ::rdmarpc::ServerWriteReactor<$Response$>* $Method$(\n"
+                     "    ::rdmarpc::CallbackServerContext* context,\n"
+                     "    const $Request$* request);\n");
+      break;
+    case MethodKind::kClientStreaming:
+      printer->Print(vars,
+                     "// The reactor reads the requests; its Finish(OK) sends `*response`,\n"
+                     "// which lives until its OnDone.\n"
+                     "virtual ::rdmarpc::ServerReadReactor<$Request$>* $Method$(\n"
+                     "    ::rdmarpc::CallbackServerContext* context,\n"
+                     "    $Response$* response);\n");
+      break;
+    case MethodKind::kBidiStreaming:
+      printer->Print(vars,
+                     "// The reactor reads requests and writes responses.\n"
+                     "virtual ::rdmarpc::ServerBidiReactor<$Request$, $Response$>* $Method$(\n"
+                     "    ::rdmarpc::CallbackServerContext* context);\n");
+      break;
+  }
+}
+
+void PrintCallbackServiceClassDecl(const ServiceModel& service, Printer* printer) {
+  printer->Print(ServiceVars(service),
+                 "// The server side in gRPC's callback style (rdmarpc/server_callback.h):\n"
+                 "// each method returns the reactor that carries its call, which may\n"
+                 "// finish later, from any thread. Derive from it, override the methods\n"
+                 "// this server implements and pass an instance to\n"
+                 "// ::rdmarpc::Server::AddService instead of a Service (both register the\n"
+                 "// same methods); methods left alone return nullptr and their calls\n"
+                 "// finish UNIMPLEMENTED. Methods run on the server's handler pool, or\n"
+                 "// inline on the worker thread where a unary method says so\n"
+                 "// (run_inline); they must not block either way.\n"
+                 "class CallbackService : public ::rdmarpc::Service {\n"
+                 " public:\n"
+                 "  // Registers one handler per method, in .proto order (methods()).\n"
+                 "  CallbackService();\n"
+                 "  ~CallbackService() override;\n");
+  printer->Indent();
+  for (size_t i = 0; i < service.methods.size(); ++i) {
+    PrintHeaderCallbackServerMethod(service, service.methods[i], i, printer);
+  }
+  printer->Outdent();
+  printer->Print("};\n");
+}
+
 // S::StubInterface's pure virtual method for `method`'s blocking call.
 void PrintHeaderClientMethodInterface(const ServiceModel& service, const MethodModel& method,
                                       size_t index, Printer* printer) {
@@ -357,8 +453,20 @@ void PrintHeaderClientMethodAsyncInterface(const ServiceModel& service,
     case MethodKind::kServerStreaming:
     case MethodKind::kClientStreaming:
     case MethodKind::kBidiStreaming:
-      break;  // no asynchronous form (HasAsyncForm)
+      break;  // no done-callback form (HasDoneForm)
   }
+}
+
+// S::StubInterface::async_interface's pure virtual reactor call for `method`.
+void PrintHeaderClientMethodReactorInterface(const ServiceModel& service,
+                                             const MethodModel& method, size_t index,
+                                             Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  printer->Print(vars,
+                 "\n"
+                 "// \"$method_full_name$\" with a reactor; see Stub::async::$Method$.\n"
+                 "virtual void $Method$(\n");
+  printer->Print(vars, (ReactorParams(method) + " = 0;\n").c_str());
 }
 
 void PrintStubInterfaceClassDecl(const ServiceModel& service, Printer* printer) {
@@ -381,8 +489,10 @@ void PrintStubInterfaceClassDecl(const ServiceModel& service, Printer* printer) 
                  "  virtual ~async_interface() = default;\n");
   printer->Indent();
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    if (!HasAsyncForm(service.methods[i])) continue;
-    PrintHeaderClientMethodAsyncInterface(service, service.methods[i], i, printer);
+    if (HasDoneForm(service.methods[i])) {
+      PrintHeaderClientMethodAsyncInterface(service, service.methods[i], i, printer);
+    }
+    PrintHeaderClientMethodReactorInterface(service, service.methods[i], i, printer);
   }
   printer->Outdent();
   printer->Print("};\n"
@@ -478,35 +588,69 @@ void PrintHeaderClientMethodAsync(const ServiceModel& service, const MethodModel
     case MethodKind::kServerStreaming:
     case MethodKind::kClientStreaming:
     case MethodKind::kBidiStreaming:
-      break;  // no asynchronous form (HasAsyncForm)
+      break;  // no done-callback form (HasDoneForm)
   }
+}
+
+// Stub::async's reactor call for `method`.
+void PrintHeaderClientMethodReactor(const ServiceModel& service, const MethodModel& method,
+                                    size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "// \"$method_full_name$\" with a ClientUnaryReactor: binds the call to\n"
+                     "// `reactor`, which sends `*request` at its StartCall.\n");
+      break;
+    case MethodKind::kServerStreaming:
+      printer->Print(vars,
+                     "// \"$method_full_name$\" with a ClientReadReactor: binds the call to\n"
+                     "// `reactor` (`*request` is serialised now); StartCall sends it.\n");
+      break;
+    case MethodKind::kClientStreaming:
+      printer->Print(vars,
+                     "// \"$method_full_name$\" with a ClientWriteReactor: binds the call to\n"
+                     "// `reactor`; `*response` is filled in before its OnDone(OK).\n");
+      break;
+    case MethodKind::kBidiStreaming:
+      printer->Print(vars,
+                     "// \"$method_full_name$\" with a ClientBidiReactor: binds the call to\n"
+                     "// `reactor`.\n");
+      break;
+  }
+  printer->Print(vars, "void $Method$(\n");
+  printer->Print(vars, (ReactorParams(method) + " override;\n").c_str());
 }
 
 void PrintAsyncClassDecl(const ServiceModel& service, Printer* printer) {
   Vars vars = ServiceVars(service);
   printer->Print(vars,
                  "\n"
-                 "// Asynchronous calls in gRPC's callback style:\n"
+                 "// Asynchronous calls in gRPC's callback style. Unary methods take a\n"
+                 "// done callback:\n"
                  "//   stub->async()->Method(&context, request, &response, done);\n"
-                 "// Each returns at once; `done` runs exactly once with the call's status,\n"
+                 "// it returns at once; `done` runs exactly once with the call's status,\n"
                  "// on a channel engine thread (or inline when the call fails before\n"
                  "// anything is sent). `request` may be freed on return; `context` and\n"
-                 "// `response` must stay alive until `done` runs. Default deadlines apply\n"
-                 "// as for the blocking calls.\n");
-  if (FirstMethod(service, [](const MethodModel& m) { return !HasAsyncForm(m); })) {
-    printer->Print("// Unary methods only: streaming methods are called through the\n"
-                   "// Stub's readers and writers.\n");
-  }
+                 "// `response` must stay alive until `done` runs. Every method also takes\n"
+                 "// a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:\n"
+                 "//   stub->async()->Method(&context, ..., reactor); reactor->StartCall();\n"
+                 "// `context` (and `response`) must stay alive until the reactor's OnDone.\n"
+                 "// Default deadlines apply as for the blocking calls.\n");
   printer->Print(vars,
                  "class async final : public StubInterface::async_interface {\n"
                  " public:\n");
   printer->Indent();
   bool any_async = false;
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    if (!HasAsyncForm(service.methods[i])) continue;
+    if (HasDoneForm(service.methods[i])) {
+      if (any_async) printer->Print("\n");
+      any_async = true;
+      PrintHeaderClientMethodAsync(service, service.methods[i], i, printer);
+    }
     if (any_async) printer->Print("\n");
     any_async = true;
-    PrintHeaderClientMethodAsync(service, service.methods[i], i, printer);
+    PrintHeaderClientMethodReactor(service, service.methods[i], i, printer);
   }
   printer->Outdent();
   if (any_async) printer->Print("\n");
@@ -554,6 +698,8 @@ void PrintServiceDecl(const ServiceModel& service, Printer* printer) {
                  "\n");
   printer->Indent();
   PrintServerClassDecl(service, printer);
+  printer->Print("\n");
+  PrintCallbackServiceClassDecl(service, printer);
   printer->Print("\n");
   PrintStubInterfaceClassDecl(service, printer);
   printer->Print("\n");
@@ -693,6 +839,93 @@ void PrintServerDefinitions(const ServiceModel& service, Printer* printer) {
   }
 }
 
+// The line of S::CallbackService::CallbackService() that registers
+// `method`'s handler.
+void PrintSourceCallbackServerMethodHandler(const ServiceModel& service,
+                                            const MethodModel& method, size_t index,
+                                            Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  vars["run_inline_arg"] = method.run_inline ? ", /*run_inline=*/true" : "";
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      vars["handler"] = "CallbackUnaryMethodHandler";
+      break;
+    case MethodKind::kServerStreaming:
+      vars["handler"] = "CallbackServerStreamingMethodHandler";
+      break;
+    case MethodKind::kClientStreaming:
+      vars["handler"] = "CallbackClientStreamingMethodHandler";
+      break;
+    case MethodKind::kBidiStreaming:
+      vars["handler"] = "CallbackBidiStreamingMethodHandler";
+      break;
+  }
+  printer->Print(vars,
+                 "AddMethod(::std::make_unique<::rdmarpc::internal::$handler$<\n"
+                 "              $Service$::CallbackService, $Request$, $Response$>>(\n"
+                 "    $method_names$[$index$], this, &$Service$::CallbackService::$Method$"
+                 "$run_inline_arg$));\n");
+}
+
+// The default body of S::CallbackService's virtual method for `method`.
+void PrintSourceCallbackServerMethodDefault(const ServiceModel& service,
+                                            const MethodModel& method, size_t index,
+                                            Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "\n"
+                     "::rdmarpc::ServerUnaryReactor* $Service$::CallbackService::$Method$(\n"
+                     "    ::rdmarpc::CallbackServerContext* /*context*/,\n"
+                     "    const $Request$* /*request*/,\n"
+                     "    $Response$* /*response*/) {\n");
+      break;
+    case MethodKind::kServerStreaming:
+      printer->Print(vars,
+                     "\n"
+                     "::rdmarpc::ServerWriteReactor<$Response$>* $Service$::CallbackService::$Method$(\n"
+                     "    ::rdmarpc::CallbackServerContext* /*context*/,\n"
+                     "    const $Request$* /*request*/) {\n");
+      break;
+    case MethodKind::kClientStreaming:
+      printer->Print(vars,
+                     "\n"
+                     "::rdmarpc::ServerReadReactor<$Request$>* $Service$::CallbackService::$Method$(\n"
+                     "    ::rdmarpc::CallbackServerContext* /*context*/,\n"
+                     "    $Response$* /*response*/) {\n");
+      break;
+    case MethodKind::kBidiStreaming:
+      printer->Print(vars,
+                     "\n"
+                     "::rdmarpc::ServerBidiReactor<$Request$, $Response$>* "
+                     "$Service$::CallbackService::$Method$(\n"
+                     "    ::rdmarpc::CallbackServerContext* /*context*/) {\n");
+      break;
+  }
+  printer->Print("  return nullptr;  // the call finishes UNIMPLEMENTED\n"
+                 "}\n");
+}
+
+void PrintCallbackServerDefinitions(const ServiceModel& service, Printer* printer) {
+  printer->Print(ServiceVars(service),
+                 "\n"
+                 "$Service$::CallbackService::CallbackService()\n"
+                 "    : ::rdmarpc::Service($Service$::service_full_name) {\n");
+  printer->Indent();
+  for (size_t i = 0; i < service.methods.size(); ++i) {
+    PrintSourceCallbackServerMethodHandler(service, service.methods[i], i, printer);
+  }
+  printer->Outdent();
+  printer->Print(ServiceVars(service),
+                 "}\n"
+                 "\n"
+                 "$Service$::CallbackService::~CallbackService() = default;\n");
+  for (size_t i = 0; i < service.methods.size(); ++i) {
+    PrintSourceCallbackServerMethodDefault(service, service.methods[i], i, printer);
+  }
+}
+
 // Sets the default deadline, if the method has one, before a call.
 void PrintDefaultDeadline(const MethodModel& method, const Vars& vars, Printer* printer) {
   if (method.default_timeout_ms == 0) return;
@@ -785,8 +1018,45 @@ void PrintSourceClientMethodAsync(const ServiceModel& service, const MethodModel
     case MethodKind::kServerStreaming:
     case MethodKind::kClientStreaming:
     case MethodKind::kBidiStreaming:
-      break;  // no asynchronous form (HasAsyncForm)
+      break;  // no done-callback form (HasDoneForm)
   }
+}
+
+// Stub::async's reactor call for `method`: binds the reactor to a call.
+void PrintSourceClientMethodReactor(const ServiceModel& service, const MethodModel& method,
+                                    size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  printer->Print(vars,
+                 "\n"
+                 "void $Service$::Stub::async::$Method$(\n");
+  printer->Print(vars, (ReactorParams(method) + " {\n").c_str());
+  PrintDefaultDeadline(method, vars, printer);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "  ::rdmarpc::internal::ClientReactorAccess::BindUnary(\n"
+                     "      reactor, channel_, $method_names$[$index$], context, request, response);\n");
+      break;
+    case MethodKind::kServerStreaming:
+      printer->Print(vars,
+                     "  ::rdmarpc::internal::ClientCallbackStream::Bind(\n"
+                     "      reactor, channel_, $method_names$[$index$], context,\n"
+                     "      ::rdmarpc::internal::RpcKind::kServerStreaming, request, nullptr);\n");
+      break;
+    case MethodKind::kClientStreaming:
+      printer->Print(vars,
+                     "  ::rdmarpc::internal::ClientCallbackStream::Bind(\n"
+                     "      reactor, channel_, $method_names$[$index$], context,\n"
+                     "      ::rdmarpc::internal::RpcKind::kClientStreaming, nullptr, response);\n");
+      break;
+    case MethodKind::kBidiStreaming:
+      printer->Print(vars,
+                     "  ::rdmarpc::internal::ClientCallbackStream::Bind(\n"
+                     "      reactor, channel_, $method_names$[$index$], context,\n"
+                     "      ::rdmarpc::internal::RpcKind::kBidiStreaming, nullptr, nullptr);\n");
+      break;
+  }
+  printer->Print("}\n");
 }
 
 void PrintStubDefinitions(const ServiceModel& service, Printer* printer) {
@@ -798,8 +1068,10 @@ void PrintStubDefinitions(const ServiceModel& service, Printer* printer) {
     PrintSourceClientMethod(service, service.methods[i], i, printer);
   }
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    if (!HasAsyncForm(service.methods[i])) continue;
-    PrintSourceClientMethodAsync(service, service.methods[i], i, printer);
+    if (HasDoneForm(service.methods[i])) {
+      PrintSourceClientMethodAsync(service, service.methods[i], i, printer);
+    }
+    PrintSourceClientMethodReactor(service, service.methods[i], i, printer);
   }
   printer->Print(ServiceVars(service),
                  "\n"
@@ -864,19 +1136,21 @@ void PrintMockHeaderPrologue(const FileDescriptor* file, const GeneratorParams& 
                    "//\n"
                    "// Usage, with service $service_full_name$:\n"
                    "//   $mock_class$ stub;\n");
-    if (const MethodModel* unary = FirstMethod(service, HasAsyncForm)) {
+    if (const MethodModel* unary = FirstMethod(service, HasDoneForm)) {
       // Actions for the asynchronous calls must run `done` as an rvalue: it
       // is an ::absl::AnyInvocable<void(::absl::Status) &&>.
+      // The last matcher tells the done-callback call from the reactor one.
       printer->Print("//   EXPECT_CALL(stub, $Method$(_, _, _))\n"
                      "//       .WillOnce(Return(absl::OkStatus()));\n"
-                     "//   EXPECT_CALL(*stub.async(), $Method$(_, _, _, _))\n"
+                     "//   EXPECT_CALL(*stub.async(), $Method$(_, _, _,\n"
+                     "//       A<absl::AnyInvocable<void(absl::Status) &&>>()))\n"
                      "//       .WillOnce([](auto*, const auto&, auto*, auto done) {\n"
                      "//         std::move(done)(absl::OkStatus());\n"
                      "//       });\n",
                      "Method", unary->cpp_name);
     }
     if (const MethodModel* streaming =
-            FirstMethod(service, [](const MethodModel& m) { return !HasAsyncForm(m); })) {
+            FirstMethod(service, [](const MethodModel& m) { return !HasDoneForm(m); })) {
       PrintMockUsageStreaming(*streaming, printer);
     }
     printer->Print(UsageVars(file, params, service),
@@ -949,7 +1223,48 @@ void PrintMockClientMethodAsync(const ServiceModel& service, const MethodModel& 
     case MethodKind::kServerStreaming:
     case MethodKind::kClientStreaming:
     case MethodKind::kBidiStreaming:
-      break;  // no asynchronous form (HasAsyncForm)
+      break;  // no done-callback form (HasDoneForm)
+  }
+}
+
+// The MOCK_METHOD of Mock<S>Stub's async() for `method`'s reactor call.
+void PrintMockClientMethodReactor(const ServiceModel& service, const MethodModel& method,
+                                  size_t index, Printer* printer) {
+  Vars vars = MethodVars(service, method, index);
+  switch (method.kind) {
+    case MethodKind::kUnary:
+      printer->Print(vars,
+                     "MOCK_METHOD(void, $Method$,\n"
+                     "            (::rdmarpc::ClientContext* context,\n"
+                     "             const $Request$* request,\n"
+                     "             $Response$* response,\n"
+                     "             ::rdmarpc::ClientUnaryReactor* reactor),\n"
+                     "            (override));\n");
+      break;
+    case MethodKind::kServerStreaming:
+      printer->Print(vars,
+                     "MOCK_METHOD(void, $Method$,\n"
+                     "            (::rdmarpc::ClientContext* context,\n"
+                     "             const $Request$* request,\n"
+                     "             ::rdmarpc::ClientReadReactor<$Response$>* reactor),\n"
+                     "            (override));\n");
+      break;
+    case MethodKind::kClientStreaming:
+      printer->Print(vars,
+                     "MOCK_METHOD(void, $Method$,\n"
+                     "            (::rdmarpc::ClientContext* context,\n"
+                     "             $Response$* response,\n"
+                     "             ::rdmarpc::ClientWriteReactor<$Request$>* reactor),\n"
+                     "            (override));\n");
+      break;
+    case MethodKind::kBidiStreaming:
+      // A parameter type with a comma needs parentheses (and no name).
+      printer->Print(vars,
+                     "MOCK_METHOD(void, $Method$,\n"
+                     "            (::rdmarpc::ClientContext* context,\n"
+                     "             (::rdmarpc::ClientBidiReactor<$Request$, $Response$>*)),\n"
+                     "            (override));\n");
+      break;
   }
 }
 
@@ -974,8 +1289,10 @@ void PrintMockStubClassDecl(const ServiceModel& service, Printer* printer) {
                  " public:\n");
   printer->Indent();
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    if (!HasAsyncForm(service.methods[i])) continue;
-    PrintMockClientMethodAsync(service, service.methods[i], i, printer);
+    if (HasDoneForm(service.methods[i])) {
+      PrintMockClientMethodAsync(service, service.methods[i], i, printer);
+    }
+    PrintMockClientMethodReactor(service, service.methods[i], i, printer);
   }
   printer->Outdent();
   printer->Print("};\n"
@@ -1027,6 +1344,7 @@ void PrintSource(const FileDescriptor* file, const GeneratorParams& params, Prin
   for (const ServiceModel& service : services) {
     printer->Print("\n// $service_full_name$\n\n", "service_full_name", service.full_name);
     PrintServerDefinitions(service, printer);
+    PrintCallbackServerDefinitions(service, printer);
     PrintStubDefinitions(service, printer);
   }
   if (!file->package().empty()) {

@@ -2,10 +2,12 @@
 #include "runtime/rpc/client_stream.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "rdmarpc/client_callback.h"
 #include "runtime/rpc/metadata.h"
 #include "runtime/rpc/status_payloads.h"
 
@@ -16,48 +18,72 @@ ClientStreamState::ClientStreamState(ChannelImpl* channel, absl::string_view met
                                      ClientContext* context, RpcKind kind)
     : channel_(channel), method_(method), context_(context), kind_(kind) {}
 
-void ClientStreamState::Start(const google::protobuf::MessageLite* first) {
-  std::string payload;
-  absl::Status refused;
-  if (channel_->OnEngineThread()) {
-    refused = absl::FailedPreconditionError(absl::StrCat(
+void ClientStreamState::Prepare(const google::protobuf::MessageLite* first) {
+  if (reactor_ == nullptr && channel_->OnEngineThread()) {
+    refused_ = absl::FailedPreconditionError(absl::StrCat(
         "stream ", method_, " opened from a completion callback of the same channel would "
-        "deadlock (its blocking reads and writes need that thread)"));
+        "deadlock (its blocking reads and writes need that thread); use a reactor "
+        "(rdmarpc/client_callback.h)"));
   } else if (method_.size() > 1024) {
-    refused = absl::InvalidArgumentError(
+    refused_ = absl::InvalidArgumentError(
         absl::StrCat("method name of ", method_.size(), " bytes is longer than 1024"));
   } else if (absl::Status md = ValidateMetadata(ClientContextAccess::Metadata(context_),
                                                 channel_->options().max_metadata_bytes,
                                                 "client metadata");
              !md.ok()) {
-    refused = std::move(md);
+    refused_ = std::move(md);
   } else if (first != nullptr) {
     const size_t size = first->ByteSizeLong();
     if (size > channel_->options().max_message_bytes) {
-      refused = absl::ResourceExhaustedError(
+      refused_ = absl::ResourceExhaustedError(
           absl::StrCat("request of ", size, " bytes exceeds max_message_bytes ",
                        channel_->options().max_message_bytes));
     } else {
-      first->SerializeToString(&payload);
+      first->SerializeToString(&first_payload_);
     }
   }
+  has_first_ = first != nullptr;
   if (first != nullptr || kind_ == RpcKind::kServerStreaming) {
     absl::MutexLock lock(&mu_);
     writes_done_ = true;  // the request half-closes the client's side
   }
+  route_ = channel_->PickRoute();
+  engine_ = route_.engine;
+  peer_ = route_.peer;
+}
+
+void ClientStreamState::Start() {
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);  // a reactor's StartWrite may refuse too
+    refused = std::move(refused_);
+  }
   if (!refused.ok()) {
+    if (reactor_ == nullptr) {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      status_ = std::move(refused);
+      return;
+    }
+    engine_ref_ = shared_from_this();
     absl::MutexLock lock(&mu_);
-    done_ = true;
-    status_ = std::move(refused);
+    started_ = true;
+    engine_->Post([self = shared_from_this(), status = std::move(refused)]() mutable {
+      self->ended_ = true;
+      self->Deliver(std::move(status));
+    });
     return;
   }
   meta_ = EncodeMetadata(ClientContextAccess::Metadata(context_));
-  const ChannelImpl::Route route = channel_->PickRoute();
-  engine_ = route.engine;
-  peer_ = route.peer;
   engine_ref_ = shared_from_this();
-  engine_->Post([this, route, payload = std::move(payload), has_first = first != nullptr]() mutable {
-    StartOnEngine(route, std::move(payload), has_first);
+  // Posted under the lock: a reactor's operation on another thread that
+  // sees started_ posts its task after this one.
+  absl::MutexLock lock(&mu_);
+  started_ = true;
+  engine_->Post([self = shared_from_this()]() mutable {
+    self->StartOnEngine(self->route_, std::move(self->first_payload_), self->has_first_);
+    // Writes and a half-close a reactor started before StartCall.
+    if (self->reactor_ != nullptr) self->SendPendingWrites();
   });
 }
 
@@ -109,6 +135,8 @@ void ClientStreamState::OnStreamHeaders(absl::string_view meta) {
                                       ClientContextAccess::ServerInitialMetadata(context_),
                                       /*trailing=*/nullptr);
   if (!s.ok()) meta_error_ = std::move(s);
+  heard_from_server_ = true;
+  MaybeReactInitialMetadata(true);
 }
 
 void ClientStreamState::OnResponseMetadata(absl::string_view meta) {
@@ -119,6 +147,10 @@ void ClientStreamState::OnResponseMetadata(absl::string_view meta) {
 }
 
 void ClientStreamState::OnStreamMessage(absl::string_view payload) {
+  if (reactor_ != nullptr) {
+    OnReactorMessage(payload);
+    return;
+  }
   {
     absl::MutexLock lock(&mu_);
     if (inbox_.size() < kStreamWindow) {
@@ -139,6 +171,9 @@ void ClientStreamState::OnWindow(uint32_t messages) {
   // A well-behaved server grants back only what it consumed; never let a
   // hostile one open the window past kStreamWindow (or wrap it).
   send_window_ = std::min<uint64_t>(uint64_t{send_window_} + messages, kStreamWindow);
+  if (reactor_ != nullptr && write_pending_) {
+    engine_->Post([self = shared_from_this()] { self->SendPendingWrites(); });
+  }
 }
 
 void ClientStreamState::OnResponse(absl::StatusCode code, absl::string_view message,
@@ -151,6 +186,7 @@ void ClientStreamState::OnResponse(absl::StatusCode code, absl::string_view mess
                                               absl::StatusCodeToString(code), ": ", message));
   }
   handle_ = 0;  // the connection forgot the call
+  heard_from_server_ = true;
   if (!meta_error_.ok()) status = std::move(meta_error_);
   End(std::move(status));
 }
@@ -190,22 +226,47 @@ void ClientStreamState::OnCancelRequested() {
 }
 
 void ClientStreamState::Deliver(absl::Status status) {
+  // Held to the end of this function: the last reference may be the
+  // engine's when the user let go already.
+  std::shared_ptr<ClientStreamState> ref = std::move(engine_ref_);
+  if (reactor_ != nullptr && kind_ == RpcKind::kClientStreaming && status.ok() &&
+      !got_response_) {
+    status = absl::InternalError(
+        absl::StrCat(method_, ": the server finished OK without sending its response"));
+  }
+  google::protobuf::MessageLite* read = nullptr;
+  bool write = false;
+  bool writes_done = false;
   {
     absl::MutexLock lock(&mu_);
     done_ = true;
     status_ = std::move(status);
+    if (reactor_ != nullptr) {
+      read = std::exchange(pending_read_, nullptr);
+      write = std::exchange(write_pending_, false);
+      pending_write_.clear();
+      writes_done = std::exchange(writes_done_pending_, false);
+    }
   }
-  // Last: may free this when the user let go already.
-  std::shared_ptr<ClientStreamState> ref = std::move(engine_ref_);
+  if (reactor_ == nullptr) return;
+  MaybeReactInitialMetadata(heard_from_server_);
+  if (read != nullptr) React(Reaction::kRead, false);
+  if (write) React(Reaction::kWrite, false);
+  if (writes_done) React(Reaction::kWritesDone, false);
+  ReleaseGate();  // the call's end
 }
 
 void ClientStreamState::FailFromUser(absl::Status status) {
   engine_->Post([self = shared_from_this(), status = std::move(status)]() mutable {
-    if (self->ended_) return;
-    if (self->handle_ != 0 && self->conn_ != nullptr) self->conn_->CancelCall(self->handle_);
-    self->handle_ = 0;
-    self->End(std::move(status));
+    self->FailOnEngine(std::move(status));
   });
+}
+
+void ClientStreamState::FailOnEngine(absl::Status status) {
+  if (ended_) return;
+  if (handle_ != 0 && conn_ != nullptr) conn_->CancelCall(handle_);
+  handle_ = 0;
+  End(std::move(status));
 }
 
 bool ClientStreamState::Write(const google::protobuf::MessageLite& message) {
@@ -304,13 +365,262 @@ void ClientStreamState::CancelAndWait() {
   mu_.Await(absl::Condition(&done));
 }
 
+// ---- reactor side -------------------------------------------------------------
+
+void ClientStreamState::SetReactor(ClientReactorBase* reactor,
+                                   google::protobuf::MessageLite* response) {
+  reactor_ = reactor;
+  response_ = response;
+}
+
+void ClientStreamState::StartRead(google::protobuf::MessageLite* message) {
+  gate_.Add();
+  std::string payload;
+  bool have = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!inbox_.empty()) {
+      payload = std::move(inbox_.front());
+      inbox_.pop_front();
+      have = true;
+    } else if (!done_) {
+      pending_read_ = message;
+      return;
+    }
+  }
+  engine_->Post([self = shared_from_this(), message, payload = std::move(payload), have] {
+    self->CompleteRead(message, have, payload);
+  });
+}
+
+void ClientStreamState::StartWrite(const google::protobuf::MessageLite& message, bool last) {
+  gate_.Add();
+  const size_t size = message.ByteSizeLong();
+  if (size > channel_->options().max_message_bytes) {
+    absl::Status status = absl::ResourceExhaustedError(
+        absl::StrCat("stream message of ", size, " bytes exceeds max_message_bytes ",
+                     channel_->options().max_message_bytes));
+    {
+      absl::MutexLock lock(&mu_);
+      if (!started_) {
+        // Before StartCall: the call fails when it starts, and this write
+        // reacts then.
+        if (refused_.ok()) refused_ = std::move(status);
+        write_pending_ = true;
+        return;
+      }
+    }
+    engine_->Post([self = shared_from_this(), status = std::move(status)]() mutable {
+      self->FailOnEngine(std::move(status));
+      self->React(Reaction::kWrite, false);
+    });
+    return;
+  }
+  std::string payload;
+  message.SerializeToString(&payload);
+  absl::MutexLock lock(&mu_);
+  if (done_ || writes_done_) {
+    engine_->Post([self = shared_from_this()] { self->React(Reaction::kWrite, false); });
+    return;
+  }
+  if (last) writes_done_ = true;
+  if (!started_ || send_window_ == 0) {
+    write_pending_ = true;
+    pending_write_ = std::move(payload);
+    pending_write_last_ = last;
+    return;
+  }
+  --send_window_;
+  // Posted under the lock, as Write does.
+  engine_->Post([self = shared_from_this(), payload = std::move(payload), last]() mutable {
+    const bool ok = self->SendOnEngine(std::move(payload), /*no_message=*/false, last);
+    self->React(Reaction::kWrite, ok);
+  });
+}
+
+void ClientStreamState::StartWritesDone() {
+  gate_.Add();
+  absl::MutexLock lock(&mu_);
+  if (done_ || writes_done_) {
+    engine_->Post([self = shared_from_this()] { self->React(Reaction::kWritesDone, false); });
+    return;
+  }
+  writes_done_ = true;
+  if (!started_ || write_pending_) {
+    writes_done_pending_ = true;  // after that write
+    return;
+  }
+  engine_->Post([self = shared_from_this()] {
+    const bool ok = self->SendOnEngine(std::string(), /*no_message=*/true, /*end_stream=*/true);
+    self->React(Reaction::kWritesDone, ok);
+  });
+}
+
+void ClientStreamState::AddHolds(int holds) { gate_.Add(holds); }
+
+void ClientStreamState::RemoveHold() {
+  // OnDone never runs inline in a user's call: it goes to the engine.
+  if (gate_.Release()) engine_->Post([self = shared_from_this()] { self->ReactDone(); });
+}
+
+void ClientStreamState::OnReactorMessage(absl::string_view payload) {
+  heard_from_server_ = true;
+  MaybeReactInitialMetadata(true);
+  if (kind_ == RpcKind::kClientStreaming) {
+    if (got_response_) return;  // only the first is the response, as ClientWriter reads it
+    if (!response_->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+      FailOnEngine(absl::InternalError(absl::StrCat("response of ", payload.size(),
+                                                    " bytes from ", method_,
+                                                    " did not parse as ",
+                                                    response_->GetTypeName())));
+      return;
+    }
+    got_response_ = true;
+    return;
+  }
+  google::protobuf::MessageLite* read = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (pending_read_ != nullptr) {
+      read = std::exchange(pending_read_, nullptr);
+    } else if (inbox_.size() < kStreamWindow) {
+      inbox_.emplace_back(payload);
+      return;
+    }
+  }
+  if (read == nullptr) {
+    // Beyond the window we granted, as in OnStreamMessage.
+    FailOnEngine(absl::ResourceExhaustedError(absl::StrCat(
+        *peer_, " sent more than the ", kStreamWindow, " stream messages it was granted")));
+    return;
+  }
+  CompleteRead(read, /*have=*/true, payload);
+}
+
+void ClientStreamState::CompleteRead(google::protobuf::MessageLite* message, bool have,
+                                     absl::string_view payload) {
+  bool ok = have;
+  if (ok && !message->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    ok = false;
+    FailOnEngine(absl::InternalError(absl::StrCat("message of ", payload.size(), " bytes from ",
+                                                  method_, " did not parse as ",
+                                                  message->GetTypeName())));
+  }
+  if (ok && ++consumed_ >= kStreamWindow / 2) {
+    const uint32_t n = consumed_;
+    consumed_ = 0;
+    engine_->Post([self = shared_from_this(), n] {
+      if (self->ended_ || self->handle_ == 0) return;
+      self->conn_->GrantWindow(self->handle_, n);
+    });
+  }
+  React(Reaction::kRead, ok);
+}
+
+void ClientStreamState::SendPendingWrites() {
+  std::string payload;
+  bool write = false;
+  bool last = false;
+  bool writes_done = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (write_pending_ && send_window_ > 0) {
+      --send_window_;
+      write = true;
+      write_pending_ = false;
+      payload = std::move(pending_write_);
+      pending_write_.clear();
+      last = pending_write_last_;
+    }
+    if (!write_pending_ && writes_done_pending_) {
+      writes_done_pending_ = false;
+      writes_done = true;
+    }
+  }
+  if (write) {
+    const bool ok = SendOnEngine(std::move(payload), /*no_message=*/false, last);
+    React(Reaction::kWrite, ok);
+  }
+  if (writes_done) {
+    const bool ok = SendOnEngine(std::string(), /*no_message=*/true, /*end_stream=*/true);
+    React(Reaction::kWritesDone, ok);
+  }
+}
+
+bool ClientStreamState::SendOnEngine(std::string payload, bool no_message, bool end_stream) {
+  if (ended_ || handle_ == 0) return false;
+  conn_->SendStreamMessage(handle_, std::move(payload), no_message, end_stream);
+  return true;
+}
+
+void ClientStreamState::MaybeReactInitialMetadata(bool ok) {
+  if (reactor_ == nullptr || initial_metadata_reacted_) return;
+  initial_metadata_reacted_ = true;
+  ClientReactorAccess::ReactInitialMetadata(reactor_, ok);
+}
+
+void ClientStreamState::React(Reaction reaction, bool ok) {
+  switch (reaction) {
+    case Reaction::kRead:
+      ClientReactorAccess::ReactRead(reactor_, ok);
+      break;
+    case Reaction::kWrite:
+      ClientReactorAccess::ReactWrite(reactor_, ok);
+      break;
+    case Reaction::kWritesDone:
+      ClientReactorAccess::ReactWritesDone(reactor_, ok);
+      break;
+  }
+  ReleaseGate();
+}
+
+void ClientStreamState::ReleaseGate() {
+  if (gate_.Release()) ReactDone();
+}
+
+void ClientStreamState::ReactDone() {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    status = status_;
+  }
+  // Last touch of the reactor: OnDone may delete it (and its reference to
+  // this state; the caller's task holds another).
+  ClientReactorAccess::ReactDone(reactor_, status);
+}
+
+// ---- internal::ClientCallbackStream ---------------------------------------------
+
+void ClientCallbackStream::Bind(ClientReactorBase* reactor, Channel* channel,
+                                absl::string_view method, ClientContext* context, RpcKind kind,
+                                const google::protobuf::MessageLite* first,
+                                google::protobuf::MessageLite* response) {
+  ClientCallbackStream* stream = ClientReactorAccess::Stream(reactor);
+  stream->state_ =
+      std::make_shared<ClientStreamState>(ChannelAccess::Impl(channel), method, context, kind);
+  stream->state_->SetReactor(reactor, response);
+  stream->state_->Prepare(first);
+}
+
+void ClientCallbackStream::StartCall() { state_->Start(); }
+void ClientCallbackStream::Read(google::protobuf::MessageLite* message) {
+  state_->StartRead(message);
+}
+void ClientCallbackStream::Write(const google::protobuf::MessageLite& message, bool last) {
+  state_->StartWrite(message, last);
+}
+void ClientCallbackStream::WritesDone() { state_->StartWritesDone(); }
+void ClientCallbackStream::AddHolds(int holds) { state_->AddHolds(holds); }
+void ClientCallbackStream::RemoveHold() { state_->RemoveHold(); }
+
 // ---- internal::ClientStream ----------------------------------------------------
 
 ClientStream::ClientStream(Channel* channel, absl::string_view method, ClientContext* context,
                            RpcKind kind, const google::protobuf::MessageLite* first)
     : state_(std::make_shared<ClientStreamState>(ChannelAccess::Impl(channel), method, context,
                                                  kind)) {
-  state_->Start(first);
+  state_->Prepare(first);
+  state_->Start();
 }
 
 ClientStream::~ClientStream() {

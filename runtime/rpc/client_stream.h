@@ -8,7 +8,16 @@
 // message; unary calls do not). Writes, half-close and window grants go to
 // the engine as posted tasks, in order. The state is shared: the engine
 // holds a reference until the stream's end is delivered, the ClientStream
-// the other.
+// (or the reactor's ClientCallbackStream) the other.
+//
+// A reactor (rdmarpc/client_callback.h) uses the same state without
+// blocking: where Read and Write wait, StartRead and StartWrite leave a
+// pending operation (one of each at most, as gRPC allows) that the engine's
+// upcall completes, and the reactor's reaction runs there, on the thread
+// polling the channel. Operations that can complete at once (a message
+// already in the inbox, window left) react from a task posted to the
+// engine, never inline in the Start call. A ReactorGate decides when
+// OnDone runs.
 #ifndef RDMARPC_RUNTIME_RPC_CLIENT_STREAM_H_
 #define RDMARPC_RUNTIME_RPC_CLIENT_STREAM_H_
 
@@ -22,9 +31,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message_lite.h"
+#include "rdmarpc/impl/callback_call.h"
 #include "rdmarpc/impl/stream_call.h"
 #include "runtime/rpc/channel_impl.h"
 #include "runtime/rpc/context_access.h"
+#include "runtime/rpc/reactor_gate.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -36,9 +47,13 @@ class ClientStreamState final : public ResponseSink,
   ClientStreamState(ChannelImpl* channel, absl::string_view method, ClientContext* context,
                     RpcKind kind);
 
-  // User side (any thread but the channel's engines).
-  // Sends the opening frame (with `first`, serialised, for server streaming).
-  void Start(const google::protobuf::MessageLite* first);
+  // User side (any thread but the channel's engines, unless a reactor is
+  // set).
+  // Checks the call and serialises `first` (server streaming: the request,
+  // sent with the opening frame); picks the stream's engine. Before Start.
+  void Prepare(const google::protobuf::MessageLite* first);
+  // Sends the opening frame; a call Prepare refused ends with its status.
+  void Start();
   bool Write(const google::protobuf::MessageLite& message);
   bool WritesDone();
   bool Read(google::protobuf::MessageLite* message);
@@ -46,6 +61,17 @@ class ClientStreamState final : public ResponseSink,
   absl::Status Finish();
   // Ends the call CANCELLED unless it ended, and waits for the end.
   void CancelAndWait();
+
+  // Reactor side (any thread; see the top of this file). SetReactor comes
+  // first, before Prepare: `reactor` gets every reaction; `response`
+  // (client streaming) receives the server's one message.
+  void SetReactor(ClientReactorBase* reactor, google::protobuf::MessageLite* response);
+  void StartRead(google::protobuf::MessageLite* message);
+  // `last`: the half-close goes with the message.
+  void StartWrite(const google::protobuf::MessageLite& message, bool last);
+  void StartWritesDone();
+  void AddHolds(int holds);
+  void RemoveHold();
 
   // ResponseSink (engine thread).
   void OnQueued(uint32_t h) override { handle_ = h; }
@@ -71,7 +97,25 @@ class ClientStreamState final : public ResponseSink,
   // Ends the call with `status` from the user's side (e.g. a message that
   // does not parse): retires it on the connection, then delivers.
   void FailFromUser(absl::Status status);
+  // The same on the engine thread.
+  void FailOnEngine(absl::Status status);
 
+  // Reactor side, engine thread.
+  enum class Reaction { kRead, kWrite, kWritesDone };
+  void OnReactorMessage(absl::string_view payload);
+  // Parses `payload` into `message` (`have` false: the stream ended, no
+  // message) and reacts.
+  void CompleteRead(google::protobuf::MessageLite* message, bool have,
+                    absl::string_view payload);
+  // Sends the pending write and half-close the window and order allow.
+  void SendPendingWrites();
+  // Sends one message / half-close; false when the stream ended.
+  bool SendOnEngine(std::string payload, bool no_message, bool end_stream);
+  void MaybeReactInitialMetadata(bool ok);
+  // Runs the reaction, then releases its count on the gate.
+  void React(Reaction reaction, bool ok);
+  void ReleaseGate();
+  void ReactDone();
   ChannelImpl* const channel_;
   const std::string method_;
   ClientContext* const context_;
@@ -81,6 +125,17 @@ class ClientStreamState final : public ResponseSink,
 
   std::string meta_;  // the context's metadata, encoded
 
+  // Set by Prepare, taken by Start.
+  ChannelImpl::Route route_{};
+  absl::Status refused_;
+  std::string first_payload_;
+  bool has_first_ = false;
+
+  // Reactor side: set before Prepare, then read-only.
+  ClientReactorBase* reactor_ = nullptr;
+  google::protobuf::MessageLite* response_ = nullptr;
+  ReactorGate gate_;
+
   // Engine thread only.
   absl::Status meta_error_;  // the server's metadata did not decode / too large
   Connection* conn_ = nullptr;
@@ -89,9 +144,13 @@ class ClientStreamState final : public ResponseSink,
   bool bound_ = false;
   bool end_deferred_ = false;
   bool ended_ = false;  // the end was delivered (or deferred to the cancel)
+  bool heard_from_server_ = false;  // headers, a message or the status came
+  bool initial_metadata_reacted_ = false;
+  bool got_response_ = false;  // client streaming reactor: response parsed
   std::shared_ptr<ClientStreamState> engine_ref_;  // until the end is delivered
 
-  // User side only (one reader, one writer thread at a time).
+  // User side only (one reader, one writer thread at a time); the engine
+  // thread for a reactor.
   uint32_t consumed_ = 0;  // messages read since the last window grant
 
   absl::Mutex mu_;
@@ -100,6 +159,14 @@ class ClientStreamState final : public ResponseSink,
   bool writes_done_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
+  // Reactor side: the opening frame was posted (operations before it wait).
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  // Reactor side: the pending operations.
+  google::protobuf::MessageLite* pending_read_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool write_pending_ ABSL_GUARDED_BY(mu_) = false;
+  std::string pending_write_ ABSL_GUARDED_BY(mu_);
+  bool pending_write_last_ ABSL_GUARDED_BY(mu_) = false;
+  bool writes_done_pending_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace internal

@@ -321,7 +321,11 @@ void ServerImpl::CancelPoolCall(PoolCall* call) {
   // The context first: a handler woken from Read/Write by the stream's
   // cancel then sees IsCancelled().
   ServerContextAccess::Cancel(&call->context);
-  if (call->stream != nullptr) call->stream->Cancel();
+  if (call->callback != nullptr) {
+    call->callback->OnCancelled();  // the stream too, then OnCancel
+  } else if (call->stream != nullptr) {
+    call->stream->Cancel();
+  }
 }
 
 void ServerImpl::Worker::OnCancel(Connection* conn, const RequestToken& token) {
@@ -378,7 +382,7 @@ void ServerImpl::Dispatch(Worker* worker, Connection* conn, const IncomingReques
   // A request pulled by rendezvous goes to the pool even for a run_inline
   // method: parsing, handling and serialising megabytes is blocking work
   // for the worker, which serves every other call on its connections.
-  if (handler->run_inline() && req.payload_buffer == nullptr) {
+  if (handler->run_inline() && !handler->callback() && req.payload_buffer == nullptr) {
     RunInline(worker, conn, req, &it->first, handler);
   } else {
     SubmitToPool(worker, conn, req, &it->first, handler);
@@ -462,9 +466,28 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
                                                        req.token, options_.max_message_bytes,
                                                        conn->eager_limit() - kWireHeaderBytes,
                                                        &call->context);
-    // The opening frame's message (server streaming), copied: the receive
-    // buffer is re-posted once this step ends.
-    call->stream->OnMessage(req.payload, req.has_message, req.end_stream);
+    if (handler->callback() && handler->kind() == RpcKind::kServerStreaming) {
+      // The method takes its one request parsed, as a unary one does.
+      call->request = handler->NewRequest();
+      if (!req.has_message) {
+        SendReply(conn, req.token,
+                  absl::InternalError(absl::StrCat(*method, ": the client sent no request message")),
+                  nullptr);
+        return;
+      }
+      if (!call->request->ParseFromArray(req.payload.data(),
+                                         static_cast<int>(req.payload.size()))) {
+        SendReply(conn, req.token, ParseFailure(req, *method, *call->request), nullptr);
+        return;
+      }
+      call->stream->OnMessage(absl::string_view(), /*has_message=*/false, req.end_stream);
+    } else {
+      // The opening frame's message (server streaming), copied: the receive
+      // buffer is re-posted once this step ends.
+      call->stream->OnMessage(req.payload, req.has_message, req.end_stream);
+    }
+    // A callback client-streaming call's response, sent by Finish(OK).
+    if (handler->callback()) call->response = handler->NewResponse();
   } else {
     call->request = handler->NewRequest();
     if (req.payload_buffer != nullptr && *req.payload_buffer) {
@@ -503,6 +526,24 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
   }
   entry = call.get();
   pool_calls_.fetch_add(1, std::memory_order_relaxed);
+  if (handler->callback()) {
+    PoolCall* raw = call.get();
+    call->callback = std::make_unique<ServerCallbackCall>(
+        worker->engine.get(), handler->kind(), call->stream.get(), call->response.get(),
+        [this, raw](absl::Status status) { AnswerPoolCall(raw, std::move(status)); },
+        [this, raw] {
+          delete raw;
+          // Last, as in RunOnPool: Shutdown stops the workers after this.
+          pool_calls_.fetch_sub(1, std::memory_order_release);
+        });
+    if (call->stream != nullptr) call->stream->SetReactions(call->callback.get());
+    if (handler->run_inline() && !call->request_buffer) {
+      // A callback method never blocks: run_inline runs it right here
+      // (unless its request still has to be parsed from a large buffer).
+      StartCallback(std::move(call));
+      return;
+    }
+  }
   pool_->Submit([this, call = std::move(call)]() mutable { RunOnPool(std::move(call)); });
   if (draining_.load(std::memory_order_acquire)) {
     // Shutdown began after Dispatch looked, and may have emptied the queue
@@ -511,11 +552,44 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
   }
 }
 
+void ServerImpl::StartCallback(std::unique_ptr<PoolCall> call) {
+  running_handlers_.fetch_add(1, std::memory_order_relaxed);
+  call->started.store(true, std::memory_order_relaxed);
+  PoolCall* raw = call.release();  // freed by its callback's release, after OnDone
+  if (raw->request_buffer) {
+    // A request pulled by rendezvous (SubmitToPool): parsed here, on the pool.
+    const bool parsed = raw->request->ParseFromArray(
+        raw->request_payload.data(), static_cast<int>(raw->request_payload.size()));
+    const size_t size = raw->request_payload.size();
+    raw->request_buffer.reset();
+    if (!parsed) {
+      running_handlers_.fetch_sub(1, std::memory_order_relaxed);
+      raw->callback->Finish(absl::InternalError(absl::StrCat(
+          "request of ", size, " bytes to ", *raw->method, " did not parse as ",
+          raw->request->GetTypeName())));
+      return;
+    }
+  }
+  ServerReactorBase* reactor =
+      raw->handler->InvokeCallback(&raw->context, raw->request.get(), raw->response.get());
+  running_handlers_.fetch_sub(1, std::memory_order_relaxed);
+  if (reactor == nullptr) {
+    raw->callback->Finish(absl::UnimplementedError(
+        absl::StrCat("method ", *raw->method, " is not implemented by this server")));
+    return;
+  }
+  raw->callback->Bind(reactor);
+}
+
 void ServerImpl::RunOnPool(std::unique_ptr<PoolCall> call) {
   absl::Status status;
   if (draining_.load(std::memory_order_acquire)) {
     status = absl::UnavailableError(
         absl::StrCat("server shutting down: ", *call->method, " was not started"));
+  } else if (call->callback != nullptr) {
+    // Its pool_calls_ count goes when its reactor is done.
+    StartCallback(std::move(call));
+    return;
   } else {
     running_handlers_.fetch_add(1, std::memory_order_relaxed);
     call->started.store(true, std::memory_order_relaxed);
@@ -548,22 +622,32 @@ void ServerImpl::RunOnPool(std::unique_ptr<PoolCall> call) {
 }
 
 void ServerImpl::FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status status) {
+  AnswerPoolCall(call.get(), std::move(status));
+}
+
+void ServerImpl::AnswerPoolCall(PoolCall* call, absl::Status status) {
   Worker* worker = call->worker;
   if (call->conn == nullptr) return;  // the connection closed: nobody to answer
   auto calls = worker->pool_calls.find(call->conn);
   if (calls != worker->pool_calls.end()) {
     auto it =
         calls->second.find(static_cast<uint32_t>(call->token.generation) << 16 | call->token.slot);
-    if (it != calls->second.end() && it->second == call.get()) calls->second.erase(it);
+    if (it != calls->second.end() && it->second == call) calls->second.erase(it);
     if (calls->second.empty()) worker->pool_calls.erase(calls);
   }
   if (auto old = worker->answered_calls.find(call->conn); old != worker->answered_calls.end()) {
     std::vector<PoolCall*>& v = old->second;
-    v.erase(std::remove(v.begin(), v.end(), call.get()), v.end());
+    v.erase(std::remove(v.begin(), v.end(), call), v.end());
     if (v.empty()) worker->answered_calls.erase(old);
   }
   if (call->answered) return;
+  call->answered = true;
   if (call->stream != nullptr) {
+    // A callback call's stream failure (a message that did not parse, or
+    // too large) replaces its status, as RunOnPool does for a handler's.
+    if (call->callback != nullptr) {
+      if (absl::Status failure = call->stream->failure(); !failure.ok()) status = failure;
+    }
     // The stream's trailers: status, message, details and metadata (after
     // every message the handler wrote: those tasks ran before this one).
     const Metadata none;

@@ -15,8 +15,10 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "rdmarpc/server.h"
+#include "rdmarpc/server_callback.h"
 #include "rdmarpc/service.h"
 #include "runtime/rpc/handler_pool.h"
+#include "runtime/rpc/server_callback.h"
 #include "runtime/rpc/server_stream.h"
 #include "runtime/transport/completion_poller.h"
 #include "runtime/transport/connection.h"
@@ -44,7 +46,8 @@ class ServerImpl final : public CmEventHandler {
   struct Worker;
   // A call whose handler runs (or waits to run) on the handler pool. Owned
   // by the pool task until the handler returned, then by the engine task
-  // that answers it.
+  // that answers it. A callback call is owned by its ServerCallbackCall
+  // once the method started, and freed after its reactor's OnDone.
   struct PoolCall {
     Worker* worker = nullptr;
     // Engine thread only: nullptr once the connection closed.
@@ -55,7 +58,9 @@ class ServerImpl final : public CmEventHandler {
     std::string peer;                     // the connection may close first
     std::unique_ptr<google::protobuf::MessageLite> request;
     std::unique_ptr<google::protobuf::MessageLite> response;
-    ServerContext context;
+    // A CallbackServerContext for every call (a ServerContext to
+    // synchronous handlers).
+    CallbackServerContext context;
     // Engine thread only: the client was answered already (cancelled by it,
     // or by Shutdown); the handler's own answer is dropped.
     bool answered = false;
@@ -76,6 +81,8 @@ class ServerImpl final : public CmEventHandler {
     size_t eager_limit = 0;
     PooledBuffer response_buffer;
     size_t response_size = 0;
+    // Callback methods: the reactor's side of the call.
+    std::unique_ptr<ServerCallbackCall> callback;
   };
   // Per worker: its connections and the dispatch upcall.
   struct Worker final : ConnectionHandler {
@@ -125,6 +132,13 @@ class ServerImpl final : public CmEventHandler {
   // Pool thread, after an OK handler: a response above the eager limit
   // (and without metadata) is serialised into call->response_buffer.
   void SerializeLargeResponse(PoolCall* call);
+  // Worker: forgets `call` in its worker's tables and answers it with
+  // `status`, unless it was answered already (cancelled).
+  void AnswerPoolCall(PoolCall* call, absl::Status status);
+  // Pool thread (worker when run_inline): runs a callback method and binds
+  // the reactor it returns; from then on the call belongs to its
+  // ServerCallbackCall.
+  void StartCallback(std::unique_ptr<PoolCall> call);
   // Worker: the answer of a call, serialised straight into registered
   // memory where it fits (see Connection::TrySendResponseInPlace).
   void SendReply(Connection* conn, const RequestToken& token, absl::Status status,

@@ -2,6 +2,8 @@
 #include "runtime/rpc/server_stream.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/rpc/context_access.h"
@@ -39,6 +41,29 @@ bool ServerStreamState::Read(google::protobuf::MessageLite* message) {
   return true;
 }
 
+bool ServerStreamState::SendHeadersOnce() {
+  if (headers_sent_.exchange(true, std::memory_order_acq_rel)) return true;
+  const Metadata& initial = ServerContextAccess::InitialMetadata(context_);
+  if (initial.empty()) return true;
+  absl::Status md = ValidateMetadata(initial, ~size_t{0}, "server initial metadata");
+  std::string encoded = EncodeMetadata(initial);
+  if (md.ok() && encoded.size() > max_header_bytes_) {
+    md = absl::ResourceExhaustedError(absl::StrCat(
+        "server initial metadata of ", encoded.size(), " encoded bytes exceeds the ",
+        max_header_bytes_, " bytes a stream's headers carry on this connection (its eager "
+        "limit); send it as trailing metadata"));
+  }
+  if (!md.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (failure_.ok()) failure_ = std::move(md);
+    return false;
+  }
+  engine_->Post([conn = conn_, token = token_, meta = std::move(encoded)]() mutable {
+    if (*conn != nullptr) (*conn)->SendStreamHeaders(token, std::move(meta));
+  });
+  return true;
+}
+
 bool ServerStreamState::Write(const google::protobuf::MessageLite& message) {
   const size_t size = message.ByteSizeLong();
   if (size > max_message_bytes_) {
@@ -51,28 +76,7 @@ bool ServerStreamState::Write(const google::protobuf::MessageLite& message) {
   }
   std::string payload;
   message.SerializeToString(&payload);
-  if (!headers_sent_) {
-    headers_sent_ = true;
-    const Metadata& initial = ServerContextAccess::InitialMetadata(context_);
-    if (!initial.empty()) {
-      absl::Status md = ValidateMetadata(initial, ~size_t{0}, "server initial metadata");
-      std::string encoded = EncodeMetadata(initial);
-      if (md.ok() && encoded.size() > max_header_bytes_) {
-        md = absl::ResourceExhaustedError(absl::StrCat(
-            "server initial metadata of ", encoded.size(), " encoded bytes exceeds the ",
-            max_header_bytes_, " bytes a stream's headers carry on this connection (its eager "
-            "limit); send it as trailing metadata"));
-      }
-      if (!md.ok()) {
-        absl::MutexLock lock(&mu_);
-        if (failure_.ok()) failure_ = std::move(md);
-        return false;
-      }
-      engine_->Post([conn = conn_, token = token_, meta = std::move(encoded)]() mutable {
-        if (*conn != nullptr) (*conn)->SendStreamHeaders(token, std::move(meta));
-      });
-    }
-  }
+  if (!SendHeadersOnce()) return false;
   {
     absl::MutexLock lock(&mu_);
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -90,30 +94,198 @@ bool ServerStreamState::Write(const google::protobuf::MessageLite& message) {
 
 void ServerStreamState::OnMessage(absl::string_view payload, bool has_message,
                                   bool end_stream) {
-  absl::MutexLock lock(&mu_);
-  if (client_done_ || cancelled_) return;  // nothing may follow the half-close
-  if (has_message && inbox_.size() >= kStreamWindow) {
-    // The client sent beyond the window we granted: a broken or hostile
-    // peer. The call fails; the connection's other calls go on.
-    failure_ = absl::ResourceExhaustedError(absl::StrCat(
-        "the client sent more than the ", kStreamWindow, " stream messages it was granted"));
-    cancelled_ = true;
-    return;
+  google::protobuf::MessageLite* read = nullptr;
+  bool overflow = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (client_done_ || cancelled_) return;  // nothing may follow the half-close
+    if (end_stream) client_done_ = true;
+    if (pending_read_ != nullptr && (has_message || end_stream)) {
+      read = std::exchange(pending_read_, nullptr);  // a reactor waits for it
+    } else if (has_message && inbox_.size() >= kStreamWindow) {
+      // The client sent beyond the window we granted: a broken or hostile
+      // peer. The call fails; the connection's other calls go on.
+      failure_ = absl::ResourceExhaustedError(absl::StrCat(
+          "the client sent more than the ", kStreamWindow, " stream messages it was granted"));
+      overflow = true;
+    } else if (has_message) {
+      inbox_.emplace_back(payload);
+    }
   }
-  if (has_message) inbox_.emplace_back(payload);
-  if (end_stream) client_done_ = true;
+  if (read != nullptr) CompleteRead(read, has_message, payload);
+  if (overflow) Cancel();
 }
 
 void ServerStreamState::OnWindow(uint32_t messages) {
-  absl::MutexLock lock(&mu_);
-  // A well-behaved client grants back only what it consumed; never let a
-  // hostile one open the window past kStreamWindow (or wrap it).
-  send_window_ = std::min<uint64_t>(uint64_t{send_window_} + messages, kStreamWindow);
+  bool write_pending;
+  {
+    absl::MutexLock lock(&mu_);
+    // A well-behaved client grants back only what it consumed; never let a
+    // hostile one open the window past kStreamWindow (or wrap it).
+    send_window_ = std::min<uint64_t>(uint64_t{send_window_} + messages, kStreamWindow);
+    write_pending = write_pending_;
+  }
+  // A reactor's write waits: sent here, in the upcall (the connection only
+  // queues it), so that nothing outlives a cancel that follows.
+  if (write_pending) SendPendingWrite();
 }
 
 void ServerStreamState::Cancel() {
+  google::protobuf::MessageLite* read = nullptr;
+  bool write = false;
+  bool react = false;
+  absl::AnyInvocable<void() &&> finish;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    read = std::exchange(pending_read_, nullptr);
+    write = std::exchange(write_pending_, false);
+    react = pending_write_react_;
+    pending_write_.clear();
+    finish = std::move(finish_);
+    finish_ = nullptr;
+  }
+  // The finish goes after this upcall (it answers the call, which callers
+  // iterating the worker's calls must not see inline).
+  if (finish) engine_->Post([finish = std::move(finish)]() mutable { std::move(finish)(); });
+  if (read != nullptr) reactions_->OnReadDone(false);
+  if (write && react) reactions_->OnWriteDone(false);
+}
+
+// ---- callback side --------------------------------------------------------------
+
+void ServerStreamState::StartSendHeaders() {
+  const bool ok = SendHeadersOnce();
+  engine_->Post([this, ok] {
+    bool cancelled;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled = cancelled_;
+    }
+    reactions_->OnHeadersSent(ok && !cancelled);
+  });
+}
+
+void ServerStreamState::StartRead(google::protobuf::MessageLite* message) {
+  std::string payload;
+  bool have = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!cancelled_ && failure_.ok()) {
+      if (!inbox_.empty()) {
+        payload = std::move(inbox_.front());
+        inbox_.pop_front();
+        have = true;
+      } else if (!client_done_) {
+        pending_read_ = message;
+        return;
+      }
+    }
+  }
+  engine_->Post([this, message, have, payload = std::move(payload)] {
+    CompleteRead(message, have, payload);
+  });
+}
+
+void ServerStreamState::CompleteRead(google::protobuf::MessageLite* message, bool have,
+                                     absl::string_view payload) {
+  bool ok = have;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) ok = false;
+  }
+  if (ok && !message->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    ok = false;
+    absl::MutexLock lock(&mu_);
+    if (failure_.ok()) {
+      failure_ = absl::InternalError(absl::StrCat("stream message of ", payload.size(),
+                                                  " bytes did not parse as ",
+                                                  message->GetTypeName()));
+    }
+  }
+  if (ok) CountRead();
+  reactions_->OnReadDone(ok);
+}
+
+void ServerStreamState::CountRead() {
+  if (++consumed_ < kStreamWindow / 2) return;
+  const uint32_t n = consumed_;
+  consumed_ = 0;
+  if (*conn_ != nullptr) (*conn_)->GrantWindow(token_, n);
+}
+
+void ServerStreamState::StartWrite(const google::protobuf::MessageLite& message, bool react) {
+  const size_t size = message.ByteSizeLong();
+  bool ok = true;
+  if (size > max_message_bytes_) {
+    absl::MutexLock lock(&mu_);
+    if (failure_.ok()) {
+      failure_ = absl::ResourceExhaustedError(absl::StrCat(
+          "stream message of ", size, " bytes exceeds max_message_bytes ", max_message_bytes_));
+    }
+    ok = false;
+  }
+  std::string payload;
+  if (ok) {
+    message.SerializeToString(&payload);
+    ok = SendHeadersOnce();
+  }
   absl::MutexLock lock(&mu_);
-  cancelled_ = true;
+  if (!ok || cancelled_ || !failure_.ok()) {
+    if (react) engine_->Post([this] { reactions_->OnWriteDone(false); });
+    return;
+  }
+  if (send_window_ == 0) {
+    write_pending_ = true;
+    pending_write_ = std::move(payload);
+    pending_write_react_ = react;
+    return;
+  }
+  --send_window_;
+  // Posted under the lock: a Finish on another thread cannot overtake it.
+  engine_->Post([this, payload = std::move(payload), react]() mutable {
+    bool sent = false;
+    {
+      absl::MutexLock lock(&mu_);
+      sent = !cancelled_;
+    }
+    if (sent && *conn_ != nullptr) {
+      (*conn_)->SendStreamMessage(token_, std::move(payload));
+    } else {
+      sent = false;
+    }
+    if (react) reactions_->OnWriteDone(sent);
+  });
+}
+
+void ServerStreamState::SendPendingWrite() {
+  std::string payload;
+  bool react = false;
+  absl::AnyInvocable<void() &&> finish;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!write_pending_ || send_window_ == 0) return;
+    --send_window_;
+    write_pending_ = false;
+    payload = std::move(pending_write_);
+    pending_write_.clear();
+    react = pending_write_react_;
+    finish = std::move(finish_);
+    finish_ = nullptr;
+  }
+  const bool sent = *conn_ != nullptr;
+  if (sent) (*conn_)->SendStreamMessage(token_, std::move(payload));
+  if (finish) engine_->Post([finish = std::move(finish)]() mutable { std::move(finish)(); });
+  if (react) reactions_->OnWriteDone(sent);
+}
+
+void ServerStreamState::FinishAfterWrites(absl::AnyInvocable<void() &&> finish) {
+  absl::MutexLock lock(&mu_);
+  if (write_pending_) {
+    finish_ = std::move(finish);
+    return;
+  }
+  engine_->Post([finish = std::move(finish)]() mutable { std::move(finish)(); });
 }
 
 // ---- internal::ServerStream ----------------------------------------------------

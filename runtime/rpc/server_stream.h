@@ -8,14 +8,23 @@
 // writes and window grants go to the worker as posted tasks (in order, and
 // all before the task that answers the call, which the handler's thread
 // posts last).
+//
+// A callback call (rdmarpc/server_callback.h) uses the same state without
+// blocking: StartRead and StartWrite leave a pending operation (one of each
+// at most) where Read and Write would wait, and the worker's upcall (a
+// message, a window grant, the cancel) completes it and calls the call's
+// ServerStreamReactions, on the worker thread. Operations that can complete
+// at once do so in a task posted to the worker, never inline.
 #ifndef RDMARPC_RUNTIME_RPC_SERVER_STREAM_H_
 #define RDMARPC_RUNTIME_RPC_SERVER_STREAM_H_
 
 #include <cstdint>
+#include <atomic>
 #include <deque>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "google/protobuf/message_lite.h"
@@ -26,6 +35,18 @@
 
 namespace rdmarpc {
 namespace internal {
+
+// What a callback call's stream reports (ServerCallbackCall implements it).
+// Worker thread.
+class ServerStreamReactions {
+ public:
+  virtual void OnHeadersSent(bool ok) = 0;
+  virtual void OnReadDone(bool ok) = 0;
+  virtual void OnWriteDone(bool ok) = 0;
+
+ protected:
+  ~ServerStreamReactions() = default;
+};
 
 class ServerStreamState {
  public:
@@ -56,13 +77,26 @@ class ServerStreamState {
   }
   // The initial metadata went out before a message (handler thread, or
   // after the handler returned).
-  bool headers_sent() const { return headers_sent_; }
+  bool headers_sent() const { return headers_sent_.load(std::memory_order_acquire); }
+
+  // Callback side (any thread); completions call `reactions` on the
+  // worker. SetReactions before any of the others.
+  void SetReactions(ServerStreamReactions* reactions) { reactions_ = reactions; }
+  // Sends the context's initial metadata now (once; nothing when empty).
+  void StartSendHeaders();
+  void StartRead(google::protobuf::MessageLite* message);
+  // `react`: OnWriteDone follows (not for a write that goes with Finish).
+  void StartWrite(const google::protobuf::MessageLite& message, bool react);
+  // Runs `finish` on the worker once every write started before it was
+  // sent or failed.
+  void FinishAfterWrites(absl::AnyInvocable<void() &&> finish);
 
   // Worker thread.
   void OnMessage(absl::string_view payload, bool has_message, bool end_stream);
   void OnWindow(uint32_t messages);
-  // The call was cancelled or its connection closed: blocked reads and
-  // writes return false.
+  // The call was cancelled or its connection closed (or, for a callback
+  // call, answered): blocked reads and writes return false, pending ones
+  // react false.
   void Cancel();
 
  private:
@@ -72,8 +106,20 @@ class ServerStreamState {
   const size_t max_message_bytes_;
   const size_t max_header_bytes_;
   const ServerContext* const context_;
-  uint32_t consumed_ = 0;  // handler thread: read since the last grant
-  bool headers_sent_ = false;  // handler thread
+  // Sends the initial metadata unless sent; false (failure_ set) when it
+  // breaks the rules or is too large. Any thread.
+  bool SendHeadersOnce();
+  // Worker: parses into `message` (`have` false: no message) and reacts.
+  void CompleteRead(google::protobuf::MessageLite* message, bool have,
+                    absl::string_view payload);
+  // Worker: counts a message read; grants the window back in batches.
+  void CountRead();
+  // Worker: sends the pending write if the window allows, then the finish.
+  void SendPendingWrite();
+
+  uint32_t consumed_ = 0;  // handler thread (worker for a callback call)
+  std::atomic<bool> headers_sent_{false};
+  ServerStreamReactions* reactions_ = nullptr;
 
   absl::Mutex mu_;
   std::deque<std::string> inbox_ ABSL_GUARDED_BY(mu_);
@@ -81,6 +127,13 @@ class ServerStreamState {
   bool client_done_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  // Callback side: the pending operations, and a finish waiting for the
+  // pending write.
+  google::protobuf::MessageLite* pending_read_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool write_pending_ ABSL_GUARDED_BY(mu_) = false;
+  std::string pending_write_ ABSL_GUARDED_BY(mu_);
+  bool pending_write_react_ ABSL_GUARDED_BY(mu_) = false;
+  absl::AnyInvocable<void() &&> finish_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace internal

@@ -110,5 +110,34 @@ bool ServerStream::Write(const google::protobuf::MessageLite& message) {
   return true;
 }
 
+// ClientCallbackStream's members (rdmarpc/impl/callback_call.h): Bind
+// records the stream as the blocking constructor does; operations are
+// recorded and never react.
+void ClientCallbackStream::Bind(ClientReactorBase* /*reactor*/, Channel* channel,
+                                absl::string_view method, ClientContext* context, RpcKind kind,
+                                const google::protobuf::MessageLite* first,
+                                google::protobuf::MessageLite* response) {
+  fake_stream::RecordedStream& record = fake_stream::MutableLastStream();
+  const int opened = record.opened;
+  record = fake_stream::RecordedStream();
+  record.opened = opened + 1;
+  record.channel = channel;
+  record.method = std::string(method);
+  record.kind = kind;
+  record.deadline = context->deadline();
+  record.has_first = first != nullptr;
+  if (first != nullptr) record.first = first->SerializeAsString();
+  record.reactor = true;
+  record.response_target = response;
+}
+void ClientCallbackStream::StartCall() { ++fake_stream::MutableLastStream().start_calls; }
+void ClientCallbackStream::Read(google::protobuf::MessageLite* /*message*/) {}
+void ClientCallbackStream::Write(const google::protobuf::MessageLite& message, bool /*last*/) {
+  fake_stream::MutableLastStream().written.push_back(message.SerializeAsString());
+}
+void ClientCallbackStream::WritesDone() { ++fake_stream::MutableLastStream().writes_done; }
+void ClientCallbackStream::AddHolds(int /*holds*/) {}
+void ClientCallbackStream::RemoveHold() {}
+
 }  // namespace internal
 }  // namespace rdmarpc

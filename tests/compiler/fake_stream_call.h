@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "rdmarpc/channel.h"
+#include "rdmarpc/impl/callback_call.h"
 #include "rdmarpc/impl/stream_call.h"
 
 namespace fake_stream {
@@ -41,6 +42,11 @@ struct RecordedStream {
   int reads = 0;        // Read calls that returned a message
   int finishes = 0;     // Finish calls
   bool destroyed_unfinished = false;  // destroyed without Finish (a cancel)
+  // Bound to a reactor (ClientCallbackStream::Bind) rather than opened by
+  // a blocking reader or writer; `response_target` is what Bind was given.
+  bool reactor = false;
+  const void* response_target = nullptr;
+  int start_calls = 0;  // ClientCallbackStream::StartCall calls
 };
 
 const RecordedStream& LastStream();

@@ -27,6 +27,9 @@ using ::golden::v1::MockAdminStub;
 using ::golden::v1::MockStoreStub;
 using ::golden::v1::Store;
 using ::testing::_;
+// The done callback of a unary async() call: tells its mock from the
+// reactor overload's.
+const auto kAnyDone = ::testing::A<absl::AnyInvocable<void(absl::Status) &&>>();
 using ::testing::AllOf;
 using ::testing::DoAll;
 using ::testing::NotNull;
@@ -123,7 +126,7 @@ TEST(GeneratedMock, AsyncCallRunsDoneWithTheMockedStatusAndResponse) {
   EXPECT_CALL(*stub.async(), Get(NotNull(),
                                  AllOf(Property(&golden::v1::Request::key, "plums"),
                                        Property(&golden::v1::Request::note, "async")),
-                                 NotNull(), _))
+                                 NotNull(), kAnyDone))
       .WillOnce([](rdmarpc::ClientContext*, const golden::v1::Request&,
                    golden::v1::Response* response,
                    absl::AnyInvocable<void(absl::Status) &&> done) {
@@ -143,7 +146,7 @@ TEST(GeneratedMock, AsyncCallCanFinishLater) {
   // The mock keeps `done`, as a channel engine thread would, and the test
   // runs it afterwards.
   absl::AnyInvocable<void(absl::Status) &&> saved_done;
-  EXPECT_CALL(*stub.async(), Get(_, Property(&golden::v1::Request::key, "figs"), _, _))
+  EXPECT_CALL(*stub.async(), Get(_, Property(&golden::v1::Request::key, "figs"), _, kAnyDone))
       .WillOnce([&saved_done](rdmarpc::ClientContext*, const golden::v1::Request&,
                               golden::v1::Response*,
                               absl::AnyInvocable<void(absl::Status) &&> done) {
@@ -193,7 +196,7 @@ TEST(GeneratedMock, FileWithoutPackageHasGlobalMocks) {
   ::Note added;
   added.set_text("noted");
   // A generic lambda, as in the mock header's usage comment.
-  EXPECT_CALL(*notes.async(), Add(_, Property(&::Note::text, "note"), NotNull(), _))
+  EXPECT_CALL(*notes.async(), Add(_, Property(&::Note::text, "note"), NotNull(), kAnyDone))
       .WillOnce([&added](auto*, const auto&, auto* response, auto done) {
         *response = added;
         std::move(done)(absl::OkStatus());

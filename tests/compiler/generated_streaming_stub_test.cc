@@ -262,4 +262,82 @@ TEST(GeneratedStreamingStub, StreamsOpenedThroughStubInterface) {
   EXPECT_EQ(fake_stream::LastStream().opened, 3);
 }
 
+
+// ---- reactor forms of stub->async() ---------------------------------------------
+
+class NoteChat final : public rdmarpc::ClientBidiReactor<RouteNote, RouteNote> {};
+class FeatureReader final : public rdmarpc::ClientReadReactor<Feature> {};
+class RouteWriter final : public rdmarpc::ClientWriteReactor<Point> {};
+
+TEST(GeneratedStreamingStub, ReactorCallsBindTheirKindAndDefaultDeadline) {
+  fake_stream::Reset({}, absl::OkStatus());
+  auto stub = RouteGuide::NewStub(NoChannel());
+  {
+    rdmarpc::ClientContext ctx;
+    Rectangle rect;
+    *rect.mutable_lo() = MakePoint(1, 2);
+    FeatureReader reader;
+    const absl::Time before = absl::Now();
+    stub->async()->ListFeatures(&ctx, &rect, &reader);
+    const fake_stream::RecordedStream& s = fake_stream::LastStream();
+    EXPECT_TRUE(s.reactor);
+    EXPECT_EQ(s.method, "/golden.route.RouteGuide/ListFeatures");
+    EXPECT_EQ(s.kind, RpcKind::kServerStreaming);
+    ASSERT_TRUE(s.has_first);
+    EXPECT_EQ(s.first, rect.SerializeAsString());
+    EXPECT_GE(s.deadline, before + absl::Milliseconds(500));  // default_timeout_ms
+    EXPECT_EQ(s.start_calls, 0);  // nothing is sent before StartCall
+    reader.StartCall();
+    EXPECT_EQ(fake_stream::LastStream().start_calls, 1);
+  }
+  {
+    rdmarpc::ClientContext ctx;
+    RouteSummary summary;
+    RouteWriter writer;
+    stub->async()->RecordRoute(&ctx, &summary, &writer);
+    const fake_stream::RecordedStream& s = fake_stream::LastStream();
+    EXPECT_EQ(s.kind, RpcKind::kClientStreaming);
+    EXPECT_FALSE(s.has_first);
+    EXPECT_EQ(s.response_target, &summary);
+    EXPECT_EQ(s.deadline, absl::InfiniteFuture());
+    const Point p = MakePoint(7, 8);
+    writer.StartWrite(&p);
+    writer.StartWritesDone();
+    ASSERT_EQ(fake_stream::LastStream().written.size(), 1u);
+    EXPECT_EQ(fake_stream::LastStream().written[0], p.SerializeAsString());
+    EXPECT_EQ(fake_stream::LastStream().writes_done, 1);
+  }
+  {
+    rdmarpc::ClientContext ctx;
+    NoteChat chat;
+    stub->async()->RouteChat(&ctx, &chat);
+    EXPECT_EQ(fake_stream::LastStream().kind, RpcKind::kBidiStreaming);
+    EXPECT_EQ(fake_stream::LastStream().method, "/golden.route.RouteGuide/RouteChat");
+    EXPECT_EQ(fake_stream::LastStream().response_target, nullptr);
+  }
+}
+
+TEST(GeneratedStreamingStub, CallbackServiceRegistersCallbackHandlersOfEachKind) {
+  RouteGuide::CallbackService service;
+  ASSERT_EQ(service.methods().size(), 4u);
+  const RpcKind kinds[] = {RpcKind::kUnary, RpcKind::kServerStreaming,
+                           RpcKind::kClientStreaming, RpcKind::kBidiStreaming};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(service.methods()[i]->callback()) << i;
+    EXPECT_EQ(service.methods()[i]->kind(), kinds[i]) << i;
+  }
+  EXPECT_EQ(service.full_name(), "golden.route.RouteGuide");
+  EXPECT_EQ(service.methods()[0]->full_name(), "/golden.route.RouteGuide/GetFeature");
+  // Methods left alone return no reactor: the runtime answers UNIMPLEMENTED.
+  rdmarpc::CallbackServerContext ctx;
+  Point request;
+  Feature response;
+  EXPECT_EQ(service.methods()[0]->InvokeCallback(&ctx, &request, &response), nullptr);
+  EXPECT_EQ(service.methods()[3]->InvokeCallback(&ctx, nullptr, nullptr), nullptr);
+  // Relay's unary Ping keeps the service's run_inline.
+  golden::route::Relay::CallbackService relay;
+  EXPECT_TRUE(relay.methods()[0]->run_inline());
+  EXPECT_FALSE(relay.methods()[1]->run_inline());
+}
+
 }  // namespace

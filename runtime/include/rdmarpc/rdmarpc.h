@@ -6,8 +6,10 @@
 #define RDMARPC_RDMARPC_H_
 
 #include "rdmarpc/channel.h"
+#include "rdmarpc/client_callback.h"
 #include "rdmarpc/client_context.h"
 #include "rdmarpc/server.h"
+#include "rdmarpc/server_callback.h"
 #include "rdmarpc/server_context.h"
 #include "rdmarpc/service.h"
 #include "rdmarpc/sync_stream.h"

@@ -137,6 +137,102 @@ Store::Service::~Service() = default;
       "method /golden.v1.Store/Peek is not implemented by this server");
 }
 
+Store::CallbackService::CallbackService()
+    : ::rdmarpc::Service(Store::service_full_name) {
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Store::CallbackService, ::golden::v1::Request, ::golden::v1::Response>>(
+      kStoreMethodNames[0], this, &Store::CallbackService::Get));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Store::CallbackService, ::golden::v1::Request, ::golden::v1::Status>>(
+      kStoreMethodNames[1], this, &Store::CallbackService::delete__));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Store::CallbackService, ::golden::v1::Request, ::golden::v1::Response>>(
+      kStoreMethodNames[2], this, &Store::CallbackService::delete_));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Store::CallbackService, ::golden::common::Ping, ::golden::common::Empty>>(
+      kStoreMethodNames[3], this, &Store::CallbackService::Stub_));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Store::CallbackService, ::golden::v1::Outer_Inner, ::golden::v1::Channel>>(
+      kStoreMethodNames[4], this, &Store::CallbackService::Service_));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Store::CallbackService, ::golden::v1::Request, ::golden::v1::Response>>(
+      kStoreMethodNames[5], this, &Store::CallbackService::NewStub_));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Store::CallbackService, ::golden::v1::Request, ::golden::v1::Response>>(
+      kStoreMethodNames[6], this, &Store::CallbackService::async_));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Store::CallbackService, ::golden::v1::Request, ::golden::v1::Response>>(
+      kStoreMethodNames[7], this, &Store::CallbackService::Store_));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Store::CallbackService, ::golden::v1::Request, ::golden::v1::Response>>(
+      kStoreMethodNames[8], this, &Store::CallbackService::Peek, /*run_inline=*/true));
+}
+
+Store::CallbackService::~CallbackService() = default;
+
+::rdmarpc::ServerUnaryReactor* Store::CallbackService::Get(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::v1::Request* /*request*/,
+    ::golden::v1::Response* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerUnaryReactor* Store::CallbackService::delete__(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::v1::Request* /*request*/,
+    ::golden::v1::Status* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerUnaryReactor* Store::CallbackService::delete_(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::v1::Request* /*request*/,
+    ::golden::v1::Response* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerUnaryReactor* Store::CallbackService::Stub_(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::common::Ping* /*request*/,
+    ::golden::common::Empty* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerUnaryReactor* Store::CallbackService::Service_(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::v1::Outer_Inner* /*request*/,
+    ::golden::v1::Channel* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerUnaryReactor* Store::CallbackService::NewStub_(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::v1::Request* /*request*/,
+    ::golden::v1::Response* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerUnaryReactor* Store::CallbackService::async_(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::v1::Request* /*request*/,
+    ::golden::v1::Response* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerUnaryReactor* Store::CallbackService::Store_(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::v1::Request* /*request*/,
+    ::golden::v1::Response* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerUnaryReactor* Store::CallbackService::Peek(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::v1::Request* /*request*/,
+    ::golden::v1::Response* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
 Store::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     : channel_(::std::move(channel)), async_stub_(channel_.get()) {}
 
@@ -262,6 +358,19 @@ void Store::Stub::async::Get(
       ::std::move(done));
 }
 
+void Store::Stub::async::Get(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::v1::Request* request,
+    ::golden::v1::Response* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.method).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(200));
+  }
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kStoreMethodNames[0], context, request, response);
+}
+
 void Store::Stub::async::delete__(
     ::rdmarpc::ClientContext* context,
     const ::golden::v1::Request& request,
@@ -274,6 +383,19 @@ void Store::Stub::async::delete__(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kStoreMethodNames[1], context, request, response,
       ::std::move(done));
+}
+
+void Store::Stub::async::delete__(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::v1::Request* request,
+    ::golden::v1::Status* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(1000));
+  }
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kStoreMethodNames[1], context, request, response);
 }
 
 void Store::Stub::async::delete_(
@@ -290,6 +412,19 @@ void Store::Stub::async::delete_(
       ::std::move(done));
 }
 
+void Store::Stub::async::delete_(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::v1::Request* request,
+    ::golden::v1::Response* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(1000));
+  }
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kStoreMethodNames[2], context, request, response);
+}
+
 void Store::Stub::async::Stub_(
     ::rdmarpc::ClientContext* context,
     const ::golden::common::Ping& request,
@@ -302,6 +437,19 @@ void Store::Stub::async::Stub_(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kStoreMethodNames[3], context, request, response,
       ::std::move(done));
+}
+
+void Store::Stub::async::Stub_(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::common::Ping* request,
+    ::golden::common::Empty* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(1000));
+  }
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kStoreMethodNames[3], context, request, response);
 }
 
 void Store::Stub::async::Service_(
@@ -318,6 +466,19 @@ void Store::Stub::async::Service_(
       ::std::move(done));
 }
 
+void Store::Stub::async::Service_(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::v1::Outer_Inner* request,
+    ::golden::v1::Channel* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(1000));
+  }
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kStoreMethodNames[4], context, request, response);
+}
+
 void Store::Stub::async::NewStub_(
     ::rdmarpc::ClientContext* context,
     const ::golden::v1::Request& request,
@@ -330,6 +491,19 @@ void Store::Stub::async::NewStub_(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kStoreMethodNames[5], context, request, response,
       ::std::move(done));
+}
+
+void Store::Stub::async::NewStub_(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::v1::Request* request,
+    ::golden::v1::Response* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(1000));
+  }
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kStoreMethodNames[5], context, request, response);
 }
 
 void Store::Stub::async::async_(
@@ -346,6 +520,19 @@ void Store::Stub::async::async_(
       ::std::move(done));
 }
 
+void Store::Stub::async::async_(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::v1::Request* request,
+    ::golden::v1::Response* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(1000));
+  }
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kStoreMethodNames[6], context, request, response);
+}
+
 void Store::Stub::async::Store_(
     ::rdmarpc::ClientContext* context,
     const ::golden::v1::Request& request,
@@ -360,6 +547,19 @@ void Store::Stub::async::Store_(
       ::std::move(done));
 }
 
+void Store::Stub::async::Store_(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::v1::Request* request,
+    ::golden::v1::Response* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(1000));
+  }
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kStoreMethodNames[7], context, request, response);
+}
+
 void Store::Stub::async::Peek(
     ::rdmarpc::ClientContext* context,
     const ::golden::v1::Request& request,
@@ -372,6 +572,19 @@ void Store::Stub::async::Peek(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kStoreMethodNames[8], context, request, response,
       ::std::move(done));
+}
+
+void Store::Stub::async::Peek(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::v1::Request* request,
+    ::golden::v1::Response* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(1000));
+  }
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kStoreMethodNames[8], context, request, response);
 }
 
 ::std::unique_ptr<Store::Stub> Store::NewStub(
@@ -419,6 +632,42 @@ Admin::Service::~Service() = default;
       "method /golden.v1.Admin/Ping is not implemented by this server");
 }
 
+Admin::CallbackService::CallbackService()
+    : ::rdmarpc::Service(Admin::service_full_name) {
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Admin::CallbackService, ::golden::common::Empty, ::golden::common::Empty>>(
+      kAdminMethodNames[0], this, &Admin::CallbackService::class_, /*run_inline=*/true));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Admin::CallbackService, ::golden::common::Ping, ::golden::common::Ping>>(
+      kAdminMethodNames[1], this, &Admin::CallbackService::new_));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Admin::CallbackService, ::golden::common::Ping, ::golden::v1::Status>>(
+      kAdminMethodNames[2], this, &Admin::CallbackService::Ping, /*run_inline=*/true));
+}
+
+Admin::CallbackService::~CallbackService() = default;
+
+::rdmarpc::ServerUnaryReactor* Admin::CallbackService::class_(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::common::Empty* /*request*/,
+    ::golden::common::Empty* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerUnaryReactor* Admin::CallbackService::new_(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::common::Ping* /*request*/,
+    ::golden::common::Ping* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerUnaryReactor* Admin::CallbackService::Ping(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::common::Ping* /*request*/,
+    ::golden::v1::Status* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
 Admin::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     : channel_(::std::move(channel)), async_stub_(channel_.get()) {}
 
@@ -456,6 +705,15 @@ void Admin::Stub::async::class_(
       ::std::move(done));
 }
 
+void Admin::Stub::async::class_(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::common::Empty* request,
+    ::golden::common::Empty* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kAdminMethodNames[0], context, request, response);
+}
+
 void Admin::Stub::async::new_(
     ::rdmarpc::ClientContext* context,
     const ::golden::common::Ping& request,
@@ -466,6 +724,15 @@ void Admin::Stub::async::new_(
       ::std::move(done));
 }
 
+void Admin::Stub::async::new_(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::common::Ping* request,
+    ::golden::common::Ping* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kAdminMethodNames[1], context, request, response);
+}
+
 void Admin::Stub::async::Ping(
     ::rdmarpc::ClientContext* context,
     const ::golden::common::Ping& request,
@@ -474,6 +741,15 @@ void Admin::Stub::async::Ping(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kAdminMethodNames[2], context, request, response,
       ::std::move(done));
+}
+
+void Admin::Stub::async::Ping(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::common::Ping* request,
+    ::golden::v1::Status* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kAdminMethodNames[2], context, request, response);
 }
 
 ::std::unique_ptr<Admin::Stub> Admin::NewStub(

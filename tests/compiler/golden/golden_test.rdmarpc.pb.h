@@ -113,6 +113,105 @@ class Store final {
         ::golden::v1::Response* response);
   };
 
+  // The server side in gRPC's callback style (rdmarpc/server_callback.h):
+  // each method returns the reactor that carries its call, which may
+  // finish later, from any thread. Derive from it, override the methods
+  // this server implements and pass an instance to
+  // ::rdmarpc::Server::AddService instead of a Service (both register the
+  // same methods); methods left alone return nullptr and their calls
+  // finish UNIMPLEMENTED. Methods run on the server's handler pool, or
+  // inline on the worker thread where a unary method says so
+  // (run_inline); they must not block either way.
+  class CallbackService : public ::rdmarpc::Service {
+   public:
+    // Registers one handler per method, in .proto order (methods()).
+    CallbackService();
+    ~CallbackService() override;
+
+    // Reads one key. Has its own default deadline.
+    //
+    // rpc Get(golden.v1.Request) returns (golden.v1.Response): "/golden.v1.Store/Get".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* Get(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::v1::Request* request,
+        ::golden::v1::Response* response);
+
+    // A C++ keyword, beside a method already called delete_: becomes delete__.
+    //
+    // rpc delete(golden.v1.Request) returns (golden.v1.Status): "/golden.v1.Store/delete".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* delete__(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::v1::Request* request,
+        ::golden::v1::Status* response);
+
+    // rpc delete_(golden.v1.Request) returns (golden.v1.Response): "/golden.v1.Store/delete_".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* delete_(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::v1::Request* request,
+        ::golden::v1::Response* response);
+
+    // Names the generated classes use themselves: Stub_, Service_, async_...
+    //
+    // rpc Stub(golden.common.Ping) returns (golden.common.Empty): "/golden.v1.Store/Stub".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* Stub_(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::common::Ping* request,
+        ::golden::common::Empty* response);
+
+    // rpc Service(golden.v1.Outer.Inner) returns (golden.v1.Channel): "/golden.v1.Store/Service".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* Service_(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::v1::Outer_Inner* request,
+        ::golden::v1::Channel* response);
+
+    // rpc NewStub(golden.v1.Request) returns (golden.v1.Response): "/golden.v1.Store/NewStub".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* NewStub_(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::v1::Request* request,
+        ::golden::v1::Response* response);
+
+    // rpc async(golden.v1.Request) returns (golden.v1.Response): "/golden.v1.Store/async".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* async_(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::v1::Request* request,
+        ::golden::v1::Response* response);
+
+    // The service's own name.
+    //
+    // rpc Store(golden.v1.Request) returns (golden.v1.Response): "/golden.v1.Store/Store".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* Store_(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::v1::Request* request,
+        ::golden::v1::Response* response);
+
+    // Reads a key without waiting on anything, so it may run inline.
+    //
+    // rpc Peek(golden.v1.Request) returns (golden.v1.Response): "/golden.v1.Store/Peek".
+    // Runs inline on the worker thread ((rdmarpc.method).run_inline).
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* Peek(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::v1::Request* request,
+        ::golden::v1::Response* response);
+  };
+
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
   // works with a Stub and, in unit tests, with the gMock class
@@ -187,12 +286,26 @@ class Store final {
           ::golden::v1::Response* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
 
+      // "/golden.v1.Store/Get" with a reactor; see Stub::async::Get.
+      virtual void Get(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request* request,
+          ::golden::v1::Response* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
+
       // "/golden.v1.Store/delete"; see Stub::async::delete__.
       virtual void delete__(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Status* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/delete" with a reactor; see Stub::async::delete__.
+      virtual void delete__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request* request,
+          ::golden::v1::Status* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
 
       // "/golden.v1.Store/delete_"; see Stub::async::delete_.
       virtual void delete_(
@@ -201,12 +314,26 @@ class Store final {
           ::golden::v1::Response* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
 
+      // "/golden.v1.Store/delete_" with a reactor; see Stub::async::delete_.
+      virtual void delete_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request* request,
+          ::golden::v1::Response* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
+
       // "/golden.v1.Store/Stub"; see Stub::async::Stub_.
       virtual void Stub_(
           ::rdmarpc::ClientContext* context,
           const ::golden::common::Ping& request,
           ::golden::common::Empty* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/Stub" with a reactor; see Stub::async::Stub_.
+      virtual void Stub_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Ping* request,
+          ::golden::common::Empty* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
 
       // "/golden.v1.Store/Service"; see Stub::async::Service_.
       virtual void Service_(
@@ -215,12 +342,26 @@ class Store final {
           ::golden::v1::Channel* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
 
+      // "/golden.v1.Store/Service" with a reactor; see Stub::async::Service_.
+      virtual void Service_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Outer_Inner* request,
+          ::golden::v1::Channel* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
+
       // "/golden.v1.Store/NewStub"; see Stub::async::NewStub_.
       virtual void NewStub_(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/NewStub" with a reactor; see Stub::async::NewStub_.
+      virtual void NewStub_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request* request,
+          ::golden::v1::Response* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
 
       // "/golden.v1.Store/async"; see Stub::async::async_.
       virtual void async_(
@@ -229,6 +370,13 @@ class Store final {
           ::golden::v1::Response* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
 
+      // "/golden.v1.Store/async" with a reactor; see Stub::async::async_.
+      virtual void async_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request* request,
+          ::golden::v1::Response* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
+
       // "/golden.v1.Store/Store"; see Stub::async::Store_.
       virtual void Store_(
           ::rdmarpc::ClientContext* context,
@@ -236,12 +384,26 @@ class Store final {
           ::golden::v1::Response* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
 
+      // "/golden.v1.Store/Store" with a reactor; see Stub::async::Store_.
+      virtual void Store_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request* request,
+          ::golden::v1::Response* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
+
       // "/golden.v1.Store/Peek"; see Stub::async::Peek.
       virtual void Peek(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Store/Peek" with a reactor; see Stub::async::Peek.
+      virtual void Peek(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request* request,
+          ::golden::v1::Response* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
     };
     // The asynchronous calls; owned by the stub.
     virtual class async_interface* async() = 0;
@@ -346,13 +508,17 @@ class Store final {
         const ::golden::v1::Request& request,
         ::golden::v1::Response* response) override;
 
-    // Asynchronous calls in gRPC's callback style:
+    // Asynchronous calls in gRPC's callback style. Unary methods take a
+    // done callback:
     //   stub->async()->Method(&context, request, &response, done);
-    // Each returns at once; `done` runs exactly once with the call's status,
+    // it returns at once; `done` runs exactly once with the call's status,
     // on a channel engine thread (or inline when the call fails before
     // anything is sent). `request` may be freed on return; `context` and
-    // `response` must stay alive until `done` runs. Default deadlines apply
-    // as for the blocking calls.
+    // `response` must stay alive until `done` runs. Every method also takes
+    // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
+    //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
+    // `context` (and `response`) must stay alive until the reactor's OnDone.
+    // Default deadlines apply as for the blocking calls.
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.v1.Store/Get".
@@ -362,12 +528,28 @@ class Store final {
           ::golden::v1::Response* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
+      // "/golden.v1.Store/Get" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void Get(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request* request,
+          ::golden::v1::Response* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
+
       // "/golden.v1.Store/delete".
       void delete__(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Status* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+      // "/golden.v1.Store/delete" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void delete__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request* request,
+          ::golden::v1::Status* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
 
       // "/golden.v1.Store/delete_".
       void delete_(
@@ -376,12 +558,28 @@ class Store final {
           ::golden::v1::Response* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
+      // "/golden.v1.Store/delete_" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void delete_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request* request,
+          ::golden::v1::Response* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
+
       // "/golden.v1.Store/Stub".
       void Stub_(
           ::rdmarpc::ClientContext* context,
           const ::golden::common::Ping& request,
           ::golden::common::Empty* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+      // "/golden.v1.Store/Stub" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void Stub_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Ping* request,
+          ::golden::common::Empty* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
 
       // "/golden.v1.Store/Service".
       void Service_(
@@ -390,12 +588,28 @@ class Store final {
           ::golden::v1::Channel* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
+      // "/golden.v1.Store/Service" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void Service_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Outer_Inner* request,
+          ::golden::v1::Channel* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
+
       // "/golden.v1.Store/NewStub".
       void NewStub_(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+      // "/golden.v1.Store/NewStub" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void NewStub_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request* request,
+          ::golden::v1::Response* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
 
       // "/golden.v1.Store/async".
       void async_(
@@ -404,6 +618,14 @@ class Store final {
           ::golden::v1::Response* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
+      // "/golden.v1.Store/async" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void async_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request* request,
+          ::golden::v1::Response* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
+
       // "/golden.v1.Store/Store".
       void Store_(
           ::rdmarpc::ClientContext* context,
@@ -411,12 +633,28 @@ class Store final {
           ::golden::v1::Response* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
+      // "/golden.v1.Store/Store" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void Store_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request* request,
+          ::golden::v1::Response* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
+
       // "/golden.v1.Store/Peek".
       void Peek(
           ::rdmarpc::ClientContext* context,
           const ::golden::v1::Request& request,
           ::golden::v1::Response* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+      // "/golden.v1.Store/Peek" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void Peek(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::v1::Request* request,
+          ::golden::v1::Response* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
 
      private:
       friend class ::golden::v1::Store::Stub;
@@ -479,6 +717,50 @@ class Admin final {
         ::golden::v1::Status* response);
   };
 
+  // The server side in gRPC's callback style (rdmarpc/server_callback.h):
+  // each method returns the reactor that carries its call, which may
+  // finish later, from any thread. Derive from it, override the methods
+  // this server implements and pass an instance to
+  // ::rdmarpc::Server::AddService instead of a Service (both register the
+  // same methods); methods left alone return nullptr and their calls
+  // finish UNIMPLEMENTED. Methods run on the server's handler pool, or
+  // inline on the worker thread where a unary method says so
+  // (run_inline); they must not block either way.
+  class CallbackService : public ::rdmarpc::Service {
+   public:
+    // Registers one handler per method, in .proto order (methods()).
+    CallbackService();
+    ~CallbackService() override;
+
+    // rpc class(golden.common.Empty) returns (golden.common.Empty): "/golden.v1.Admin/class".
+    // Runs inline on the worker thread ((rdmarpc.service).run_inline).
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* class_(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::common::Empty* request,
+        ::golden::common::Empty* response);
+
+    // Runs on the handler pool: the method's option wins over the service's.
+    //
+    // rpc new(golden.common.Ping) returns (golden.common.Ping): "/golden.v1.Admin/new".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* new_(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::common::Ping* request,
+        ::golden::common::Ping* response);
+
+    // rpc Ping(golden.common.Ping) returns (golden.v1.Status): "/golden.v1.Admin/Ping".
+    // Runs inline on the worker thread ((rdmarpc.service).run_inline).
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* Ping(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::common::Ping* request,
+        ::golden::v1::Status* response);
+  };
+
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
   // works with a Stub and, in unit tests, with the gMock class
@@ -517,6 +799,13 @@ class Admin final {
           ::golden::common::Empty* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
 
+      // "/golden.v1.Admin/class" with a reactor; see Stub::async::class_.
+      virtual void class_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Empty* request,
+          ::golden::common::Empty* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
+
       // "/golden.v1.Admin/new"; see Stub::async::new_.
       virtual void new_(
           ::rdmarpc::ClientContext* context,
@@ -524,12 +813,26 @@ class Admin final {
           ::golden::common::Ping* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
 
+      // "/golden.v1.Admin/new" with a reactor; see Stub::async::new_.
+      virtual void new_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Ping* request,
+          ::golden::common::Ping* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
+
       // "/golden.v1.Admin/Ping"; see Stub::async::Ping.
       virtual void Ping(
           ::rdmarpc::ClientContext* context,
           const ::golden::common::Ping& request,
           ::golden::v1::Status* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.v1.Admin/Ping" with a reactor; see Stub::async::Ping.
+      virtual void Ping(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Ping* request,
+          ::golden::v1::Status* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
     };
     // The asynchronous calls; owned by the stub.
     virtual class async_interface* async() = 0;
@@ -566,13 +869,17 @@ class Admin final {
         const ::golden::common::Ping& request,
         ::golden::v1::Status* response) override;
 
-    // Asynchronous calls in gRPC's callback style:
+    // Asynchronous calls in gRPC's callback style. Unary methods take a
+    // done callback:
     //   stub->async()->Method(&context, request, &response, done);
-    // Each returns at once; `done` runs exactly once with the call's status,
+    // it returns at once; `done` runs exactly once with the call's status,
     // on a channel engine thread (or inline when the call fails before
     // anything is sent). `request` may be freed on return; `context` and
-    // `response` must stay alive until `done` runs. Default deadlines apply
-    // as for the blocking calls.
+    // `response` must stay alive until `done` runs. Every method also takes
+    // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
+    //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
+    // `context` (and `response`) must stay alive until the reactor's OnDone.
+    // Default deadlines apply as for the blocking calls.
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.v1.Admin/class".
@@ -582,6 +889,14 @@ class Admin final {
           ::golden::common::Empty* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
+      // "/golden.v1.Admin/class" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void class_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Empty* request,
+          ::golden::common::Empty* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
+
       // "/golden.v1.Admin/new".
       void new_(
           ::rdmarpc::ClientContext* context,
@@ -589,12 +904,28 @@ class Admin final {
           ::golden::common::Ping* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
+      // "/golden.v1.Admin/new" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void new_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Ping* request,
+          ::golden::common::Ping* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
+
       // "/golden.v1.Admin/Ping".
       void Ping(
           ::rdmarpc::ClientContext* context,
           const ::golden::common::Ping& request,
           ::golden::v1::Status* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+      // "/golden.v1.Admin/Ping" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void Ping(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::common::Ping* request,
+          ::golden::v1::Status* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
 
      private:
       friend class ::golden::v1::Admin::Stub;

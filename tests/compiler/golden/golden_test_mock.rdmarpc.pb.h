@@ -10,7 +10,8 @@
 //   golden::v1::MockStoreStub stub;
 //   EXPECT_CALL(stub, Get(_, _, _))
 //       .WillOnce(Return(absl::OkStatus()));
-//   EXPECT_CALL(*stub.async(), Get(_, _, _, _))
+//   EXPECT_CALL(*stub.async(), Get(_, _, _,
+//       A<absl::AnyInvocable<void(absl::Status) &&>>()))
 //       .WillOnce([](auto*, const auto&, auto*, auto done) {
 //         std::move(done)(absl::OkStatus());
 //       });
@@ -85,11 +86,23 @@ class MockStoreStub : public ::golden::v1::Store::StubInterface {
                  ::golden::v1::Response* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
                 (override));
+    MOCK_METHOD(void, Get,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::v1::Request* request,
+                 ::golden::v1::Response* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
+                (override));
     MOCK_METHOD(void, delete__,
                 (::rdmarpc::ClientContext* context,
                  const ::golden::v1::Request& request,
                  ::golden::v1::Status* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
+                (override));
+    MOCK_METHOD(void, delete__,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::v1::Request* request,
+                 ::golden::v1::Status* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
                 (override));
     MOCK_METHOD(void, delete_,
                 (::rdmarpc::ClientContext* context,
@@ -97,11 +110,23 @@ class MockStoreStub : public ::golden::v1::Store::StubInterface {
                  ::golden::v1::Response* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
                 (override));
+    MOCK_METHOD(void, delete_,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::v1::Request* request,
+                 ::golden::v1::Response* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
+                (override));
     MOCK_METHOD(void, Stub_,
                 (::rdmarpc::ClientContext* context,
                  const ::golden::common::Ping& request,
                  ::golden::common::Empty* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
+                (override));
+    MOCK_METHOD(void, Stub_,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::common::Ping* request,
+                 ::golden::common::Empty* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
                 (override));
     MOCK_METHOD(void, Service_,
                 (::rdmarpc::ClientContext* context,
@@ -109,11 +134,23 @@ class MockStoreStub : public ::golden::v1::Store::StubInterface {
                  ::golden::v1::Channel* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
                 (override));
+    MOCK_METHOD(void, Service_,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::v1::Outer_Inner* request,
+                 ::golden::v1::Channel* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
+                (override));
     MOCK_METHOD(void, NewStub_,
                 (::rdmarpc::ClientContext* context,
                  const ::golden::v1::Request& request,
                  ::golden::v1::Response* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
+                (override));
+    MOCK_METHOD(void, NewStub_,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::v1::Request* request,
+                 ::golden::v1::Response* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
                 (override));
     MOCK_METHOD(void, async_,
                 (::rdmarpc::ClientContext* context,
@@ -121,7 +158,25 @@ class MockStoreStub : public ::golden::v1::Store::StubInterface {
                  ::golden::v1::Response* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
                 (override));
+    MOCK_METHOD(void, async_,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::v1::Request* request,
+                 ::golden::v1::Response* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
+                (override));
     MOCK_METHOD(void, Store_,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::v1::Request& request,
+                 ::golden::v1::Response* response,
+                 ::absl::AnyInvocable<void(::absl::Status) &&> done),
+                (override));
+    MOCK_METHOD(void, Store_,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::v1::Request* request,
+                 ::golden::v1::Response* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
+                (override));
+    MOCK_METHOD(void, Peek,
                 (::rdmarpc::ClientContext* context,
                  const ::golden::v1::Request& request,
                  ::golden::v1::Response* response,
@@ -129,9 +184,9 @@ class MockStoreStub : public ::golden::v1::Store::StubInterface {
                 (override));
     MOCK_METHOD(void, Peek,
                 (::rdmarpc::ClientContext* context,
-                 const ::golden::v1::Request& request,
+                 const ::golden::v1::Request* request,
                  ::golden::v1::Response* response,
-                 ::absl::AnyInvocable<void(::absl::Status) &&> done),
+                 ::rdmarpc::ClientUnaryReactor* reactor),
                 (override));
   };
   class async* async() override { return &async_stub_; }
@@ -171,17 +226,35 @@ class MockAdminStub : public ::golden::v1::Admin::StubInterface {
                  ::golden::common::Empty* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
                 (override));
+    MOCK_METHOD(void, class_,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::common::Empty* request,
+                 ::golden::common::Empty* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
+                (override));
     MOCK_METHOD(void, new_,
                 (::rdmarpc::ClientContext* context,
                  const ::golden::common::Ping& request,
                  ::golden::common::Ping* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
                 (override));
+    MOCK_METHOD(void, new_,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::common::Ping* request,
+                 ::golden::common::Ping* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
+                (override));
     MOCK_METHOD(void, Ping,
                 (::rdmarpc::ClientContext* context,
                  const ::golden::common::Ping& request,
                  ::golden::v1::Status* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
+                (override));
+    MOCK_METHOD(void, Ping,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::common::Ping* request,
+                 ::golden::v1::Status* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
                 (override));
   };
   class async* async() override { return &async_stub_; }

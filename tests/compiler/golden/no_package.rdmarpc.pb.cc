@@ -21,6 +21,12 @@ Bare::Service::Service() : ::rdmarpc::Service(Bare::service_full_name) {
 
 Bare::Service::~Service() = default;
 
+Bare::CallbackService::CallbackService()
+    : ::rdmarpc::Service(Bare::service_full_name) {
+}
+
+Bare::CallbackService::~CallbackService() = default;
+
 Bare::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     : channel_(::std::move(channel)), async_stub_(channel_.get()) {}
 
@@ -47,6 +53,22 @@ Notes::Service::~Service() = default;
       "method /Notes/Add is not implemented by this server");
 }
 
+Notes::CallbackService::CallbackService()
+    : ::rdmarpc::Service(Notes::service_full_name) {
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Notes::CallbackService, ::Note, ::Note>>(
+      kNotesMethodNames[0], this, &Notes::CallbackService::Add));
+}
+
+Notes::CallbackService::~CallbackService() = default;
+
+::rdmarpc::ServerUnaryReactor* Notes::CallbackService::Add(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::Note* /*request*/,
+    ::Note* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
 Notes::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     : channel_(::std::move(channel)), async_stub_(channel_.get()) {}
 
@@ -66,6 +88,15 @@ void Notes::Stub::async::Add(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kNotesMethodNames[0], context, request, response,
       ::std::move(done));
+}
+
+void Notes::Stub::async::Add(
+    ::rdmarpc::ClientContext* context,
+    const ::Note* request,
+    ::Note* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kNotesMethodNames[0], context, request, response);
 }
 
 ::std::unique_ptr<Notes::Stub> Notes::NewStub(

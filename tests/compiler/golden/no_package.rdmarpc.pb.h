@@ -39,6 +39,22 @@ class Bare final {
     ~Service() override;
   };
 
+  // The server side in gRPC's callback style (rdmarpc/server_callback.h):
+  // each method returns the reactor that carries its call, which may
+  // finish later, from any thread. Derive from it, override the methods
+  // this server implements and pass an instance to
+  // ::rdmarpc::Server::AddService instead of a Service (both register the
+  // same methods); methods left alone return nullptr and their calls
+  // finish UNIMPLEMENTED. Methods run on the server's handler pool, or
+  // inline on the worker thread where a unary method says so
+  // (run_inline); they must not block either way.
+  class CallbackService : public ::rdmarpc::Service {
+   public:
+    // Registers one handler per method, in .proto order (methods()).
+    CallbackService();
+    ~CallbackService() override;
+  };
+
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
   // works with a Stub and, in unit tests, with the gMock class
@@ -64,13 +80,17 @@ class Bare final {
     Stub(const Stub&) = delete;
     Stub& operator=(const Stub&) = delete;
 
-    // Asynchronous calls in gRPC's callback style:
+    // Asynchronous calls in gRPC's callback style. Unary methods take a
+    // done callback:
     //   stub->async()->Method(&context, request, &response, done);
-    // Each returns at once; `done` runs exactly once with the call's status,
+    // it returns at once; `done` runs exactly once with the call's status,
     // on a channel engine thread (or inline when the call fails before
     // anything is sent). `request` may be freed on return; `context` and
-    // `response` must stay alive until `done` runs. Default deadlines apply
-    // as for the blocking calls.
+    // `response` must stay alive until `done` runs. Every method also takes
+    // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
+    //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
+    // `context` (and `response`) must stay alive until the reactor's OnDone.
+    // Default deadlines apply as for the blocking calls.
     class async final : public StubInterface::async_interface {
      public:
      private:
@@ -113,6 +133,30 @@ class Notes final {
         ::Note* response);
   };
 
+  // The server side in gRPC's callback style (rdmarpc/server_callback.h):
+  // each method returns the reactor that carries its call, which may
+  // finish later, from any thread. Derive from it, override the methods
+  // this server implements and pass an instance to
+  // ::rdmarpc::Server::AddService instead of a Service (both register the
+  // same methods); methods left alone return nullptr and their calls
+  // finish UNIMPLEMENTED. Methods run on the server's handler pool, or
+  // inline on the worker thread where a unary method says so
+  // (run_inline); they must not block either way.
+  class CallbackService : public ::rdmarpc::Service {
+   public:
+    // Registers one handler per method, in .proto order (methods()).
+    CallbackService();
+    ~CallbackService() override;
+
+    // rpc Add(Note) returns (Note): "/Notes/Add".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* Add(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::Note* request,
+        ::Note* response);
+  };
+
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
   // works with a Stub and, in unit tests, with the gMock class
@@ -138,6 +182,13 @@ class Notes final {
           const ::Note& request,
           ::Note* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/Notes/Add" with a reactor; see Stub::async::Add.
+      virtual void Add(
+          ::rdmarpc::ClientContext* context,
+          const ::Note* request,
+          ::Note* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
     };
     // The asynchronous calls; owned by the stub.
     virtual class async_interface* async() = 0;
@@ -158,13 +209,17 @@ class Notes final {
         const ::Note& request,
         ::Note* response) override;
 
-    // Asynchronous calls in gRPC's callback style:
+    // Asynchronous calls in gRPC's callback style. Unary methods take a
+    // done callback:
     //   stub->async()->Method(&context, request, &response, done);
-    // Each returns at once; `done` runs exactly once with the call's status,
+    // it returns at once; `done` runs exactly once with the call's status,
     // on a channel engine thread (or inline when the call fails before
     // anything is sent). `request` may be freed on return; `context` and
-    // `response` must stay alive until `done` runs. Default deadlines apply
-    // as for the blocking calls.
+    // `response` must stay alive until `done` runs. Every method also takes
+    // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
+    //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
+    // `context` (and `response`) must stay alive until the reactor's OnDone.
+    // Default deadlines apply as for the blocking calls.
     class async final : public StubInterface::async_interface {
      public:
       // "/Notes/Add".
@@ -173,6 +228,14 @@ class Notes final {
           const ::Note& request,
           ::Note* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+      // "/Notes/Add" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void Add(
+          ::rdmarpc::ClientContext* context,
+          const ::Note* request,
+          ::Note* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
 
      private:
       friend class ::Notes::Stub;

@@ -52,6 +52,12 @@ class MockNotesStub : public ::Notes::StubInterface {
                  ::Note* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
                 (override));
+    MOCK_METHOD(void, Add,
+                (::rdmarpc::ClientContext* context,
+                 const ::Note* request,
+                 ::Note* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
+                (override));
   };
   class async* async() override { return &async_stub_; }
 

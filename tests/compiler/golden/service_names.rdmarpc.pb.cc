@@ -51,6 +51,22 @@ Service_::Service::~Service() = default;
       "method /golden.names.Service/Service is not implemented by this server");
 }
 
+Service_::CallbackService::CallbackService()
+    : ::rdmarpc::Service(Service_::service_full_name) {
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Service_::CallbackService, ::golden::names::M, ::golden::names::M>>(
+      kService_MethodNames[0], this, &Service_::CallbackService::Service__));
+}
+
+Service_::CallbackService::~CallbackService() = default;
+
+::rdmarpc::ServerUnaryReactor* Service_::CallbackService::Service__(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::names::M* /*request*/,
+    ::golden::names::M* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
 Service_::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     : channel_(::std::move(channel)), async_stub_(channel_.get()) {}
 
@@ -70,6 +86,15 @@ void Service_::Stub::async::Service__(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kService_MethodNames[0], context, request, response,
       ::std::move(done));
+}
+
+void Service_::Stub::async::Service__(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::names::M* request,
+    ::golden::names::M* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kService_MethodNames[0], context, request, response);
 }
 
 ::std::unique_ptr<Service_::Stub> Service_::NewStub(
@@ -106,6 +131,32 @@ Stub_::Service::~Service() = default;
       "method /golden.names.Stub/Stub_ is not implemented by this server");
 }
 
+Stub_::CallbackService::CallbackService()
+    : ::rdmarpc::Service(Stub_::service_full_name) {
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Stub_::CallbackService, ::golden::names::M, ::golden::names::M>>(
+      kStub_MethodNames[0], this, &Stub_::CallbackService::Stub__));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Stub_::CallbackService, ::golden::names::M, ::golden::names::M>>(
+      kStub_MethodNames[1], this, &Stub_::CallbackService::Stub___));
+}
+
+Stub_::CallbackService::~CallbackService() = default;
+
+::rdmarpc::ServerUnaryReactor* Stub_::CallbackService::Stub__(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::names::M* /*request*/,
+    ::golden::names::M* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerUnaryReactor* Stub_::CallbackService::Stub___(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::names::M* /*request*/,
+    ::golden::names::M* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
 Stub_::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     : channel_(::std::move(channel)), async_stub_(channel_.get()) {}
 
@@ -135,6 +186,15 @@ void Stub_::Stub::async::Stub__(
       ::std::move(done));
 }
 
+void Stub_::Stub::async::Stub__(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::names::M* request,
+    ::golden::names::M* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kStub_MethodNames[0], context, request, response);
+}
+
 void Stub_::Stub::async::Stub___(
     ::rdmarpc::ClientContext* context,
     const ::golden::names::M& request,
@@ -143,6 +203,15 @@ void Stub_::Stub::async::Stub___(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kStub_MethodNames[1], context, request, response,
       ::std::move(done));
+}
+
+void Stub_::Stub::async::Stub___(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::names::M* request,
+    ::golden::names::M* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kStub_MethodNames[1], context, request, response);
 }
 
 ::std::unique_ptr<Stub_::Stub> Stub_::NewStub(
@@ -168,6 +237,22 @@ delete_::Service::~Service() = default;
       "method /golden.names.delete/delete is not implemented by this server");
 }
 
+delete_::CallbackService::CallbackService()
+    : ::rdmarpc::Service(delete_::service_full_name) {
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                delete_::CallbackService, ::golden::names::M, ::golden::names::M>>(
+      kdelete_MethodNames[0], this, &delete_::CallbackService::delete__));
+}
+
+delete_::CallbackService::~CallbackService() = default;
+
+::rdmarpc::ServerUnaryReactor* delete_::CallbackService::delete__(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::names::M* /*request*/,
+    ::golden::names::M* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
 delete_::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     : channel_(::std::move(channel)), async_stub_(channel_.get()) {}
 
@@ -187,6 +272,15 @@ void delete_::Stub::async::delete__(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kdelete_MethodNames[0], context, request, response,
       ::std::move(done));
+}
+
+void delete_::Stub::async::delete__(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::names::M* request,
+    ::golden::names::M* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kdelete_MethodNames[0], context, request, response);
 }
 
 ::std::unique_ptr<delete_::Stub> delete_::NewStub(
@@ -223,6 +317,32 @@ StubInterface_::Service::~Service() = default;
       "method /golden.names.StubInterface/async_interface is not implemented by this server");
 }
 
+StubInterface_::CallbackService::CallbackService()
+    : ::rdmarpc::Service(StubInterface_::service_full_name) {
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                StubInterface_::CallbackService, ::golden::names::M, ::golden::names::M>>(
+      kStubInterface_MethodNames[0], this, &StubInterface_::CallbackService::StubInterface__));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                StubInterface_::CallbackService, ::golden::names::M, ::golden::names::M>>(
+      kStubInterface_MethodNames[1], this, &StubInterface_::CallbackService::async_interface_));
+}
+
+StubInterface_::CallbackService::~CallbackService() = default;
+
+::rdmarpc::ServerUnaryReactor* StubInterface_::CallbackService::StubInterface__(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::names::M* /*request*/,
+    ::golden::names::M* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerUnaryReactor* StubInterface_::CallbackService::async_interface_(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::names::M* /*request*/,
+    ::golden::names::M* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
 StubInterface_::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     : channel_(::std::move(channel)), async_stub_(channel_.get()) {}
 
@@ -252,6 +372,15 @@ void StubInterface_::Stub::async::StubInterface__(
       ::std::move(done));
 }
 
+void StubInterface_::Stub::async::StubInterface__(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::names::M* request,
+    ::golden::names::M* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kStubInterface_MethodNames[0], context, request, response);
+}
+
 void StubInterface_::Stub::async::async_interface_(
     ::rdmarpc::ClientContext* context,
     const ::golden::names::M& request,
@@ -260,6 +389,15 @@ void StubInterface_::Stub::async::async_interface_(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kStubInterface_MethodNames[1], context, request, response,
       ::std::move(done));
+}
+
+void StubInterface_::Stub::async::async_interface_(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::names::M* request,
+    ::golden::names::M* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kStubInterface_MethodNames[1], context, request, response);
 }
 
 ::std::unique_ptr<StubInterface_::Stub> StubInterface_::NewStub(

@@ -52,6 +52,30 @@ class Service_ final {
         ::golden::names::M* response);
   };
 
+  // The server side in gRPC's callback style (rdmarpc/server_callback.h):
+  // each method returns the reactor that carries its call, which may
+  // finish later, from any thread. Derive from it, override the methods
+  // this server implements and pass an instance to
+  // ::rdmarpc::Server::AddService instead of a Service (both register the
+  // same methods); methods left alone return nullptr and their calls
+  // finish UNIMPLEMENTED. Methods run on the server's handler pool, or
+  // inline on the worker thread where a unary method says so
+  // (run_inline); they must not block either way.
+  class CallbackService : public ::rdmarpc::Service {
+   public:
+    // Registers one handler per method, in .proto order (methods()).
+    CallbackService();
+    ~CallbackService() override;
+
+    // rpc Service(golden.names.M) returns (golden.names.M): "/golden.names.Service/Service".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* Service__(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::names::M* request,
+        ::golden::names::M* response);
+  };
+
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
   // works with a Stub and, in unit tests, with the gMock class
@@ -77,6 +101,13 @@ class Service_ final {
           const ::golden::names::M& request,
           ::golden::names::M* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.names.Service/Service" with a reactor; see Stub::async::Service__.
+      virtual void Service__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M* request,
+          ::golden::names::M* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
     };
     // The asynchronous calls; owned by the stub.
     virtual class async_interface* async() = 0;
@@ -97,13 +128,17 @@ class Service_ final {
         const ::golden::names::M& request,
         ::golden::names::M* response) override;
 
-    // Asynchronous calls in gRPC's callback style:
+    // Asynchronous calls in gRPC's callback style. Unary methods take a
+    // done callback:
     //   stub->async()->Method(&context, request, &response, done);
-    // Each returns at once; `done` runs exactly once with the call's status,
+    // it returns at once; `done` runs exactly once with the call's status,
     // on a channel engine thread (or inline when the call fails before
     // anything is sent). `request` may be freed on return; `context` and
-    // `response` must stay alive until `done` runs. Default deadlines apply
-    // as for the blocking calls.
+    // `response` must stay alive until `done` runs. Every method also takes
+    // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
+    //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
+    // `context` (and `response`) must stay alive until the reactor's OnDone.
+    // Default deadlines apply as for the blocking calls.
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.names.Service/Service".
@@ -112,6 +147,14 @@ class Service_ final {
           const ::golden::names::M& request,
           ::golden::names::M* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+      // "/golden.names.Service/Service" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void Service__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M* request,
+          ::golden::names::M* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
 
      private:
       friend class ::golden::names::Service_::Stub;
@@ -163,6 +206,38 @@ class Stub_ final {
         ::golden::names::M* response);
   };
 
+  // The server side in gRPC's callback style (rdmarpc/server_callback.h):
+  // each method returns the reactor that carries its call, which may
+  // finish later, from any thread. Derive from it, override the methods
+  // this server implements and pass an instance to
+  // ::rdmarpc::Server::AddService instead of a Service (both register the
+  // same methods); methods left alone return nullptr and their calls
+  // finish UNIMPLEMENTED. Methods run on the server's handler pool, or
+  // inline on the worker thread where a unary method says so
+  // (run_inline); they must not block either way.
+  class CallbackService : public ::rdmarpc::Service {
+   public:
+    // Registers one handler per method, in .proto order (methods()).
+    CallbackService();
+    ~CallbackService() override;
+
+    // rpc Stub(golden.names.M) returns (golden.names.M): "/golden.names.Stub/Stub".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* Stub__(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::names::M* request,
+        ::golden::names::M* response);
+
+    // rpc Stub_(golden.names.M) returns (golden.names.M): "/golden.names.Stub/Stub_".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* Stub___(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::names::M* request,
+        ::golden::names::M* response);
+  };
+
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
   // works with a Stub and, in unit tests, with the gMock class
@@ -195,12 +270,26 @@ class Stub_ final {
           ::golden::names::M* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
 
+      // "/golden.names.Stub/Stub" with a reactor; see Stub::async::Stub__.
+      virtual void Stub__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M* request,
+          ::golden::names::M* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
+
       // "/golden.names.Stub/Stub_"; see Stub::async::Stub___.
       virtual void Stub___(
           ::rdmarpc::ClientContext* context,
           const ::golden::names::M& request,
           ::golden::names::M* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.names.Stub/Stub_" with a reactor; see Stub::async::Stub___.
+      virtual void Stub___(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M* request,
+          ::golden::names::M* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
     };
     // The asynchronous calls; owned by the stub.
     virtual class async_interface* async() = 0;
@@ -228,13 +317,17 @@ class Stub_ final {
         const ::golden::names::M& request,
         ::golden::names::M* response) override;
 
-    // Asynchronous calls in gRPC's callback style:
+    // Asynchronous calls in gRPC's callback style. Unary methods take a
+    // done callback:
     //   stub->async()->Method(&context, request, &response, done);
-    // Each returns at once; `done` runs exactly once with the call's status,
+    // it returns at once; `done` runs exactly once with the call's status,
     // on a channel engine thread (or inline when the call fails before
     // anything is sent). `request` may be freed on return; `context` and
-    // `response` must stay alive until `done` runs. Default deadlines apply
-    // as for the blocking calls.
+    // `response` must stay alive until `done` runs. Every method also takes
+    // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
+    //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
+    // `context` (and `response`) must stay alive until the reactor's OnDone.
+    // Default deadlines apply as for the blocking calls.
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.names.Stub/Stub".
@@ -244,12 +337,28 @@ class Stub_ final {
           ::golden::names::M* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
+      // "/golden.names.Stub/Stub" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void Stub__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M* request,
+          ::golden::names::M* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
+
       // "/golden.names.Stub/Stub_".
       void Stub___(
           ::rdmarpc::ClientContext* context,
           const ::golden::names::M& request,
           ::golden::names::M* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+      // "/golden.names.Stub/Stub_" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void Stub___(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M* request,
+          ::golden::names::M* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
 
      private:
       friend class ::golden::names::Stub_::Stub;
@@ -294,6 +403,30 @@ class delete_ final {
         ::golden::names::M* response);
   };
 
+  // The server side in gRPC's callback style (rdmarpc/server_callback.h):
+  // each method returns the reactor that carries its call, which may
+  // finish later, from any thread. Derive from it, override the methods
+  // this server implements and pass an instance to
+  // ::rdmarpc::Server::AddService instead of a Service (both register the
+  // same methods); methods left alone return nullptr and their calls
+  // finish UNIMPLEMENTED. Methods run on the server's handler pool, or
+  // inline on the worker thread where a unary method says so
+  // (run_inline); they must not block either way.
+  class CallbackService : public ::rdmarpc::Service {
+   public:
+    // Registers one handler per method, in .proto order (methods()).
+    CallbackService();
+    ~CallbackService() override;
+
+    // rpc delete(golden.names.M) returns (golden.names.M): "/golden.names.delete/delete".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* delete__(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::names::M* request,
+        ::golden::names::M* response);
+  };
+
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
   // works with a Stub and, in unit tests, with the gMock class
@@ -319,6 +452,13 @@ class delete_ final {
           const ::golden::names::M& request,
           ::golden::names::M* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.names.delete/delete" with a reactor; see Stub::async::delete__.
+      virtual void delete__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M* request,
+          ::golden::names::M* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
     };
     // The asynchronous calls; owned by the stub.
     virtual class async_interface* async() = 0;
@@ -339,13 +479,17 @@ class delete_ final {
         const ::golden::names::M& request,
         ::golden::names::M* response) override;
 
-    // Asynchronous calls in gRPC's callback style:
+    // Asynchronous calls in gRPC's callback style. Unary methods take a
+    // done callback:
     //   stub->async()->Method(&context, request, &response, done);
-    // Each returns at once; `done` runs exactly once with the call's status,
+    // it returns at once; `done` runs exactly once with the call's status,
     // on a channel engine thread (or inline when the call fails before
     // anything is sent). `request` may be freed on return; `context` and
-    // `response` must stay alive until `done` runs. Default deadlines apply
-    // as for the blocking calls.
+    // `response` must stay alive until `done` runs. Every method also takes
+    // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
+    //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
+    // `context` (and `response`) must stay alive until the reactor's OnDone.
+    // Default deadlines apply as for the blocking calls.
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.names.delete/delete".
@@ -354,6 +498,14 @@ class delete_ final {
           const ::golden::names::M& request,
           ::golden::names::M* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+      // "/golden.names.delete/delete" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void delete__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M* request,
+          ::golden::names::M* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
 
      private:
       friend class ::golden::names::delete_::Stub;
@@ -405,6 +557,38 @@ class StubInterface_ final {
         ::golden::names::M* response);
   };
 
+  // The server side in gRPC's callback style (rdmarpc/server_callback.h):
+  // each method returns the reactor that carries its call, which may
+  // finish later, from any thread. Derive from it, override the methods
+  // this server implements and pass an instance to
+  // ::rdmarpc::Server::AddService instead of a Service (both register the
+  // same methods); methods left alone return nullptr and their calls
+  // finish UNIMPLEMENTED. Methods run on the server's handler pool, or
+  // inline on the worker thread where a unary method says so
+  // (run_inline); they must not block either way.
+  class CallbackService : public ::rdmarpc::Service {
+   public:
+    // Registers one handler per method, in .proto order (methods()).
+    CallbackService();
+    ~CallbackService() override;
+
+    // rpc StubInterface(golden.names.M) returns (golden.names.M): "/golden.names.StubInterface/StubInterface".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* StubInterface__(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::names::M* request,
+        ::golden::names::M* response);
+
+    // rpc async_interface(golden.names.M) returns (golden.names.M): "/golden.names.StubInterface/async_interface".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* async_interface_(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::names::M* request,
+        ::golden::names::M* response);
+  };
+
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
   // works with a Stub and, in unit tests, with the gMock class
@@ -437,12 +621,26 @@ class StubInterface_ final {
           ::golden::names::M* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
 
+      // "/golden.names.StubInterface/StubInterface" with a reactor; see Stub::async::StubInterface__.
+      virtual void StubInterface__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M* request,
+          ::golden::names::M* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
+
       // "/golden.names.StubInterface/async_interface"; see Stub::async::async_interface_.
       virtual void async_interface_(
           ::rdmarpc::ClientContext* context,
           const ::golden::names::M& request,
           ::golden::names::M* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.names.StubInterface/async_interface" with a reactor; see Stub::async::async_interface_.
+      virtual void async_interface_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M* request,
+          ::golden::names::M* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
     };
     // The asynchronous calls; owned by the stub.
     virtual class async_interface* async() = 0;
@@ -470,13 +668,17 @@ class StubInterface_ final {
         const ::golden::names::M& request,
         ::golden::names::M* response) override;
 
-    // Asynchronous calls in gRPC's callback style:
+    // Asynchronous calls in gRPC's callback style. Unary methods take a
+    // done callback:
     //   stub->async()->Method(&context, request, &response, done);
-    // Each returns at once; `done` runs exactly once with the call's status,
+    // it returns at once; `done` runs exactly once with the call's status,
     // on a channel engine thread (or inline when the call fails before
     // anything is sent). `request` may be freed on return; `context` and
-    // `response` must stay alive until `done` runs. Default deadlines apply
-    // as for the blocking calls.
+    // `response` must stay alive until `done` runs. Every method also takes
+    // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
+    //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
+    // `context` (and `response`) must stay alive until the reactor's OnDone.
+    // Default deadlines apply as for the blocking calls.
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.names.StubInterface/StubInterface".
@@ -486,12 +688,28 @@ class StubInterface_ final {
           ::golden::names::M* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
 
+      // "/golden.names.StubInterface/StubInterface" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void StubInterface__(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M* request,
+          ::golden::names::M* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
+
       // "/golden.names.StubInterface/async_interface".
       void async_interface_(
           ::rdmarpc::ClientContext* context,
           const ::golden::names::M& request,
           ::golden::names::M* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+      // "/golden.names.StubInterface/async_interface" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void async_interface_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::names::M* request,
+          ::golden::names::M* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
 
      private:
       friend class ::golden::names::StubInterface_::Stub;

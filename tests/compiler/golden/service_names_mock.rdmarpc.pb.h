@@ -10,7 +10,8 @@
 //   golden::names::MockServiceStub stub;
 //   EXPECT_CALL(stub, Service__(_, _, _))
 //       .WillOnce(Return(absl::OkStatus()));
-//   EXPECT_CALL(*stub.async(), Service__(_, _, _, _))
+//   EXPECT_CALL(*stub.async(), Service__(_, _, _,
+//       A<absl::AnyInvocable<void(absl::Status) &&>>()))
 //       .WillOnce([](auto*, const auto&, auto*, auto done) {
 //         std::move(done)(absl::OkStatus());
 //       });
@@ -45,6 +46,12 @@ class MockServiceStub : public ::golden::names::Service_::StubInterface {
                  ::golden::names::M* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
                 (override));
+    MOCK_METHOD(void, Service__,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::names::M* request,
+                 ::golden::names::M* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
+                (override));
   };
   class async* async() override { return &async_stub_; }
 
@@ -78,11 +85,23 @@ class MockStubStub : public ::golden::names::Stub_::StubInterface {
                  ::golden::names::M* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
                 (override));
+    MOCK_METHOD(void, Stub__,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::names::M* request,
+                 ::golden::names::M* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
+                (override));
     MOCK_METHOD(void, Stub___,
                 (::rdmarpc::ClientContext* context,
                  const ::golden::names::M& request,
                  ::golden::names::M* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
+                (override));
+    MOCK_METHOD(void, Stub___,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::names::M* request,
+                 ::golden::names::M* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
                 (override));
   };
   class async* async() override { return &async_stub_; }
@@ -111,6 +130,12 @@ class MockdeleteStub_ : public ::golden::names::delete_::StubInterface {
                  const ::golden::names::M& request,
                  ::golden::names::M* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
+                (override));
+    MOCK_METHOD(void, delete__,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::names::M* request,
+                 ::golden::names::M* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
                 (override));
   };
   class async* async() override { return &async_stub_; }
@@ -145,11 +170,23 @@ class MockStubInterfaceStub : public ::golden::names::StubInterface_::StubInterf
                  ::golden::names::M* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
                 (override));
+    MOCK_METHOD(void, StubInterface__,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::names::M* request,
+                 ::golden::names::M* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
+                (override));
     MOCK_METHOD(void, async_interface_,
                 (::rdmarpc::ClientContext* context,
                  const ::golden::names::M& request,
                  ::golden::names::M* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
+                (override));
+    MOCK_METHOD(void, async_interface_,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::names::M* request,
+                 ::golden::names::M* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
                 (override));
   };
   class async* async() override { return &async_stub_; }

@@ -80,6 +80,48 @@ RouteGuide::Service::~Service() = default;
       "method /golden.route.RouteGuide/RouteChat is not implemented by this server");
 }
 
+RouteGuide::CallbackService::CallbackService()
+    : ::rdmarpc::Service(RouteGuide::service_full_name) {
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                RouteGuide::CallbackService, ::golden::route::Point, ::golden::route::Feature>>(
+      kRouteGuideMethodNames[0], this, &RouteGuide::CallbackService::GetFeature));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackServerStreamingMethodHandler<
+                RouteGuide::CallbackService, ::golden::route::Rectangle, ::golden::route::Feature>>(
+      kRouteGuideMethodNames[1], this, &RouteGuide::CallbackService::ListFeatures));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackClientStreamingMethodHandler<
+                RouteGuide::CallbackService, ::golden::route::Point, ::golden::route::RouteSummary>>(
+      kRouteGuideMethodNames[2], this, &RouteGuide::CallbackService::RecordRoute));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackBidiStreamingMethodHandler<
+                RouteGuide::CallbackService, ::golden::route::RouteNote, ::golden::route::RouteNote>>(
+      kRouteGuideMethodNames[3], this, &RouteGuide::CallbackService::RouteChat));
+}
+
+RouteGuide::CallbackService::~CallbackService() = default;
+
+::rdmarpc::ServerUnaryReactor* RouteGuide::CallbackService::GetFeature(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::route::Point* /*request*/,
+    ::golden::route::Feature* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerWriteReactor<::golden::route::Feature>* RouteGuide::CallbackService::ListFeatures(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::route::Rectangle* /*request*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerReadReactor<::golden::route::Point>* RouteGuide::CallbackService::RecordRoute(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    ::golden::route::RouteSummary* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerBidiReactor<::golden::route::RouteNote, ::golden::route::RouteNote>* RouteGuide::CallbackService::RouteChat(
+    ::rdmarpc::CallbackServerContext* /*context*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
 RouteGuide::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     : channel_(::std::move(channel)), async_stub_(channel_.get()) {}
 
@@ -126,6 +168,45 @@ void RouteGuide::Stub::async::GetFeature(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kRouteGuideMethodNames[0], context, request, response,
       ::std::move(done));
+}
+
+void RouteGuide::Stub::async::GetFeature(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::route::Point* request,
+    ::golden::route::Feature* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kRouteGuideMethodNames[0], context, request, response);
+}
+
+void RouteGuide::Stub::async::ListFeatures(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::route::Rectangle* request,
+    ::rdmarpc::ClientReadReactor<::golden::route::Feature>* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.method).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(500));
+  }
+  ::rdmarpc::internal::ClientCallbackStream::Bind(
+      reactor, channel_, kRouteGuideMethodNames[1], context,
+      ::rdmarpc::internal::RpcKind::kServerStreaming, request, nullptr);
+}
+
+void RouteGuide::Stub::async::RecordRoute(
+    ::rdmarpc::ClientContext* context,
+    ::golden::route::RouteSummary* response,
+    ::rdmarpc::ClientWriteReactor<::golden::route::Point>* reactor) {
+  ::rdmarpc::internal::ClientCallbackStream::Bind(
+      reactor, channel_, kRouteGuideMethodNames[2], context,
+      ::rdmarpc::internal::RpcKind::kClientStreaming, nullptr, response);
+}
+
+void RouteGuide::Stub::async::RouteChat(
+    ::rdmarpc::ClientContext* context,
+    ::rdmarpc::ClientBidiReactor<::golden::route::RouteNote, ::golden::route::RouteNote>* reactor) {
+  ::rdmarpc::internal::ClientCallbackStream::Bind(
+      reactor, channel_, kRouteGuideMethodNames[3], context,
+      ::rdmarpc::internal::RpcKind::kBidiStreaming, nullptr, nullptr);
 }
 
 ::std::unique_ptr<RouteGuide::Stub> RouteGuide::NewStub(
@@ -213,6 +294,74 @@ Relay::Service::~Service() = default;
     ::rdmarpc::ServerWriter<::golden::route::Point>* /*writer*/) {
   return ::absl::UnimplementedError(
       "method /golden.route.Relay/Stub is not implemented by this server");
+}
+
+Relay::CallbackService::CallbackService()
+    : ::rdmarpc::Service(Relay::service_full_name) {
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
+                Relay::CallbackService, ::golden::route::Point, ::golden::route::Point>>(
+      kRelayMethodNames[0], this, &Relay::CallbackService::Ping, /*run_inline=*/true));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackServerStreamingMethodHandler<
+                Relay::CallbackService, ::golden::route::Point, ::golden::route::Point>>(
+      kRelayMethodNames[1], this, &Relay::CallbackService::Watch));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackClientStreamingMethodHandler<
+                Relay::CallbackService, ::golden::route::Point, ::golden::route::RouteSummary>>(
+      kRelayMethodNames[2], this, &Relay::CallbackService::Upload));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackBidiStreamingMethodHandler<
+                Relay::CallbackService, ::golden::route::RouteNote, ::golden::route::RouteNote>>(
+      kRelayMethodNames[3], this, &Relay::CallbackService::Chat));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackBidiStreamingMethodHandler<
+                Relay::CallbackService, ::golden::route::Point, ::golden::route::Point>>(
+      kRelayMethodNames[4], this, &Relay::CallbackService::async_));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackClientStreamingMethodHandler<
+                Relay::CallbackService, ::golden::route::Point, ::golden::route::Point>>(
+      kRelayMethodNames[5], this, &Relay::CallbackService::delete_));
+  AddMethod(::std::make_unique<::rdmarpc::internal::CallbackServerStreamingMethodHandler<
+                Relay::CallbackService, ::golden::route::Point, ::golden::route::Point>>(
+      kRelayMethodNames[6], this, &Relay::CallbackService::Stub_));
+}
+
+Relay::CallbackService::~CallbackService() = default;
+
+::rdmarpc::ServerUnaryReactor* Relay::CallbackService::Ping(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::route::Point* /*request*/,
+    ::golden::route::Point* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerWriteReactor<::golden::route::Point>* Relay::CallbackService::Watch(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::route::Point* /*request*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerReadReactor<::golden::route::Point>* Relay::CallbackService::Upload(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    ::golden::route::RouteSummary* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerBidiReactor<::golden::route::RouteNote, ::golden::route::RouteNote>* Relay::CallbackService::Chat(
+    ::rdmarpc::CallbackServerContext* /*context*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerBidiReactor<::golden::route::Point, ::golden::route::Point>* Relay::CallbackService::async_(
+    ::rdmarpc::CallbackServerContext* /*context*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerReadReactor<::golden::route::Point>* Relay::CallbackService::delete_(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    ::golden::route::Point* /*response*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
+}
+
+::rdmarpc::ServerWriteReactor<::golden::route::Point>* Relay::CallbackService::Stub_(
+    ::rdmarpc::CallbackServerContext* /*context*/,
+    const ::golden::route::Point* /*request*/) {
+  return nullptr;  // the call finishes UNIMPLEMENTED
 }
 
 Relay::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
@@ -312,6 +461,95 @@ void Relay::Stub::async::Ping(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kRelayMethodNames[0], context, request, response,
       ::std::move(done));
+}
+
+void Relay::Stub::async::Ping(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::route::Point* request,
+    ::golden::route::Point* response,
+    ::rdmarpc::ClientUnaryReactor* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(100));
+  }
+  ::rdmarpc::internal::ClientReactorAccess::BindUnary(
+      reactor, channel_, kRelayMethodNames[0], context, request, response);
+}
+
+void Relay::Stub::async::Watch(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::route::Point* request,
+    ::rdmarpc::ClientReadReactor<::golden::route::Point>* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(100));
+  }
+  ::rdmarpc::internal::ClientCallbackStream::Bind(
+      reactor, channel_, kRelayMethodNames[1], context,
+      ::rdmarpc::internal::RpcKind::kServerStreaming, request, nullptr);
+}
+
+void Relay::Stub::async::Upload(
+    ::rdmarpc::ClientContext* context,
+    ::golden::route::RouteSummary* response,
+    ::rdmarpc::ClientWriteReactor<::golden::route::Point>* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(100));
+  }
+  ::rdmarpc::internal::ClientCallbackStream::Bind(
+      reactor, channel_, kRelayMethodNames[2], context,
+      ::rdmarpc::internal::RpcKind::kClientStreaming, nullptr, response);
+}
+
+void Relay::Stub::async::Chat(
+    ::rdmarpc::ClientContext* context,
+    ::rdmarpc::ClientBidiReactor<::golden::route::RouteNote, ::golden::route::RouteNote>* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(100));
+  }
+  ::rdmarpc::internal::ClientCallbackStream::Bind(
+      reactor, channel_, kRelayMethodNames[3], context,
+      ::rdmarpc::internal::RpcKind::kBidiStreaming, nullptr, nullptr);
+}
+
+void Relay::Stub::async::async_(
+    ::rdmarpc::ClientContext* context,
+    ::rdmarpc::ClientBidiReactor<::golden::route::Point, ::golden::route::Point>* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(100));
+  }
+  ::rdmarpc::internal::ClientCallbackStream::Bind(
+      reactor, channel_, kRelayMethodNames[4], context,
+      ::rdmarpc::internal::RpcKind::kBidiStreaming, nullptr, nullptr);
+}
+
+void Relay::Stub::async::delete_(
+    ::rdmarpc::ClientContext* context,
+    ::golden::route::Point* response,
+    ::rdmarpc::ClientWriteReactor<::golden::route::Point>* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(100));
+  }
+  ::rdmarpc::internal::ClientCallbackStream::Bind(
+      reactor, channel_, kRelayMethodNames[5], context,
+      ::rdmarpc::internal::RpcKind::kClientStreaming, nullptr, response);
+}
+
+void Relay::Stub::async::Stub_(
+    ::rdmarpc::ClientContext* context,
+    const ::golden::route::Point* request,
+    ::rdmarpc::ClientReadReactor<::golden::route::Point>* reactor) {
+  if (context->deadline() == ::absl::InfiniteFuture()) {
+    // (rdmarpc.service).default_timeout_ms
+    context->set_timeout(::absl::Milliseconds(100));
+  }
+  ::rdmarpc::internal::ClientCallbackStream::Bind(
+      reactor, channel_, kRelayMethodNames[6], context,
+      ::rdmarpc::internal::RpcKind::kServerStreaming, request, nullptr);
 }
 
 ::std::unique_ptr<Relay::Stub> Relay::NewStub(

@@ -87,6 +87,57 @@ class RouteGuide final {
         ::rdmarpc::ServerReaderWriter<::golden::route::RouteNote, ::golden::route::RouteNote>* stream);
   };
 
+  // The server side in gRPC's callback style (rdmarpc/server_callback.h):
+  // each method returns the reactor that carries its call, which may
+  // finish later, from any thread. Derive from it, override the methods
+  // this server implements and pass an instance to
+  // ::rdmarpc::Server::AddService instead of a Service (both register the
+  // same methods); methods left alone return nullptr and their calls
+  // finish UNIMPLEMENTED. Methods run on the server's handler pool, or
+  // inline on the worker thread where a unary method says so
+  // (run_inline); they must not block either way.
+  class CallbackService : public ::rdmarpc::Service {
+   public:
+    // Registers one handler per method, in .proto order (methods()).
+    CallbackService();
+    ~CallbackService() override;
+
+    // The feature at a point.
+    //
+    // rpc GetFeature(golden.route.Point) returns (golden.route.Feature): "/golden.route.RouteGuide/GetFeature".
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* GetFeature(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::route::Point* request,
+        ::golden::route::Feature* response);
+
+    // The features inside a rectangle, streamed as they are found. Has a
+    // default deadline.
+    //
+    // rpc ListFeatures(golden.route.Rectangle) returns (stream golden.route.Feature): "/golden.route.RouteGuide/ListFeatures".
+    // The reactor writes the responses; `request` lives until its OnDone.
+    virtual ::rdmarpc::ServerWriteReactor<::golden::route::Feature>* ListFeatures(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::route::Rectangle* request);
+
+    // Takes the points of a route and answers with its summary.
+    //
+    // rpc RecordRoute(stream golden.route.Point) returns (golden.route.RouteSummary): "/golden.route.RouteGuide/RecordRoute".
+    // The reactor reads the requests; its Finish(OK) sends `*response`,
+    // which lives until its OnDone.
+    virtual ::rdmarpc::ServerReadReactor<::golden::route::Point>* RecordRoute(
+        ::rdmarpc::CallbackServerContext* context,
+        ::golden::route::RouteSummary* response);
+
+    // Sends notes and receives the notes others left at the same points.
+    //
+    // rpc RouteChat(stream golden.route.RouteNote) returns (stream golden.route.RouteNote): "/golden.route.RouteGuide/RouteChat".
+    // The reactor reads requests and writes responses.
+    virtual ::rdmarpc::ServerBidiReactor<::golden::route::RouteNote, ::golden::route::RouteNote>* RouteChat(
+        ::rdmarpc::CallbackServerContext* context);
+  };
+
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
   // works with a Stub and, in unit tests, with the gMock class
@@ -129,6 +180,30 @@ class RouteGuide final {
           const ::golden::route::Point& request,
           ::golden::route::Feature* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.route.RouteGuide/GetFeature" with a reactor; see Stub::async::GetFeature.
+      virtual void GetFeature(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::route::Point* request,
+          ::golden::route::Feature* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
+
+      // "/golden.route.RouteGuide/ListFeatures" with a reactor; see Stub::async::ListFeatures.
+      virtual void ListFeatures(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::route::Rectangle* request,
+          ::rdmarpc::ClientReadReactor<::golden::route::Feature>* reactor) = 0;
+
+      // "/golden.route.RouteGuide/RecordRoute" with a reactor; see Stub::async::RecordRoute.
+      virtual void RecordRoute(
+          ::rdmarpc::ClientContext* context,
+          ::golden::route::RouteSummary* response,
+          ::rdmarpc::ClientWriteReactor<::golden::route::Point>* reactor) = 0;
+
+      // "/golden.route.RouteGuide/RouteChat" with a reactor; see Stub::async::RouteChat.
+      virtual void RouteChat(
+          ::rdmarpc::ClientContext* context,
+          ::rdmarpc::ClientBidiReactor<::golden::route::RouteNote, ::golden::route::RouteNote>* reactor) = 0;
     };
     // The asynchronous calls; owned by the stub.
     virtual class async_interface* async() = 0;
@@ -187,15 +262,17 @@ class RouteGuide final {
     RouteChat(
         ::rdmarpc::ClientContext* context) override;
 
-    // Asynchronous calls in gRPC's callback style:
+    // Asynchronous calls in gRPC's callback style. Unary methods take a
+    // done callback:
     //   stub->async()->Method(&context, request, &response, done);
-    // Each returns at once; `done` runs exactly once with the call's status,
+    // it returns at once; `done` runs exactly once with the call's status,
     // on a channel engine thread (or inline when the call fails before
     // anything is sent). `request` may be freed on return; `context` and
-    // `response` must stay alive until `done` runs. Default deadlines apply
-    // as for the blocking calls.
-    // Unary methods only: streaming methods are called through the
-    // Stub's readers and writers.
+    // `response` must stay alive until `done` runs. Every method also takes
+    // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
+    //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
+    // `context` (and `response`) must stay alive until the reactor's OnDone.
+    // Default deadlines apply as for the blocking calls.
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.route.RouteGuide/GetFeature".
@@ -204,6 +281,34 @@ class RouteGuide final {
           const ::golden::route::Point& request,
           ::golden::route::Feature* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+      // "/golden.route.RouteGuide/GetFeature" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void GetFeature(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::route::Point* request,
+          ::golden::route::Feature* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
+
+      // "/golden.route.RouteGuide/ListFeatures" with a ClientReadReactor: binds the call to
+      // `reactor` (`*request` is serialised now); StartCall sends it.
+      void ListFeatures(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::route::Rectangle* request,
+          ::rdmarpc::ClientReadReactor<::golden::route::Feature>* reactor) override;
+
+      // "/golden.route.RouteGuide/RecordRoute" with a ClientWriteReactor: binds the call to
+      // `reactor`; `*response` is filled in before its OnDone(OK).
+      void RecordRoute(
+          ::rdmarpc::ClientContext* context,
+          ::golden::route::RouteSummary* response,
+          ::rdmarpc::ClientWriteReactor<::golden::route::Point>* reactor) override;
+
+      // "/golden.route.RouteGuide/RouteChat" with a ClientBidiReactor: binds the call to
+      // `reactor`.
+      void RouteChat(
+          ::rdmarpc::ClientContext* context,
+          ::rdmarpc::ClientBidiReactor<::golden::route::RouteNote, ::golden::route::RouteNote>* reactor) override;
 
      private:
       friend class ::golden::route::RouteGuide::Stub;
@@ -310,6 +415,71 @@ class Relay final {
         ::rdmarpc::ServerWriter<::golden::route::Point>* writer);
   };
 
+  // The server side in gRPC's callback style (rdmarpc/server_callback.h):
+  // each method returns the reactor that carries its call, which may
+  // finish later, from any thread. Derive from it, override the methods
+  // this server implements and pass an instance to
+  // ::rdmarpc::Server::AddService instead of a Service (both register the
+  // same methods); methods left alone return nullptr and their calls
+  // finish UNIMPLEMENTED. Methods run on the server's handler pool, or
+  // inline on the worker thread where a unary method says so
+  // (run_inline); they must not block either way.
+  class CallbackService : public ::rdmarpc::Service {
+   public:
+    // Registers one handler per method, in .proto order (methods()).
+    CallbackService();
+    ~CallbackService() override;
+
+    // rpc Ping(golden.route.Point) returns (golden.route.Point): "/golden.route.Relay/Ping".
+    // Runs inline on the worker thread ((rdmarpc.service).run_inline).
+    // The reactor's Finish(OK) sends `*response`; `request` and `response`
+    // live until its OnDone.
+    virtual ::rdmarpc::ServerUnaryReactor* Ping(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::route::Point* request,
+        ::golden::route::Point* response);
+
+    // rpc Watch(golden.route.Point) returns (stream golden.route.Point): "/golden.route.Relay/Watch".
+    // The reactor writes the responses; `request` lives until its OnDone.
+    virtual ::rdmarpc::ServerWriteReactor<::golden::route::Point>* Watch(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::route::Point* request);
+
+    // rpc Upload(stream golden.route.Point) returns (golden.route.RouteSummary): "/golden.route.Relay/Upload".
+    // The reactor reads the requests; its Finish(OK) sends `*response`,
+    // which lives until its OnDone.
+    virtual ::rdmarpc::ServerReadReactor<::golden::route::Point>* Upload(
+        ::rdmarpc::CallbackServerContext* context,
+        ::golden::route::RouteSummary* response);
+
+    // Says run_inline = false, which a streaming method may.
+    //
+    // rpc Chat(stream golden.route.RouteNote) returns (stream golden.route.RouteNote): "/golden.route.Relay/Chat".
+    // The reactor reads requests and writes responses.
+    virtual ::rdmarpc::ServerBidiReactor<::golden::route::RouteNote, ::golden::route::RouteNote>* Chat(
+        ::rdmarpc::CallbackServerContext* context);
+
+    // Named like generated members and keywords: async_, delete_, Stub_.
+    //
+    // rpc async(stream golden.route.Point) returns (stream golden.route.Point): "/golden.route.Relay/async".
+    // The reactor reads requests and writes responses.
+    virtual ::rdmarpc::ServerBidiReactor<::golden::route::Point, ::golden::route::Point>* async_(
+        ::rdmarpc::CallbackServerContext* context);
+
+    // rpc delete(stream golden.route.Point) returns (golden.route.Point): "/golden.route.Relay/delete".
+    // The reactor reads the requests; its Finish(OK) sends `*response`,
+    // which lives until its OnDone.
+    virtual ::rdmarpc::ServerReadReactor<::golden::route::Point>* delete_(
+        ::rdmarpc::CallbackServerContext* context,
+        ::golden::route::Point* response);
+
+    // rpc Stub(golden.route.Point) returns (stream golden.route.Point): "/golden.route.Relay/Stub".
+    // The reactor writes the responses; `request` lives until its OnDone.
+    virtual ::rdmarpc::ServerWriteReactor<::golden::route::Point>* Stub_(
+        ::rdmarpc::CallbackServerContext* context,
+        const ::golden::route::Point* request);
+  };
+
   // The client side as an interface: Stub's calls, pure virtual, in the
   // manner of gRPC's StubInterface. Code that takes a StubInterface*
   // works with a Stub and, in unit tests, with the gMock class
@@ -369,6 +539,47 @@ class Relay final {
           const ::golden::route::Point& request,
           ::golden::route::Point* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) = 0;
+
+      // "/golden.route.Relay/Ping" with a reactor; see Stub::async::Ping.
+      virtual void Ping(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::route::Point* request,
+          ::golden::route::Point* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) = 0;
+
+      // "/golden.route.Relay/Watch" with a reactor; see Stub::async::Watch.
+      virtual void Watch(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::route::Point* request,
+          ::rdmarpc::ClientReadReactor<::golden::route::Point>* reactor) = 0;
+
+      // "/golden.route.Relay/Upload" with a reactor; see Stub::async::Upload.
+      virtual void Upload(
+          ::rdmarpc::ClientContext* context,
+          ::golden::route::RouteSummary* response,
+          ::rdmarpc::ClientWriteReactor<::golden::route::Point>* reactor) = 0;
+
+      // "/golden.route.Relay/Chat" with a reactor; see Stub::async::Chat.
+      virtual void Chat(
+          ::rdmarpc::ClientContext* context,
+          ::rdmarpc::ClientBidiReactor<::golden::route::RouteNote, ::golden::route::RouteNote>* reactor) = 0;
+
+      // "/golden.route.Relay/async" with a reactor; see Stub::async::async_.
+      virtual void async_(
+          ::rdmarpc::ClientContext* context,
+          ::rdmarpc::ClientBidiReactor<::golden::route::Point, ::golden::route::Point>* reactor) = 0;
+
+      // "/golden.route.Relay/delete" with a reactor; see Stub::async::delete_.
+      virtual void delete_(
+          ::rdmarpc::ClientContext* context,
+          ::golden::route::Point* response,
+          ::rdmarpc::ClientWriteReactor<::golden::route::Point>* reactor) = 0;
+
+      // "/golden.route.Relay/Stub" with a reactor; see Stub::async::Stub_.
+      virtual void Stub_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::route::Point* request,
+          ::rdmarpc::ClientReadReactor<::golden::route::Point>* reactor) = 0;
     };
     // The asynchronous calls; owned by the stub.
     virtual class async_interface* async() = 0;
@@ -461,15 +672,17 @@ class Relay final {
         ::rdmarpc::ClientContext* context,
         const ::golden::route::Point& request) override;
 
-    // Asynchronous calls in gRPC's callback style:
+    // Asynchronous calls in gRPC's callback style. Unary methods take a
+    // done callback:
     //   stub->async()->Method(&context, request, &response, done);
-    // Each returns at once; `done` runs exactly once with the call's status,
+    // it returns at once; `done` runs exactly once with the call's status,
     // on a channel engine thread (or inline when the call fails before
     // anything is sent). `request` may be freed on return; `context` and
-    // `response` must stay alive until `done` runs. Default deadlines apply
-    // as for the blocking calls.
-    // Unary methods only: streaming methods are called through the
-    // Stub's readers and writers.
+    // `response` must stay alive until `done` runs. Every method also takes
+    // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
+    //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
+    // `context` (and `response`) must stay alive until the reactor's OnDone.
+    // Default deadlines apply as for the blocking calls.
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.route.Relay/Ping".
@@ -478,6 +691,54 @@ class Relay final {
           const ::golden::route::Point& request,
           ::golden::route::Point* response,
           ::absl::AnyInvocable<void(::absl::Status) &&> done) override;
+
+      // "/golden.route.Relay/Ping" with a ClientUnaryReactor: binds the call to
+      // `reactor`, which sends `*request` at its StartCall.
+      void Ping(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::route::Point* request,
+          ::golden::route::Point* response,
+          ::rdmarpc::ClientUnaryReactor* reactor) override;
+
+      // "/golden.route.Relay/Watch" with a ClientReadReactor: binds the call to
+      // `reactor` (`*request` is serialised now); StartCall sends it.
+      void Watch(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::route::Point* request,
+          ::rdmarpc::ClientReadReactor<::golden::route::Point>* reactor) override;
+
+      // "/golden.route.Relay/Upload" with a ClientWriteReactor: binds the call to
+      // `reactor`; `*response` is filled in before its OnDone(OK).
+      void Upload(
+          ::rdmarpc::ClientContext* context,
+          ::golden::route::RouteSummary* response,
+          ::rdmarpc::ClientWriteReactor<::golden::route::Point>* reactor) override;
+
+      // "/golden.route.Relay/Chat" with a ClientBidiReactor: binds the call to
+      // `reactor`.
+      void Chat(
+          ::rdmarpc::ClientContext* context,
+          ::rdmarpc::ClientBidiReactor<::golden::route::RouteNote, ::golden::route::RouteNote>* reactor) override;
+
+      // "/golden.route.Relay/async" with a ClientBidiReactor: binds the call to
+      // `reactor`.
+      void async_(
+          ::rdmarpc::ClientContext* context,
+          ::rdmarpc::ClientBidiReactor<::golden::route::Point, ::golden::route::Point>* reactor) override;
+
+      // "/golden.route.Relay/delete" with a ClientWriteReactor: binds the call to
+      // `reactor`; `*response` is filled in before its OnDone(OK).
+      void delete_(
+          ::rdmarpc::ClientContext* context,
+          ::golden::route::Point* response,
+          ::rdmarpc::ClientWriteReactor<::golden::route::Point>* reactor) override;
+
+      // "/golden.route.Relay/Stub" with a ClientReadReactor: binds the call to
+      // `reactor` (`*request` is serialised now); StartCall sends it.
+      void Stub_(
+          ::rdmarpc::ClientContext* context,
+          const ::golden::route::Point* request,
+          ::rdmarpc::ClientReadReactor<::golden::route::Point>* reactor) override;
 
      private:
       friend class ::golden::route::Relay::Stub;

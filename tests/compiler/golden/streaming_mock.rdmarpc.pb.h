@@ -10,7 +10,8 @@
 //   golden::route::MockRouteGuideStub stub;
 //   EXPECT_CALL(stub, GetFeature(_, _, _))
 //       .WillOnce(Return(absl::OkStatus()));
-//   EXPECT_CALL(*stub.async(), GetFeature(_, _, _, _))
+//   EXPECT_CALL(*stub.async(), GetFeature(_, _, _,
+//       A<absl::AnyInvocable<void(absl::Status) &&>>()))
 //       .WillOnce([](auto*, const auto&, auto*, auto done) {
 //         std::move(done)(absl::OkStatus());
 //       });
@@ -61,6 +62,26 @@ class MockRouteGuideStub : public ::golden::route::RouteGuide::StubInterface {
                  const ::golden::route::Point& request,
                  ::golden::route::Feature* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
+                (override));
+    MOCK_METHOD(void, GetFeature,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::route::Point* request,
+                 ::golden::route::Feature* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
+                (override));
+    MOCK_METHOD(void, ListFeatures,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::route::Rectangle* request,
+                 ::rdmarpc::ClientReadReactor<::golden::route::Feature>* reactor),
+                (override));
+    MOCK_METHOD(void, RecordRoute,
+                (::rdmarpc::ClientContext* context,
+                 ::golden::route::RouteSummary* response,
+                 ::rdmarpc::ClientWriteReactor<::golden::route::Point>* reactor),
+                (override));
+    MOCK_METHOD(void, RouteChat,
+                (::rdmarpc::ClientContext* context,
+                 (::rdmarpc::ClientBidiReactor<::golden::route::RouteNote, ::golden::route::RouteNote>*)),
                 (override));
   };
   class async* async() override { return &async_stub_; }
@@ -117,6 +138,40 @@ class MockRelayStub : public ::golden::route::Relay::StubInterface {
                  const ::golden::route::Point& request,
                  ::golden::route::Point* response,
                  ::absl::AnyInvocable<void(::absl::Status) &&> done),
+                (override));
+    MOCK_METHOD(void, Ping,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::route::Point* request,
+                 ::golden::route::Point* response,
+                 ::rdmarpc::ClientUnaryReactor* reactor),
+                (override));
+    MOCK_METHOD(void, Watch,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::route::Point* request,
+                 ::rdmarpc::ClientReadReactor<::golden::route::Point>* reactor),
+                (override));
+    MOCK_METHOD(void, Upload,
+                (::rdmarpc::ClientContext* context,
+                 ::golden::route::RouteSummary* response,
+                 ::rdmarpc::ClientWriteReactor<::golden::route::Point>* reactor),
+                (override));
+    MOCK_METHOD(void, Chat,
+                (::rdmarpc::ClientContext* context,
+                 (::rdmarpc::ClientBidiReactor<::golden::route::RouteNote, ::golden::route::RouteNote>*)),
+                (override));
+    MOCK_METHOD(void, async_,
+                (::rdmarpc::ClientContext* context,
+                 (::rdmarpc::ClientBidiReactor<::golden::route::Point, ::golden::route::Point>*)),
+                (override));
+    MOCK_METHOD(void, delete_,
+                (::rdmarpc::ClientContext* context,
+                 ::golden::route::Point* response,
+                 ::rdmarpc::ClientWriteReactor<::golden::route::Point>* reactor),
+                (override));
+    MOCK_METHOD(void, Stub_,
+                (::rdmarpc::ClientContext* context,
+                 const ::golden::route::Point* request,
+                 ::rdmarpc::ClientReadReactor<::golden::route::Point>* reactor),
                 (override));
   };
   class async* async() override { return &async_stub_; }

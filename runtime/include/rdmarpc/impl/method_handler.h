@@ -7,7 +7,9 @@
 // not parse), calls Invoke, and serialises the second as the response when
 // Invoke returns OK. For a streaming method it calls InvokeStream with the
 // call's stream, on a handler-pool thread, and ends the stream with the
-// status it returns.
+// status it returns. For a callback method (a generated CallbackService's)
+// it calls InvokeCallback, which returns the call's reactor; the call ends
+// when the reactor finishes (rdmarpc/server_callback.h).
 #ifndef RDMARPC_IMPL_METHOD_HANDLER_H_
 #define RDMARPC_IMPL_METHOD_HANDLER_H_
 
@@ -19,6 +21,7 @@
 #include "google/protobuf/message_lite.h"
 #include "rdmarpc/export.h"
 #include "rdmarpc/impl/stream_call.h"
+#include "rdmarpc/server_callback.h"
 #include "rdmarpc/server_context.h"
 #include "rdmarpc/sync_stream.h"
 
@@ -30,9 +33,13 @@ class RDMARPC_EXPORT MethodHandler {
   // `run_inline`: the handler never blocks and runs on the worker thread
   // that received the call ((rdmarpc.method).run_inline); otherwise it runs
   // on the server's handler pool.
+  // `callback`: a CallbackService's method (InvokeCallback, not Invoke).
   explicit MethodHandler(std::string full_name, bool run_inline = false,
-                         RpcKind kind = RpcKind::kUnary)
-      : full_name_(std::move(full_name)), run_inline_(run_inline), kind_(kind) {}
+                         RpcKind kind = RpcKind::kUnary, bool callback = false)
+      : full_name_(std::move(full_name)),
+        run_inline_(run_inline),
+        kind_(kind),
+        callback_(callback) {}
   virtual ~MethodHandler() = default;
 
   // "/package.Service/Method".
@@ -41,6 +48,8 @@ class RDMARPC_EXPORT MethodHandler {
   // Streaming handlers always run on the pool (they block in Read/Write).
   bool run_inline() const { return run_inline_ && kind_ == RpcKind::kUnary; }
   RpcKind kind() const { return kind_; }
+  // True for a callback method: InvokeCallback starts it.
+  bool callback() const { return callback_; }
 
   virtual std::unique_ptr<google::protobuf::MessageLite> NewRequest() const = 0;
   virtual std::unique_ptr<google::protobuf::MessageLite> NewResponse() const = 0;
@@ -56,11 +65,136 @@ class RDMARPC_EXPORT MethodHandler {
   virtual absl::Status InvokeStream(ServerContext* /*context*/, ServerStream* /*stream*/) const {
     return absl::InternalError(absl::StrCat(full_name_, " is not a streaming method"));
   }
+  // Callback methods only: calls the user's method, which returns the
+  // call's reactor (nullptr: the call finishes UNIMPLEMENTED). `request`
+  // (unary, server streaming) and `response` (unary, client streaming) come
+  // from NewRequest() / NewResponse() and live until the reactor's OnDone.
+  // Runs on a handler-pool thread, or on the worker when run_inline().
+  virtual ServerReactorBase* InvokeCallback(CallbackServerContext* /*context*/,
+                                            const google::protobuf::MessageLite* /*request*/,
+                                            google::protobuf::MessageLite* /*response*/) const {
+    return nullptr;
+  }
 
  private:
   std::string full_name_;
   bool run_inline_;
   RpcKind kind_;
+  bool callback_;
+};
+
+// Base of the callback handlers: Invoke is not theirs.
+class RDMARPC_EXPORT CallbackMethodHandler : public MethodHandler {
+ public:
+  CallbackMethodHandler(std::string full_name, bool run_inline, RpcKind kind)
+      : MethodHandler(std::move(full_name), run_inline, kind, /*callback=*/true) {}
+  std::unique_ptr<google::protobuf::MessageLite> NewRequest() const override { return nullptr; }
+  std::unique_ptr<google::protobuf::MessageLite> NewResponse() const override { return nullptr; }
+  absl::Status Invoke(ServerContext*, const google::protobuf::MessageLite&,
+                      google::protobuf::MessageLite*) const override {
+    return absl::InternalError(absl::StrCat(full_name(), " is a callback method"));
+  }
+};
+
+// Callback rpc M(Req) returns (Resp):
+// `ServerUnaryReactor* (ServiceT::*)(CallbackServerContext*, const Req*, Resp*)`.
+template <class ServiceT, class Req, class Resp>
+class CallbackUnaryMethodHandler final : public CallbackMethodHandler {
+ public:
+  using Method = ServerUnaryReactor* (ServiceT::*)(CallbackServerContext*, const Req*, Resp*);
+  CallbackUnaryMethodHandler(std::string full_name, ServiceT* service, Method method,
+                             bool run_inline = false)
+      : CallbackMethodHandler(std::move(full_name), run_inline, RpcKind::kUnary),
+        service_(service),
+        method_(method) {}
+  std::unique_ptr<google::protobuf::MessageLite> NewRequest() const override {
+    return std::make_unique<Req>();
+  }
+  std::unique_ptr<google::protobuf::MessageLite> NewResponse() const override {
+    return std::make_unique<Resp>();
+  }
+  ServerReactorBase* InvokeCallback(CallbackServerContext* context,
+                                    const google::protobuf::MessageLite* request,
+                                    google::protobuf::MessageLite* response) const override {
+    return (service_->*method_)(context, static_cast<const Req*>(request),
+                                static_cast<Resp*>(response));
+  }
+
+ private:
+  ServiceT* service_;
+  Method method_;
+};
+
+// Callback rpc M(Req) returns (stream Resp):
+// `ServerWriteReactor<Resp>* (ServiceT::*)(CallbackServerContext*, const Req*)`.
+template <class ServiceT, class Req, class Resp>
+class CallbackServerStreamingMethodHandler final : public CallbackMethodHandler {
+ public:
+  using Method = ServerWriteReactor<Resp>* (ServiceT::*)(CallbackServerContext*, const Req*);
+  CallbackServerStreamingMethodHandler(std::string full_name, ServiceT* service, Method method)
+      : CallbackMethodHandler(std::move(full_name), /*run_inline=*/false,
+                              RpcKind::kServerStreaming),
+        service_(service),
+        method_(method) {}
+  std::unique_ptr<google::protobuf::MessageLite> NewRequest() const override {
+    return std::make_unique<Req>();
+  }
+  ServerReactorBase* InvokeCallback(CallbackServerContext* context,
+                                    const google::protobuf::MessageLite* request,
+                                    google::protobuf::MessageLite* /*response*/) const override {
+    return (service_->*method_)(context, static_cast<const Req*>(request));
+  }
+
+ private:
+  ServiceT* service_;
+  Method method_;
+};
+
+// Callback rpc M(stream Req) returns (Resp):
+// `ServerReadReactor<Req>* (ServiceT::*)(CallbackServerContext*, Resp*)`.
+template <class ServiceT, class Req, class Resp>
+class CallbackClientStreamingMethodHandler final : public CallbackMethodHandler {
+ public:
+  using Method = ServerReadReactor<Req>* (ServiceT::*)(CallbackServerContext*, Resp*);
+  CallbackClientStreamingMethodHandler(std::string full_name, ServiceT* service, Method method)
+      : CallbackMethodHandler(std::move(full_name), /*run_inline=*/false,
+                              RpcKind::kClientStreaming),
+        service_(service),
+        method_(method) {}
+  std::unique_ptr<google::protobuf::MessageLite> NewResponse() const override {
+    return std::make_unique<Resp>();
+  }
+  ServerReactorBase* InvokeCallback(CallbackServerContext* context,
+                                    const google::protobuf::MessageLite* /*request*/,
+                                    google::protobuf::MessageLite* response) const override {
+    return (service_->*method_)(context, static_cast<Resp*>(response));
+  }
+
+ private:
+  ServiceT* service_;
+  Method method_;
+};
+
+// Callback rpc M(stream Req) returns (stream Resp):
+// `ServerBidiReactor<Req, Resp>* (ServiceT::*)(CallbackServerContext*)`.
+template <class ServiceT, class Req, class Resp>
+class CallbackBidiStreamingMethodHandler final : public CallbackMethodHandler {
+ public:
+  using Method = ServerBidiReactor<Req, Resp>* (ServiceT::*)(CallbackServerContext*);
+  CallbackBidiStreamingMethodHandler(std::string full_name, ServiceT* service, Method method)
+      : CallbackMethodHandler(std::move(full_name), /*run_inline=*/false,
+                              RpcKind::kBidiStreaming),
+        service_(service),
+        method_(method) {}
+  ServerReactorBase* InvokeCallback(CallbackServerContext* context,
+                                    const google::protobuf::MessageLite* /*request*/,
+                                    google::protobuf::MessageLite* /*response*/) const override {
+    return (service_->*method_)(context);
+  }
+
+ private:
+  ServiceT* service_;
+  Method method_;
 };
 
 // Base of the streaming handlers: they have no unary request or response.

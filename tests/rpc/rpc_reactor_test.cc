@@ -1,0 +1,731 @@
+// Callback reactors end to end over softrdma: client reactors against
+// synchronous servers, synchronous clients against callback servers, and
+// reactor against reactor, per method kind; cancellation, deadlines,
+// Shutdown, holds and flow control.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "rdmarpc/rdmarpc.h"
+#include "tests/rpc/stream_service.h"
+#include "tests/rpc/test_service.h"
+
+namespace rdmarpc {
+namespace test {
+namespace {
+
+using internal::ClientCallbackStream;
+using internal::RpcKind;
+
+// ---- callback services (the shape protoc-gen-rdmarpc's CallbackService has) ----
+
+struct ServerCounts {
+  std::atomic<int> started{0};
+  std::atomic<int> cancelled{0};
+  std::atomic<int> done{0};
+};
+
+// "rdmarpc.test.Streams" with reactors; same messages as StreamService.
+class CallbackStreams final : public rdmarpc::Service {
+ public:
+  CallbackStreams() : Service("rdmarpc.test.Streams") {
+    using namespace internal;  // NOLINT: the handler templates
+    AddMethod(std::make_unique<CallbackClientStreamingMethodHandler<CallbackStreams, EchoRequest,
+                                                                    EchoResponse>>(
+        kCollectMethod, this, &CallbackStreams::Collect));
+    AddMethod(std::make_unique<CallbackServerStreamingMethodHandler<CallbackStreams, EchoRequest,
+                                                                    EchoResponse>>(
+        kExpandMethod, this, &CallbackStreams::Expand));
+    AddMethod(std::make_unique<CallbackBidiStreamingMethodHandler<CallbackStreams, EchoRequest,
+                                                                  EchoResponse>>(
+        kChatMethod, this, &CallbackStreams::Chat));
+  }
+  ~CallbackStreams() override {
+    for (auto& t : finishers_) t.join();
+  }
+
+  // Reads every message; answers their count and data, finished from a
+  // thread of its own after the method returned. Client metadata goes back
+  // as initial and trailing metadata.
+  ServerReadReactor<EchoRequest>* Collect(CallbackServerContext* ctx, EchoResponse* resp) {
+    class R final : public ServerReadReactor<EchoRequest> {
+     public:
+      R(CallbackStreams* s, CallbackServerContext* ctx, EchoResponse* resp)
+          : s_(s), resp_(resp) {
+        for (const auto& [k, v] : ctx->client_metadata()) {
+          ctx->AddInitialMetadata(k, v);
+          ctx->AddTrailingMetadata(k, v);
+        }
+        StartRead(&req_);
+      }
+      void OnReadDone(bool ok) override {
+        if (ok) {
+          ++n_;
+          all_ += req_.data();
+          StartRead(&req_);
+          return;
+        }
+        resp_->set_text(absl::StrCat(n_));
+        resp_->set_data(all_);
+        absl::MutexLock lock(&s_->mu_);
+        s_->finishers_.emplace_back([this] {
+          absl::SleepFor(absl::Milliseconds(20));
+          Finish(absl::OkStatus());
+        });
+      }
+      void OnCancel() override { s_->counts.cancelled.fetch_add(1); }
+      void OnDone() override {
+        s_->counts.done.fetch_add(1);
+        delete this;
+      }
+
+     private:
+      CallbackStreams* s_;
+      EchoResponse* resp_;
+      EchoRequest req_;
+      int n_ = 0;
+      std::string all_;
+    };
+    counts.started.fetch_add(1);
+    return new R(this, ctx, resp);
+  }
+
+  // Writes req.tag() messages: text "i", data PatternBytes(i, reply_bytes).
+  // text "hang": writes nothing and finishes only when cancelled.
+  ServerWriteReactor<EchoResponse>* Expand(CallbackServerContext*, const EchoRequest* req) {
+    class W final : public ServerWriteReactor<EchoResponse> {
+     public:
+      W(CallbackStreams* s, const EchoRequest* req) : s_(s), req_(req) {
+        if (req_->text() != "hang") Next();
+      }
+      void OnWriteDone(bool ok) override {
+        if (!ok) {
+          Finish(absl::CancelledError("write failed"));
+          return;
+        }
+        Next();
+      }
+      void OnCancel() override {
+        s_->counts.cancelled.fetch_add(1);
+        if (req_->text() == "hang") Finish(absl::CancelledError("cancelled"));
+      }
+      void OnDone() override {
+        s_->counts.done.fetch_add(1);
+        delete this;
+      }
+
+     private:
+      void Next() {
+        if (i_ == req_->tag()) {
+          Finish(absl::OkStatus());
+          return;
+        }
+        resp_.set_text(absl::StrCat(i_));
+        resp_.set_data(PatternBytes(i_, static_cast<size_t>(req_->reply_bytes())));
+        ++i_;
+        StartWrite(&resp_);
+      }
+      CallbackStreams* s_;
+      const EchoRequest* req_;
+      EchoResponse resp_;
+      int i_ = 0;
+    };
+    counts.started.fetch_add(1);
+    return new W(this, req);
+  }
+
+  // Echoes every message; OK when the client half-closes. Client metadata
+  // goes back as initial (sent at once) and trailing metadata.
+  ServerBidiReactor<EchoRequest, EchoResponse>* Chat(CallbackServerContext* ctx) {
+    class B final : public ServerBidiReactor<EchoRequest, EchoResponse> {
+     public:
+      B(CallbackStreams* s, CallbackServerContext* ctx) : s_(s) {
+        for (const auto& [k, v] : ctx->client_metadata()) {
+          ctx->AddInitialMetadata(k, v);
+          ctx->AddTrailingMetadata(k, v);
+        }
+        StartSendInitialMetadata();
+        StartRead(&req_);
+      }
+      void OnReadDone(bool ok) override {
+        if (!ok) {
+          Finish(absl::OkStatus());
+          return;
+        }
+        resp_.set_text(req_.text());
+        resp_.set_data(req_.data());
+        StartWrite(&resp_);
+      }
+      void OnWriteDone(bool ok) override {
+        if (!ok) {
+          Finish(absl::CancelledError("write failed"));
+          return;
+        }
+        StartRead(&req_);
+      }
+      void OnCancel() override { s_->counts.cancelled.fetch_add(1); }
+      void OnDone() override {
+        s_->counts.done.fetch_add(1);
+        delete this;
+      }
+
+     private:
+      CallbackStreams* s_;
+      EchoRequest req_;
+      EchoResponse resp_;
+    };
+    counts.started.fetch_add(1);
+    return new B(this, ctx);
+  }
+
+  ServerCounts counts;
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::thread> finishers_ ABSL_GUARDED_BY(mu_);
+};
+
+// "rdmarpc.test.EchoService" with a unary reactor: echoes text; with
+// sleep_ms, the method returns at once and another thread finishes later.
+class CallbackEcho final : public rdmarpc::Service {
+ public:
+  CallbackEcho() : Service("rdmarpc.test.EchoService") {
+    AddMethod(std::make_unique<
+              internal::CallbackUnaryMethodHandler<CallbackEcho, EchoRequest, EchoResponse>>(
+        kEchoMethod, this, &CallbackEcho::Echo));
+  }
+  ~CallbackEcho() override {
+    for (auto& t : finishers_) t.join();
+  }
+  ServerUnaryReactor* Echo(CallbackServerContext* ctx, const EchoRequest* req,
+                           EchoResponse* resp) {
+    resp->set_text(req->text());
+    ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (req->sleep_ms() == 0) {
+      reactor->Finish(absl::OkStatus());
+    } else {
+      absl::MutexLock lock(&mu_);
+      finishers_.emplace_back([reactor, ms = req->sleep_ms(), this] {
+        absl::SleepFor(absl::Milliseconds(ms));
+        finished_late.fetch_add(1);
+        reactor->Finish(absl::OkStatus());
+      });
+    }
+    returned.fetch_add(1);
+    return reactor;
+  }
+  std::atomic<int> returned{0};
+  std::atomic<int> finished_late{0};
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::thread> finishers_ ABSL_GUARDED_BY(mu_);
+};
+
+// ---- client reactors ---------------------------------------------------------------
+
+// Common bookkeeping: OnDone's status and how often it ran.
+struct DoneRecord {
+  absl::Notification notified;
+  absl::Status status;
+  std::atomic<int> times{0};
+  void Set(const absl::Status& s) {
+    status = s;
+    if (times.fetch_add(1) == 0) notified.Notify();
+  }
+  bool Wait() { return notified.WaitForNotificationWithTimeout(absl::Seconds(20)); }
+};
+
+// Writes `n` messages ("m0".."m<n-1>"), half-closes, reads everything.
+class ChatClient final : public ClientBidiReactor<EchoRequest, EchoResponse> {
+ public:
+  ChatClient(Channel* ch, ClientContext* ctx, int n) : n_(n) {
+    ClientCallbackStream::Bind(this, ch, kChatMethod, ctx, RpcKind::kBidiStreaming, nullptr,
+                               nullptr);
+    ctx_ = ctx;
+    StartRead(&resp_);
+    NextWrite();
+    StartCall();
+  }
+  void OnReadInitialMetadataDone(bool ok) override {
+    initial_ok = ok;
+    initial_count = static_cast<int>(ctx_->GetServerInitialMetadata().size());
+    metadata_calls.fetch_add(1);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    texts.push_back(resp_.text());
+    StartRead(&resp_);
+  }
+  void OnWriteDone(bool ok) override {
+    if (ok) NextWrite();
+  }
+  void OnWritesDoneDone(bool ok) override { writes_done_ok = ok; }
+  void OnDone(const absl::Status& s) override { done.Set(s); }
+
+  std::vector<std::string> texts;
+  bool initial_ok = false;
+  int initial_count = -1;
+  std::atomic<int> metadata_calls{0};
+  bool writes_done_ok = false;
+  DoneRecord done;
+
+ private:
+  void NextWrite() {
+    if (i_ == n_) {
+      StartWritesDone();
+      return;
+    }
+    req_.set_text(absl::StrCat("m", i_++));
+    StartWrite(&req_);
+  }
+  ClientContext* ctx_;
+  int n_;
+  int i_ = 0;
+  EchoRequest req_;
+  EchoResponse resp_;
+};
+
+// Reads a server stream; with `hold`, reads only once StartReading is called.
+class ExpandClient final : public ClientReadReactor<EchoResponse> {
+ public:
+  ExpandClient(Channel* ch, ClientContext* ctx, const EchoRequest& req, bool hold) {
+    ClientCallbackStream::Bind(this, ch, kExpandMethod, ctx, RpcKind::kServerStreaming, &req,
+                               nullptr);
+    if (hold) {
+      AddHold();
+    } else {
+      StartRead(&resp_);
+    }
+    StartCall();
+  }
+  void StartReading() { StartRead(&resp_); }
+  void Release() {
+    released.store(true);
+    RemoveHold();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    texts.push_back(resp_.text());
+    datas.push_back(resp_.data());
+    StartRead(&resp_);
+  }
+  void OnDone(const absl::Status& s) override {
+    done_after_release = released.load();
+    done.Set(s);
+  }
+  std::vector<std::string> texts;
+  std::vector<std::string> datas;
+  std::atomic<bool> released{false};
+  bool done_after_release = false;
+  DoneRecord done;
+
+ private:
+  EchoResponse resp_;
+};
+
+// Writes `n` messages with data "d<i>", half-closes; the response arrives
+// in `response`.
+class CollectClient final : public ClientWriteReactor<EchoRequest> {
+ public:
+  CollectClient(Channel* ch, ClientContext* ctx, int n) : n_(n) {
+    ClientCallbackStream::Bind(this, ch, kCollectMethod, ctx, RpcKind::kClientStreaming, nullptr,
+                               &response);
+    Next();
+    StartCall();
+  }
+  void OnWriteDone(bool ok) override {
+    if (ok) Next();
+  }
+  void OnDone(const absl::Status& s) override { done.Set(s); }
+  EchoResponse response;
+  DoneRecord done;
+
+ private:
+  void Next() {
+    if (i_ == n_) {
+      StartWritesDone();
+      return;
+    }
+    req_.set_data(absl::StrCat("d", i_++));
+    StartWrite(&req_);
+  }
+  int n_;
+  int i_ = 0;
+  EchoRequest req_;
+};
+
+class UnaryClient final : public ClientUnaryReactor {
+ public:
+  UnaryClient(Channel* ch, ClientContext* ctx, const EchoRequest& req) {
+    internal::ClientReactorAccess::BindUnary(this, ch, kEchoMethod, ctx, &req, &response);
+    StartCall();
+  }
+  void OnDone(const absl::Status& s) override { done.Set(s); }
+  EchoResponse response;
+  DoneRecord done;
+};
+
+// ---- fixtures -------------------------------------------------------------------------
+
+struct Servers {
+  explicit Servers(std::vector<rdmarpc::Service*> services, ServerOptions so = ServerOptions())
+      : server(so) {
+    for (auto* s : services) EXPECT_TRUE(server.AddService(s).ok());
+    EXPECT_TRUE(server.Start("127.0.0.1:0").ok());
+    auto ch = CreateChannel(absl::StrCat("127.0.0.1:", server.port()));
+    EXPECT_TRUE(ch.ok()) << ch.status();
+    if (ch.ok()) channel = *ch;
+  }
+  Server server;
+  std::shared_ptr<Channel> channel;
+};
+
+std::vector<std::string> Numbered(const char* prefix, int n) {
+  std::vector<std::string> v;
+  for (int i = 0; i < n; ++i) v.push_back(absl::StrCat(prefix, i));
+  return v;
+}
+
+bool WaitFor(const std::function<bool()>& pred) {
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (!pred()) {
+    if (absl::Now() > until) return false;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return true;
+}
+
+// ---- unary ------------------------------------------------------------------------------
+
+TEST(ReactorUnary, ClientReactorAgainstSyncServer) {
+  EchoService sync;
+  Servers s({&sync});
+  ClientContext ctx;
+  EchoRequest req;
+  req.set_text("hello");
+  UnaryClient c(s.channel.get(), &ctx, req);
+  ASSERT_TRUE(c.done.Wait());
+  EXPECT_TRUE(c.done.status.ok()) << c.done.status;
+  EXPECT_EQ(c.response.text(), "hello");
+  EXPECT_EQ(c.done.times.load(), 1);
+}
+
+TEST(ReactorUnary, SyncClientAgainstCallbackServerFinishedLaterFromAnotherThread) {
+  CallbackEcho cb;
+  Servers s({&cb});
+  ClientContext ctx;
+  EchoRequest req;
+  req.set_text("later");
+  req.set_sleep_ms(100);
+  EchoResponse resp;
+  const absl::Time start = absl::Now();
+  absl::Status st = Echo(s.channel.get(), &ctx, req, &resp);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(resp.text(), "later");
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(100));
+  EXPECT_EQ(cb.returned.load(), 1);  // the method returned before the answer
+  EXPECT_EQ(cb.finished_late.load(), 1);
+}
+
+TEST(ReactorUnary, ReactorToReactor) {
+  CallbackEcho cb;
+  Servers s({&cb});
+  ClientContext ctx;
+  EchoRequest req;
+  req.set_text("r2r");
+  UnaryClient c(s.channel.get(), &ctx, req);
+  ASSERT_TRUE(c.done.Wait());
+  EXPECT_TRUE(c.done.status.ok()) << c.done.status;
+  EXPECT_EQ(c.response.text(), "r2r");
+}
+
+// ---- server streaming ------------------------------------------------------------------
+
+void ExpectExpanded(const ExpandClient& c, int n, size_t bytes) {
+  ASSERT_EQ(c.texts, Numbered("", n));
+  for (int i = 0; i < n; ++i) EXPECT_EQ(c.datas[i], PatternBytes(i, bytes)) << i;
+}
+
+TEST(ReactorServerStreaming, ClientReactorAgainstSyncServer) {
+  StreamService sync;
+  Servers s({&sync});
+  ClientContext ctx;
+  EchoRequest req;
+  req.set_tag(40);
+  req.set_reply_bytes(100);
+  ExpandClient c(s.channel.get(), &ctx, req, /*hold=*/false);
+  ASSERT_TRUE(c.done.Wait());
+  EXPECT_TRUE(c.done.status.ok()) << c.done.status;
+  ExpectExpanded(c, 40, 100);
+  EXPECT_EQ(c.done.times.load(), 1);
+}
+
+TEST(ReactorServerStreaming, SyncClientAgainstCallbackServer) {
+  CallbackStreams cb;
+  Servers s({&cb});
+  ClientContext ctx;
+  EchoRequest req;
+  req.set_tag(50);
+  req.set_reply_bytes(64);
+  ClientReader<EchoResponse> reader(s.channel.get(), kExpandMethod, &ctx, req);
+  EchoResponse r;
+  int i = 0;
+  while (reader.Read(&r)) {
+    EXPECT_EQ(r.text(), absl::StrCat(i));
+    EXPECT_EQ(r.data(), PatternBytes(i, 64));
+    ++i;
+  }
+  EXPECT_TRUE(reader.Finish().ok());
+  EXPECT_EQ(i, 50);
+  EXPECT_TRUE(WaitFor([&] { return cb.counts.done.load() == 1; }));
+  EXPECT_EQ(cb.counts.cancelled.load(), 0);
+}
+
+TEST(ReactorServerStreaming, ReactorToReactor) {
+  CallbackStreams cb;
+  Servers s({&cb});
+  ClientContext ctx;
+  EchoRequest req;
+  req.set_tag(35);
+  req.set_reply_bytes(10);
+  ExpandClient c(s.channel.get(), &ctx, req, /*hold=*/false);
+  ASSERT_TRUE(c.done.Wait());
+  EXPECT_TRUE(c.done.status.ok()) << c.done.status;
+  ExpectExpanded(c, 35, 10);
+}
+
+// ---- client streaming ---------------------------------------------------------------------
+
+std::string CollectedData(int n) {
+  std::string all;
+  for (int i = 0; i < n; ++i) all += absl::StrCat("d", i);
+  return all;
+}
+
+TEST(ReactorClientStreaming, ClientReactorAgainstSyncServer) {
+  StreamService sync;
+  Servers s({&sync});
+  ClientContext ctx;
+  CollectClient c(s.channel.get(), &ctx, 30);
+  ASSERT_TRUE(c.done.Wait());
+  EXPECT_TRUE(c.done.status.ok()) << c.done.status;
+  EXPECT_EQ(c.response.text(), "30");
+  EXPECT_EQ(c.response.data(), CollectedData(30));
+}
+
+TEST(ReactorClientStreaming, SyncClientAgainstCallbackServerWithMetadata) {
+  CallbackStreams cb;
+  Servers s({&cb});
+  ClientContext ctx;
+  ctx.AddMetadata("x-who", "sync");
+  EchoResponse resp;
+  ClientWriter<EchoRequest> writer(s.channel.get(), kCollectMethod, &ctx, &resp);
+  for (int i = 0; i < 25; ++i) {
+    EchoRequest req;
+    req.set_data(absl::StrCat("d", i));
+    ASSERT_TRUE(writer.Write(req));
+  }
+  absl::Status st = writer.Finish();
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(resp.text(), "25");
+  EXPECT_EQ(resp.data(), CollectedData(25));
+  ASSERT_EQ(ctx.GetServerInitialMetadata().count("x-who"), 1u);
+  EXPECT_EQ(ctx.GetServerInitialMetadata().find("x-who")->second, "sync");
+  ASSERT_EQ(ctx.GetServerTrailingMetadata().count("x-who"), 1u);
+  EXPECT_EQ(ctx.GetServerTrailingMetadata().find("x-who")->second, "sync");
+}
+
+TEST(ReactorClientStreaming, ReactorToReactorFinishedFromAnotherThread) {
+  CallbackStreams cb;
+  Servers s({&cb});
+  ClientContext ctx;
+  ctx.AddMetadata("x-who", "reactor");
+  CollectClient c(s.channel.get(), &ctx, 40);
+  ASSERT_TRUE(c.done.Wait());
+  EXPECT_TRUE(c.done.status.ok()) << c.done.status;
+  EXPECT_EQ(c.response.text(), "40");
+  EXPECT_EQ(c.response.data(), CollectedData(40));
+  ASSERT_EQ(ctx.GetServerTrailingMetadata().count("x-who"), 1u);
+  EXPECT_EQ(ctx.GetServerTrailingMetadata().find("x-who")->second, "reactor");
+  EXPECT_TRUE(WaitFor([&] { return cb.counts.done.load() == 1; }));
+}
+
+// ---- bidi -----------------------------------------------------------------------------------
+
+TEST(ReactorBidi, ClientReactorAgainstSyncServerWithMetadata) {
+  StreamService sync;
+  Servers s({&sync});
+  ClientContext ctx;
+  ctx.AddMetadata("x-tag", "bidi");
+  ChatClient c(s.channel.get(), &ctx, 45);
+  ASSERT_TRUE(c.done.Wait());
+  EXPECT_TRUE(c.done.status.ok()) << c.done.status;
+  EXPECT_EQ(c.texts, Numbered("m", 45));
+  EXPECT_TRUE(c.writes_done_ok);
+  EXPECT_EQ(c.metadata_calls.load(), 1);
+  EXPECT_TRUE(c.initial_ok);
+  EXPECT_EQ(c.initial_count, 1);  // arrived before the first message
+  ASSERT_EQ(ctx.GetServerTrailingMetadata().count("x-tag"), 1u);
+}
+
+TEST(ReactorBidi, SyncClientAgainstCallbackServer) {
+  CallbackStreams cb;
+  Servers s({&cb});
+  ClientContext ctx;
+  ClientReaderWriter<EchoRequest, EchoResponse> rw(s.channel.get(), kChatMethod, &ctx);
+  for (int i = 0; i < 30; ++i) {
+    EchoRequest req;
+    req.set_text(absl::StrCat("s", i));
+    ASSERT_TRUE(rw.Write(req));
+    EchoResponse resp;
+    ASSERT_TRUE(rw.Read(&resp));
+    EXPECT_EQ(resp.text(), absl::StrCat("s", i));
+  }
+  EXPECT_TRUE(rw.WritesDone());
+  EchoResponse extra;
+  EXPECT_FALSE(rw.Read(&extra));
+  EXPECT_TRUE(rw.Finish().ok());
+  EXPECT_TRUE(WaitFor([&] { return cb.counts.done.load() == 1; }));
+}
+
+TEST(ReactorBidi, ReactorToReactorWithMetadata) {
+  CallbackStreams cb;
+  Servers s({&cb});
+  ClientContext ctx;
+  ctx.AddMetadata("x-tag", "r2r");
+  ChatClient c(s.channel.get(), &ctx, 60);
+  ASSERT_TRUE(c.done.Wait());
+  EXPECT_TRUE(c.done.status.ok()) << c.done.status;
+  EXPECT_EQ(c.texts, Numbered("m", 60));
+  EXPECT_EQ(c.initial_count, 1);  // StartSendInitialMetadata sent it first
+  ASSERT_EQ(ctx.GetServerInitialMetadata().count("x-tag"), 1u);
+  EXPECT_EQ(ctx.GetServerInitialMetadata().find("x-tag")->second, "r2r");
+  EXPECT_EQ(c.done.times.load(), 1);
+}
+
+// ---- cancellation, deadline, Shutdown ----------------------------------------------------
+
+TEST(ReactorCancel, TryCancelEndsCancelledOnceAndServerSeesOnCancel) {
+  CallbackStreams cb;
+  Servers s({&cb});
+  ClientContext ctx;
+  EchoRequest req;
+  req.set_text("hang");
+  ExpandClient c(s.channel.get(), &ctx, req, /*hold=*/false);
+  ASSERT_TRUE(WaitFor([&] { return cb.counts.started.load() == 1; }));
+  ctx.TryCancel();
+  ASSERT_TRUE(c.done.Wait());
+  EXPECT_EQ(c.done.status.code(), absl::StatusCode::kCancelled) << c.done.status;
+  EXPECT_TRUE(WaitFor([&] { return cb.counts.done.load() == 1; }));
+  EXPECT_EQ(cb.counts.cancelled.load(), 1);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(c.done.times.load(), 1);
+  EXPECT_TRUE(c.texts.empty());
+}
+
+TEST(ReactorCancel, DeadlineEndsDeadlineExceededAndServerSeesOnCancel) {
+  CallbackStreams cb;
+  Servers s({&cb});
+  ClientContext ctx;
+  ctx.set_timeout(absl::Milliseconds(200));
+  EchoRequest req;
+  req.set_text("hang");
+  const absl::Time start = absl::Now();
+  ExpandClient c(s.channel.get(), &ctx, req, /*hold=*/false);
+  ASSERT_TRUE(c.done.Wait());
+  EXPECT_EQ(c.done.status.code(), absl::StatusCode::kDeadlineExceeded) << c.done.status;
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(190));
+  EXPECT_TRUE(WaitFor([&] { return cb.counts.cancelled.load() == 1; }));
+  EXPECT_TRUE(WaitFor([&] { return cb.counts.done.load() == 1; }));
+}
+
+TEST(ReactorShutdown, PendingCallbackCallGetsUnavailableAndServerOnDone) {
+  CallbackStreams cb;
+  auto s = std::make_unique<Servers>(std::vector<rdmarpc::Service*>{&cb});
+  ClientContext ctx;
+  EchoRequest req;
+  req.set_text("hang");
+  ExpandClient c(s->channel.get(), &ctx, req, /*hold=*/false);
+  ASSERT_TRUE(WaitFor([&] { return cb.counts.started.load() == 1; }));
+  const absl::Time start = absl::Now();
+  s->server.Shutdown(absl::Milliseconds(200));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, absl::Milliseconds(190));  // the grace first
+  EXPECT_LT(took, absl::Seconds(5));
+  // Shutdown returned after the reactor's OnDone.
+  EXPECT_EQ(cb.counts.cancelled.load(), 1);
+  EXPECT_EQ(cb.counts.done.load(), 1);
+  ASSERT_TRUE(c.done.Wait());
+  EXPECT_EQ(c.done.status.code(), absl::StatusCode::kUnavailable) << c.done.status;
+  EXPECT_EQ(c.done.times.load(), 1);
+}
+
+// ---- holds and flow control ----------------------------------------------------------------
+
+TEST(ReactorHolds, OnDoneWaitsForRemoveHoldAndUnreadMessagesStayReadable) {
+  CallbackStreams cb;
+  Servers s({&cb});
+  ClientContext ctx;
+  EchoRequest req;
+  req.set_tag(3);
+  req.set_reply_bytes(8);
+  ExpandClient c(s.channel.get(), &ctx, req, /*hold=*/true);
+  // The server finishes; the held reactor has read nothing and is not done.
+  ASSERT_TRUE(WaitFor([&] { return cb.counts.done.load() == 1; }));
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(c.done.notified.HasBeenNotified());
+  c.StartReading();  // from this thread, under the hold
+  ASSERT_TRUE(WaitFor([&] { return c.texts.size() == 3; }));
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(c.done.notified.HasBeenNotified());
+  c.Release();
+  ASSERT_TRUE(c.done.Wait());
+  EXPECT_TRUE(c.done_after_release);
+  EXPECT_TRUE(c.done.status.ok()) << c.done.status;
+  ExpectExpanded(c, 3, 8);
+}
+
+TEST(ReactorFlow, AReactorThatDelaysReadingStopsOnlyItsWriter) {
+  StreamService sync;
+  EchoService echo;
+  Servers s({&sync, &echo});
+  ClientContext ctx;
+  EchoRequest req;
+  req.set_tag(300);
+  req.set_reply_bytes(4096);
+  ExpandClient c(s.channel.get(), &ctx, req, /*hold=*/true);
+  ASSERT_TRUE(WaitFor([&] { return sync.written_.load() > 0; }));
+  absl::SleepFor(absl::Milliseconds(200));
+  const int written = sync.written_.load();
+  // The server's writes stop after a bounded window (the reader's inbox and
+  // the server's send window).
+  EXPECT_LE(written, 2 * static_cast<int>(internal::kStreamWindow) + 1);
+  // Meanwhile unary calls on the same channel complete.
+  for (int i = 0; i < 100; ++i) {
+    ClientContext uctx;
+    EchoRequest ureq;
+    ureq.set_text(absl::StrCat("u", i));
+    EchoResponse uresp;
+    ASSERT_TRUE(Echo(s.channel.get(), &uctx, ureq, &uresp).ok());
+    ASSERT_EQ(uresp.text(), absl::StrCat("u", i));
+  }
+  EXPECT_EQ(sync.written_.load(), written);
+  c.StartReading();
+  ASSERT_TRUE(WaitFor([&] { return c.texts.size() == 300; }));
+  c.Release();
+  ASSERT_TRUE(c.done.Wait());
+  EXPECT_TRUE(c.done.status.ok()) << c.done.status;
+  ExpectExpanded(c, 300, 4096);
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace rdmarpc
