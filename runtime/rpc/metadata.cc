@@ -106,9 +106,13 @@ absl::Status TakeServerMetadata(absl::string_view bytes, absl::string_view peer,
   for (const auto& [what, md] : {std::pair<const char*, const Metadata*>{"initial", initial},
                                  {"trailing", trailing}}) {
     if (md != nullptr && MetadataBytes(*md) > limit) {
-      return absl::ResourceExhaustedError(absl::StrCat("server ", what, " metadata of ",
-                                                       MetadataBytes(*md),
-                                                       " bytes exceeds max_metadata_bytes ", limit));
+      absl::Status refused = absl::ResourceExhaustedError(absl::StrCat(
+          "server ", what, " metadata of ", MetadataBytes(*md),
+          " bytes exceeds max_metadata_bytes ", limit));
+      // Refused metadata is not shown to the caller.
+      initial->clear();
+      if (trailing != nullptr) trailing->clear();
+      return refused;
     }
   }
   return absl::OkStatus();

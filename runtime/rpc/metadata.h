@@ -41,7 +41,7 @@ bool DecodeMetadata(absl::string_view bytes, Metadata* md);
 // `*trailing` (`trailing` nullptr: a stream's headers, one list). INTERNAL
 // when it does not decode, RESOURCE_EXHAUSTED naming both sizes when a list
 // holds more than `limit` bytes (each list on its own, as gRPC bounds each
-// header block).
+// header block); both lists are then left empty.
 absl::Status TakeServerMetadata(absl::string_view bytes, absl::string_view peer, size_t limit,
                                 Metadata* initial, Metadata* trailing);
 

@@ -464,8 +464,7 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
   if (req.stream) {
     call->stream = std::make_unique<ServerStreamState>(worker->engine.get(), &call->conn,
                                                        req.token, options_.max_message_bytes,
-                                                       conn->eager_limit() - kWireHeaderBytes,
-                                                       &call->context);
+                                                       options_.max_message_bytes, &call->context);
     if (handler->callback() && handler->kind() == RpcKind::kServerStreaming) {
       // The method takes its one request parsed, as a unary one does.
       call->request = handler->NewRequest();

@@ -49,9 +49,8 @@ bool ServerStreamState::SendHeadersOnce() {
   std::string encoded = EncodeMetadata(initial);
   if (md.ok() && encoded.size() > max_header_bytes_) {
     md = absl::ResourceExhaustedError(absl::StrCat(
-        "server initial metadata of ", encoded.size(), " encoded bytes exceeds the ",
-        max_header_bytes_, " bytes a stream's headers carry on this connection (its eager "
-        "limit); send it as trailing metadata"));
+        "server initial metadata of ", encoded.size(), " encoded bytes exceeds max_message_bytes ",
+        max_header_bytes_));
   }
   if (!md.ok()) {
     absl::MutexLock lock(&mu_);

@@ -54,8 +54,9 @@ class ServerStreamState {
   // when the connection closes; both live until the call is answered.
   // `context` is the call's (its initial metadata goes before the first
   // message).
-  // `max_header_bytes` is the most metadata a kHeaders frame carries on
-  // this connection (its eager limit less the frame header).
+  // `max_header_bytes` is the most initial metadata (encoded) the stream
+  // sends (the server's max_message_bytes: headers above the eager limit
+  // travel by rendezvous).
   ServerStreamState(Engine* engine, Connection* const* conn, RequestToken token,
                     size_t max_message_bytes, size_t max_header_bytes,
                     const ServerContext* context)

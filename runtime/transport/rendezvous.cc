@@ -307,8 +307,11 @@ void Connection::OnReadDone(uint64_t id) {
       if (it != server_streams_.end()) in = &it->second;
       if (in != nullptr) --in->pulls;
     }
+    // kFlagNoMessage too: a stream opened without a message whose metadata
+    // was too large for the prefix pulls only that metadata.
     const uint8_t flags = static_cast<uint8_t>((stream ? kFlagStream : 0) |
-                                               (ctx.end_stream ? kFlagEndStream : 0));
+                                               (ctx.end_stream ? kFlagEndStream : 0) |
+                                               (ctx.header.flags & kFlagNoMessage));
     absl::string_view payload(ctx.buffer->data, ctx.remote.length);
     absl::string_view meta = ctx.meta;
     if (!SplitMetaInPayload(ctx.header, &payload, &meta)) {

@@ -99,23 +99,25 @@ bool Connection::SendStreamItem(OutItem& item) {
     case OutKind::kHeaders:
       h.kind = MsgKind::kHeaders;
       h.meta_len = static_cast<uint32_t>(item.meta.size());
-      if (EncodedPrefixBytes(h) > EagerLimit()) {
-        // runtime/rpc fails a stream whose headers do not fit
-        // (ServerStreamState's max_header_bytes); not reached then.
-        LOG(WARNING) << "dropping initial metadata of " << item.meta.size() << " bytes to "
-                     << peer_name_ << ": above the eager limit " << EagerLimit();
+      if (EncodedPrefixBytes(h) <= EagerLimit()) {
+        PostEager(MsgKind::kHeaders, item.slot, item.generation, h, {}, {}, {}, {}, nullptr,
+                  nullptr, 0, item.meta);
         return true;
       }
-      PostEager(MsgKind::kHeaders, item.slot, item.generation, h, {}, {}, {}, {}, nullptr,
-                nullptr, 0, item.meta);
-      return true;
+      // Too large for the eager prefix: the metadata is the payload,
+      // exposed and pulled as a large stream message is.
+      h.flags = kFlagMetaInPayload;
+      item.payload = std::move(item.meta);
+      break;
     default:
       break;
   }
-  h.kind = MsgKind::kStreamMessage;
-  h.flags = item.flags;
+  const MsgKind kind = item.kind == OutKind::kHeaders ? MsgKind::kHeaders : MsgKind::kStreamMessage;
+  if (kind == MsgKind::kStreamMessage) h.flags = item.flags;
+  h.kind = kind;
   h.payload_len = static_cast<uint32_t>(item.payload.size());
-  if (kWireHeaderBytes + item.payload.size() <= EagerLimit()) {
+  if (kind == MsgKind::kHeaders) h.meta_len = h.payload_len;
+  if (kind == MsgKind::kStreamMessage && kWireHeaderBytes + item.payload.size() <= EagerLimit()) {
     PostEager(MsgKind::kStreamMessage, item.slot, item.generation, h, {}, {}, {}, item.payload);
     return true;
   }
@@ -125,7 +127,7 @@ bool Connection::SendStreamItem(OutItem& item) {
                        : absl::StatusOr<LargeBuffer*>(absl::InternalError("no buffer pool"));
   if (!got.ok()) {
     Close(absl::ResourceExhaustedError(absl::StrCat(
-        "connection to ", peer_name_, ": no registered buffer for a stream message of ",
+        "connection to ", peer_name_, ": no registered buffer for a stream frame of ",
         item.payload.size(), " bytes: ", got.status().message())));
     return true;
   }
@@ -136,7 +138,7 @@ bool Connection::SendStreamItem(OutItem& item) {
   h.flags |= kFlagPayloadRemote;
   h.ref = ref;
   RemoteBuffer pr{(*got)->addr(), (*got)->rkey(), h.payload_len};
-  PostEager(MsgKind::kStreamMessage, item.slot, item.generation, h, {}, pr, {}, {});
+  PostEager(kind, item.slot, item.generation, h, {}, pr, {}, {});
   return true;
 }
 
@@ -151,7 +153,8 @@ void Connection::QueueRelease(uint32_t ref) {
 void Connection::DropStreamIn(StreamIn& in) {
   for (const DeferredFrame& f : in.deferred) {
     if ((f.header.flags & kFlagPayloadRemote) &&
-        (f.header.kind == MsgKind::kStreamMessage || f.header.kind == MsgKind::kResponse)) {
+        (f.header.kind == MsgKind::kStreamMessage || f.header.kind == MsgKind::kHeaders ||
+         f.header.kind == MsgKind::kResponse)) {
       QueueRelease(f.header.ref);
     }
     // The server's answer was here already: it touches the call's buffers
@@ -232,12 +235,10 @@ void Connection::HandleStreamFrame(const Imm& imm, const ParsedMessage& m) {
   if (in == nullptr) {
     // The stream ended here (answered, cancelled, retired by its deadline):
     // drop the frame, but let the peer reuse a buffer it exposed for it.
-    if ((m.header.flags & kFlagPayloadRemote) && m.header.kind == MsgKind::kStreamMessage) {
-      QueueRelease(m.header.ref);
-    }
+    if (m.header.flags & kFlagPayloadRemote) QueueRelease(m.header.ref);
     return;
   }
-  if (m.header.kind == MsgKind::kHeaders) {
+  if (m.header.kind == MsgKind::kHeaders && !(m.header.flags & kFlagPayloadRemote)) {
     if (is_client_) LiveSlot(imm.slot, imm.generation)->sink->OnStreamHeaders(m.meta);
     return;
   }
@@ -262,6 +263,7 @@ void Connection::HandleStreamFrame(const Imm& imm, const ParsedMessage& m) {
     }
     ReadCtx ctx;
     ctx.stream_message = true;
+    ctx.header = m.header;  // kHeaders: the pulled bytes are the metadata
     ctx.end_stream = end_stream;
     ctx.buffer = *buf;
     ctx.remote = m.payload_remote;
@@ -290,7 +292,9 @@ void Connection::OnStreamPullDone(const ReadCtx& ctx, absl::string_view payload)
   StreamIn* in = FindStreamIn(imm);
   if (in == nullptr) return;  // the stream ended while we pulled
   --in->pulls;
-  if (is_client_) {
+  if (ctx.header.kind == MsgKind::kHeaders) {
+    if (is_client_) LiveSlot(imm.slot, imm.generation)->sink->OnStreamHeaders(payload);
+  } else if (is_client_) {
     LiveSlot(imm.slot, imm.generation)->sink->OnStreamMessage(payload);
   } else if (handler_ != nullptr) {
     handler_->OnStreamMessage(this, ctx.token, payload, /*has_message=*/true, ctx.end_stream);

@@ -168,6 +168,62 @@ TEST(Metadata, StreamsCarryItToo) {
   EXPECT_EQ(ctx.GetServerTrailingMetadata(), Sample());
 }
 
+TEST(Metadata, StreamHeadersLargerThanTheEagerLimitTravelByRendezvous) {
+  // 20 KiB each way: the client's with its opening frame, the server's
+  // initial metadata as a kHeaders frame pulled by RDMA READ, its trailing
+  // metadata with the trailers; byte-exact, in order before the messages.
+  ChannelOptions co;
+  co.max_metadata_bytes = 64 << 10;
+  ServerOptions so;
+  so.max_metadata_bytes = 64 << 10;
+  Fixture f(co, so);
+  std::string binary(20000, '\0');
+  for (size_t i = 0; i < binary.size(); ++i) binary[i] = static_cast<char>(i * 131);
+  const Md md{{"big-bin", binary}, {"x-small", "s"}};
+  for (int round = 0; round < 2; ++round) {
+    ClientContext ctx;
+    ctx.set_timeout(absl::Seconds(30));
+    for (const auto& [k, v] : md) ctx.AddMetadata(k, v);
+    ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &ctx);
+    for (int i = 0; i < 3; ++i) {
+      EchoRequest req;
+      req.set_text(absl::StrCat("m", i));
+      ASSERT_TRUE(stream.Write(req));
+      EchoResponse resp;
+      ASSERT_TRUE(stream.Read(&resp)) << i;
+      EXPECT_EQ(resp.text(), absl::StrCat("m", i));
+      EXPECT_EQ(ctx.GetServerInitialMetadata(), md) << i;
+    }
+    ASSERT_TRUE(stream.WritesDone());
+    absl::Status s = stream.Finish();
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(ctx.GetServerTrailingMetadata(), md);
+  }
+}
+
+TEST(Metadata, StreamHeadersOverTheClientLimitAreResourceExhausted) {
+  // The server sends 20,000 bytes of initial metadata (by rendezvous); this
+  // client takes at most 8 KiB (the default max_metadata_bytes).
+  Fixture f;
+  ClientContext ctx;
+  ctx.set_timeout(absl::Seconds(30));
+  EchoRequest req;
+  req.set_text("big-headers");
+  req.set_tag(3);
+  ClientReader<EchoResponse> reader(f.channel.get(), kExpandMethod, &ctx, req);
+  EchoResponse resp;
+  int read = 0;
+  while (reader.Read(&resp)) ++read;
+  absl::Status s = reader.Finish();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("8192"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("200"), absl::string_view::npos) << s;
+  // The messages still arrive; Finish reports the refused headers, which
+  // the caller never sees.
+  EXPECT_EQ(read, 3);
+  EXPECT_TRUE(ctx.GetServerInitialMetadata().empty());
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace rdmarpc

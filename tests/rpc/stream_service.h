@@ -68,9 +68,12 @@ class StreamService final : public rdmarpc::Service {
   // Writes req.tag() messages; message i has text "i" and
   // PatternBytes(i, size) as data, size = req.reply_bytes() except every
   // 10th, which is req.sleep_ms() bytes (0: same). Counts writes done.
+  // With text "big-headers", 20,000 bytes of initial metadata ("big") go
+  // before the messages.
   absl::Status Expand(ServerContext* ctx, const EchoRequest& req,
                       ServerWriter<EchoResponse>* writer) {
     expand_started_.fetch_add(1);
+    if (req.text() == "big-headers") ctx->AddInitialMetadata("big", std::string(20000, 'b'));
     for (int i = 0; i < req.tag(); ++i) {
       EchoResponse resp;
       resp.set_text(absl::StrCat(i));
