@@ -474,8 +474,12 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
                   nullptr);
         return;
       }
-      if (!call->request->ParseFromArray(req.payload.data(),
-                                         static_cast<int>(req.payload.size()))) {
+      if (req.payload_buffer != nullptr && *req.payload_buffer) {
+        // Pulled by rendezvous: parsed on the pool (StartCallback).
+        call->request_buffer = std::move(*req.payload_buffer);
+        call->request_payload = req.payload;
+      } else if (!call->request->ParseFromArray(req.payload.data(),
+                                                static_cast<int>(req.payload.size()))) {
         SendReply(conn, req.token, ParseFailure(req, *method, *call->request), nullptr);
         return;
       }
@@ -534,7 +538,9 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
           delete raw;
           // Last, as in RunOnPool: Shutdown stops the workers after this.
           pool_calls_.fetch_sub(1, std::memory_order_release);
-        });
+        },
+        // A large unary response is serialised by the thread that finishes.
+        [this, raw] { SerializeLargeResponse(raw); });
     if (call->stream != nullptr) call->stream->SetReactions(call->callback.get());
     if (handler->run_inline() && !call->request_buffer) {
       // A callback method never blocks: run_inline runs it right here

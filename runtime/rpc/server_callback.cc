@@ -154,6 +154,7 @@ void ServerCallbackCall::Finish(absl::Status status) {
     finished_ = true;
   }
   if (stream_ == nullptr) {
+    if (status.ok() && prepare_ok_response_ != nullptr) prepare_ok_response_();
     engine_->Post([this, status = std::move(status)]() mutable {
       AnswerOnWorker(std::move(status));
     });

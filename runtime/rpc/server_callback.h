@@ -46,16 +46,20 @@ class ServerCallbackCall final : public ServerStreamReactions {
   // what Finish(OK) sends for a client-streaming call (unused otherwise).
   // `answer`: the server's answer to the call with a status (worker).
   // `release`: frees the call after OnDone (worker; last).
+  // `prepare_ok_response` (unary, optional): runs on the thread calling
+  // Finish(OK) before the answer is posted to the worker.
   ServerCallbackCall(Engine* engine, RpcKind kind, ServerStreamState* stream,
                      const google::protobuf::MessageLite* response,
                      absl::AnyInvocable<void(absl::Status)> answer,
-                     absl::AnyInvocable<void()> release)
+                     absl::AnyInvocable<void()> release,
+                     absl::AnyInvocable<void()> prepare_ok_response = nullptr)
       : engine_(engine),
         kind_(kind),
         stream_(stream),
         response_(response),
         answer_(std::move(answer)),
-        release_(std::move(release)) {}
+        release_(std::move(release)),
+        prepare_ok_response_(std::move(prepare_ok_response)) {}
   ServerCallbackCall(const ServerCallbackCall&) = delete;
   ServerCallbackCall& operator=(const ServerCallbackCall&) = delete;
 
@@ -95,6 +99,9 @@ class ServerCallbackCall final : public ServerStreamReactions {
   ServerStreamState* const stream_;
   const google::protobuf::MessageLite* const response_;
   absl::AnyInvocable<void(absl::Status)> answer_;
+  // Unary: runs on the thread calling Finish(OK), before the answer is
+  // posted to the worker (the server serialises a large response there).
+  absl::AnyInvocable<void()> prepare_ok_response_;
   absl::AnyInvocable<void()> release_;
   ReactorGate gate_;
   // Set by Bind before any operation is forwarded; read by reactions.

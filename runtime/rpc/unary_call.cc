@@ -52,14 +52,21 @@ bool SerializeLargeIntoRegistered(ChannelImpl* impl, absl::string_view method, s
 
 }  // namespace
 
-void AsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* context,
-                    const google::protobuf::MessageLite& request,
-                    google::protobuf::MessageLite* response,
-                    absl::AnyInvocable<void(absl::Status) &&> done) {
+namespace {
+
+void StartAsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* context,
+                         const google::protobuf::MessageLite& request,
+                         google::protobuf::MessageLite* response,
+                         absl::AnyInvocable<void(absl::Status) &&> done, bool refuse_inline) {
   ChannelImpl* impl = ChannelAccess::Impl(channel);
   const size_t size = request.ByteSizeLong();
   if (absl::Status s = CheckCall(impl, method, size, context); !s.ok()) {
-    std::move(done)(std::move(s));
+    if (refuse_inline) {
+      std::move(done)(std::move(s));
+    } else {
+      impl->PickRoute().engine->Post(
+          [done = std::move(done), s = std::move(s)]() mutable { std::move(done)(std::move(s)); });
+    }
     return;
   }
   auto* call = new ClientCall;
@@ -81,6 +88,25 @@ void AsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* c
   call->context = context;
   call->done = std::move(done);
   impl->Start(call);
+}
+
+}  // namespace
+
+void AsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* context,
+                    const google::protobuf::MessageLite& request,
+                    google::protobuf::MessageLite* response,
+                    absl::AnyInvocable<void(absl::Status) &&> done) {
+  StartAsyncUnaryCall(channel, method, context, request, response, std::move(done),
+                      /*refuse_inline=*/true);
+}
+
+void AsyncUnaryCallNeverInline(Channel* channel, absl::string_view method,
+                               ClientContext* context,
+                               const google::protobuf::MessageLite& request,
+                               google::protobuf::MessageLite* response,
+                               absl::AnyInvocable<void(absl::Status) &&> done) {
+  StartAsyncUnaryCall(channel, method, context, request, response, std::move(done),
+                      /*refuse_inline=*/false);
 }
 
 absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method, ClientContext* context,

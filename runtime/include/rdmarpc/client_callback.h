@@ -109,12 +109,12 @@ class ClientUnaryReactor {
 
   // Sends the request. `request` (given to the stub's async() method) is
   // serialised before this returns and may be freed then; `context` and
-  // `response` must stay alive until OnDone. Any thread; once only. When
-  // the call fails before anything is sent (deadline passed, bad metadata,
-  // a request over max_message_bytes) OnReadInitialMetadataDone(false) and
-  // OnDone run inline, before this returns.
+  // `response` must stay alive until OnDone. Any thread; once only. A call
+  // that fails before anything is sent (deadline passed, bad metadata, a
+  // request over max_message_bytes) reacts on a channel thread too, never
+  // inside this call.
   void StartCall() {
-    internal::AsyncUnaryCall(channel_, method_, context_, *request_, response_,
+    internal::AsyncUnaryCallNeverInline(channel_, method_, context_, *request_, response_,
                              [this](absl::Status status) {
                                OnReadInitialMetadataDone(status.ok());
                                OnDone(status);

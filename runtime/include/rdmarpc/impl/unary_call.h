@@ -56,6 +56,15 @@ RDMARPC_EXPORT void AsyncUnaryCall(Channel* channel, absl::string_view method,
                                    google::protobuf::MessageLite* response,
                                    absl::AnyInvocable<void(absl::Status) &&> done);
 
+// As AsyncUnaryCall, but `done` never runs on the calling thread: a call
+// refused before anything is sent gets `done` on one of the channel's engine
+// threads too (the reactor rule: no reaction inside a Start call).
+RDMARPC_EXPORT void AsyncUnaryCallNeverInline(Channel* channel, absl::string_view method,
+                                              ClientContext* context,
+                                              const google::protobuf::MessageLite& request,
+                                              google::protobuf::MessageLite* response,
+                                              absl::AnyInvocable<void(absl::Status) &&> done);
+
 }  // namespace internal
 }  // namespace rdmarpc
 
