@@ -12,6 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "runtime/softrdma/faults.h"
 #include "runtime/softrdma/softrdma.h"
 #include "runtime/transport/completion_poller.h"
 #include "runtime/transport/connection.h"
@@ -34,8 +35,10 @@ ConnectionOptions Chunked(size_t chunk_bytes, int in_flight) {
 // reversed; counts the large requests (above kSmall bytes) it was handed.
 class ReverseServer final : public CmEventHandler, public ConnectionHandler {
  public:
-  explicit ReverseServer(ConnectionOptions options)
-      : options_(options), device_(256 << 20, 256 << 20), engine_("srv") {}
+  // `keep_bytes` 0: every large buffer put back is freed at once, so
+  // AddressSanitizer sees a device access to one freed too early.
+  explicit ReverseServer(ConnectionOptions options, size_t keep_bytes = 256 << 20)
+      : options_(options), device_(256 << 20, keep_bytes), engine_("srv") {}
   ~ReverseServer() override {
     engine_.Stop([this] { listen_.reset(); });
   }
@@ -110,8 +113,8 @@ class Sink final : public ResponseSink {
 };
 
 struct Client {
-  explicit Client(ConnectionOptions options)
-      : options(options), device(0, 256 << 20), engine("cli") {
+  explicit Client(ConnectionOptions options, size_t keep_bytes = 256 << 20)
+      : options(options), device(0, keep_bytes), engine("cli") {
     EXPECT_TRUE(engine.Start().ok());
   }
   ~Client() { engine.Stop(); }
@@ -267,6 +270,38 @@ TEST(Rendezvous, CancelledRequestStopsBeingPulledAndIsNeverDelivered) {
   EXPECT_LT(reads, 4096u);
   EXPECT_EQ(server.large_requests(), 0);
   EXPECT_FALSE(large.done.HasBeenNotified());  // a cancelled call's sink is never called
+}
+
+// The link dies while a large response is being pushed (and, below, while a
+// large request is being pulled): the call fails UNAVAILABLE and no buffer
+// is freed while the device may still write or read it (pools keep
+// nothing, so AddressSanitizer sees a device access to a freed buffer).
+void DropMidTransfer(uint64_t drop_after_bytes) {
+  const ConnectionOptions o = Chunked(16 << 10, 2);
+  ReverseServer server(o, /*keep_bytes=*/0);
+  const int port = server.Start();
+  Client client(o, /*keep_bytes=*/0);
+  Sink warm;
+  client.Call(port, "abc", &warm);
+  ASSERT_TRUE(warm.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(warm.status.ok()) << warm.status;
+  softrdma::ResetFaults();
+  softrdma::DropAfterBytes(drop_after_bytes);
+  Sink large;
+  client.Call(port, Pattern(4 << 20), &large);
+  ASSERT_TRUE(large.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(large.status.code(), absl::StatusCode::kUnavailable) << large.status;
+  softrdma::ResetFaults();
+  absl::SleepFor(absl::Milliseconds(300));  // flushes and teardown
+}
+
+TEST(Rendezvous, LinkLostMidPushFailsTheCallAndFreesNoBufferInUse) {
+  // 4 MiB pulled, then ~1 MiB of the 4 MiB push: dies in the push.
+  DropMidTransfer((4u << 20) + (1u << 20));
+}
+
+TEST(Rendezvous, LinkLostMidPullFailsTheCallAndFreesNoBufferInUse) {
+  DropMidTransfer(1u << 20);
 }
 
 }  // namespace
