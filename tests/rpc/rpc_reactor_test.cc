@@ -726,6 +726,69 @@ TEST(ReactorFlow, AReactorThatDelaysReadingStopsOnlyItsWriter) {
   ExpectExpanded(c, 300, 4096);
 }
 
+// ---- races (review) ------------------------------------------------------------------------
+
+TEST(ReactorRace, TryCancelFromAnotherThreadDuringABidiChatEndsEachSideOnce) {
+  // Reactor against reactor: the client cancels at a varying point of a
+  // 40-message chat; each client OnDone runs once and every server reactor
+  // reaches OnDone.
+  CallbackStreams cb;
+  Servers s({&cb});
+  constexpr int kCalls = 60;
+  for (int i = 0; i < kCalls; ++i) {
+    ClientContext ctx;
+    ChatClient c(s.channel.get(), &ctx, 40);
+    absl::SleepFor(absl::Microseconds((i % 10) * 150));
+    ctx.TryCancel();
+    ASSERT_TRUE(c.done.Wait()) << i;
+    absl::SleepFor(absl::Milliseconds(1));
+    EXPECT_EQ(c.done.times.load(), 1) << i;
+    EXPECT_TRUE(c.done.status.ok() || c.done.status.code() == absl::StatusCode::kCancelled)
+        << i << ": " << c.done.status;
+  }
+  EXPECT_TRUE(WaitFor([&] { return cb.counts.done.load() == cb.counts.started.load(); }))
+      << cb.counts.done.load() << " of " << cb.counts.started.load() << " server reactors done";
+}
+
+TEST(ReactorRace, UnaryFinishedFromAnotherThreadAsTheDeadlinePassesEndsOnce) {
+  CallbackEcho cb;
+  Servers s({&cb});
+  constexpr int kCalls = 60;
+  for (int i = 0; i < kCalls; ++i) {
+    ClientContext ctx;
+    ctx.set_timeout(absl::Milliseconds(3));
+    EchoRequest req;
+    req.set_text("x");
+    req.set_sleep_ms(1 + i % 5);
+    UnaryClient c(s.channel.get(), &ctx, req);
+    ASSERT_TRUE(c.done.Wait()) << i;
+    EXPECT_EQ(c.done.times.load(), 1) << i;
+  }
+  // Every method that ran finished (a request whose deadline passed before
+  // it was dispatched never runs).
+  EXPECT_TRUE(WaitFor([&] { return cb.finished_late.load() == cb.returned.load(); }))
+      << cb.finished_late.load() << " of " << cb.returned.load();
+}
+
+TEST(ReactorRace, ShutdownWithChatsInFlightEndsEveryReactor) {
+  CallbackStreams cb;
+  auto s = std::make_unique<Servers>(std::vector<rdmarpc::Service*>{&cb});
+  constexpr int kCalls = 8;
+  std::vector<std::unique_ptr<ClientContext>> ctxs;
+  std::vector<std::unique_ptr<ChatClient>> clients;
+  for (int i = 0; i < kCalls; ++i) {
+    ctxs.push_back(std::make_unique<ClientContext>());
+    clients.push_back(std::make_unique<ChatClient>(s->channel.get(), ctxs.back().get(), 2000));
+  }
+  absl::SleepFor(absl::Milliseconds(5));
+  s->server.Shutdown(absl::Milliseconds(20));
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_TRUE(clients[i]->done.Wait()) << i;
+    EXPECT_EQ(clients[i]->done.times.load(), 1) << i;
+  }
+  EXPECT_EQ(cb.counts.done.load(), cb.counts.started.load());
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace rdmarpc
