@@ -789,6 +789,42 @@ TEST(ReactorRace, ShutdownWithChatsInFlightEndsEveryReactor) {
   EXPECT_EQ(cb.counts.done.load(), cb.counts.started.load());
 }
 
+// client_callback.h says Start* "never run a reaction inline", as gRPC's
+// reactors; ClientUnaryReactor::StartCall runs OnDone inside StartCall when
+// the call is refused before anything is sent (here: deadline passed), so a
+// reactor that calls StartCall under its own lock, or in its constructor
+// with an OnDone that deletes it, deadlocks or uses itself after free.
+class InlineProbe final : public ClientUnaryReactor {
+ public:
+  InlineProbe(Channel* ch, ClientContext* ctx, const EchoRequest& req) {
+    internal::ClientReactorAccess::BindUnary(this, ch, kEchoMethod, ctx, &req, &response);
+    in_start_call = true;
+    StartCall();
+    in_start_call = false;
+  }
+  void OnDone(const absl::Status& s) override {
+    done_inside_start_call = in_start_call.load();
+    done.Set(s);
+  }
+  std::atomic<bool> in_start_call{false};
+  bool done_inside_start_call = false;
+  EchoResponse response;
+  DoneRecord done;
+};
+
+TEST(ReactorUnary, OnDoneNeverRunsInsideStartCallEvenWhenTheCallIsRefused) {
+  EchoService sync;
+  Servers s({&sync});
+  ClientContext ctx;
+  ctx.set_deadline(absl::Now() - absl::Seconds(1));
+  EchoRequest req;
+  req.set_text("late");
+  InlineProbe c(s.channel.get(), &ctx, req);
+  ASSERT_TRUE(c.done.Wait());
+  EXPECT_EQ(c.done.status.code(), absl::StatusCode::kDeadlineExceeded) << c.done.status;
+  EXPECT_FALSE(c.done_inside_start_call) << "OnDone ran inline in StartCall";
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace rdmarpc
