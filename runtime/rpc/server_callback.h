@@ -101,8 +101,8 @@ class ServerCallbackCall final : public ServerStreamReactions {
   absl::AnyInvocable<void(absl::Status)> answer_;
   // Unary: runs on the thread calling Finish(OK), before the answer is
   // posted to the worker (the server serialises a large response there).
-  absl::AnyInvocable<void()> prepare_ok_response_;
   absl::AnyInvocable<void()> release_;
+  absl::AnyInvocable<void()> prepare_ok_response_;
   ReactorGate gate_;
   // Set by Bind before any operation is forwarded; read by reactions.
   ServerReactorBase* reactor_ = nullptr;
