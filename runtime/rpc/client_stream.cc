@@ -19,7 +19,7 @@ ClientStreamState::ClientStreamState(ChannelImpl* channel, absl::string_view met
 void ClientStreamState::Start(const google::protobuf::MessageLite* first) {
   std::string payload;
   absl::Status refused;
-  if (channel_->OnEngineThread()) {
+  if (channel_->OnLoopThread()) {
     refused = absl::FailedPreconditionError(absl::StrCat(
         "stream ", method_, " opened from a completion callback of the same channel would "
         "deadlock (its blocking reads and writes need that thread)"));
@@ -53,15 +53,15 @@ void ClientStreamState::Start(const google::protobuf::MessageLite* first) {
   }
   meta_ = EncodeMetadata(ClientContextAccess::Metadata(context_));
   const ChannelImpl::Route route = channel_->PickRoute();
-  engine_ = route.engine;
+  loop_ = route.loop;
   peer_ = route.peer;
-  engine_ref_ = shared_from_this();
-  engine_->Post([this, route, payload = std::move(payload), has_first = first != nullptr]() mutable {
-    StartOnEngine(route, std::move(payload), has_first);
+  loop_ref_ = shared_from_this();
+  loop_->Post([this, route, payload = std::move(payload), has_first = first != nullptr]() mutable {
+    StartOnLoop(route, std::move(payload), has_first);
   });
 }
 
-void ClientStreamState::StartOnEngine(ChannelImpl::Route route, std::string first,
+void ClientStreamState::StartOnLoop(ChannelImpl::Route route, std::string first,
                                       bool has_first) {
   const absl::Time deadline = context_->deadline();
   if (absl::Now() >= deadline) {
@@ -83,7 +83,7 @@ void ClientStreamState::StartOnEngine(ChannelImpl::Route route, std::string firs
   }
   conn_ = *conn;
   if (deadline != absl::InfiniteFuture()) {
-    timer_ = engine_->AddTimer(deadline, [this] {
+    timer_ = loop_->AddTimer(deadline, [this] {
       timer_ = 0;
       if (handle_ != 0) conn_->CancelCall(handle_);
       End(absl::DeadlineExceededError(
@@ -162,7 +162,7 @@ void ClientStreamState::OnFailure(absl::Status status) {
 
 void ClientStreamState::End(absl::Status status) {
   if (ended_) return;
-  if (timer_ != 0) engine_->CancelTimer(timer_);
+  if (timer_ != 0) loop_->CancelTimer(timer_);
   timer_ = 0;
   if (bound_ && !ClientContextAccess::Unbind(context_)) {
     // TryCancel won: its task (already posted) ends the stream CANCELLED.
@@ -175,11 +175,11 @@ void ClientStreamState::End(absl::Status status) {
 }
 
 void ClientStreamState::RequestCancel() {
-  engine_->Post([self = shared_from_this()] { self->OnCancelRequested(); });
+  loop_->Post([self = shared_from_this()] { self->OnCancelRequested(); });
 }
 
 void ClientStreamState::OnCancelRequested() {
-  if (timer_ != 0) engine_->CancelTimer(timer_);
+  if (timer_ != 0) loop_->CancelTimer(timer_);
   timer_ = 0;
   if (!end_deferred_ && handle_ != 0 && conn_ != nullptr) conn_->CancelCall(handle_);
   handle_ = 0;
@@ -196,11 +196,11 @@ void ClientStreamState::Deliver(absl::Status status) {
     status_ = std::move(status);
   }
   // Last: may free this when the user let go already.
-  std::shared_ptr<ClientStreamState> ref = std::move(engine_ref_);
+  std::shared_ptr<ClientStreamState> ref = std::move(loop_ref_);
 }
 
 void ClientStreamState::FailFromUser(absl::Status status) {
-  engine_->Post([self = shared_from_this(), status = std::move(status)]() mutable {
+  loop_->Post([self = shared_from_this(), status = std::move(status)]() mutable {
     if (self->ended_) return;
     if (self->handle_ != 0 && self->conn_ != nullptr) self->conn_->CancelCall(self->handle_);
     self->handle_ = 0;
@@ -232,7 +232,7 @@ bool ClientStreamState::Write(const google::protobuf::MessageLite& message) {
     --send_window_;
     // Posted under the lock: a WritesDone on another thread cannot post the
     // half-close ahead of this message.
-    engine_->Post([self = shared_from_this(), payload = std::move(payload)]() mutable {
+    loop_->Post([self = shared_from_this(), payload = std::move(payload)]() mutable {
       if (self->ended_ || self->handle_ == 0) return;
       self->conn_->SendStreamMessage(self->handle_, std::move(payload), /*no_message=*/false,
                                      /*end_stream=*/false);
@@ -245,7 +245,7 @@ bool ClientStreamState::WritesDone() {
   absl::MutexLock lock(&mu_);
   if (done_ || writes_done_) return false;
   writes_done_ = true;
-  engine_->Post([self = shared_from_this()] {
+  loop_->Post([self = shared_from_this()] {
     if (self->ended_ || self->handle_ == 0) return;
     self->conn_->SendStreamMessage(self->handle_, std::string(), /*no_message=*/true,
                                    /*end_stream=*/true);
@@ -276,7 +276,7 @@ bool ClientStreamState::Read(google::protobuf::MessageLite* message) {
   if (++consumed_ >= kStreamWindow / 2) {
     const uint32_t n = consumed_;
     consumed_ = 0;
-    engine_->Post([self = shared_from_this(), n] {
+    loop_->Post([self = shared_from_this(), n] {
       if (self->ended_ || self->handle_ == 0) return;
       self->conn_->GrantWindow(self->handle_, n);
     });

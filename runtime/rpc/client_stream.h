@@ -1,12 +1,12 @@
 // client_stream.h: the client end of one stream (internal::ClientStream's
-// state), between the user's thread(s) and the channel engine that owns the
+// state), between the user's thread(s) and the channel loop that owns the
 // stream's connection.
 //
-// The engine side (upcalls from the Connection, started by Start) appends
+// The loop side (upcalls from the Connection, started by Start) appends
 // the server's messages to an inbox and adds the windows the server grants;
 // the user side blocks on those under one mutex (streams take a lock per
 // message; unary calls do not). Writes, half-close and window grants go to
-// the engine as posted tasks, in order. The state is shared: the engine
+// the loop as posted tasks, in order. The state is shared: the loop
 // holds a reference until the stream's end is delivered, the ClientStream
 // the other.
 #ifndef RDMARPC_RUNTIME_RPC_CLIENT_STREAM_H_
@@ -36,7 +36,7 @@ class ClientStreamState final : public ResponseSink,
   ClientStreamState(ChannelImpl* channel, absl::string_view method, ClientContext* context,
                     RpcKind kind);
 
-  // User side (any thread but the channel's engines).
+  // User side (any thread but the channel's loops).
   // Sends the opening frame (with `first`, serialised, for server streaming).
   void Start(const google::protobuf::MessageLite* first);
   bool Write(const google::protobuf::MessageLite& message);
@@ -47,7 +47,7 @@ class ClientStreamState final : public ResponseSink,
   // Ends the call CANCELLED unless it ended, and waits for the end.
   void CancelAndWait();
 
-  // ResponseSink (engine thread).
+  // ResponseSink (loop thread).
   void OnQueued(uint32_t h) override { handle_ = h; }
   void OnSent() override;
   void OnStreamHeaders(absl::string_view meta) override;
@@ -61,8 +61,8 @@ class ClientStreamState final : public ResponseSink,
   void RequestCancel() override;
 
  private:
-  // Engine thread.
-  void StartOnEngine(ChannelImpl::Route route, std::string first, bool has_first);
+  // EventLoop thread.
+  void StartOnLoop(ChannelImpl::Route route, std::string first, bool has_first);
   // The stream's own end (trailers, failure, deadline): delivered unless
   // TryCancel won the race (then OnCancelRequested delivers CANCELLED).
   void End(absl::Status status);
@@ -76,20 +76,20 @@ class ClientStreamState final : public ResponseSink,
   const std::string method_;
   ClientContext* const context_;
   const RpcKind kind_;
-  Engine* engine_ = nullptr;
+  EventLoop* loop_ = nullptr;
   const std::string* peer_ = nullptr;
 
   std::string meta_;  // the context's metadata, encoded
 
-  // Engine thread only.
+  // EventLoop thread only.
   absl::Status meta_error_;  // the server's metadata did not decode / too large
   Connection* conn_ = nullptr;
   uint32_t handle_ = 0;
-  Engine::TimerId timer_ = 0;
+  EventLoop::TimerId timer_ = 0;
   bool bound_ = false;
   bool end_deferred_ = false;
   bool ended_ = false;  // the end was delivered (or deferred to the cancel)
-  std::shared_ptr<ClientStreamState> engine_ref_;  // until the end is delivered
+  std::shared_ptr<ClientStreamState> loop_ref_;  // until the end is delivered
 
   // User side only (one reader, one writer thread at a time).
   uint32_t consumed_ = 0;  // messages read since the last window grant

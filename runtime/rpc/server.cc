@@ -112,17 +112,17 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
                                         : std::max(handler_threads, kDefaultMaxHandlerThreads);
   pool_ = std::make_unique<HandlerPool>(handler_threads, max_threads, "rdmarpc-handler",
                                         kHandlerSpin);
-  acceptor_ = std::make_unique<Engine>("rdmarpc-acceptor");
+  acceptor_ = std::make_unique<EventLoop>("rdmarpc-acceptor");
   if (absl::Status s = acceptor_->Start(); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("starting acceptor: ", s.message()));
   }
   for (int i = 0; i < options_.num_workers; ++i) {
     auto w = std::make_unique<Worker>();
     w->server = this;
-    w->engine = std::make_unique<Engine>(absl::StrCat("rdmarpc-worker-", i));
-    if (absl::Status s = w->engine->Start(); !s.ok()) {
+    w->loop = std::make_unique<EventLoop>(absl::StrCat("rdmarpc-worker-", i));
+    if (absl::Status s = w->loop->Start(); !s.ok()) {
       acceptor_->Stop();
-      for (auto& x : workers_) x->engine->Stop();
+      for (auto& x : workers_) x->loop->Stop();
       return absl::UnavailableError(absl::StrCat("starting worker: ", s.message()));
     }
     workers_.push_back(std::move(w));
@@ -149,7 +149,7 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
   }
   if (!s.ok()) {
     acceptor_->Stop([this] { listen_id_.reset(); });
-    for (auto& w : workers_) w->engine->Stop();
+    for (auto& w : workers_) w->loop->Stop();
     workers_.clear();
     absl::MutexLock lock(&mu_);
     state_ = State::kStopped;
@@ -260,7 +260,7 @@ void ServerImpl::OnConnectRequest(const CmEvent& ev) {
   Worker* w = workers_[next_worker_.fetch_add(1) % workers_.size()].get();
   // Until the worker adopts it, events of this id go nowhere.
   id->context = nullptr;
-  if (Verbs().migrate_id(id, w->engine->event_channel()) != 0) {
+  if (Verbs().migrate_id(id, w->loop->event_channel()) != 0) {
     LOG(ERROR) << ErrnoToStatus("rdma_migrate_id", errno);
     Reject(id, 0);
     return;
@@ -277,9 +277,9 @@ void ServerImpl::OnConnectRequest(const CmEvent& ev) {
     };
   }
   const HandshakeData peer = *h;
-  w->engine->Post([this, w, id, peer, copts] {
+  w->loop->Post([this, w, id, peer, copts] {
     absl::StatusOr<Connection*> c =
-        Connection::Accept(w->engine.get(), device_.get(), id, peer, copts, w);
+        Connection::Accept(w->loop.get(), device_.get(), id, peer, copts, w);
     if (!c.ok()) {
       LOG(WARNING) << "accepting a connection failed: " << c.status();
       return;
@@ -455,7 +455,7 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
                               const std::string* method, const MethodHandler* handler) {
   auto call = std::make_unique<PoolCall>();
   if (req.stream) {
-    call->stream = std::make_unique<ServerStreamState>(worker->engine.get(), &call->conn,
+    call->stream = std::make_unique<ServerStreamState>(worker->loop.get(), &call->conn,
                                                        req.token, options_.max_message_bytes,
                                                        conn->eager_limit() - kWireHeaderBytes,
                                                        &call->context);
@@ -521,11 +521,11 @@ void ServerImpl::RunOnPool(std::unique_ptr<PoolCall> call) {
   Worker* worker = call->worker;
   // The reply is posted as soon as the worker runs this task: the handler
   // does not wait for other handlers, or for the worker's poll batch.
-  worker->engine->Post([this, call = std::move(call), status = std::move(status)]() mutable {
+  worker->loop->Post([this, call = std::move(call), status = std::move(status)]() mutable {
     FinishPoolCall(std::move(call), std::move(status));
   });
   // Last: Shutdown waits for this count before it stops the workers, so
-  // the task above is never posted to a stopped engine.
+  // the task above is never posted to a stopped loop.
   pool_calls_.fetch_sub(1, std::memory_order_release);
 }
 
@@ -653,7 +653,7 @@ void ServerImpl::Shutdown(absl::Duration grace) {
     state_ = State::kStopping;
   }
   for (auto& w : workers_) {
-    CHECK(!w->engine->InEngineThread()) << "Server::Shutdown called from a service method";
+    CHECK(!w->loop->InLoopThread()) << "Server::Shutdown called from a service method";
   }
   // 1. No handler starts from now on: new requests and queued pool calls
   //    are answered UNAVAILABLE. Stop accepting: the listener goes with
@@ -679,7 +679,7 @@ void ServerImpl::Shutdown(absl::Duration grace) {
   if (pool_calls_.load(std::memory_order_acquire) > 0) {
     for (auto& w : workers_) {
       Worker* wp = w.get();
-      w->engine->Post([this, wp] { CancelPoolCalls(wp); });
+      w->loop->Post([this, wp] { CancelPoolCalls(wp); });
     }
     absl::Time next_log = absl::Now() + absl::Seconds(1);
     while (pool_calls_.load(std::memory_order_acquire) > 0) {
@@ -688,7 +688,7 @@ void ServerImpl::Shutdown(absl::Duration grace) {
         next_log = absl::Now() + absl::Seconds(1);
         for (auto& w : workers_) {
           Worker* wp = w.get();
-          w->engine->Post([wp] {
+          w->loop->Post([wp] {
             for (const auto& [conn, calls] : wp->pool_calls) {
               for (const auto& [key, call] : calls) {
                 LOG(WARNING) << "Server::Shutdown waits for a cancelled handler of "
@@ -702,12 +702,12 @@ void ServerImpl::Shutdown(absl::Duration grace) {
     }
   }
   // 4. Disconnect every client once what was queued for it is delivered
-  //    (bounded), then join the workers; Engine::Stop destroys the
+  //    (bounded), then join the workers; EventLoop::Stop destroys the
   //    connections (QP first) after they are closed. Replies posted above
   //    are queued first: a worker runs its tasks in order.
   for (auto& w : workers_) {
     Worker* wp = w.get();
-    w->engine->Post([wp] {
+    w->loop->Post([wp] {
       std::vector<Connection*> conns(wp->conns.begin(), wp->conns.end());
       for (Connection* c : conns) {
         c->CloseWhenSent(absl::UnavailableError("server shutting down"), kCloseWhenSentBound);
@@ -720,7 +720,7 @@ void ServerImpl::Shutdown(absl::Duration grace) {
   }
   for (auto& w : workers_) {
     Worker* wp = w.get();
-    w->engine->Stop([wp] {
+    w->loop->Stop([wp] {
       std::vector<Connection*> conns(wp->conns.begin(), wp->conns.end());
       for (Connection* c : conns) {
         c->Close(absl::UnavailableError("server shutting down"));

@@ -1,5 +1,5 @@
-// server_impl.h: the runtime behind rdmarpc::Server — an acceptor engine that
-// owns the rdma_cm listener, worker engines that own connections and run
+// server_impl.h: the runtime behind rdmarpc::Server — an acceptor loop that
+// owns the rdma_cm listener, worker loops that own connections and run
 // handlers, and method dispatch.
 #ifndef RDMARPC_RUNTIME_RPC_SERVER_IMPL_H_
 #define RDMARPC_RUNTIME_RPC_SERVER_IMPL_H_
@@ -18,7 +18,7 @@
 #include "rdmarpc/service.h"
 #include "runtime/rpc/handler_pool.h"
 #include "runtime/rpc/server_stream.h"
-#include "runtime/transport/completion_poller.h"
+#include "runtime/transport/event_loop.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/buffer_pool.h"
 #include "runtime/transport/device.h"
@@ -37,17 +37,17 @@ class ServerImpl final : public CmEventHandler {
   void Shutdown(absl::Duration grace);
   void Wait();
 
-  // Listener events (acceptor engine thread).
+  // Listener events (acceptor loop thread).
   void OnCmEvent(const CmEvent& event) override;
 
  private:
   struct Worker;
   // A call whose handler runs (or waits to run) on the handler pool. Owned
-  // by the pool task until the handler returned, then by the engine task
+  // by the pool task until the handler returned, then by the loop task
   // that answers it.
   struct PoolCall {
     Worker* worker = nullptr;
-    // Engine thread only: nullptr once the connection closed.
+    // EventLoop thread only: nullptr once the connection closed.
     Connection* conn = nullptr;
     RequestToken token;
     const MethodHandler* handler = nullptr;
@@ -56,7 +56,7 @@ class ServerImpl final : public CmEventHandler {
     std::unique_ptr<google::protobuf::MessageLite> request;
     std::unique_ptr<google::protobuf::MessageLite> response;
     ServerContext context;
-    // Engine thread only: the client was answered already (cancelled by it,
+    // EventLoop thread only: the client was answered already (cancelled by it,
     // or by Shutdown); the handler's own answer is dropped.
     bool answered = false;
     // Set by the pool thread as the handler starts.
@@ -67,18 +67,18 @@ class ServerImpl final : public CmEventHandler {
   // Per worker: its connections and the dispatch upcall.
   struct Worker final : ConnectionHandler {
     ServerImpl* server = nullptr;
-    std::unique_ptr<Engine> engine;
-    absl::flat_hash_set<Connection*> conns;  // engine thread only
+    std::unique_ptr<EventLoop> loop;
+    absl::flat_hash_set<Connection*> conns;  // loop thread only
     // Pool calls not answered yet, by connection and request token
-    // (slot | generation << 16). Engine thread only.
+    // (slot | generation << 16). EventLoop thread only.
     absl::flat_hash_map<Connection*, absl::flat_hash_map<uint32_t, PoolCall*>> pool_calls;
     // Answered pool calls whose key a newer call of the same connection
     // took (the client reuses slot and generation) and whose handlers still
-    // run. Engine thread only.
+    // run. EventLoop thread only.
     absl::flat_hash_map<Connection*, std::vector<PoolCall*>> answered_calls;
     // Request/response messages kept per method and reused (Clear keeps
     // their buffers), so a small call allocates nothing in steady state.
-    // Engine thread only; `busy` while a handler runs (never nested today,
+    // EventLoop thread only; `busy` while a handler runs (never nested today,
     // but a nested dispatch would then fall back to fresh messages).
     struct Messages {
       std::unique_ptr<google::protobuf::MessageLite> request;
@@ -134,7 +134,7 @@ class ServerImpl final : public CmEventHandler {
   absl::flat_hash_map<std::string, const MethodHandler*> methods_;
   absl::flat_hash_set<std::string> services_;
   std::unique_ptr<DeviceResources> device_;
-  std::unique_ptr<Engine> acceptor_;
+  std::unique_ptr<EventLoop> acceptor_;
   CmIdPtr listen_id_;  // acceptor thread after Start
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<uint32_t> next_worker_{0};

@@ -32,7 +32,7 @@ bool ServerStreamState::Read(google::protobuf::MessageLite* message) {
   if (++consumed_ >= kStreamWindow / 2) {
     const uint32_t n = consumed_;
     consumed_ = 0;
-    engine_->Post([conn = conn_, token = token_, n] {
+    loop_->Post([conn = conn_, token = token_, n] {
       if (*conn != nullptr) (*conn)->GrantWindow(token, n);
     });
   }
@@ -68,7 +68,7 @@ bool ServerStreamState::Write(const google::protobuf::MessageLite& message) {
         if (failure_.ok()) failure_ = std::move(md);
         return false;
       }
-      engine_->Post([conn = conn_, token = token_, meta = std::move(encoded)]() mutable {
+      loop_->Post([conn = conn_, token = token_, meta = std::move(encoded)]() mutable {
         if (*conn != nullptr) (*conn)->SendStreamHeaders(token, std::move(meta));
       });
     }
@@ -82,7 +82,7 @@ bool ServerStreamState::Write(const google::protobuf::MessageLite& message) {
     if (cancelled_ || !failure_.ok()) return false;
     --send_window_;
   }
-  engine_->Post([conn = conn_, token = token_, payload = std::move(payload)]() mutable {
+  loop_->Post([conn = conn_, token = token_, payload = std::move(payload)]() mutable {
     if (*conn != nullptr) (*conn)->SendStreamMessage(token, std::move(payload));
   });
   return true;

@@ -87,8 +87,8 @@ absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method, Clien
                                const google::protobuf::MessageLite& request,
                                google::protobuf::MessageLite* response) {
   ChannelImpl* impl = ChannelAccess::Impl(channel);
-  if (impl->OnEngineThread()) {
-    // Inside a completion callback: this thread drives the engine that would
+  if (impl->OnLoopThread()) {
+    // Inside a completion callback: this thread drives the loop that would
     // have to deliver the response, and the deadline timer runs here too.
     return absl::FailedPreconditionError(absl::StrCat(
         "blocking call to ", method,

@@ -36,24 +36,24 @@ uint32_t Connection::StartCall(OutgoingRequest request, ResponseSink* sink) {
   s.stream = request.stream;
   s.request = std::move(request);
   ++busy_slots_;
-  engine_->CallStarted();
+  loop_->CallStarted();
   // Generation 0 is never used so that handle 0 means "no call".
   const uint32_t handle = (static_cast<uint32_t>(s.generation) << 16) | idx;
   sink->OnQueued(handle);
   if (state_ == ConnState::kEstablished && out_queue_.empty() && CanPostMessage()) {
     // Fast path: straight into the send queue (no out_queue_ node); the
-    // doorbell rings at the end of the engine step, with whatever else
+    // doorbell rings at the end of the loop step, with whatever else
     // became ready. SendRequest may fail the call (and recycle the slot).
     SendRequest(handle);
-    Touch();
+    ScheduleEndOfStep();
     return LiveSlot(idx, static_cast<uint16_t>(handle >> 16)) != nullptr ? handle : 0;
   }
   OutItem item;
   item.kind = OutKind::kRequest;
   item.handle = handle;
   out_queue_.push_back(std::move(item));
-  // Sent at the end of the engine step, with whatever else became ready.
-  if (state_ == ConnState::kEstablished) Touch();
+  // Sent at the end of the loop step, with whatever else became ready.
+  if (state_ == ConnState::kEstablished) ScheduleEndOfStep();
   return handle;
 }
 
@@ -100,7 +100,7 @@ void Connection::FinishSlot(uint16_t idx, bool rekey) {
   s.generation = static_cast<uint16_t>((s.generation + 1) & kGenerationMask);
   if (s.generation == 0) s.generation = 1;
   --busy_slots_;
-  engine_->CallFinished();
+  loop_->CallFinished();
   free_slots_.push_back(idx);
 }
 
@@ -127,7 +127,7 @@ void Connection::CancelCall(uint32_t handle) {
     item.slot = idx;
     item.generation = gen;
     out_queue_.push_back(std::move(item));
-    Touch();
+    ScheduleEndOfStep();
   }
   FinishSlot(idx, /*rekey=*/true);
 }

@@ -46,9 +46,9 @@ const char* ConnStateName(ConnState s) {
   return "?";
 }
 
-Connection::Connection(Engine* engine, DeviceResources* device, const ConnectionOptions& options,
+Connection::Connection(EventLoop* loop, DeviceResources* device, const ConnectionOptions& options,
                        ConnectionHandler* handler, std::string peer_name, bool is_client)
-    : engine_(engine),
+    : loop_(loop),
       device_(device),
       options_(WithMinRecvDepth(options)),
       handler_(handler),
@@ -58,18 +58,18 @@ Connection::Connection(Engine* engine, DeviceResources* device, const Connection
       sq_ring_(kSendQueueDepth) {}
 
 Connection::~Connection() {
-  for (Engine::TimerId t : timers_) engine_->CancelTimer(t);
+  for (EventLoop::TimerId t : timers_) loop_->CancelTimer(t);
   if (state_ != ConnState::kClosed) Destroy();
 }
 
-absl::StatusOr<Connection*> Connection::Connect(Engine* engine, DeviceResources* device,
+absl::StatusOr<Connection*> Connection::Connect(EventLoop* loop, DeviceResources* device,
                                                 const sockaddr_in& dst, std::string peer_name,
                                                 const ConnectionOptions& options,
                                                 ConnectionHandler* handler) {
   std::unique_ptr<Connection> c(
-      new Connection(engine, device, options, handler, peer_name, /*is_client=*/true));
+      new Connection(loop, device, options, handler, peer_name, /*is_client=*/true));
   absl::StatusOr<CmIdPtr> id =
-      CreateCmId(engine->event_channel(), static_cast<CmEventHandler*>(c.get()));
+      CreateCmId(loop->event_channel(), static_cast<CmEventHandler*>(c.get()));
   if (!id.ok()) return id.status();
   c->id_ = std::move(*id);
   sockaddr_in addr = dst;
@@ -78,8 +78,8 @@ absl::StatusOr<Connection*> Connection::Connect(Engine* engine, DeviceResources*
     absl::Status s = ErrnoToStatus("rdma_resolve_addr", errno);
     return absl::UnavailableError(absl::StrCat("connecting to ", peer_name, ": ", s.message()));
   }
-  Connection* raw = engine->Adopt(std::move(c));
-  raw->connect_timer_ = engine->AddTimer(absl::Now() + options.connect_timeout, [raw] {
+  Connection* raw = loop->Adopt(std::move(c));
+  raw->connect_timer_ = loop->AddTimer(absl::Now() + options.connect_timeout, [raw] {
     raw->connect_timer_ = 0;
     raw->Close(absl::UnavailableError(
         absl::StrCat("connecting to ", raw->peer_name_, " timed out after ",
@@ -90,7 +90,7 @@ absl::StatusOr<Connection*> Connection::Connect(Engine* engine, DeviceResources*
   return raw;
 }
 
-absl::StatusOr<Connection*> Connection::Accept(Engine* engine, DeviceResources* device,
+absl::StatusOr<Connection*> Connection::Accept(EventLoop* loop, DeviceResources* device,
                                                rdma_cm_id* id, const HandshakeData& peer,
                                                const ConnectionOptions& options,
                                                ConnectionHandler* handler) {
@@ -102,7 +102,7 @@ absl::StatusOr<Connection*> Connection::Accept(Engine* engine, DeviceResources* 
     peer_name = absl::StrCat(buf, ":", ntohs(sin->sin_port));
   }
   std::unique_ptr<Connection> c(
-      new Connection(engine, device, options, handler, peer_name, /*is_client=*/false));
+      new Connection(loop, device, options, handler, peer_name, /*is_client=*/false));
   c->id_.reset(id);
   id->context = static_cast<CmEventHandler*>(c.get());
   c->state_ = ConnState::kAccepting;
@@ -132,7 +132,7 @@ absl::StatusOr<Connection*> Connection::Accept(Engine* engine, DeviceResources* 
   param.responder_resources = 4;
   param.initiator_depth = 4;
   param.rnr_retry_count = 7;
-  Connection* raw = engine->Adopt(std::move(c));
+  Connection* raw = loop->Adopt(std::move(c));
   if (Verbs().accept(id, &param) != 0) {
     raw->Close(ErrnoToStatus("rdma_accept", errno));
     return absl::UnavailableError(absl::StrCat("rdma_accept from ", peer_name, " failed"));
@@ -145,10 +145,10 @@ absl::Status Connection::SetupQp() {
   absl::StatusOr<ibv_pd*> pd = device_->GetPd(id->verbs);
   if (!pd.ok()) return pd.status();
   pool_ = device_->large_pool();
-  absl::StatusOr<ibv_cq*> cq = engine_->EnsureCq(id->verbs);
+  absl::StatusOr<ibv_cq*> cq = loop_->EnsureCq(id->verbs);
   if (!cq.ok()) return cq.status();
   const int cqe = kSendQueueDepth + options_.recv_depth;
-  if (absl::Status s = engine_->ReserveCqEntries(cqe); !s.ok()) return s;
+  if (absl::Status s = loop_->ReserveCqEntries(cqe); !s.ok()) return s;
   cq_entries_ = cqe;
   ibv_qp_init_attr attr{};
   attr.qp_type = IBV_QPT_RC;
@@ -170,7 +170,7 @@ absl::Status Connection::SetupQp() {
   qp_ = std::move(*qp);
   qp_num_ = qp_.get()->qp_num;
   max_inline_ = attr.cap.max_inline_data;
-  engine_->MapQp(qp_num_, this);
+  loop_->MapQp(qp_num_, this);
   absl::StatusOr<std::unique_ptr<BufferSlab>> recv =
       BufferSlab::Create(*pd, options_.recv_depth, options_.recv_buffer_bytes, kLocalAccess);
   if (!recv.ok()) return recv.status();
@@ -288,7 +288,7 @@ void Connection::OnCmEvent(const CmEvent& ev) {
       // What the peer sent before it disconnected may sit in the CQ still
       // (this step polled it before reading cm events): take it first, so a
       // reply that arrived is delivered rather than failed with the call.
-      engine_->PollCompletionsNow();
+      loop_->PollCompletionsNow();
       if (!usable()) return;
       Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
                                                 " lost: peer disconnected")));
@@ -328,7 +328,7 @@ void Connection::OnEstablished(const std::string& private_data) {
   credits_.emplace(peer_.recv_depth, options_.recv_depth);
   state_ = ConnState::kEstablished;
   if (connect_timer_ != 0) {
-    engine_->CancelTimer(connect_timer_);
+    loop_->CancelTimer(connect_timer_);
     connect_timer_ = 0;
   }
   VLOG(1) << "connected to " << peer_name_ << " (peer recv " << peer_.recv_depth << " x "
@@ -349,7 +349,7 @@ void Connection::Close(absl::Status reason) {
   close_reason_ = reason;
   VLOG(1) << "closing connection to " << peer_name_ << ": " << reason;
   if (connect_timer_ != 0) {
-    engine_->CancelTimer(connect_timer_);
+    loop_->CancelTimer(connect_timer_);
     connect_timer_ = 0;
   }
   // Fail every call; their exposed buffers are re-keyed since the peer may
@@ -379,7 +379,7 @@ void Connection::Close(absl::Status reason) {
   }
   if (was_established) PostDrainMarker();
   // Wait for the flushes of everything posted, bounded by kFlushWait.
-  timers_.push_back(engine_->AddTimer(absl::Now() + kFlushWait, [this] { Destroy(); }));
+  timers_.push_back(loop_->AddTimer(absl::Now() + kFlushWait, [this] { Destroy(); }));
   MaybeFinishClose();
 }
 
@@ -391,7 +391,7 @@ void Connection::CloseWhenSent(absl::Status reason, absl::Duration bound) {
   }
   close_when_sent_ = true;
   close_when_sent_reason_ = std::move(reason);
-  timers_.push_back(engine_->AddTimer(absl::Now() + bound, [this] {
+  timers_.push_back(loop_->AddTimer(absl::Now() + bound, [this] {
     if (usable()) Close(close_when_sent_reason_);
   }));
   Flush();
@@ -451,7 +451,7 @@ void Connection::MaybeFinishClose() {
 void Connection::ForceDestroy() {
   if (usable()) {
     Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
-                                              " closed: engine stopping")));
+                                              " closed: loop stopping")));
   }
   Destroy();
 }
@@ -459,15 +459,15 @@ void Connection::ForceDestroy() {
 void Connection::Destroy() {
   if (state_ == ConnState::kClosed) return;
   state_ = ConnState::kClosed;
-  for (Engine::TimerId t : timers_) engine_->CancelTimer(t);
+  for (EventLoop::TimerId t : timers_) loop_->CancelTimer(t);
   timers_.clear();
-  if (keepalive_timer_ != 0) engine_->CancelTimer(keepalive_timer_);
+  if (keepalive_timer_ != 0) loop_->CancelTimer(keepalive_timer_);
   keepalive_timer_ = 0;
-  if (qp_num_ != 0) engine_->UnmapQp(qp_num_);
+  if (qp_num_ != 0) loop_->UnmapQp(qp_num_);
   batch_.clear();
   qp_.reset();  // the device stops touching our buffers here
   id_.reset();
-  engine_->ReleaseCqEntries(cq_entries_);
+  loop_->ReleaseCqEntries(cq_entries_);
   cq_entries_ = 0;
   for (auto& [seq, ctx] : reads_) {
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
@@ -496,7 +496,7 @@ void Connection::Destroy() {
   exposed_.clear();
   recv_slab_.reset();
   send_slab_.reset();
-  engine_->Retire(this);
+  loop_->Retire(this);
 }
 
 }  // namespace internal

@@ -3,11 +3,11 @@
 //
 // Client role: StartCall/CancelCall; responses reach the call's ResponseSink.
 // Server role: requests reach ConnectionHandler::OnRequest; the handler
-// answers with SendResponse (then or later, on the engine thread).
+// answers with SendResponse (then or later, on the loop thread).
 //
-// Threads: everything here runs on the thread holding the owning Engine's
+// Threads: everything here runs on the thread holding the owning EventLoop's
 // poller (its own thread, or a caller leading a synchronous call; see
-// completion_poller.h); other threads use Engine::Post. Lifetime: the Engine owns the Connection. After
+// event_loop.h); other threads use EventLoop::Post. Lifetime: the EventLoop owns the Connection. After
 // ConnectionHandler::OnClosed the handler must forget the pointer.
 #ifndef RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
 #define RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
@@ -27,7 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "runtime/transport/buffer_pool.h"
-#include "runtime/transport/completion_poller.h"
+#include "runtime/transport/event_loop.h"
 #include "runtime/transport/credits.h"
 #include "runtime/transport/device.h"
 #include "runtime/transport/header.h"
@@ -48,7 +48,7 @@ struct ConnectionOptions {
   // UNAVAILABLE after the QP's transport timeout. Zero turns it off.
   absl::Duration keepalive_interval = absl::Seconds(1);
   // Test hook (server): asked once per rendezvous request; a positive result
-  // delays posting its RDMA READ by that much (timer, engine keeps running).
+  // delays posting its RDMA READ by that much (timer, loop keeps running).
   absl::Duration (*request_read_delay)() = nullptr;
 };
 
@@ -64,7 +64,7 @@ enum class ConnState {
 };
 const char* ConnStateName(ConnState s);
 
-// The client call waiting on a response. Engine thread.
+// The client call waiting on a response. EventLoop thread.
 class ResponseSink {
  public:
   virtual ~ResponseSink() = default;
@@ -182,15 +182,15 @@ inline constexpr size_t kRegisteredResponseOffset = kWireHeaderBytes;
 
 class Connection final : public CmEventHandler {
  public:
-  // Client: starts resolving `dst`; the connection is adopted by `engine`.
+  // Client: starts resolving `dst`; the connection is adopted by `loop`.
   // Returns the connection (in kResolvingAddr) or why it could not start.
-  static absl::StatusOr<Connection*> Connect(Engine* engine, DeviceResources* device,
+  static absl::StatusOr<Connection*> Connect(EventLoop* loop, DeviceResources* device,
                                              const sockaddr_in& dst, std::string peer_name,
                                              const ConnectionOptions& options,
                                              ConnectionHandler* handler);
-  // Server: `id` (a connect request already migrated to engine's event
+  // Server: `id` (a connect request already migrated to loop's event
   // channel) is set up and accepted. On error the id is rejected/destroyed.
-  static absl::StatusOr<Connection*> Accept(Engine* engine, DeviceResources* device,
+  static absl::StatusOr<Connection*> Accept(EventLoop* loop, DeviceResources* device,
                                             rdma_cm_id* id, const HandshakeData& peer,
                                             const ConnectionOptions& options,
                                             ConnectionHandler* handler);
@@ -255,7 +255,7 @@ class Connection final : public CmEventHandler {
   // after `bound`, whichever comes first: replies posted just before are
   // delivered, not flushed.
   void CloseWhenSent(absl::Status reason, absl::Duration bound);
-  // Destroys at once (engine stopping). QP first, so the device stops.
+  // Destroys at once (loop stopping). QP first, so the device stops.
   void ForceDestroy();
 
   bool usable() const { return state_ != ConnState::kClosing && state_ != ConnState::kClosed; }
@@ -265,24 +265,24 @@ class Connection final : public CmEventHandler {
   rdma_cm_id* cm_id() const { return id_.get(); }
   size_t calls_in_flight() const { return busy_slots_; }
 
-  // Engine upcalls.
+  // EventLoop upcalls.
   void OnCmEvent(const CmEvent& event) override;
   void OnCompletion(const ibv_wc& wc);
-  void AfterPollBatch();
+  void RunEndOfStep();
   // Going idle: re-post the receives held back for a batch at the next
-  // AfterPollBatch. Returns true when there were any.
-  bool FlushReceives() {
+  // RunEndOfStep. Returns true when there were any.
+  bool RequestIdleRepost() {
     force_repost_ = !to_repost_.empty();
     return force_repost_;
   }
-  // Schedules AfterPollBatch for the end of the engine's current step.
-  void Touch() {
-    if (!touched) {
-      touched = true;
-      engine_->MarkTouched(this);
+  // Schedules RunEndOfStep for the end of the loop's current step.
+  void ScheduleEndOfStep() {
+    if (!end_of_step_scheduled) {
+      end_of_step_scheduled = true;
+      loop_->ScheduleEndOfStep(this);
     }
   }
-  bool touched = false;
+  bool end_of_step_scheduled = false;
 
  private:
   // A frame of a stream that arrived while an earlier one of the same
@@ -366,7 +366,7 @@ class Connection final : public CmEventHandler {
     bool is_read = false;
   };
 
-  Connection(Engine* engine, DeviceResources* device, const ConnectionOptions& options,
+  Connection(EventLoop* loop, DeviceResources* device, const ConnectionOptions& options,
              ConnectionHandler* handler, std::string peer_name, bool is_client);
 
   // Handshake (connection.cc).
@@ -449,7 +449,7 @@ class Connection final : public CmEventHandler {
                       absl::string_view payload, uint64_t timeout_us, uint8_t flags,
                       absl::string_view meta);
 
-  Engine* const engine_;
+  EventLoop* const loop_;
   DeviceResources* const device_;
   const ConnectionOptions options_;
   ConnectionHandler* handler_;
@@ -462,7 +462,7 @@ class Connection final : public CmEventHandler {
   QpOwner qp_;
   uint32_t qp_num_ = 0;
   uint32_t max_inline_ = 0;
-  int cq_entries_ = 0;  // reserved on the engine's CQ
+  int cq_entries_ = 0;  // reserved on the loop's CQ
   LargeBufferPool* pool_ = nullptr;
   std::unique_ptr<BufferSlab> recv_slab_;
   std::unique_ptr<BufferSlab> send_slab_;
@@ -470,7 +470,7 @@ class Connection final : public CmEventHandler {
   std::optional<CreditWindow> credits_;
   int recv_posted_ = 0;
   // Consumed receives waiting to be re-posted, in batches of repost_batch_
-  // (see transport.h: kRecvRepostBatch) or when the engine goes idle.
+  // (see transport.h: kRecvRepostBatch) or when the loop goes idle.
   std::vector<int> to_repost_;
   int repost_batch_ = 1;
   bool force_repost_ = false;
@@ -513,9 +513,9 @@ class Connection final : public CmEventHandler {
   absl::flat_hash_map<uint32_t, StreamIn> server_streams_;
   uint32_t next_ref_ = 1;
 
-  std::vector<Engine::TimerId> timers_;
-  Engine::TimerId connect_timer_ = 0;
-  Engine::TimerId keepalive_timer_ = 0;
+  std::vector<EventLoop::TimerId> timers_;
+  EventLoop::TimerId connect_timer_ = 0;
+  EventLoop::TimerId keepalive_timer_ = 0;
   uint64_t recvs_seen_ = 0;           // receive completions, for the keepalive
   uint64_t recvs_at_last_probe_ = 0;  // recvs_seen_ when its timer was set
   bool close_when_sent_ = false;      // CloseWhenSent was called

@@ -51,7 +51,7 @@ void Connection::RepostReceives() {
   credits_->OnReposted(static_cast<int>(n));
 }
 
-void Connection::AfterPollBatch() {
+void Connection::RunEndOfStep() {
   if (!usable()) return;
   // Batched: one ibv_post_recv per repost_batch_ messages (transport.h).
   if (!to_repost_.empty() &&

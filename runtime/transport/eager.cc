@@ -57,7 +57,7 @@ void Connection::SendResponse(const RequestToken& token, absl::StatusCode code,
   item.payload = std::move(payload);
   item.meta = std::move(meta);
   out_queue_.push_back(std::move(item));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 bool Connection::TrySendResponseInPlace(const RequestToken& token, size_t size,
@@ -73,7 +73,7 @@ bool Connection::TrySendResponseInPlace(const RequestToken& token, size_t size,
   h.payload_len = static_cast<uint32_t>(size);
   PostEager(MsgKind::kResponse, token.slot, token.generation, h, {}, {}, {}, {}, write, source,
             size);
-  Touch();  // the doorbell rings once this engine step ends
+  ScheduleEndOfStep();  // the doorbell rings once this loop step ends
   return true;
 }
 
@@ -231,7 +231,7 @@ void Connection::SendRegisteredResponse(const RequestToken& token, PooledBuffer 
   item.registered = std::move(buffer);
   item.registered_len = len;
   out_queue_.push_back(std::move(item));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 bool Connection::SendResponseItem(OutItem& item) {

@@ -24,7 +24,7 @@ namespace internal {
 void Connection::StartKeepalive() {
   if (!is_client_ || options_.keepalive_interval <= absl::ZeroDuration()) return;
   recvs_at_last_probe_ = recvs_seen_;
-  keepalive_timer_ = engine_->AddTimer(absl::Now() + options_.keepalive_interval,
+  keepalive_timer_ = loop_->AddTimer(absl::Now() + options_.keepalive_interval,
                                        [this] { OnKeepaliveTimer(); },
                                        /*needs_completions=*/false);
 }

@@ -54,11 +54,11 @@ void Connection::StartRequestPull(const Imm& imm, const ParsedMessage& m) {
                                    ? options_.request_read_delay()
                                    : absl::ZeroDuration();
   if (delay > absl::ZeroDuration()) {
-    // Test hook: post the READ later without blocking this engine. The
+    // Test hook: post the READ later without blocking this loop. The
     // connection keeps the context, so its buffer is freed with it.
     const uint64_t id = next_delayed_++;
     delayed_reads_.emplace(id, std::move(ctx));
-    timers_.push_back(engine_->AddTimer(absl::Now() + delay, [this, id] {
+    timers_.push_back(loop_->AddTimer(absl::Now() + delay, [this, id] {
       auto node = delayed_reads_.extract(id);
       if (node.empty()) return;
       if (!usable() || node.mapped().cancelled) {

@@ -34,7 +34,7 @@ void Connection::SendStreamMessage(uint32_t handle, std::string payload, bool no
   item.flags = static_cast<uint8_t>((no_message ? kFlagNoMessage : 0) |
                                     (end_stream ? kFlagEndStream : 0));
   out_queue_.push_back(std::move(item));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 void Connection::GrantWindow(uint32_t handle, uint32_t messages) {
@@ -48,7 +48,7 @@ void Connection::GrantWindow(uint32_t handle, uint32_t messages) {
   item.generation = gen;
   item.ref = messages;
   out_queue_.push_back(std::move(item));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 void Connection::SendStreamHeaders(const RequestToken& token, std::string meta) {
@@ -60,7 +60,7 @@ void Connection::SendStreamHeaders(const RequestToken& token, std::string meta) 
   item.generation = token.generation;
   item.meta = std::move(meta);
   out_queue_.push_back(std::move(item));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 void Connection::SendStreamMessage(const RequestToken& token, std::string payload) {
@@ -72,7 +72,7 @@ void Connection::SendStreamMessage(const RequestToken& token, std::string payloa
   item.generation = token.generation;
   item.payload = std::move(payload);
   out_queue_.push_back(std::move(item));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 void Connection::GrantWindow(const RequestToken& token, uint32_t messages) {
@@ -84,7 +84,7 @@ void Connection::GrantWindow(const RequestToken& token, uint32_t messages) {
   item.generation = token.generation;
   item.ref = messages;
   out_queue_.push_back(std::move(item));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 bool Connection::SendStreamItem(OutItem& item) {
@@ -145,7 +145,7 @@ void Connection::QueueRelease(uint32_t ref) {
   rel.kind = OutKind::kRelease;
   rel.ref = ref;
   out_queue_.push_back(std::move(rel));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 void Connection::DropStreamIn(StreamIn& in) {
