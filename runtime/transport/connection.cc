@@ -48,7 +48,7 @@ const char* ConnStateName(ConnState s) {
 
 Connection::Connection(EventLoop* loop, DeviceResources* device, const ConnectionOptions& options,
                        ConnectionHandler* handler, std::string peer_name, bool is_client)
-    : loop_(loop),
+    : LoopClient(loop),
       device_(device),
       options_(WithMinRecvDepth(options)),
       handler_(handler),
@@ -78,7 +78,8 @@ absl::StatusOr<Connection*> Connection::Connect(EventLoop* loop, DeviceResources
     absl::Status s = ErrnoToStatus("rdma_resolve_addr", errno);
     return absl::UnavailableError(absl::StrCat("connecting to ", peer_name, ": ", s.message()));
   }
-  Connection* raw = loop->Adopt(std::move(c));
+  Connection* raw = c.get();
+  loop->Adopt(std::move(c));
   raw->connect_timer_ = loop->AddTimer(absl::Now() + options.connect_timeout, [raw] {
     raw->connect_timer_ = 0;
     raw->Close(absl::UnavailableError(
@@ -132,7 +133,8 @@ absl::StatusOr<Connection*> Connection::Accept(EventLoop* loop, DeviceResources*
   param.responder_resources = 4;
   param.initiator_depth = 4;
   param.rnr_retry_count = 7;
-  Connection* raw = loop->Adopt(std::move(c));
+  Connection* raw = c.get();
+  loop->Adopt(std::move(c));
   if (Verbs().accept(id, &param) != 0) {
     raw->Close(ErrnoToStatus("rdma_accept", errno));
     return absl::UnavailableError(absl::StrCat("rdma_accept from ", peer_name, " failed"));
@@ -498,6 +500,12 @@ void Connection::Destroy() {
   send_slab_.reset();
   loop_->Retire(this);
 }
+
+// LoopClient's data-path members (event_loop.h): direct calls, so the loop
+// dispatches to its connections without a virtual call per message.
+void LoopClient::OnCompletion(const ibv_wc& wc) { static_cast<Connection*>(this)->OnCompletion(wc); }
+void LoopClient::RunEndOfStep() { static_cast<Connection*>(this)->RunEndOfStep(); }
+bool LoopClient::RequestIdleRepost() { return static_cast<Connection*>(this)->RequestIdleRepost(); }
 
 }  // namespace internal
 }  // namespace rdmarpc

@@ -37,6 +37,8 @@
 namespace rdmarpc {
 namespace internal {
 
+class Connection;
+
 struct ConnectionOptions {
   size_t eager_limit_bytes = 8 * 1024;
   size_t recv_buffer_bytes = 8 * 1024;  // our receive buffers (advertised)
@@ -180,7 +182,7 @@ struct OutgoingRequest {
 // this offset of a LargeBuffer (room for the header in front).
 inline constexpr size_t kRegisteredResponseOffset = kWireHeaderBytes;
 
-class Connection final : public CmEventHandler {
+class Connection final : public CmEventHandler, public LoopClient {
  public:
   // Client: starts resolving `dst`; the connection is adopted by `loop`.
   // Returns the connection (in kResolvingAddr) or why it could not start.
@@ -256,7 +258,7 @@ class Connection final : public CmEventHandler {
   // delivered, not flushed.
   void CloseWhenSent(absl::Status reason, absl::Duration bound);
   // Destroys at once (loop stopping). QP first, so the device stops.
-  void ForceDestroy();
+  void ForceDestroy() override;
 
   bool usable() const { return state_ != ConnState::kClosing && state_ != ConnState::kClosed; }
   ConnState state() const { return state_; }
@@ -265,7 +267,7 @@ class Connection final : public CmEventHandler {
   rdma_cm_id* cm_id() const { return id_.get(); }
   size_t calls_in_flight() const { return busy_slots_; }
 
-  // EventLoop upcalls.
+  // EventLoop upcalls (LoopClient's data-path members forward here).
   void OnCmEvent(const CmEvent& event) override;
   void OnCompletion(const ibv_wc& wc);
   void RunEndOfStep();
@@ -275,14 +277,6 @@ class Connection final : public CmEventHandler {
     force_repost_ = !to_repost_.empty();
     return force_repost_;
   }
-  // Schedules RunEndOfStep for the end of the loop's current step.
-  void ScheduleEndOfStep() {
-    if (!end_of_step_scheduled) {
-      end_of_step_scheduled = true;
-      loop_->ScheduleEndOfStep(this);
-    }
-  }
-  bool end_of_step_scheduled = false;
 
  private:
   // A frame of a stream that arrived while an earlier one of the same
@@ -449,7 +443,6 @@ class Connection final : public CmEventHandler {
                       absl::string_view payload, uint64_t timeout_us, uint8_t flags,
                       absl::string_view meta);
 
-  EventLoop* const loop_;
   DeviceResources* const device_;
   const ConnectionOptions options_;
   ConnectionHandler* handler_;

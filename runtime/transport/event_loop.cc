@@ -16,7 +16,6 @@
 #include "absl/time/clock.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
-#include "runtime/transport/connection.h"
 #include "runtime/transport/transport.h"
 
 DEFINE_int64(rdmarpc_spin_us, absl::ToInt64Microseconds(rdmarpc::internal::kDefaultSpin),
@@ -343,13 +342,13 @@ void EventLoop::UnwatchFd(int fd) {
   fd_handlers_.erase(fd);
 }
 
-Connection* EventLoop::Adopt(std::unique_ptr<Connection> conn) {
-  Connection* raw = conn.get();
+LoopClient* EventLoop::Adopt(std::unique_ptr<LoopClient> conn) {
+  LoopClient* raw = conn.get();
   conns_[raw] = std::move(conn);
   return raw;
 }
 
-void EventLoop::Retire(Connection* conn) {
+void EventLoop::Retire(LoopClient* conn) {
   auto it = conns_.find(conn);
   if (it == conns_.end()) return;
   graveyard_.push_back(std::move(it->second));
@@ -411,7 +410,7 @@ int EventLoop::PollCq() {
   for (int i = 0; i < n; ++i) {
     auto it = qp_map_.find(wcs[i].qp_num);
     if (it == qp_map_.end()) continue;  // a connection already destroyed
-    Connection* c = it->second;
+    LoopClient* c = it->second;
     c->OnCompletion(wcs[i]);
     c->ScheduleEndOfStep();
   }
@@ -427,9 +426,9 @@ void EventLoop::RunScheduledEndOfSteps() {
   flushing_ = true;
   while (!end_of_step_.empty()) {
     end_of_step_batch_.swap(end_of_step_);  // both keep their capacity: no allocation
-    for (Connection* c : end_of_step_batch_) {
+    for (LoopClient* c : end_of_step_batch_) {
       if (!conns_.contains(c)) continue;  // retired meanwhile
-      c->end_of_step_scheduled = false;
+      c->end_of_step_scheduled_ = false;
       c->RunEndOfStep();
     }
     end_of_step_batch_.clear();
@@ -593,7 +592,7 @@ void EventLoop::Teardown() {
     while (tasks_.RunOne()) {
     }
     while (!conns_.empty()) {
-      Connection* c = conns_.begin()->first;
+      LoopClient* c = conns_.begin()->first;
       c->ForceDestroy();
       if (conns_.contains(c)) Retire(c);
     }

@@ -55,7 +55,7 @@
 namespace rdmarpc {
 namespace internal {
 
-class Connection;
+class EventLoop;
 
 // A copy of one rdma_cm event, taken before the event is acked so that the
 // handler may destroy ids freely.
@@ -72,6 +72,52 @@ class CmEventHandler {
  public:
   virtual ~CmEventHandler() = default;
   virtual void OnCmEvent(const CmEvent& event) = 0;
+};
+
+// LoopClient: all an EventLoop knows of a connection it owns and drives.
+// The loop hands each work completion to the client registered for its QP
+// number (MapQp), runs the client's end-of-step work once after every step
+// in which the client asked for it (ScheduleEndOfStep: re-post receives,
+// send what is queued, ring one doorbell), asks it to re-post held-back
+// receives when it goes idle, and destroys it when the loop stops. The
+// transport's Connection (connection.h) is the one implementation.
+//
+// No virtual call on the data path (STYLE.md): OnCompletion, RunEndOfStep
+// and RequestIdleRepost are plain members that connection.cc defines as
+// direct calls into Connection's members of the same name (a tail jump, no
+// indirect branch). Teardown (ForceDestroy, the destructor) is the control
+// plane and virtual.
+//
+// Threads: the loop's poller holder only.
+class LoopClient {
+ public:
+  virtual ~LoopClient() = default;
+  LoopClient(const LoopClient&) = delete;
+  LoopClient& operator=(const LoopClient&) = delete;
+
+  // One work completion of this client's QP (send or receive).
+  void OnCompletion(const ibv_wc& wc);
+  // The work asked for with ScheduleEndOfStep, at the end of a loop step.
+  void RunEndOfStep();
+  // The loop is about to sleep: receives held back for a re-post batch go
+  // back at the next RunEndOfStep. Returns true when there were any (the
+  // loop then schedules that RunEndOfStep itself).
+  bool RequestIdleRepost();
+  // The loop stops: fails what is in flight and destroys the connection's
+  // device resources at once (QP first); it Retires itself.
+  virtual void ForceDestroy() = 0;
+
+  // Asks for RunEndOfStep once the loop's current step ends; several calls
+  // in one step ask once.
+  inline void ScheduleEndOfStep();
+
+ protected:
+  explicit LoopClient(EventLoop* loop) : loop_(loop) {}
+  EventLoop* const loop_;
+
+ private:
+  friend class EventLoop;
+  bool end_of_step_scheduled_ = false;
 };
 
 class EventLoop {
@@ -164,18 +210,18 @@ class EventLoop {
   absl::StatusOr<ibv_cq*> EnsureCq(ibv_context* context);
   // Connections: the loop owns them; Retire defers deletion to the end of
   // the current loop iteration.
-  Connection* Adopt(std::unique_ptr<Connection> conn);
-  void Retire(Connection* conn);
+  LoopClient* Adopt(std::unique_ptr<LoopClient> conn);
+  void Retire(LoopClient* conn);
   // CQ entries are shared by the loop's QPs; a QP may only be made when
   // its send + receive depth still fits, or the CQ could overflow (fatal on
   // a NIC). RESOURCE_EXHAUSTED names the numbers.
   absl::Status ReserveCqEntries(int n);
   void ReleaseCqEntries(int n) { cq_free_ += n; }
-  void MapQp(uint32_t qp_num, Connection* conn) { qp_map_[qp_num] = conn; }
+  void MapQp(uint32_t qp_num, LoopClient* conn) { qp_map_[qp_num] = conn; }
   void UnmapQp(uint32_t qp_num) { qp_map_.erase(qp_num); }
   // Asks for conn->RunEndOfStep() (re-post receives, send what is queued,
   // one doorbell) once the current loop step ends.
-  void ScheduleEndOfStep(Connection* conn) { end_of_step_.push_back(conn); }
+  void ScheduleEndOfStep(LoopClient* conn) { end_of_step_.push_back(conn); }
   // Poller holder only: polls the CQ now and dispatches what it finds (a
   // connection told of its peer's disconnect takes what arrived first).
   int PollCompletionsNow() { return PollCq(); }
@@ -254,13 +300,20 @@ class EventLoop {
   TimerId next_timer_ = 1;
   int cq_free_;
   int cq_depth_;  // entries of cq_ (kCqDepth until the CQ is made)
-  absl::flat_hash_map<Connection*, std::unique_ptr<Connection>> conns_;
-  std::vector<std::unique_ptr<Connection>> graveyard_;
-  absl::flat_hash_map<uint32_t, Connection*> qp_map_;
+  absl::flat_hash_map<LoopClient*, std::unique_ptr<LoopClient>> conns_;
+  std::vector<std::unique_ptr<LoopClient>> graveyard_;
+  absl::flat_hash_map<uint32_t, LoopClient*> qp_map_;
   absl::flat_hash_map<int, absl::AnyInvocable<void()>> fd_handlers_;
-  std::vector<Connection*> end_of_step_;
-  std::vector<Connection*> end_of_step_batch_;  // RunScheduledEndOfSteps's scratch (keeps capacity)
+  std::vector<LoopClient*> end_of_step_;
+  std::vector<LoopClient*> end_of_step_batch_;  // RunScheduledEndOfSteps's scratch (keeps capacity)
 };
+
+inline void LoopClient::ScheduleEndOfStep() {
+  if (!end_of_step_scheduled_) {
+    end_of_step_scheduled_ = true;
+    loop_->ScheduleEndOfStep(this);
+  }
+}
 
 }  // namespace internal
 }  // namespace rdmarpc
