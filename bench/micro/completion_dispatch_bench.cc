@@ -142,7 +142,7 @@ void BM_CompletionHandoff(benchmark::State& state) {
   const ibv_wc wc = ResponseWc();
   const std::string payload = ResponseBytes();
   bench::EchoResponse response;
-  // EventLoop-thread state, touched only by posted tasks.
+  // Loop-thread state, touched only by posted tasks.
   auto qp_map = std::make_unique<absl::flat_hash_map<uint32_t, ResponseSink*>>();
   bool lost = false;
   for (auto _ : state) {

@@ -76,7 +76,7 @@ class ClientCall final : public ResponseSink, public CallCanceller {
   void OnFailure(absl::Status status) override;
   // TryCancel (any thread): posts OnCancelRequested to the call's loop.
   void RequestCancel() override;
-  // EventLoop thread: retires the call on its connection (the server is told)
+  // Loop thread: retires the call on its connection (the server is told)
   // and ends it CANCELLED.
   void OnCancelRequested();
   // The call's own end (response, failure, deadline): delivered unless

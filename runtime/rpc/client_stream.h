@@ -61,7 +61,7 @@ class ClientStreamState final : public ResponseSink,
   void RequestCancel() override;
 
  private:
-  // EventLoop thread.
+  // Loop thread.
   void StartOnLoop(ChannelImpl::Route route, std::string first, bool has_first);
   // The stream's own end (trailers, failure, deadline): delivered unless
   // TryCancel won the race (then OnCancelRequested delivers CANCELLED).
@@ -81,7 +81,7 @@ class ClientStreamState final : public ResponseSink,
 
   std::string meta_;  // the context's metadata, encoded
 
-  // EventLoop thread only.
+  // Loop thread only.
   absl::Status meta_error_;  // the server's metadata did not decode / too large
   Connection* conn_ = nullptr;
   uint32_t handle_ = 0;

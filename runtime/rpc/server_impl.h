@@ -47,7 +47,7 @@ class ServerImpl final : public CmEventHandler {
   // that answers it.
   struct PoolCall {
     Worker* worker = nullptr;
-    // EventLoop thread only: nullptr once the connection closed.
+    // Loop thread only: nullptr once the connection closed.
     Connection* conn = nullptr;
     RequestToken token;
     const MethodHandler* handler = nullptr;
@@ -56,7 +56,7 @@ class ServerImpl final : public CmEventHandler {
     std::unique_ptr<google::protobuf::MessageLite> request;
     std::unique_ptr<google::protobuf::MessageLite> response;
     ServerContext context;
-    // EventLoop thread only: the client was answered already (cancelled by it,
+    // Loop thread only: the client was answered already (cancelled by it,
     // or by Shutdown); the handler's own answer is dropped.
     bool answered = false;
     // Set by the pool thread as the handler starts.
@@ -70,15 +70,15 @@ class ServerImpl final : public CmEventHandler {
     std::unique_ptr<EventLoop> loop;
     absl::flat_hash_set<Connection*> conns;  // loop thread only
     // Pool calls not answered yet, by connection and request token
-    // (slot | generation << 16). EventLoop thread only.
+    // (slot | generation << 16). Loop thread only.
     absl::flat_hash_map<Connection*, absl::flat_hash_map<uint32_t, PoolCall*>> pool_calls;
     // Answered pool calls whose key a newer call of the same connection
     // took (the client reuses slot and generation) and whose handlers still
-    // run. EventLoop thread only.
+    // run. Loop thread only.
     absl::flat_hash_map<Connection*, std::vector<PoolCall*>> answered_calls;
     // Request/response messages kept per method and reused (Clear keeps
     // their buffers), so a small call allocates nothing in steady state.
-    // EventLoop thread only; `busy` while a handler runs (never nested today,
+    // Loop thread only; `busy` while a handler runs (never nested today,
     // but a nested dispatch would then fall back to fresh messages).
     struct Messages {
       std::unique_ptr<google::protobuf::MessageLite> request;

@@ -54,8 +54,7 @@ Connection::Connection(EventLoop* loop, DeviceResources* device, const Connectio
       handler_(handler),
       peer_name_(std::move(peer_name)),
       is_client_(is_client),
-      state_(ConnState::kResolvingAddr),
-      sq_ring_(kSendQueueDepth) {}
+      state_(ConnState::kResolvingAddr) {}
 
 Connection::~Connection() {
   for (EventLoop::TimerId t : timers_) loop_->CancelTimer(t);
@@ -109,7 +108,7 @@ absl::StatusOr<Connection*> Connection::Accept(EventLoop* loop, DeviceResources*
   c->state_ = ConnState::kAccepting;
   c->peer_ = peer;
   absl::Status s = c->SetupQp();
-  if (s.ok()) s = c->PostInitialReceives();
+  if (s.ok()) s = c->receive_ring_.PostAll(c->qp_.get());
   if (!s.ok()) {
     HandshakeData why;
     why.version = kProtocolVersion;
@@ -173,41 +172,13 @@ absl::Status Connection::SetupQp() {
   qp_num_ = qp_.get()->qp_num;
   max_inline_ = attr.cap.max_inline_data;
   loop_->MapQp(qp_num_, this);
-  absl::StatusOr<std::unique_ptr<BufferSlab>> recv =
-      BufferSlab::Create(*pd, options_.recv_depth, options_.recv_buffer_bytes, kLocalAccess);
-  if (!recv.ok()) return recv.status();
-  recv_slab_ = std::move(*recv);
-  absl::StatusOr<std::unique_ptr<BufferSlab>> send =
-      BufferSlab::Create(*pd, kSendQueueDepth, options_.eager_limit_bytes, kLocalAccess);
-  if (!send.ok()) return send.status();
-  send_slab_ = std::move(*send);
-  return absl::OkStatus();
-}
-
-absl::Status Connection::PostInitialReceives() {
-  repost_batch_ = RepostBatchFor(options_.recv_depth);
-  to_repost_.reserve(static_cast<size_t>(recv_slab_->count()));
-  recv_wrs_.assign(static_cast<size_t>(recv_slab_->count()), ibv_recv_wr{});
-  recv_sges_.assign(static_cast<size_t>(recv_slab_->count()), ibv_sge{});
-  for (int i = 0; i < recv_slab_->count(); ++i) to_repost_.push_back(i);
-  std::vector<ibv_recv_wr> wrs(to_repost_.size());
-  std::vector<ibv_sge> sges(to_repost_.size());
-  for (size_t i = 0; i < to_repost_.size(); ++i) {
-    const int idx = to_repost_[i];
-    sges[i].addr = reinterpret_cast<uint64_t>(recv_slab_->data(idx));
-    sges[i].length = static_cast<uint32_t>(recv_slab_->buffer_bytes());
-    sges[i].lkey = recv_slab_->lkey();
-    wrs[i].wr_id = (uint64_t{1} << 63) | static_cast<uint64_t>(idx);
-    wrs[i].sg_list = &sges[i];
-    wrs[i].num_sge = 1;
-    wrs[i].next = i + 1 < wrs.size() ? &wrs[i + 1] : nullptr;
+  send_queue_.set_qp(qp_.get());
+  send_queue_.set_pool(pool_);
+  if (absl::Status s = receive_ring_.Create(*pd, options_.recv_depth, options_.recv_buffer_bytes);
+      !s.ok()) {
+    return s;
   }
-  ibv_recv_wr* bad = nullptr;
-  const int rc = ibv_post_recv(qp_.get(), wrs.data(), &bad);
-  if (rc != 0) return ErrnoToStatus("ibv_post_recv", rc);
-  recv_posted_ = static_cast<int>(to_repost_.size());
-  to_repost_.clear();
-  return absl::OkStatus();
+  return send_queue_.CreateSendSlab(*pd, options_.eager_limit_bytes);
 }
 
 void Connection::OnCmEvent(const CmEvent& ev) {
@@ -224,7 +195,7 @@ void Connection::OnCmEvent(const CmEvent& ev) {
     case RDMA_CM_EVENT_ROUTE_RESOLVED: {
       if (state_ != ConnState::kResolvingRoute) return;
       absl::Status s = SetupQp();
-      if (s.ok()) s = PostInitialReceives();
+      if (s.ok()) s = receive_ring_.PostAll(qp_.get());
       if (!s.ok()) {
         Close(absl::Status(s.code(), absl::StrCat("connecting to ", peer_name_, ": ",
                                                   s.message())));
@@ -408,46 +379,34 @@ void Connection::MaybeFinishCloseWhenSent() {
     return;
   }
   if (!drain_marker_posted_) {
-    if (sq_head_ - sq_tail_ >= static_cast<uint64_t>(kSendQueueDepth)) return;  // next time
+    if (!send_queue_.has_room()) return;  // next time
     ibv_sge sge{};  // zero-length: touches no memory, consumes no receive
     ibv_send_wr wr{};
     wr.sg_list = &sge;
     wr.num_sge = 0;
     wr.opcode = IBV_WR_RDMA_WRITE;
-    drain_marker_seq_ = sq_head_;  // PostWr gives it this sequence number
     drain_marker_posted_ = true;
-    PostWr(&wr, SqEntry{}, /*force_signal=*/true);
+    drain_marker_seq_ = send_queue_.PostWr(&wr, SqEntry{}, /*force_signal=*/true);
     Doorbell();
     return;
   }
-  if (sq_tail_ > drain_marker_seq_) Close(close_when_sent_reason_);
+  if (send_queue_.retired(drain_marker_seq_)) Close(close_when_sent_reason_);
 }
 
 void Connection::PostDrainMarker() {
-  // Sends that completed unsignalled leave no CQE, so sq_tail_ would only
-  // catch up with sq_head_ when kFlushWait ran out, and every close would take
-  // that long. rdma_disconnect moved the QP to ERROR; a signalled WR posted
-  // now is flushed after every WR before it, and its CQE retires them all
-  // (the Linux kernel's ib_drain_sq posts such a marker for the same reason).
+  // Sends that completed unsignalled leave no CQE, so the send queue would
+  // only be empty when kFlushWait ran out, and every close would take that
+  // long. rdma_disconnect moved the QP to ERROR; a signalled WR posted now
+  // is flushed after every WR before it, and its CQE retires them all.
+  // Nothing to drain, or no room: the timer ends it.
   Doorbell();
-  if (!qp_ || sq_head_ == sq_tail_ || sq_head_ - sq_tail_ >= static_cast<uint64_t>(kSendQueueDepth)) {
-    return;  // nothing to drain, or no room: the timer ends it
-  }
-  const uint64_t seq = sq_head_;
-  ibv_send_wr wr{};
-  wr.wr_id = seq;
-  wr.opcode = IBV_WR_SEND;
-  wr.num_sge = 0;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad = nullptr;
-  if (ibv_post_send(qp_.get(), &wr, &bad) != 0) return;  // the timer ends it
-  sq_ring_[seq % kSendQueueDepth] = SqEntry{};
-  ++sq_head_;
-  unsignalled_run_ = 0;
+  if (qp_) send_queue_.PostDrainMarker();
 }
 
 void Connection::MaybeFinishClose() {
-  if (state_ == ConnState::kClosing && recv_posted_ == 0 && sq_head_ == sq_tail_) Destroy();
+  if (state_ == ConnState::kClosing && receive_ring_.posted() == 0 && send_queue_.empty()) {
+    Destroy();
+  }
 }
 
 void Connection::ForceDestroy() {
@@ -466,7 +425,7 @@ void Connection::Destroy() {
   if (keepalive_timer_ != 0) loop_->CancelTimer(keepalive_timer_);
   keepalive_timer_ = 0;
   if (qp_num_ != 0) loop_->UnmapQp(qp_num_);
-  batch_.clear();
+  send_queue_.set_qp(nullptr);  // Doorbell posts nothing from here on
   qp_.reset();  // the device stops touching our buffers here
   id_.reset();
   loop_->ReleaseCqEntries(cq_entries_);
@@ -483,10 +442,7 @@ void Connection::Destroy() {
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
   }
   delayed_reads_.clear();
-  for (SqEntry& e : sq_ring_) {
-    if (e.large != nullptr && pool_ != nullptr) pool_->Put(e.large);
-    e = SqEntry{};
-  }
+  send_queue_.Release();  // large buffers of unretired WRs, the send slab
   for (auto& [handle, bufs] : quarantine_) {
     if (pool_ == nullptr) continue;
     for (LargeBuffer* b : bufs) pool_->RekeyAndPut(b);
@@ -496,8 +452,7 @@ void Connection::Destroy() {
     if (pool_ != nullptr) pool_->RekeyAndPut(buf);
   }
   exposed_.clear();
-  recv_slab_.reset();
-  send_slab_.reset();
+  receive_ring_.Release();
   loop_->Retire(this);
 }
 

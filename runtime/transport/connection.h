@@ -31,6 +31,8 @@
 #include "runtime/transport/credits.h"
 #include "runtime/transport/device.h"
 #include "runtime/transport/header.h"
+#include "runtime/transport/receive_ring.h"
+#include "runtime/transport/send_queue.h"
 #include "runtime/transport/transport.h"
 #include "runtime/verbs/verbs.h"
 
@@ -66,7 +68,7 @@ enum class ConnState {
 };
 const char* ConnStateName(ConnState s);
 
-// The client call waiting on a response. EventLoop thread.
+// The client call waiting on a response. Loop thread.
 class ResponseSink {
  public:
   virtual ~ResponseSink() = default;
@@ -273,10 +275,7 @@ class Connection final : public CmEventHandler, public LoopClient {
   void RunEndOfStep();
   // Going idle: re-post the receives held back for a batch at the next
   // RunEndOfStep. Returns true when there were any.
-  bool RequestIdleRepost() {
-    force_repost_ = !to_repost_.empty();
-    return force_repost_;
-  }
+  bool RequestIdleRepost() { return receive_ring_.RequestIdleRepost(); }
 
  private:
   // A frame of a stream that arrived while an earlier one of the same
@@ -354,18 +353,12 @@ class Connection final : public CmEventHandler, public LoopClient {
     absl::StatusCode code = absl::StatusCode::kOk;
     std::string message;
   };
-  struct SqEntry {
-    int send_buffer = -1;
-    LargeBuffer* large = nullptr;  // WRITE_WITH_IMM source, put back on completion
-    bool is_read = false;
-  };
 
   Connection(EventLoop* loop, DeviceResources* device, const ConnectionOptions& options,
              ConnectionHandler* handler, std::string peer_name, bool is_client);
 
   // Handshake (connection.cc).
   absl::Status SetupQp();
-  absl::Status PostInitialReceives();
   void OnEstablished(const std::string& private_data);
   void Destroy();
   void MaybeFinishClose();
@@ -394,9 +387,8 @@ class Connection final : public CmEventHandler, public LoopClient {
                  const void* source = nullptr, size_t payload_size = 0,
                  absl::string_view meta = absl::string_view());
   void RepostReceives();
-  // Queues one WR (accounting, selective signalling); Doorbell posts the
-  // queued chain with one ibv_post_send.
-  void PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal);
+  // Posts the WRs queued on send_queue_ (one ibv_post_send); a failed post
+  // closes the connection.
   void Doorbell();
   void SendCreditMessage();
   void OnSendCompletion(const ibv_wc& wc);
@@ -457,30 +449,10 @@ class Connection final : public CmEventHandler, public LoopClient {
   uint32_t max_inline_ = 0;
   int cq_entries_ = 0;  // reserved on the loop's CQ
   LargeBufferPool* pool_ = nullptr;
-  std::unique_ptr<BufferSlab> recv_slab_;
-  std::unique_ptr<BufferSlab> send_slab_;
+  ReceiveRing receive_ring_;
+  SendQueue send_queue_;  // and the eager send buffers
   HandshakeData peer_;
   std::optional<CreditWindow> credits_;
-  int recv_posted_ = 0;
-  // Consumed receives waiting to be re-posted, in batches of repost_batch_
-  // (see transport.h: kRecvRepostBatch) or when the loop goes idle.
-  std::vector<int> to_repost_;
-  int repost_batch_ = 1;
-  bool force_repost_ = false;
-  std::vector<ibv_recv_wr> recv_wrs_;  // scratch for RepostReceives, recv_depth long
-  std::vector<ibv_sge> recv_sges_;
-
-  // Send queue accounting (see transport.h).
-  std::vector<SqEntry> sq_ring_;
-  uint64_t sq_head_ = 0;  // next sequence number
-  uint64_t sq_tail_ = 0;  // oldest not retired
-  int unsignalled_run_ = 0;  // WRs since the last signalled one
-
-  struct PendingWr {
-    ibv_send_wr wr;
-    ibv_sge sge;
-  };
-  std::vector<PendingWr> batch_;  // WRs waiting for the doorbell
 
   std::deque<OutItem> out_queue_;
   std::deque<ReadCtx> pending_reads_;

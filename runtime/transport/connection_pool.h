@@ -30,10 +30,10 @@ class ConnectionPool {
   // Any thread: picks the next slot round robin.
   int PickSlot();
   EventLoop* loop_of(int slot) const { return slots_[slot]->loop; }
-  // EventLoop thread of `slot`: its connection, connecting a new one when there
+  // Loop thread of `slot`: its connection, connecting a new one when there
   // is none or it failed. Status says why a connection could not be started.
   absl::StatusOr<Connection*> Get(int slot);
-  // EventLoop thread of `loop`: closes the connections of its slots; their
+  // Loop thread of `loop`: closes the connections of its slots; their
   // calls fail with `reason`.
   void CloseConnectionsOf(EventLoop* loop, const absl::Status& reason);
 

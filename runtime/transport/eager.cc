@@ -17,7 +17,6 @@
 namespace rdmarpc {
 namespace internal {
 namespace {
-constexpr uint64_t kRecvTag = uint64_t{1} << 63;
 constexpr size_t kMaxStatusMessage = 1024;  // keeps every response prefix eager
 }  // namespace
 
@@ -27,8 +26,7 @@ size_t Connection::EagerLimit() const {
 
 bool Connection::CanPostMessage() const {
   return credits_.has_value() && credits_->CanSendMessage() &&
-         sq_head_ - sq_tail_ < static_cast<uint64_t>(kSendQueueDepth) &&
-         send_slab_ != nullptr && send_slab_->free_count() > 0;
+         send_queue_.has_room() && send_queue_.has_send_buffer();
 }
 
 void Connection::SendResponse(const RequestToken& token, absl::StatusCode code,
@@ -314,7 +312,7 @@ bool Connection::SendResponseItem(OutItem& item) {
     credits_->Consume();
     SqEntry e;
     e.large = b.release();
-    PostWr(&wr, e, /*force_signal=*/true);
+    send_queue_.PostWr(&wr, e, /*force_signal=*/true);
     return true;
   }
   // Expose: the client pulls with RDMA READ and sends kRelease.
@@ -334,9 +332,10 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
                            const RemoteBuffer& reply, absl::string_view payload,
                            PayloadWriteFn write, const void* source, size_t payload_size,
                            absl::string_view meta) {
-  const int buf = send_slab_->Get();
+  BufferSlab* slab = send_queue_.send_slab();
+  const int buf = slab->Get();
   CHECK_GE(buf, 0) << "caller checks CanPostMessage";
-  char* out = send_slab_->data(buf);
+  char* out = slab->data(buf);
   // Owed credits ride in this header: no separate kCredit message while
   // traffic flows both ways.
   h.credits = credits_->TakeOwed();
@@ -354,7 +353,7 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
   }
   const size_t len = prefix + payload_size;
   DCHECK_LE(len, EagerLimit());
-  ibv_sge sge{reinterpret_cast<uint64_t>(out), static_cast<uint32_t>(len), send_slab_->lkey()};
+  ibv_sge sge{reinterpret_cast<uint64_t>(out), static_cast<uint32_t>(len), slab->lkey()};
   ibv_send_wr wr{};
   wr.sg_list = &sge;
   wr.num_sge = 1;
@@ -364,71 +363,25 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
   credits_->Consume();
   SqEntry e;
   e.send_buffer = buf;
-  PostWr(&wr, e, /*force_signal=*/false);
-}
-
-void Connection::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
-  const uint64_t seq = sq_head_++;
-  // Signal every kSignalInterval-th WR (15 unsignalled, then one signalled)
-  // so buffers of the unsignalled ones before it are recycled by its
-  // completion.
-  if (force_signal || ++unsignalled_run_ >= kSignalInterval ||
-      send_slab_->free_count() < kSignalInterval) {
-    wr->send_flags |= IBV_SEND_SIGNALED;
-    unsignalled_run_ = 0;
-  }
-  wr->wr_id = seq;
-  CountSendWr((wr->send_flags & IBV_SEND_SIGNALED) != 0,
-              (wr->send_flags & IBV_SEND_INLINE) != 0);
-  sq_ring_[seq % kSendQueueDepth] = entry;
-  // Queued for the next doorbell: WRs made ready together go to the device
-  // in one ibv_post_send chain.
-  PendingWr p;
-  p.wr = *wr;
-  p.sge = *wr->sg_list;
-  p.wr.next = nullptr;
-  batch_.push_back(p);
+  send_queue_.PostWr(&wr, e, /*force_signal=*/false);
 }
 
 void Connection::Doorbell() {
-  if (batch_.empty()) return;
-  if (!qp_) {  // destroyed meanwhile: nothing can be posted any more
-    batch_.clear();
-    return;
-  }
-  const size_t n = batch_.size();
-  for (size_t i = 0; i < n; ++i) {
-    batch_[i].wr.sg_list = &batch_[i].sge;
-    batch_[i].wr.next = i + 1 < n ? &batch_[i + 1].wr : nullptr;
-  }
-  ibv_send_wr* bad = nullptr;
-  const int rc = ibv_post_send(qp_.get(), &batch_[0].wr, &bad);
-  if (rc != 0) {
-    // WRs from `bad` on never entered the queue: undo their accounting, then
-    // fail the connection (a post error means the QP is unusable).
-    size_t first_bad = 0;
-    while (first_bad < n && &batch_[first_bad].wr != bad) ++first_bad;
-    for (size_t i = n; i > first_bad; --i) {
-      const uint64_t seq = --sq_head_;
-      SqEntry& e = sq_ring_[seq % kSendQueueDepth];
-      if (e.send_buffer >= 0) send_slab_->Put(e.send_buffer);
-      if (e.large != nullptr && pool_ != nullptr) pool_->Put(e.large);
-      e = SqEntry{};
-      if (auto it = reads_.find(seq); it != reads_.end()) {
-        if (pool_ != nullptr) pool_->Put(it->second.buffer);
-        reads_.erase(it);
-      }
+  const int rc = send_queue_.Doorbell([this](uint64_t seq) {
+    if (auto it = reads_.find(seq); it != reads_.end()) {
+      if (pool_ != nullptr) pool_->Put(it->second.buffer);
+      reads_.erase(it);
     }
-    batch_.clear();
+  });
+  if (rc != 0) {
+    // A post error means the QP is unusable.
     Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_, ": ",
                                               ErrnoToStatus("ibv_post_send", rc).message())));
-    return;
   }
-  batch_.clear();
 }
 
 void Connection::OnCompletion(const ibv_wc& wc) {
-  if (wc.wr_id & kRecvTag) {
+  if (ReceiveRing::IsReceive(wc.wr_id)) {
     OnRecvCompletion(wc);
   } else {
     OnSendCompletion(wc);
@@ -437,7 +390,7 @@ void Connection::OnCompletion(const ibv_wc& wc) {
 
 void Connection::OnSendCompletion(const ibv_wc& wc) {
   const uint64_t seq = wc.wr_id;
-  if (seq < sq_tail_ || seq >= sq_head_) return;
+  if (!send_queue_.outstanding(seq)) return;
   if (reads_.contains(seq)) OnReadCompletion(seq, wc);
   if (wc.status != IBV_WC_SUCCESS && wc.status != IBV_WC_WR_FLUSH_ERR) {
     // Logged: the peer sees only "peer disconnected", so this side's log is
@@ -448,20 +401,15 @@ void Connection::OnSendCompletion(const ibv_wc& wc) {
                                               ibv_wc_status_str(wc.status))));
   }
   // In-order SQ completion: this one retires every WR up to it.
-  for (; sq_tail_ <= seq; ++sq_tail_) {
-    SqEntry& e = sq_ring_[sq_tail_ % kSendQueueDepth];
-    if (e.send_buffer >= 0 && send_slab_ != nullptr) send_slab_->Put(e.send_buffer);
-    if (e.large != nullptr && pool_ != nullptr) pool_->Put(e.large);
-    e = SqEntry{};
-  }
+  send_queue_.RetireThrough(seq);
   if (close_when_sent_) MaybeFinishCloseWhenSent();
   MaybeFinishClose();
 }
 
 void Connection::OnRecvCompletion(const ibv_wc& wc) {
-  --recv_posted_;
+  receive_ring_.OnCompleted();
   ++recvs_seen_;  // the peer is alive (keepalive.cc)
-  const int idx = static_cast<int>(wc.wr_id & ~kRecvTag);
+  const int idx = ReceiveRing::BufferIndex(wc.wr_id);
   if (wc.status != IBV_WC_SUCCESS) {
     if (wc.status != IBV_WC_WR_FLUSH_ERR) {
       LOG_IF(WARNING, usable()) << "connection to " << peer_name_ << ": receive "
@@ -477,7 +425,7 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
     MaybeFinishClose();
     return;
   }
-  to_repost_.push_back(idx);
+  receive_ring_.Consumed(idx);
   if (!(wc.wc_flags & IBV_WC_WITH_IMM)) {
     Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_,
                                               ": message without imm_data")));
@@ -510,7 +458,7 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
     }
     bytes = absl::string_view(s->reply_buffer->data, wc.byte_len);
   } else {
-    bytes = absl::string_view(recv_slab_->data(idx), wc.byte_len);
+    bytes = receive_ring_.data(idx, wc.byte_len);
   }
   absl::StatusOr<ParsedMessage> m = DecodeMessage(bytes);
   if (!m.ok()) {

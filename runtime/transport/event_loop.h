@@ -288,7 +288,7 @@ class EventLoop {
   std::atomic<bool> started_{false};
   absl::AnyInvocable<void()> before_exit_ ABSL_GUARDED_BY(mu_);
 
-  // EventLoop-thread state.
+  // Loop-thread state.
   using TimerMap = std::map<std::pair<absl::Time, TimerId>, absl::AnyInvocable<void()>>;
   void RecycleTimerNode(TimerMap::node_type node);
   TimerMap timers_;

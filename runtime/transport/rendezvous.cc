@@ -135,7 +135,7 @@ void Connection::PostRead(ReadCtx ctx) {
 void Connection::FlushReads() {
   // READs need send-queue room but no credit: they consume no receive.
   while (!pending_reads_.empty() && usable() && qp_ &&
-         sq_head_ - sq_tail_ < static_cast<uint64_t>(kSendQueueDepth)) {
+         send_queue_.has_room()) {
     ReadCtx ctx = std::move(pending_reads_.front());
     pending_reads_.pop_front();
     ibv_sge sge{ctx.buffer->addr(), ctx.remote.length, ctx.buffer->lkey()};
@@ -145,11 +145,11 @@ void Connection::FlushReads() {
     wr.opcode = IBV_WR_RDMA_READ;
     wr.wr.rdma.remote_addr = ctx.remote.addr;
     wr.wr.rdma.rkey = ctx.remote.rkey;
-    const uint64_t seq = sq_head_;
+    const uint64_t seq = send_queue_.next_seq();
     reads_.emplace(seq, std::move(ctx));
     SqEntry e;
     e.is_read = true;
-    PostWr(&wr, e, /*force_signal=*/true);
+    send_queue_.PostWr(&wr, e, /*force_signal=*/true);
   }
   Doorbell();
 }

@@ -95,7 +95,7 @@ class Server final : public CmEventHandler, public ConnectionHandler {
     held_.clear();
     vanished_.Notify();
   }
-  // EventLoop thread: the server's end of the first (only) connection.
+  // Loop thread: the server's end of the first (only) connection.
   void RunOnLoop(absl::AnyInvocable<void()> fn) {
     absl::Notification done;
     loop_.Post([&] {

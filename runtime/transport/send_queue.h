@@ -1,0 +1,123 @@
+// send_queue.h: one QP's send queue — the ring of work requests posted and
+// not yet retired, selective signalling, and the batch of WRs waiting for
+// the doorbell.
+//
+// Every send-type WR (SEND_WITH_IMM, RDMA READ, RDMA WRITE[_WITH_IMM]) gets
+// the next sequence number as its wr_id. Sends are signalled one in
+// kSignalInterval (and always when the caller forces it: READs and WRITEs
+// whose buffers must come back, markers); an RC QP completes its WRs in
+// order, so one signalled completion retires every WR up to it
+// (RetireThrough), and the eager send buffers and large buffers those WRs
+// used go back then. WRs made ready together are queued (PostWr) and posted
+// as one chain with one ibv_post_send (Doorbell).
+//
+// The queue owns the eager send slab (kSendQueueDepth buffers, one per WR
+// at most) so that recycling a buffer is part of retiring its WR.
+//
+// Threads: the owning connection's loop (poller holder) only.
+#ifndef RDMARPC_RUNTIME_TRANSPORT_SEND_QUEUE_H_
+#define RDMARPC_RUNTIME_TRANSPORT_SEND_QUEUE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "runtime/transport/buffer_pool.h"
+#include "runtime/transport/transport.h"
+#include "runtime/verbs/verbs.h"
+
+namespace rdmarpc {
+namespace internal {
+
+// What a posted WR holds until it is retired.
+struct SqEntry {
+  int send_buffer = -1;          // an eager send buffer of the queue's slab
+  LargeBuffer* large = nullptr;  // WRITE_WITH_IMM source, put back when retired
+  bool is_read = false;
+};
+
+class SendQueue {
+ public:
+  static constexpr int kDepth = kSendQueueDepth;
+  static constexpr int kSignalEvery = kSignalInterval;
+  // An unsignalled run must leave room for the signalled WR that retires it,
+  // and a full run of unsignalled WRs must never fill the ring.
+  static_assert(kDepth >= 2 * kSignalEvery,
+                "send queue depth must be at least twice the signalling interval");
+  static_assert(kSignalEvery >= 1, "signal at least every WR");
+
+  SendQueue() : ring_(kDepth) {}
+  SendQueue(const SendQueue&) = delete;
+  SendQueue& operator=(const SendQueue&) = delete;
+
+  // Registers the eager send slab: kDepth buffers of `buffer_bytes`.
+  absl::Status CreateSendSlab(ibv_pd* pd, size_t buffer_bytes);
+  // Large buffers of retired WRs go back to `pool` (may be nullptr).
+  void set_pool(LargeBufferPool* pool) { pool_ = pool; }
+  // The QP the doorbell posts to; nullptr once it is destroyed (queued WRs
+  // are then dropped by Doorbell).
+  void set_qp(ibv_qp* qp) { qp_ = qp; }
+
+  // True while a WR may still be queued (the ring is not full).
+  bool has_room() const { return head_ - tail_ < static_cast<uint64_t>(kDepth); }
+  // True when every WR posted was retired.
+  bool empty() const { return head_ == tail_; }
+  // The sequence number the next PostWr gives.
+  uint64_t next_seq() const { return head_; }
+  // True once the WR `seq` was retired (a later signalled completion covered it).
+  bool retired(uint64_t seq) const { return tail_ > seq; }
+  // True for a WR posted and not yet retired.
+  bool outstanding(uint64_t seq) const { return seq >= tail_ && seq < head_; }
+  // Eager send buffers: the slab, and whether a send may take one now.
+  BufferSlab* send_slab() const { return send_slab_.get(); }
+  bool has_send_buffer() const { return send_slab_ != nullptr && send_slab_->free_count() > 0; }
+  // WRs since the last signalled one (never reaches kSignalEvery).
+  int unsignalled_run() const { return unsignalled_run_; }
+  size_t batched() const { return batch_.size(); }
+
+  // Queues one WR (one SGE at most) for the next doorbell: gives it the next
+  // sequence number as wr_id, and IBV_SEND_SIGNALED when `force_signal`,
+  // when kSignalEvery WRs ran unsignalled, or when send buffers run low (so
+  // a completion soon recycles them). Caller checks has_room(). Returns the
+  // sequence number.
+  uint64_t PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal);
+  // Posts every queued WR as one chain (one ibv_post_send). Returns 0, or the
+  // error of ibv_post_send: the WRs from the failed one on never entered the
+  // QP; their accounting is undone (buffers back) and `unposted(seq)` is
+  // called for each, newest first, before this returns.
+  int Doorbell(absl::FunctionRef<void(uint64_t seq)> unposted);
+  // A signalled completion of WR `seq`: retires it and every WR before it,
+  // recycling their buffers. No-op for a sequence number not outstanding.
+  void RetireThrough(uint64_t seq);
+  // Posts a signalled zero-length SEND at once, outside the batch (the queue
+  // is drained first): on a QP in ERROR its flush retires every WR before
+  // it, as the Linux kernel's ib_drain_sq does. False when nothing is
+  // outstanding, there is no room, or the post failed.
+  bool PostDrainMarker();
+  // The QP is gone: drops queued WRs, returns large buffers of unretired WRs
+  // to the pool and frees the send slab.
+  void Release();
+
+ private:
+  struct PendingWr {
+    ibv_send_wr wr;
+    ibv_sge sge;
+  };
+  void Recycle(SqEntry& e);
+
+  std::vector<SqEntry> ring_;
+  uint64_t head_ = 0;        // next sequence number
+  uint64_t tail_ = 0;        // oldest not retired
+  int unsignalled_run_ = 0;  // WRs since the last signalled one
+  std::vector<PendingWr> batch_;  // WRs waiting for the doorbell
+  std::unique_ptr<BufferSlab> send_slab_;
+  LargeBufferPool* pool_ = nullptr;
+  ibv_qp* qp_ = nullptr;
+};
+
+}  // namespace internal
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_RUNTIME_TRANSPORT_SEND_QUEUE_H_
