@@ -297,7 +297,7 @@ ServerImpl::PoolCall* ServerImpl::Worker::FindPoolCall(Connection* conn,
                                                        const RequestToken& token) {
   auto calls = pool_calls.find(conn);
   if (calls == pool_calls.end()) return nullptr;
-  auto it = calls->second.find(static_cast<uint32_t>(token.generation) << 16 | token.slot);
+  auto it = calls->second.find(token.handle());
   if (it == calls->second.end() || it->second->answered) return nullptr;
   return it->second;
 }
@@ -484,7 +484,7 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
     return;
   }
   PoolCall*& entry =
-      worker->pool_calls[conn][static_cast<uint32_t>(req.token.generation) << 16 | req.token.slot];
+      worker->pool_calls[conn][req.token.handle()];
   if (entry != nullptr) {
     // The client reused the slot and generation (12 bits wrap) while an
     // earlier call of that key, answered (cancelled) already, still runs:
@@ -535,7 +535,7 @@ void ServerImpl::FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status sta
   auto calls = worker->pool_calls.find(call->conn);
   if (calls != worker->pool_calls.end()) {
     auto it =
-        calls->second.find(static_cast<uint32_t>(call->token.generation) << 16 | call->token.slot);
+        calls->second.find(call->token.handle());
     if (it != calls->second.end() && it->second == call.get()) calls->second.erase(it);
     if (calls->second.empty()) worker->pool_calls.erase(calls);
   }

@@ -70,7 +70,7 @@ class ServerImpl final : public CmEventHandler {
     std::unique_ptr<EventLoop> loop;
     absl::flat_hash_set<Connection*> conns;  // loop thread only
     // Pool calls not answered yet, by connection and request token
-    // (slot | generation << 16). Loop thread only.
+    // (RequestToken::handle()). Loop thread only.
     absl::flat_hash_map<Connection*, absl::flat_hash_map<uint32_t, PoolCall*>> pool_calls;
     // Answered pool calls whose key a newer call of the same connection
     // took (the client reuses slot and generation) and whose handlers still

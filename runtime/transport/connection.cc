@@ -327,8 +327,8 @@ void Connection::Close(absl::Status reason) {
   }
   // Fail every call; their exposed buffers are re-keyed since the peer may
   // still hold their rkeys.
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    Slot& s = slots_[i];
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    Slot& s = streams_.slot(static_cast<uint16_t>(i));
     if (!s.busy) continue;
     ResponseSink* sink = s.sink;
     FinishSlot(static_cast<uint16_t>(i), /*rekey=*/true);
@@ -340,7 +340,7 @@ void Connection::Close(absl::Status reason) {
                         : absl::UnavailableError(reason.message()));
   }
   out_queue_.clear();
-  server_streams_.clear();
+  streams_.ClearServerStreams();
   ConnectionHandler* h = handler_;
   handler_ = nullptr;
   if (h != nullptr) h->OnClosed(this, reason);
@@ -443,11 +443,9 @@ void Connection::Destroy() {
   }
   delayed_reads_.clear();
   send_queue_.Release();  // large buffers of unretired WRs, the send slab
-  for (auto& [handle, bufs] : quarantine_) {
-    if (pool_ == nullptr) continue;
-    for (LargeBuffer* b : bufs) pool_->RekeyAndPut(b);
-  }
-  quarantine_.clear();
+  streams_.DrainQuarantine([this](LargeBuffer* b) {
+    if (pool_ != nullptr) pool_->RekeyAndPut(b);
+  });
   for (auto& [ref, buf] : exposed_) {
     if (pool_ != nullptr) pool_->RekeyAndPut(buf);
   }

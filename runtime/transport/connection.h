@@ -33,6 +33,7 @@
 #include "runtime/transport/header.h"
 #include "runtime/transport/receive_ring.h"
 #include "runtime/transport/send_queue.h"
+#include "runtime/transport/stream_table.h"
 #include "runtime/transport/transport.h"
 #include "runtime/verbs/verbs.h"
 
@@ -68,37 +69,14 @@ enum class ConnState {
 };
 const char* ConnStateName(ConnState s);
 
-// The client call waiting on a response. Loop thread.
-class ResponseSink {
- public:
-  virtual ~ResponseSink() = default;
-  // The call's handle (for CancelCall), given before anything is sent.
-  virtual void OnQueued(uint32_t /*handle*/) {}
-  // The request was posted to the QP (it may reach the server now).
-  virtual void OnSent() {}
-  // Streams only (OutgoingRequest::stream), in the order the server sent
-  // them, before OnResponse: its initial metadata (opaque bytes), each of
-  // its messages, and how many more of ours it will take (kWindow). Views
-  // are valid during the call only. OnResponse ends a stream; its payload
-  // is then the status details, not a message.
-  virtual void OnStreamHeaders(absl::string_view /*meta*/) {}
-  // Just before OnResponse, when the response carries metadata (opaque).
-  virtual void OnResponseMetadata(absl::string_view /*meta*/) {}
-  virtual void OnStreamMessage(absl::string_view /*payload*/) {}
-  virtual void OnWindow(uint32_t /*messages*/) {}
-  // `message` and `payload` are valid during the call only.
-  virtual void OnResponse(absl::StatusCode code, absl::string_view message,
-                          absl::string_view payload) = 0;
-  // The call failed in the transport (UNAVAILABLE, RESOURCE_EXHAUSTED, ...).
-  virtual void OnFailure(absl::Status status) = 0;
-};
-
 // What a server needs to answer one request.
 struct RequestToken {
   uint16_t slot = 0;
   uint16_t generation = 0;
   bool has_reply_buffer = false;
   RemoteBuffer reply_buffer;
+  // The client's stream handle (slot and generation).
+  uint32_t handle() const { return PackHandle(slot, generation); }
 };
 
 struct IncomingRequest {
@@ -133,51 +111,6 @@ class ConnectionHandler {
   virtual void OnWindow(Connection*, const RequestToken&, uint32_t /*messages*/) {}
   // The connection failed or closed; every call on it already got OnFailure.
   virtual void OnClosed(Connection*, const absl::Status&) {}
-};
-
-// Serialises a payload of a known size straight into `out` (a registered
-// send buffer with room for it): the zero-copy path for small messages.
-// `source` is whatever the writer needs (e.g. a protobuf message).
-using PayloadWriteFn = void (*)(const void* source, char* out);
-
-struct OutgoingRequest {
-  // Valid while the call is live (the caller's ClientCall holds the bytes).
-  absl::string_view method;
-  // The request, one of:
-  //  * `write` + `source` (`source_size` bytes): serialised straight into the
-  //    send buffer when the request is posted; `source` must stay valid while
-  //    the call is live (a synchronous caller's own message);
-  //  * already in registered memory: `registered` bytes [0, registered_len)
-  //    (a large request, saves a copy);
-  //  * in `payload` (copied into the send buffer: counted by CountPayloadCopy).
-  PayloadWriteFn write = nullptr;
-  const void* source = nullptr;
-  size_t source_size = 0;
-  std::string payload;
-  PooledBuffer registered;
-  size_t registered_len = 0;
-  // Opaque metadata sent with the request (runtime/rpc encodes it).
-  std::string meta;
-  // Opens a stream (kFlagStream): the request may carry no message
-  // (no_message) and need not end the client's side (end_stream false);
-  // SendStreamMessage adds messages. A unary request is neither.
-  bool stream = false;
-  bool no_message = false;
-  bool end_stream = true;
-  // Set by the transport: the metadata was moved to the front of `payload`.
-  uint32_t meta_in_payload = 0;
-  // The call's deadline; the time left until it travels in the header,
-  // taken when the request is posted (so the server never sees more time
-  // than the client has left). InfiniteFuture: none.
-  absl::Time deadline = absl::InfiniteFuture();
-  size_t payload_size() const {
-    return write != nullptr ? source_size : registered ? registered_len : payload.size();
-  }
-  // Not for `write` requests.
-  absl::string_view payload_view() const {
-    return registered ? absl::string_view(registered->data, registered_len)
-                      : absl::string_view(payload);
-  }
 };
 
 // Where a large response must be serialised to be sent without a copy: at
@@ -267,7 +200,7 @@ class Connection final : public CmEventHandler, public LoopClient {
   const std::string& peer() const { return peer_name_; }
   // The rdma_cm id (for fault injection in tests); nullptr once destroyed.
   rdma_cm_id* cm_id() const { return id_.get(); }
-  size_t calls_in_flight() const { return busy_slots_; }
+  size_t calls_in_flight() const { return streams_.busy(); }
 
   // EventLoop upcalls (LoopClient's data-path members forward here).
   void OnCmEvent(const CmEvent& event) override;
@@ -278,44 +211,7 @@ class Connection final : public CmEventHandler, public LoopClient {
   bool RequestIdleRepost() { return receive_ring_.RequestIdleRepost(); }
 
  private:
-  // A frame of a stream that arrived while an earlier one of the same
-  // stream was still being pulled: kept (copied) and handled in order.
-  struct DeferredFrame {
-    Imm imm;
-    WireHeader header;
-    std::string aux, meta, payload;
-    RemoteBuffer payload_remote, reply_buffer;
-    ParsedMessage View() const {
-      ParsedMessage m;
-      m.header = header;
-      m.aux = aux;
-      m.meta = meta;
-      m.payload = payload;
-      m.payload_remote = payload_remote;
-      m.reply_buffer = reply_buffer;
-      return m;
-    }
-  };
-  // Frames of one stream a well-behaved peer can have in flight behind one
-  // pull: a window of messages, as many window grants, headers, trailers
-  // (runtime/rpc's window is 16 messages; 4x that leaves room).
-  static constexpr size_t kMaxDeferredFrames = 64;
-  // In-order delivery state of one stream (either role).
-  struct StreamIn {
-    int pulls = 0;  // a READ of one of its frames is in flight (0 or 1)
-    std::deque<DeferredFrame> deferred;
-  };
-  struct Slot {
-    uint16_t generation = 1;  // never 0, so handle 0 means "no call"
-    bool busy = false;
-    bool sent = false;
-    ResponseSink* sink = nullptr;
-    OutgoingRequest request;
-    LargeBuffer* request_buffer = nullptr;
-    LargeBuffer* reply_buffer = nullptr;
-    bool stream = false;  // opened with kFlagStream
-    StreamIn in;          // streams only
-  };
+  using Slot = StreamTable::Slot;
   enum class OutKind { kRequest, kResponse, kRelease, kCancel, kStreamMessage, kWindow, kHeaders };
   struct OutItem {
     OutKind kind = OutKind::kRequest;
@@ -395,7 +291,6 @@ class Connection final : public CmEventHandler, public LoopClient {
   void OnRecvCompletion(const ibv_wc& wc);
   void HandleMessage(const Imm& imm, const ParsedMessage& m);
   void HandleResponse(const Imm& imm, const ParsedMessage& m);
-  Slot* LiveSlot(uint16_t slot, uint16_t gen);
   void FinishSlot(uint16_t slot, bool rekey);
   void ReleaseQuarantined(uint16_t slot, uint16_t gen);
   // Server: kCancel for (slot, gen). A request still being pulled is
@@ -403,9 +298,6 @@ class Connection final : public CmEventHandler, public LoopClient {
   void OnCancelFrame(const Imm& imm);
 
   // Streams (streams.cc).
-  static uint32_t StreamKey(uint16_t slot, uint16_t gen) {
-    return (static_cast<uint32_t>(gen) << 16) | slot;
-  }
   // The in-order state of a live stream, or nullptr (not a stream, ended).
   StreamIn* FindStreamIn(const Imm& imm);
   // True when `imm`'s stream has a pull in flight or frames waiting: the
@@ -461,21 +353,12 @@ class Connection final : public CmEventHandler, public LoopClient {
   absl::flat_hash_map<uint64_t, ReadCtx> delayed_reads_;
   uint64_t next_delayed_ = 1;
 
-  // Client slots.
-  std::vector<Slot> slots_;
-  std::vector<uint16_t> free_slots_;
-  // Buffers of calls retired before their response (request and reply
-  // buffers), by (gen << 16 | slot): kept out of use until the late
-  // response arrives (the server may still READ or WRITE them).
-  absl::flat_hash_map<uint32_t, std::vector<LargeBuffer*>> quarantine_;
-  size_t busy_slots_ = 0;
+  // Client calls, server streams, quarantined buffers.
+  StreamTable streams_;
 
   // Buffers exposed to the peer until its kRelease: a server's large
   // responses and either side's large stream messages.
   absl::flat_hash_map<uint32_t, LargeBuffer*> exposed_;
-  // Server: streams open on this connection (requests with kFlagStream not
-  // yet answered), by StreamKey.
-  absl::flat_hash_map<uint32_t, StreamIn> server_streams_;
   uint32_t next_ref_ = 1;
 
   std::vector<EventLoop::TimerId> timers_;

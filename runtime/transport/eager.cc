@@ -32,13 +32,10 @@ bool Connection::CanPostMessage() const {
 void Connection::SendResponse(const RequestToken& token, absl::StatusCode code,
                               std::string message, std::string payload, std::string meta) {
   if (!usable()) return;
-  if (!server_streams_.empty()) {
+  if (StreamIn* in = streams_.FindServerStream(token.handle()); in != nullptr) {
     // A stream's trailers: frames of it that still arrive are dropped.
-    auto it = server_streams_.find(StreamKey(token.slot, token.generation));
-    if (it != server_streams_.end()) {
-      DropStreamIn(it->second);
-      server_streams_.erase(it);
-    }
+    DropStreamIn(*in);
+    streams_.EraseServerStream(token.handle());
   }
   if (message.size() > kMaxStatusMessage) message.resize(kMaxStatusMessage);
   if (payload.size() > options_.max_message_bytes) {
@@ -114,9 +111,9 @@ bool Connection::SendOne(OutItem& item) {
 }
 
 bool Connection::SendRequest(uint32_t handle) {
-  const uint16_t idx = static_cast<uint16_t>(handle & 0xFFFF);
-  const uint16_t gen = static_cast<uint16_t>(handle >> 16);
-  Slot* s = LiveSlot(idx, gen);
+  const uint16_t idx = HandleSlot(handle);
+  const uint16_t gen = HandleGeneration(handle);
+  Slot* s = streams_.Live(idx, gen);
   if (s == nullptr) return true;  // cancelled while queued
   OutgoingRequest& r = s->request;
   if (!r.meta.empty() &&
@@ -440,7 +437,7 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
   if (state_ == ConnState::kAccepting) state_ = ConnState::kEstablished;
   absl::string_view bytes;
   if (imm->kind == MsgKind::kResponseWritten) {
-    Slot* s = LiveSlot(imm->slot, imm->generation);
+    Slot* s = streams_.Live(imm->slot, imm->generation);
     if (s == nullptr || s->reply_buffer == nullptr) {
       // Stale: the call ended (deadline) before the data landed in its
       // quarantined reply buffer, which may now be reused. (This header
@@ -502,13 +499,12 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
     case MsgKind::kRequest: {
       if (m.header.flags & kFlagStream) {
         // A stream opens: its later frames are delivered in order.
-        const uint32_t key = StreamKey(imm.slot, imm.generation);
-        if (server_streams_.contains(key)) {
+        const uint32_t key = PackHandle(imm.slot, imm.generation);
+        if (!streams_.OpenServerStream(key)) {
           Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_,
                                                     ": stream ", key, " opened twice")));
           return;
         }
-        server_streams_[key];
       }
       if (m.header.flags & kFlagPayloadRemote) {
         StartRequestPull(imm, m);
@@ -539,7 +535,7 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
 }
 
 void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
-  Slot* s = LiveSlot(imm.slot, imm.generation);
+  Slot* s = streams_.Live(imm.slot, imm.generation);
   if (s == nullptr) ReleaseQuarantined(imm.slot, imm.generation);
   if (m.header.flags & kFlagPayloadRemote) {
     if (s == nullptr) {
@@ -550,7 +546,7 @@ void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
       out_queue_.push_back(std::move(rel));
       return;
     }
-    StartResponsePull((static_cast<uint32_t>(imm.generation) << 16) | imm.slot, m);
+    StartResponsePull(PackHandle(imm.slot, imm.generation), m);
     return;
   }
   if (s == nullptr) return;  // stale: the call was retired by its deadline

@@ -38,7 +38,7 @@ void Connection::OnKeepaliveTimer() {
   // be flushed behind it (the timeout, 4.096 us * 2^timeout * (retry_cnt +
   // 1), may well exceed keepalive_interval).
   const bool probe_in_flight = probe_posted_ && !send_queue_.retired(probe_seq_);
-  if (busy_slots_ > 0 && !heard && !probe_in_flight && qp_ &&
+  if (streams_.busy() > 0 && !heard && !probe_in_flight && qp_ &&
       send_queue_.has_room()) {
     ibv_sge sge{};  // zero-length: PostWr copies one SGE, none is posted
     ibv_send_wr wr{};

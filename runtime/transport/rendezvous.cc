@@ -47,8 +47,8 @@ void Connection::StartRequestPull(const Imm& imm, const ParsedMessage& m) {
   ctx.stream_message = false;
   if (m.header.flags & kFlagStream) {
     // Later frames of this stream wait for this pull (in-order delivery).
-    ctx.handle = StreamKey(imm.slot, imm.generation);
-    ++server_streams_[ctx.handle].pulls;
+    ctx.handle = PackHandle(imm.slot, imm.generation);
+    ++streams_.ServerStream(ctx.handle).pulls;
   }
   const absl::Duration delay = options_.request_read_delay != nullptr
                                    ? options_.request_read_delay()
@@ -79,7 +79,7 @@ void Connection::StartRequestPull(const Imm& imm, const ParsedMessage& m) {
 }
 
 void Connection::StartResponsePull(uint32_t handle, const ParsedMessage& m) {
-  const uint16_t idx = static_cast<uint16_t>(handle & 0xFFFF);
+  const uint16_t idx = HandleSlot(handle);
   const size_t len = m.header.payload_len;
   auto release = [this, ref = m.header.ref] {
     OutItem rel;
@@ -87,7 +87,7 @@ void Connection::StartResponsePull(uint32_t handle, const ParsedMessage& m) {
     rel.ref = ref;
     out_queue_.push_back(std::move(rel));
   };
-  Slot& slot = slots_[idx];
+  Slot& slot = streams_.slot(idx);
   ResponseSink* sink = slot.sink;
   // The server exposed its response instead of writing it into our reply
   // buffer, so it will never write there for this call: recycle it now.
@@ -181,8 +181,7 @@ void Connection::OnReadCompletion(uint64_t seq, const ibv_wc& wc) {
     const bool stream = ctx.handle != 0;  // StreamKey, set for a stream's opening request
     StreamIn* in = nullptr;
     if (stream) {
-      auto it = server_streams_.find(StreamKey(ctx.token.slot, ctx.token.generation));
-      if (it != server_streams_.end()) in = &it->second;
+      in = streams_.FindServerStream(PackHandle(ctx.token.slot, ctx.token.generation));
       if (in != nullptr) --in->pulls;
     }
     const uint8_t flags = static_cast<uint8_t>((stream ? kFlagStream : 0) |
@@ -198,16 +197,16 @@ void Connection::OnReadCompletion(uint64_t seq, const ibv_wc& wc) {
     }
     DeliverRequest(ctx.token, ctx.method, payload, ctx.timeout_us, flags, meta);
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
-    if (stream) RunDeferred(StreamKey(ctx.token.slot, ctx.token.generation));
+    if (stream) RunDeferred(PackHandle(ctx.token.slot, ctx.token.generation));
     return;
   }
   OutItem rel;
   rel.kind = OutKind::kRelease;
   rel.ref = ctx.ref;
   out_queue_.push_back(std::move(rel));
-  const uint16_t idx = static_cast<uint16_t>(ctx.handle & 0xFFFF);
-  const uint16_t gen = static_cast<uint16_t>(ctx.handle >> 16);
-  if (Slot* s = LiveSlot(idx, gen); s != nullptr) {
+  const uint16_t idx = HandleSlot(ctx.handle);
+  const uint16_t gen = HandleGeneration(ctx.handle);
+  if (Slot* s = streams_.Live(idx, gen); s != nullptr) {
     ResponseSink* sink = s->sink;
     FinishSlot(idx, false);
     absl::string_view payload(ctx.buffer->data, ctx.remote.length);
