@@ -216,12 +216,8 @@ absl::Status ServerImpl::ProbeLargePool(ibv_pd* pd, size_t ring_bytes) {
 }
 
 void ServerImpl::Reject(rdma_cm_id* id, uint32_t reason) {
-  HandshakeData h;
-  h.version = ProtocolVersion();
-  h.reject_reason = reason;
-  char pd[kHandshakeBytes];
-  EncodeHandshake(h, pd);
-  Verbs().reject(id, pd, kHandshakeBytes);
+  const Handshake::PrivateData pd = Handshake::Reject(ProtocolVersion(), reason);
+  Verbs().reject(id, pd.data(), kHandshakeBytes);
   Verbs().destroy_id(id);
 }
 
@@ -239,22 +235,12 @@ void ServerImpl::OnConnectRequest(const CmEvent& ev) {
     Reject(id, kRejectShuttingDown);
     return;
   }
-  absl::StatusOr<HandshakeData> h = DecodeHandshake(ev.private_data.data(), ev.private_data.size());
+  uint32_t reject_reason = 0;
+  absl::StatusOr<HandshakeData> h =
+      Handshake::CheckRequest(ev.private_data, ProtocolVersion(), &reject_reason);
   if (!h.ok()) {
     LOG(WARNING) << "rejecting connection: " << h.status();
-    Reject(id, 0);
-    return;
-  }
-  if (h->version != ProtocolVersion()) {
-    LOG(WARNING) << "rejecting client speaking protocol version " << h->version
-                 << "; this server speaks " << ProtocolVersion();
-    Reject(id, kRejectVersion);
-    return;
-  }
-  if (h->recv_depth < kMinRecvDepth || h->recv_buffer_bytes < 256) {
-    LOG(WARNING) << "rejecting client with recv_depth " << h->recv_depth << " and buffers of "
-                 << h->recv_buffer_bytes << " bytes (need >= " << kMinRecvDepth << " and >= 256)";
-    Reject(id, 0);
+    Reject(id, reject_reason);
     return;
   }
   Worker* w = workers_[next_worker_.fetch_add(1) % workers_.size()].get();

@@ -15,10 +15,6 @@ namespace rdmarpc {
 namespace internal {
 namespace {
 
-// rdma_cm's REJECTED status when nothing listens on the port: the IB CM's
-// "invalid service ID" (IBTA spec table 112); RoCE reports the same.
-constexpr int kCmRejectInvalidServiceId = 8;
-
 int ToMs(absl::Duration d) {
   const int64_t ms = absl::ToInt64Milliseconds(d);
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ms, 1 << 30)));
@@ -110,24 +106,17 @@ absl::StatusOr<Connection*> Connection::Accept(EventLoop* loop, DeviceResources*
   absl::Status s = c->SetupQp();
   if (s.ok()) s = c->receive_ring_.PostAll(c->qp_.get());
   if (!s.ok()) {
-    HandshakeData why;
-    why.version = kProtocolVersion;
-    why.reject_reason = absl::IsResourceExhausted(s) ? kRejectNoResources : 0;
-    char pd[kHandshakeBytes];
-    EncodeHandshake(why, pd);
-    Verbs().reject(id, pd, kHandshakeBytes);
+    const Handshake::PrivateData why =
+        Handshake::Reject(kProtocolVersion, absl::IsResourceExhausted(s) ? kRejectNoResources : 0);
+    Verbs().reject(id, why.data(), kHandshakeBytes);
     c->Destroy();  // unmaps and destroys the QP, then the id
     return s;
   }
   c->credits_.emplace(peer.recv_depth, c->options_.recv_depth);
-  HandshakeData mine;
-  mine.version = kProtocolVersion;
-  mine.recv_depth = static_cast<uint16_t>(c->options_.recv_depth);
-  mine.recv_buffer_bytes = static_cast<uint32_t>(options.recv_buffer_bytes);
-  char pd[kHandshakeBytes];
-  EncodeHandshake(mine, pd);
+  const Handshake::PrivateData pd =
+      Handshake::Offer(kProtocolVersion, c->options_.recv_depth, options.recv_buffer_bytes);
   rdma_conn_param param{};
-  param.private_data = pd;
+  param.private_data = pd.data();
   param.private_data_len = kHandshakeBytes;
   param.responder_resources = 4;
   param.initiator_depth = 4;
@@ -201,14 +190,10 @@ void Connection::OnCmEvent(const CmEvent& ev) {
                                                   s.message())));
         return;
       }
-      HandshakeData mine;
-      mine.version = kProtocolVersion;
-      mine.recv_depth = static_cast<uint16_t>(options_.recv_depth);
-      mine.recv_buffer_bytes = static_cast<uint32_t>(options_.recv_buffer_bytes);
-      char pd[kHandshakeBytes];
-      EncodeHandshake(mine, pd);
+      const Handshake::PrivateData pd =
+          Handshake::Offer(kProtocolVersion, options_.recv_depth, options_.recv_buffer_bytes);
       rdma_conn_param param{};
-      param.private_data = pd;
+      param.private_data = pd.data();
       param.private_data_len = kHandshakeBytes;
       param.responder_resources = 4;
       param.initiator_depth = 4;
@@ -224,30 +209,9 @@ void Connection::OnCmEvent(const CmEvent& ev) {
     case RDMA_CM_EVENT_ESTABLISHED:
       OnEstablished(ev.private_data);
       return;
-    case RDMA_CM_EVENT_REJECTED: {
-      absl::StatusOr<HandshakeData> h = DecodeHandshake(ev.private_data.data(),
-                                                        ev.private_data.size());
-      if (h.ok() && h->reject_reason == kRejectVersion) {
-        Close(absl::FailedPreconditionError(absl::StrCat(
-            "server ", peer_name_, " speaks rdmarpc protocol version ", h->version,
-            ", this client speaks version ", kProtocolVersion)));
-      } else if (h.ok() && h->reject_reason == kRejectShuttingDown) {
-        Close(absl::UnavailableError(absl::StrCat("server ", peer_name_, " is shutting down")));
-      } else if (h.ok() && h->reject_reason == kRejectNoResources) {
-        Close(absl::ResourceExhaustedError(absl::StrCat(
-            "server ", peer_name_,
-            " has no room for another connection (completion queue or registered memory full)")));
-      } else if (ev.status == kCmRejectInvalidServiceId) {
-        Close(absl::UnavailableError(
-            absl::StrCat("no server listening on ", peer_name_, " (rdma_cm reject status ",
-                         ev.status, ")")));
-      } else {
-        Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
-                                                  " rejected by the server (rdma_cm reject status ",
-                                                  ev.status, ")")));
-      }
+    case RDMA_CM_EVENT_REJECTED:
+      Close(Handshake::Rejected(ev.private_data, ev.status, peer_name_));
       return;
-    }
     case RDMA_CM_EVENT_ADDR_ERROR:
     case RDMA_CM_EVENT_ROUTE_ERROR:
     case RDMA_CM_EVENT_CONNECT_ERROR:
@@ -278,23 +242,9 @@ void Connection::OnEstablished(const std::string& private_data) {
     return;
   }
   if (state_ != ConnState::kConnecting) return;
-  absl::StatusOr<HandshakeData> h = DecodeHandshake(private_data.data(), private_data.size());
+  absl::StatusOr<HandshakeData> h = Handshake::CheckAccept(private_data, peer_name_);
   if (!h.ok()) {
-    Close(absl::UnavailableError(absl::StrCat("handshake with ", peer_name_, ": ",
-                                              h.status().message())));
-    return;
-  }
-  if (h->version != kProtocolVersion) {
-    Close(absl::FailedPreconditionError(absl::StrCat(
-        "server ", peer_name_, " speaks rdmarpc protocol version ", h->version,
-        ", this client speaks version ", kProtocolVersion)));
-    return;
-  }
-  if (h->recv_depth < kMinRecvDepth || h->recv_buffer_bytes < 256) {
-    Close(absl::UnavailableError(absl::StrCat("server ", peer_name_, " advertised recv_depth ",
-                                              h->recv_depth, " and recv_buffer_bytes ",
-                                              h->recv_buffer_bytes, "; need >= ", kMinRecvDepth,
-                                              " and >= 256")));
+    Close(h.status());
     return;
   }
   peer_ = *h;

@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "runtime/transport/buffer_pool.h"
 #include "runtime/transport/event_loop.h"
+#include "runtime/transport/handshake.h"
 #include "runtime/transport/credits.h"
 #include "runtime/transport/device.h"
 #include "runtime/transport/header.h"
@@ -57,7 +58,8 @@ struct ConnectionOptions {
   absl::Duration (*request_read_delay)() = nullptr;
 };
 
-// Handshake steps, as in brpc's RDMA endpoint.
+// Handshake steps, as in brpc's RDMA endpoint (what each exchange of
+// private data means: handshake.h).
 enum class ConnState {
   kResolvingAddr,   // client: rdma_resolve_addr posted
   kResolvingRoute,  // client: rdma_resolve_route posted

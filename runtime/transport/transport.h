@@ -1,7 +1,7 @@
 // transport.h: the whole data-path contract of rdmarpc's RDMA transport.
 //
 // Wire protocol (one RC QP per connection, made with rdma_cm):
-//  * Handshake: rdma_cm private data carries HandshakeData (header.h): protocol
+//  * Handshake: rdma_cm private data carries HandshakeData (handshake.h): protocol
 //    version, receive-buffer size, receive-ring depth (= initial credits) and
 //    feature bits. A server that speaks another version rejects with its own
 //    version in the reject private data; the client fails FAILED_PRECONDITION
