@@ -1,6 +1,6 @@
-// server_impl.h: the runtime behind rdmarpc::Server — an acceptor loop that
-// owns the rdma_cm listener, worker loops that own connections and run
-// handlers, and method dispatch.
+// server_impl.h: the runtime behind rdmarpc::Server — the transport's
+// listener (its own acceptor loop), worker loops that own connections and
+// run handlers, and method dispatch.
 #ifndef RDMARPC_RUNTIME_RPC_SERVER_IMPL_H_
 #define RDMARPC_RUNTIME_RPC_SERVER_IMPL_H_
 
@@ -22,23 +22,21 @@
 #include "runtime/transport/connection.h"
 #include "runtime/transport/buffer_pool.h"
 #include "runtime/transport/device.h"
+#include "runtime/transport/listener.h"
 
 namespace rdmarpc {
 namespace internal {
 
-class ServerImpl final : public CmEventHandler {
+class ServerImpl final {
  public:
   explicit ServerImpl(const ServerOptions& options);
-  ~ServerImpl() override;
+  ~ServerImpl();
 
   absl::Status AddService(Service* service);
   absl::Status Start(absl::string_view listen_address);
   int port() const { return port_; }
   void Shutdown(absl::Duration grace);
   void Wait();
-
-  // Listener events (acceptor loop thread).
-  void OnCmEvent(const CmEvent& event) override;
 
  private:
   struct Worker;
@@ -123,22 +121,14 @@ class ServerImpl final : public CmEventHandler {
   // Worker: marks `call` cancelled (context, stream) and runs its
   // on-cancel callbacks.
   static void CancelPoolCall(PoolCall* call);
-  void OnConnectRequest(const CmEvent& event);
-  static void Reject(rdma_cm_id* id, uint32_t reason);
-  absl::Status ProbeRegistration();
-  // Start: registers the large-buffer pool's size once when RLIMIT_MEMLOCK
-  // may be too low for it (with `ring_bytes` of receive ring beside it).
-  absl::Status ProbeLargePool(ibv_pd* pd, size_t ring_bytes);
 
   const ServerOptions options_;
   absl::flat_hash_map<std::string, const MethodHandler*> methods_;
   absl::flat_hash_set<std::string> services_;
   std::unique_ptr<DeviceResources> device_;
-  std::unique_ptr<EventLoop> acceptor_;
-  CmIdPtr listen_id_;  // acceptor thread after Start
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::atomic<uint32_t> next_worker_{0};
-  std::atomic<bool> accepting_{false};
+  // Accepts onto the workers' loops in turn (after Start).
+  std::unique_ptr<Listener> listener_;
   std::unique_ptr<HandlerPool> pool_;
   // Set when Shutdown begins: no handler starts after it.
   std::atomic<bool> draining_{false};
