@@ -162,7 +162,6 @@ absl::Status Connection::SetupQp() {
   max_inline_ = attr.cap.max_inline_data;
   loop_->MapQp(qp_num_, this);
   send_queue_.set_qp(qp_.get());
-  send_queue_.set_pool(pool_);
   if (absl::Status s = receive_ring_.Create(*pd, options_.recv_depth, options_.recv_buffer_bytes);
       !s.ok()) {
     return s;
@@ -392,7 +391,7 @@ void Connection::Destroy() {
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
   }
   delayed_reads_.clear();
-  send_queue_.Release();  // large buffers of unretired WRs, the send slab
+  send_queue_.Release([this](const SqEntry& e) { PutWrBuffers(e); });  // and the send slab
   streams_.DrainQuarantine([this](LargeBuffer* b) {
     if (pool_ != nullptr) pool_->RekeyAndPut(b);
   });

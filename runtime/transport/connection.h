@@ -1,13 +1,24 @@
-// connection.h: one RC connection (QP + cm id + registered rings) and the
-// message protocol on it, for either role.
+// connection.h: one RC connection (QP + cm id) and the message protocol on
+// it, for either role.
 //
 // Client role: StartCall/CancelCall; responses reach the call's ResponseSink.
 // Server role: requests reach ConnectionHandler::OnRequest; the handler
 // answers with SendResponse (then or later, on the loop thread).
 //
+// A Connection is made of small types, each with its own header: the send
+// queue (send_queue.h: signalling, doorbells, send buffers), the receive
+// ring (receive_ring.h), the stream table (stream_table.h: client calls,
+// server streams, handles, quarantine), the handshake (handshake.h), the
+// credit window (credits.h). Its own files: set-up, close and teardown
+// (connection.cc), the eager path and message decoding (eager.cc), streams
+// (streams.cc), rendezvous (rendezvous.cc), a call's life (call_slots.cc),
+// credit return (credit_return.cc) and keepalive (keepalive.cc). Servers
+// get connections from a Listener (listener.h).
+//
 // Threads: everything here runs on the thread holding the owning EventLoop's
 // poller (its own thread, or a caller leading a synchronous call; see
-// event_loop.h); other threads use EventLoop::Post. Lifetime: the EventLoop owns the Connection. After
+// event_loop.h); other threads use EventLoop::Post. Lifetime: the EventLoop
+// owns the Connection (it is the loop's LoopClient). After
 // ConnectionHandler::OnClosed the handler must forget the pointer.
 #ifndef RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
 #define RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
@@ -288,6 +299,11 @@ class Connection final : public CmEventHandler, public LoopClient {
   // Posts the WRs queued on send_queue_ (one ibv_post_send); a failed post
   // closes the connection.
   void Doorbell();
+  // A WR retired, never posted, or dropped: what it held besides its send
+  // buffer goes back.
+  void PutWrBuffers(const SqEntry& e) {
+    if (e.large != nullptr && pool_ != nullptr) pool_->Put(e.large);
+  }
   void SendCreditMessage();
   void OnSendCompletion(const ibv_wc& wc);
   void OnRecvCompletion(const ibv_wc& wc);

@@ -1,8 +1,8 @@
 // eager.cc: the eager path — SEND_WITH_IMM of header + payload into a
-// pre-posted receive — plus the send queue (selective signalling, doorbell
-// batching) and the receive side's message decoding. Credit return is in
-// credit_return.cc, the client's call table in call_slots.cc, large payloads
-// in rendezvous.cc.
+// pre-posted receive, posted through the SendQueue (send_queue.h) — and the
+// receive side's message decoding. Credit return is in credit_return.cc, a
+// client call's life in call_slots.cc (its slot in stream_table.h), large
+// payloads in rendezvous.cc.
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -364,7 +364,8 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
 }
 
 void Connection::Doorbell() {
-  const int rc = send_queue_.Doorbell([this](uint64_t seq) {
+  const int rc = send_queue_.Doorbell([this](uint64_t seq, const SqEntry& e) {
+    PutWrBuffers(e);
     if (auto it = reads_.find(seq); it != reads_.end()) {
       if (pool_ != nullptr) pool_->Put(it->second.buffer);
       reads_.erase(it);
@@ -398,7 +399,7 @@ void Connection::OnSendCompletion(const ibv_wc& wc) {
                                               ibv_wc_status_str(wc.status))));
   }
   // In-order SQ completion: this one retires every WR up to it.
-  send_queue_.RetireThrough(seq);
+  send_queue_.RetireThrough(seq, [this](const SqEntry& e) { PutWrBuffers(e); });
   if (close_when_sent_) MaybeFinishCloseWhenSent();
   MaybeFinishClose();
 }

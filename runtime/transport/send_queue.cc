@@ -14,12 +14,6 @@ absl::Status SendQueue::CreateSendSlab(ibv_pd* pd, size_t buffer_bytes) {
   return absl::OkStatus();
 }
 
-void SendQueue::Recycle(SqEntry& e) {
-  if (e.send_buffer >= 0 && send_slab_ != nullptr) send_slab_->Put(e.send_buffer);
-  if (e.large != nullptr && pool_ != nullptr) pool_->Put(e.large);
-  e = SqEntry{};
-}
-
 uint64_t SendQueue::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
   const uint64_t seq = head_++;
   // Signal every kSignalInterval-th WR (15 unsignalled, then one signalled)
@@ -44,7 +38,7 @@ uint64_t SendQueue::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
   return seq;
 }
 
-int SendQueue::Doorbell(absl::FunctionRef<void(uint64_t seq)> unposted) {
+int SendQueue::Doorbell(absl::FunctionRef<void(uint64_t seq, const SqEntry& entry)> unposted) {
   if (batch_.empty()) return 0;
   if (qp_ == nullptr) {  // destroyed meanwhile: nothing can be posted any more
     batch_.clear();
@@ -63,18 +57,15 @@ int SendQueue::Doorbell(absl::FunctionRef<void(uint64_t seq)> unposted) {
     while (first_bad < n && &batch_[first_bad].wr != bad) ++first_bad;
     for (size_t i = n; i > first_bad; --i) {
       const uint64_t seq = --head_;
-      Recycle(ring_[seq % kDepth]);
-      unposted(seq);
+      SqEntry& e = ring_[seq % kDepth];
+      if (e.send_buffer >= 0 && send_slab_ != nullptr) send_slab_->Put(e.send_buffer);
+      const SqEntry undone = e;
+      e = SqEntry{};
+      unposted(seq, undone);
     }
   }
   batch_.clear();
   return rc;
-}
-
-void SendQueue::RetireThrough(uint64_t seq) {
-  if (!outstanding(seq)) return;
-  // In-order SQ completion: this one retires every WR up to it.
-  for (; tail_ <= seq; ++tail_) Recycle(ring_[tail_ % kDepth]);
 }
 
 bool SendQueue::PostDrainMarker() {
@@ -91,16 +82,6 @@ bool SendQueue::PostDrainMarker() {
   ++head_;
   unsignalled_run_ = 0;
   return true;
-}
-
-void SendQueue::Release() {
-  batch_.clear();
-  qp_ = nullptr;
-  for (SqEntry& e : ring_) {
-    if (e.large != nullptr && pool_ != nullptr) pool_->Put(e.large);
-    e = SqEntry{};
-  }
-  send_slab_.reset();
 }
 
 }  // namespace internal

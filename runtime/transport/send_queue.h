@@ -12,7 +12,9 @@
 // as one chain with one ibv_post_send (Doorbell).
 //
 // The queue owns the eager send slab (kSendQueueDepth buffers, one per WR
-// at most) so that recycling a buffer is part of retiring its WR.
+// at most) so that recycling a buffer is part of retiring its WR. What else
+// a WR holds (SqEntry) is its poster's: it is handed back when the WR is
+// retired, undone or dropped, and the poster frees it.
 //
 // Threads: the owning connection's loop (poller holder) only.
 #ifndef RDMARPC_RUNTIME_TRANSPORT_SEND_QUEUE_H_
@@ -21,6 +23,8 @@
 #include <cstdint>
 #include <memory>
 #include <vector>
+
+#include <utility>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -34,7 +38,7 @@ namespace internal {
 // What a posted WR holds until it is retired.
 struct SqEntry {
   int send_buffer = -1;          // an eager send buffer of the queue's slab
-  LargeBuffer* large = nullptr;  // WRITE_WITH_IMM source, put back when retired
+  LargeBuffer* large = nullptr;  // WRITE_WITH_IMM source: the poster puts it back
   bool is_read = false;
 };
 
@@ -54,8 +58,6 @@ class SendQueue {
 
   // Registers the eager send slab: kDepth buffers of `buffer_bytes`.
   absl::Status CreateSendSlab(ibv_pd* pd, size_t buffer_bytes);
-  // Large buffers of retired WRs go back to `pool` (may be nullptr).
-  void set_pool(LargeBufferPool* pool) { pool_ = pool; }
   // The QP the doorbell posts to; nullptr once it is destroyed (queued WRs
   // are then dropped by Doorbell).
   void set_qp(ibv_qp* qp) { qp_ = qp; }
@@ -73,6 +75,9 @@ class SendQueue {
   // Eager send buffers: the slab, and whether a send may take one now.
   BufferSlab* send_slab() const { return send_slab_.get(); }
   bool has_send_buffer() const { return send_slab_ != nullptr && send_slab_->free_count() > 0; }
+  // The entry of WR `seq` (outstanding(seq)); the poster may change what
+  // it holds (e.g. take a resource it already handled).
+  SqEntry& entry(uint64_t seq) { return ring_[seq % kDepth]; }
   // WRs since the last signalled one (never reaches kSignalEvery).
   int unsignalled_run() const { return unsignalled_run_; }
   size_t batched() const { return batch_.size(); }
@@ -85,35 +90,57 @@ class SendQueue {
   uint64_t PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal);
   // Posts every queued WR as one chain (one ibv_post_send). Returns 0, or the
   // error of ibv_post_send: the WRs from the failed one on never entered the
-  // QP; their accounting is undone (buffers back) and `unposted(seq)` is
-  // called for each, newest first, before this returns.
-  int Doorbell(absl::FunctionRef<void(uint64_t seq)> unposted);
+  // QP; their accounting is undone (send buffers back) and
+  // `unposted(seq, entry)` is called for each, newest first, before this
+  // returns.
+  int Doorbell(absl::FunctionRef<void(uint64_t seq, const SqEntry& entry)> unposted);
   // A signalled completion of WR `seq`: retires it and every WR before it,
-  // recycling their buffers. No-op for a sequence number not outstanding.
-  void RetireThrough(uint64_t seq);
+  // oldest first — its send buffer goes back to the slab, then
+  // `retired(entry)` gets what else it held. No-op for a sequence number not
+  // outstanding. Inline, with the callback a template: this runs for every
+  // message sent.
+  template <class Fn>
+  void RetireThrough(uint64_t seq, Fn&& retired) {
+    if (!outstanding(seq)) return;
+    // In-order SQ completion: this one retires every WR up to it.
+    for (; tail_ <= seq; ++tail_) {
+      SqEntry& e = ring_[tail_ % kDepth];
+      if (e.send_buffer >= 0 && send_slab_ != nullptr) send_slab_->Put(e.send_buffer);
+      const SqEntry done = e;
+      e = SqEntry{};
+      retired(done);
+    }
+  }
   // Posts a signalled zero-length SEND at once, outside the batch (the queue
   // is drained first): on a QP in ERROR its flush retires every WR before
   // it, as the Linux kernel's ib_drain_sq does. False when nothing is
   // outstanding, there is no room, or the post failed.
   bool PostDrainMarker();
-  // The QP is gone: drops queued WRs, returns large buffers of unretired WRs
-  // to the pool and frees the send slab.
-  void Release();
+  // The QP is gone: drops queued WRs, hands every entry of an unretired WR
+  // to `dropped`, and frees the send slab.
+  template <class Fn>
+  void Release(Fn&& dropped) {
+    batch_.clear();
+    qp_ = nullptr;
+    for (SqEntry& e : ring_) {
+      const SqEntry held = e;
+      e = SqEntry{};
+      dropped(held);
+    }
+    send_slab_.reset();
+  }
 
  private:
   struct PendingWr {
     ibv_send_wr wr;
     ibv_sge sge;
   };
-  void Recycle(SqEntry& e);
-
   std::vector<SqEntry> ring_;
   uint64_t head_ = 0;        // next sequence number
   uint64_t tail_ = 0;        // oldest not retired
   int unsignalled_run_ = 0;  // WRs since the last signalled one
   std::vector<PendingWr> batch_;  // WRs waiting for the doorbell
   std::unique_ptr<BufferSlab> send_slab_;
-  LargeBufferPool* pool_ = nullptr;
   ibv_qp* qp_ = nullptr;
 };
 

@@ -90,8 +90,8 @@
 //    --rdmarpc_spin_yield_every-th time (spin_pause.h). A caller never sleeps on
 //    the channel itself: past the bound it hands the poller to the loop
 //    thread and sleeps on a futex until its call is finished.
-//  * Buffers: the receive ring and send slab are owned by the Connection and
-//    registered once when it is made. A received payload view is valid only
+//  * Buffers: the receive ring (ReceiveRing) and the send slab (SendQueue)
+//    are owned by the Connection and registered once when it is made. A received payload view is valid only
 //    during the upcall that delivers it (the buffer may be re-posted at the
 //    end of that loop step). LargeBuffers come from a LargeBufferPool shared by a
 //    Channel's or Server's loops (mutex inside, control plane only).

@@ -77,19 +77,40 @@ TEST(SendQueue, SignalledCompletionRetiresEveryWrBeforeIt) {
   EXPECT_EQ(slab->free_count(), free_before - 5);
   EXPECT_FALSE(q.empty());
   // The completion of the third retires the first three and their buffers.
-  q.RetireThrough(seqs[2]);
+  q.RetireThrough(seqs[2], [](const SqEntry&) {});
   EXPECT_TRUE(q.retired(seqs[0]));
   EXPECT_TRUE(q.retired(seqs[2]));
   EXPECT_FALSE(q.retired(seqs[3]));
   EXPECT_TRUE(q.outstanding(seqs[3]));
   EXPECT_EQ(slab->free_count(), free_before - 2);
   // A completion for a WR already retired (or never posted) changes nothing.
-  q.RetireThrough(seqs[1]);
-  q.RetireThrough(seqs[4] + 1);
+  q.RetireThrough(seqs[1], [](const SqEntry&) { ADD_FAILURE() << "retired twice"; });
+  q.RetireThrough(seqs[4] + 1, [](const SqEntry&) { ADD_FAILURE() << "never posted"; });
   EXPECT_EQ(slab->free_count(), free_before - 2);
-  q.RetireThrough(seqs[4]);
+  q.RetireThrough(seqs[4], [](const SqEntry&) {});
   EXPECT_TRUE(q.empty());
   EXPECT_EQ(slab->free_count(), free_before);
+}
+
+TEST(SendQueue, RetiredEntriesGoBackToThePosterOldestFirst) {
+  SendQueue q;
+  std::vector<LargeBuffer> larges(4);
+  for (LargeBuffer& b : larges) {
+    SqEntry e;
+    e.large = &b;
+    ibv_sge sge;
+    ibv_send_wr wr = ZeroLengthWrite(&sge);
+    q.PostWr(&wr, e, /*force_signal=*/false);
+  }
+  std::vector<LargeBuffer*> back;
+  q.RetireThrough(2, [&](const SqEntry& e) { back.push_back(e.large); });
+  EXPECT_EQ(back, (std::vector<LargeBuffer*>{&larges[0], &larges[1], &larges[2]}));
+  // The one left is handed back when the queue is released.
+  back.clear();
+  q.Release([&](const SqEntry& e) {
+    if (e.large != nullptr) back.push_back(e.large);
+  });
+  EXPECT_EQ(back, (std::vector<LargeBuffer*>{&larges[3]}));
 }
 
 TEST(SendQueue, LowOnSendBuffersSignals) {
@@ -121,19 +142,19 @@ TEST(SendQueue, DoorbellPostsOneChain) {
   }
   softrdma::ResetStats();
   int unposted = 0;
-  EXPECT_EQ(q.Doorbell([&](uint64_t) { ++unposted; }), 0);
+  EXPECT_EQ(q.Doorbell([&](uint64_t, const SqEntry&) { ++unposted; }), 0);
   EXPECT_EQ(softrdma::GetStats().post_send_calls, 1u);
   EXPECT_EQ(unposted, 0);
   EXPECT_EQ(q.batched(), 0u);
   // An empty batch rings nothing.
-  EXPECT_EQ(q.Doorbell([&](uint64_t) { ++unposted; }), 0);
+  EXPECT_EQ(q.Doorbell([&](uint64_t, const SqEntry&) { ++unposted; }), 0);
   EXPECT_EQ(softrdma::GetStats().post_send_calls, 1u);
   // Only the last WR was signalled: its one completion retires all five.
   ibv_wc wc{};
   ASSERT_TRUE(softrdma::testing::PollOne(pair.client_cq, &wc));
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   EXPECT_EQ(wc.wr_id, last);
-  q.RetireThrough(wc.wr_id);
+  q.RetireThrough(wc.wr_id, [](const SqEntry&) {});
   EXPECT_TRUE(q.empty());
   EXPECT_TRUE(softrdma::testing::Drain(pair.client_cq, 50).empty());
 }
@@ -151,7 +172,7 @@ TEST(SendQueue, DrainMarkerRetiresUnsignalledWrs) {
     ibv_send_wr wr = ZeroLengthWrite(&sge);
     q.PostWr(&wr, SqEntry{}, /*force_signal=*/false);
   }
-  ASSERT_EQ(q.Doorbell([](uint64_t) {}), 0);
+  ASSERT_EQ(q.Doorbell([](uint64_t, const SqEntry&) {}), 0);
   // The QP goes to ERROR (as after rdma_disconnect): a signalled marker's
   // flush is the one completion that retires what went before.
   ibv_qp_attr attr{};
@@ -162,7 +183,7 @@ TEST(SendQueue, DrainMarkerRetiresUnsignalledWrs) {
   uint64_t last = 0;
   for (const ibv_wc& wc : softrdma::testing::Drain(pair.client_cq, 500)) last = wc.wr_id;
   EXPECT_EQ(last, marker);
-  q.RetireThrough(last);
+  q.RetireThrough(last, [](const SqEntry&) {});
   EXPECT_TRUE(q.empty());
 }
 
