@@ -2,7 +2,6 @@
 #include "rdmarpc/server.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
