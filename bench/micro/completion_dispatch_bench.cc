@@ -1,23 +1,23 @@
 // Completion dispatch on the client: what happens between ibv_poll_cq
-// handing the engine a response's ibv_wc and the call's `done` having run,
+// handing the loop a response's ibv_wc and the call's `done` having run,
 // minus the verbs themselves.
 //
 // Real runtime code on the measured path: DecodeImm of the wc's imm_data
 // (runtime/transport/header.h), the call reached through its ResponseSink
 // (as Connection::OnRecvCompletion does once it found the slot,
 // call_slots.cc), and ClientCall::OnResponse → Finish (runtime/rpc/channel.cc):
-// parse the response protobuf, run `done`, delete the call. The engine's
-// qp_num → Connection lookup is the same container the Engine uses
-// (absl::flat_hash_map<uint32_t, ...>, completion_poller.h), holding the
+// parse the response protobuf, run `done`, delete the call. The loop's
+// qp_num → Connection lookup is the same container the EventLoop uses
+// (absl::flat_hash_map<uint32_t, ...>, event_loop.h), holding the
 // sink directly.
 //
 //   BM_CompletionDispatch/async      `done` as an async caller's callback
 //   BM_CompletionDispatch/blocking   `done` as BlockingUnaryCall's: store the
 //                                    status, Notify (nobody waiting yet)
 //   BM_CompletionHandoff             the blocking case across threads: a
-//                                    real Engine thread dispatches, the caller
+//                                    real EventLoop thread dispatches, the caller
 //                                    sleeps in WaitForNotification; one
-//                                    iteration = Post to the engine + dispatch
+//                                    iteration = Post to the loop + dispatch
 //                                    + wake the caller (two thread wake-ups)
 //
 // Each iteration also allocates the ClientCall (AsyncUnaryCall does, and
@@ -37,7 +37,7 @@
 #include "bench_echo.pb.h"
 #include "benchmark/benchmark.h"
 #include "runtime/rpc/channel_impl.h"
-#include "runtime/transport/completion_poller.h"
+#include "runtime/transport/event_loop.h"
 #include "runtime/transport/header.h"
 
 namespace rdmarpc {
@@ -133,8 +133,8 @@ void BM_ClientCallNewDelete(benchmark::State& state) {
 BENCHMARK(BM_ClientCallNewDelete);
 
 void BM_CompletionHandoff(benchmark::State& state) {
-  Engine engine("bench-engine");
-  absl::Status started = engine.Start();
+  EventLoop loop("bench-loop");
+  absl::Status started = loop.Start();
   if (!started.ok()) {
     state.SkipWithError(started.ToString().c_str());
     return;
@@ -142,7 +142,7 @@ void BM_CompletionHandoff(benchmark::State& state) {
   const ibv_wc wc = ResponseWc();
   const std::string payload = ResponseBytes();
   bench::EchoResponse response;
-  // Engine-thread state, touched only by posted tasks.
+  // Loop-thread state, touched only by posted tasks.
   auto qp_map = std::make_unique<absl::flat_hash_map<uint32_t, ResponseSink*>>();
   bool lost = false;
   for (auto _ : state) {
@@ -155,7 +155,7 @@ void BM_CompletionHandoff(benchmark::State& state) {
       result = std::move(s);
       finished.Notify();
     };
-    engine.Post([&, call] {
+    loop.Post([&, call] {
       (*qp_map)[kQpNum] = call;
       if (!Dispatch(wc, *qp_map, payload)) {
         lost = true;
@@ -168,7 +168,7 @@ void BM_CompletionHandoff(benchmark::State& state) {
       break;
     }
   }
-  engine.Stop();
+  loop.Stop();
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_CompletionHandoff)->UseRealTime();

@@ -1,4 +1,4 @@
-// Credit accounting (runtime/transport/credits.h) as one engine thread does it
+// Credit accounting (runtime/transport/credits.h) as one loop thread does it
 // per message: check, consume, piggy-back owed credits, take returned ones.
 #include "benchmark/benchmark.h"
 #include "runtime/transport/credits.h"

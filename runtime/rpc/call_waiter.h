@@ -1,8 +1,8 @@
 // call_waiter.h: how a synchronous caller waits for its call without a lock
 // on the fast path.
 //
-// The call is completed by whichever thread holds the engine's poller. When
-// that is the caller itself (it led the engine, see completion_poller.h),
+// The call is completed by whichever thread holds the loop's poller. When
+// that is the caller itself (it led the loop, see event_loop.h),
 // Notify is one atomic exchange and Wait returns at once. Only a caller that
 // must sleep (another thread polls for it) uses the futex: the classic
 // three-state futex event (Drepper, "Futexes Are Tricky", 2011).

@@ -83,7 +83,7 @@ void ClientCall::OnFailure(absl::Status status) { Finish(std::move(status)); }
 void ClientCall::Finish(absl::Status status) {
   if (bound && !ClientContextAccess::Unbind(context)) {
     // TryCancel won: its task (already posted) ends the call CANCELLED.
-    if (timer != 0) engine->CancelTimer(timer);
+    if (timer != 0) loop->CancelTimer(timer);
     timer = 0;
     end_deferred = true;
     return;
@@ -92,11 +92,11 @@ void ClientCall::Finish(absl::Status status) {
 }
 
 void ClientCall::RequestCancel() {
-  engine->Post([this] { OnCancelRequested(); });
+  loop->Post([this] { OnCancelRequested(); });
 }
 
 void ClientCall::OnCancelRequested() {
-  if (timer != 0) engine->CancelTimer(timer);
+  if (timer != 0) loop->CancelTimer(timer);
   timer = 0;
   // Still live on its connection unless it ended meanwhile (a connection
   // fails its calls before it goes away, so `conn` is valid here).
@@ -107,7 +107,7 @@ void ClientCall::OnCancelRequested() {
 }
 
 void ClientCall::Deliver(absl::Status status) {
-  if (timer != 0 && engine != nullptr) engine->CancelTimer(timer);
+  if (timer != 0 && loop != nullptr) loop->CancelTimer(timer);
   if (waiter != nullptr) {
     CallWaiter* w = waiter;
     *result = std::move(status);
@@ -144,15 +144,15 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
   std::unique_ptr<ChannelImpl> impl(new ChannelImpl(std::string(target), options));
   // Client large buffers are cached up to 4 × max message, unbounded in use.
   impl->device_ = std::make_unique<DeviceResources>(0, 256u << 20);
-  std::vector<Engine*> engines;
+  std::vector<EventLoop*> loops;
   for (int i = 0; i < options.engine_threads; ++i) {
-    auto e = std::make_unique<Engine>(absl::StrCat("rdmarpc-client-", i));
-    e->set_always_arm(false);  // see Engine::set_always_arm
+    auto e = std::make_unique<EventLoop>(absl::StrCat("rdmarpc-client-", i));
+    e->set_always_arm(false);  // see EventLoop::set_always_arm
     if (absl::Status s = e->Start(); !s.ok()) {
-      return absl::UnavailableError(absl::StrCat("starting channel engine: ", s.message()));
+      return absl::UnavailableError(absl::StrCat("starting channel loop: ", s.message()));
     }
-    engines.push_back(e.get());
-    impl->engines_.push_back(std::move(e));
+    loops.push_back(e.get());
+    impl->loops_.push_back(std::move(e));
   }
   ConnectionOptions copts;
   copts.eager_limit_bytes = options.eager_limit_bytes;
@@ -163,24 +163,24 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
   copts.connect_timeout = options.connect_timeout;
   for (const ResolvedAddress& a : *servers) {
     impl->pools_.push_back(std::make_unique<ConnectionPool>(a.addr, a.name, options.pool_size,
-                                                            engines, impl->device_.get(), copts));
+                                                            loops, impl->device_.get(), copts));
   }
   return impl;
 }
 
 ChannelImpl::~ChannelImpl() {
-  // Engines first: their connections fail pending calls (CANCELLED, as
+  // Loops first: their connections fail pending calls (CANCELLED, as
   // gRPC's channel destruction does) and tell the pools.
-  for (auto& e : engines_) {
-    Engine* engine = e.get();
-    e->Stop([this, engine] {
+  for (auto& e : loops_) {
+    EventLoop* loop = e.get();
+    e->Stop([this, loop] {
       for (auto& pool : pools_) {
         pool->CloseConnectionsOf(
-            engine, absl::CancelledError(absl::StrCat("channel to ", target_, " destroyed")));
+            loop, absl::CancelledError(absl::StrCat("channel to ", target_, " destroyed")));
       }
     });
   }
-  engines_.clear();
+  loops_.clear();
   pools_.clear();
   device_.reset();
 }
@@ -189,37 +189,37 @@ ChannelImpl::Route ChannelImpl::PickRoute() {
   ConnectionPool* pool =
       pools_[next_server_.fetch_add(1, std::memory_order_relaxed) % pools_.size()].get();
   const int slot = pool->PickSlot();
-  return Route{pool, slot, pool->engine_of(slot), &pool->name()};
+  return Route{pool, slot, pool->loop_of(slot), &pool->name()};
 }
 
 ChannelImpl::Route ChannelImpl::PickRoute(ClientCall* call) {
   const Route r = PickRoute();
-  call->engine = r.engine;
+  call->loop = r.loop;
   call->peer = r.peer;
   return r;
 }
 
 void ChannelImpl::Start(ClientCall* call) {
   const Route r = PickRoute(call);
-  call->engine->Post([this, call, r] { StartOnEngine(call, r.pool, r.slot); });
+  call->loop->Post([this, call, r] { StartOnLoop(call, r.pool, r.slot); });
 }
 
 void ChannelImpl::RunBlocking(ClientCall* call) {
   const Route r = PickRoute(call);
-  Engine* engine = call->engine;
+  EventLoop* loop = call->loop;
   CallWaiter* waiter = call->waiter;
-  if (engine->TryLead()) {
-    // Leader: this thread is the engine until its call is done.
-    StartOnEngine(call, r.pool, r.slot);
-    if (engine->LeadUntil([waiter] { return waiter->done(); })) return;
+  if (loop->TryLead()) {
+    // Leader: this thread is the loop until its call is done.
+    StartOnLoop(call, r.pool, r.slot);
+    if (loop->LeadUntil([waiter] { return waiter->done(); })) return;
   } else {
     // Follower: whoever holds the poller starts and finishes it.
-    engine->Post([this, call, r] { StartOnEngine(call, r.pool, r.slot); });
+    loop->Post([this, call, r] { StartOnLoop(call, r.pool, r.slot); });
   }
   waiter->Wait();
 }
 
-void ChannelImpl::StartOnEngine(ClientCall* call, ConnectionPool* pool, int slot) {
+void ChannelImpl::StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot) {
   const absl::Time now = absl::Now();
   if (now >= call->deadline) {
     call->Finish(absl::DeadlineExceededError(absl::StrCat(
@@ -242,7 +242,7 @@ void ChannelImpl::StartOnEngine(ClientCall* call, ConnectionPool* pool, int slot
   }
   call->conn = *conn;
   if (call->deadline != absl::InfiniteFuture()) {
-    call->timer = call->engine->AddTimer(call->deadline, [call] {
+    call->timer = call->loop->AddTimer(call->deadline, [call] {
       call->timer = 0;
       // Retire the slot (late responses are dropped, exposed buffers get new
       // rkeys) and fail the call.

@@ -1,4 +1,4 @@
-// channel_impl.h: the runtime behind rdmarpc::Channel — engines, the device,
+// channel_impl.h: the runtime behind rdmarpc::Channel — loops, the device,
 // one ConnectionPool per server address, and client call state.
 #ifndef RDMARPC_RUNTIME_RPC_CHANNEL_IMPL_H_
 #define RDMARPC_RUNTIME_RPC_CHANNEL_IMPL_H_
@@ -16,7 +16,7 @@
 #include "rdmarpc/client_context.h"
 #include "runtime/rpc/call_waiter.h"
 #include "runtime/rpc/context_access.h"
-#include "runtime/transport/completion_poller.h"
+#include "runtime/transport/event_loop.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/connection_pool.h"
 #include "runtime/transport/device.h"
@@ -26,7 +26,7 @@ namespace internal {
 
 class ChannelImpl;
 
-// One unary call in flight. Touched only by the engine's poller holder
+// One unary call in flight. Touched only by the loop's poller holder
 // after Start. Asynchronous: heap-allocated, owned by itself once started,
 // deleted right after `done` runs. Synchronous: on the caller's stack; Finish
 // stores the status in `*result` and notifies `waiter` (its last touch).
@@ -53,11 +53,11 @@ class ClientCall final : public ResponseSink, public CallCanceller {
   CallWaiter* waiter = nullptr;                    // synchronous
   absl::Status* result = nullptr;                  // synchronous
 
-  // Engine-side state.
-  Engine* engine = nullptr;
+  // EventLoop-side state.
+  EventLoop* loop = nullptr;
   Connection* conn = nullptr;
   uint32_t handle = 0;
-  Engine::TimerId timer = 0;
+  EventLoop::TimerId timer = 0;
   const std::string* peer = nullptr;  // the pool's name; outlives the call
 
   // The context's cancellation is bound (ClientContextAccess::Bind).
@@ -84,9 +84,9 @@ class ClientCall final : public ResponseSink, public CallCanceller {
   PooledBuffer deferred_response;
   absl::string_view deferred_payload;
   void OnFailure(absl::Status status) override;
-  // TryCancel (any thread): posts OnCancelRequested to the call's engine.
+  // TryCancel (any thread): posts OnCancelRequested to the call's loop.
   void RequestCancel() override;
-  // Engine thread: retires the call on its connection (the server is told)
+  // Loop thread: retires the call on its connection (the server is told)
   // and ends it CANCELLED.
   void OnCancelRequested();
   // The call's own end (response, failure, deadline): delivered unless
@@ -107,7 +107,7 @@ class ChannelImpl {
  public:
   static absl::StatusOr<std::unique_ptr<ChannelImpl>> Create(absl::string_view target,
                                                              const ChannelOptions& options);
-  ~ChannelImpl();  // fails calls in flight with UNAVAILABLE, joins engines
+  ~ChannelImpl();  // fails calls in flight with UNAVAILABLE, joins loops
 
   const std::string& target() const { return target_; }
   const ChannelOptions& options() const { return options_; }
@@ -117,27 +117,27 @@ class ChannelImpl {
   // Any thread: sends `call` to the next server round robin.
   void Start(ClientCall* call);
   // A synchronous call (call->waiter set), from a thread that is not one of
-  // this channel's engines: sends it and returns once it finished. When the
-  // engine's poller is free (or its thread spins and steps aside) this
+  // this channel's loops: sends it and returns once it finished. When the
+  // loop's poller is free (or its thread spins and steps aside) this
   // thread starts the call inline and polls the CQ itself until its
   // response arrives, with no cross-thread wake-up; otherwise it posts the
   // call and sleeps until the thread that polls finishes it.
   void RunBlocking(ClientCall* call);
-  // True on one of this channel's engine threads, i.e. inside a completion
+  // True on one of this channel's loop threads, i.e. inside a completion
   // callback of its calls: a blocking call there would wait for the very
   // thread it blocks.
   // Where a call goes: the next server round robin, and a connection slot
-  // of its pool (its engine and the server's name). Any thread.
+  // of its pool (its loop and the server's name). Any thread.
   struct Route {
     ConnectionPool* pool;
     int slot;
-    Engine* engine;
+    EventLoop* loop;
     const std::string* peer;  // the pool's name; outlives every call
   };
   Route PickRoute();
-  bool OnEngineThread() const {
-    for (const auto& engine : engines_) {
-      if (engine->InEngineThread()) return true;
+  bool OnLoopThread() const {
+    for (const auto& loop : loops_) {
+      if (loop->InLoopThread()) return true;
     }
     return false;
   }
@@ -145,12 +145,12 @@ class ChannelImpl {
  private:
   ChannelImpl(std::string target, const ChannelOptions& options);
   Route PickRoute(ClientCall* call);
-  void StartOnEngine(ClientCall* call, ConnectionPool* pool, int slot);
+  void StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot);
 
   const std::string target_;
   const ChannelOptions options_;
   std::unique_ptr<DeviceResources> device_;
-  std::vector<std::unique_ptr<Engine>> engines_;
+  std::vector<std::unique_ptr<EventLoop>> loops_;
   std::vector<std::unique_ptr<ConnectionPool>> pools_;
   std::atomic<uint32_t> next_server_{0};
 };

@@ -19,7 +19,7 @@ ClientStreamState::ClientStreamState(ChannelImpl* channel, absl::string_view met
     : channel_(channel), method_(method), context_(context), kind_(kind) {}
 
 void ClientStreamState::Prepare(const google::protobuf::MessageLite* first) {
-  if (reactor_ == nullptr && channel_->OnEngineThread()) {
+  if (reactor_ == nullptr && channel_->OnLoopThread()) {
     refused_ = absl::FailedPreconditionError(absl::StrCat(
         "stream ", method_, " opened from a completion callback of the same channel would "
         "deadlock (its blocking reads and writes need that thread); use a reactor "
@@ -48,7 +48,7 @@ void ClientStreamState::Prepare(const google::protobuf::MessageLite* first) {
     writes_done_ = true;  // the request half-closes the client's side
   }
   route_ = channel_->PickRoute();
-  engine_ = route_.engine;
+  loop_ = route_.loop;
   peer_ = route_.peer;
 }
 
@@ -65,29 +65,29 @@ void ClientStreamState::Start() {
       status_ = std::move(refused);
       return;
     }
-    engine_ref_ = shared_from_this();
+    loop_ref_ = shared_from_this();
     absl::MutexLock lock(&mu_);
     started_ = true;
-    engine_->Post([self = shared_from_this(), status = std::move(refused)]() mutable {
+    loop_->Post([self = shared_from_this(), status = std::move(refused)]() mutable {
       self->ended_ = true;
       self->Deliver(std::move(status));
     });
     return;
   }
   meta_ = EncodeMetadata(ClientContextAccess::Metadata(context_));
-  engine_ref_ = shared_from_this();
+  loop_ref_ = shared_from_this();
   // Posted under the lock: a reactor's operation on another thread that
   // sees started_ posts its task after this one.
   absl::MutexLock lock(&mu_);
   started_ = true;
-  engine_->Post([self = shared_from_this()]() mutable {
-    self->StartOnEngine(self->route_, std::move(self->first_payload_), self->has_first_);
+  loop_->Post([self = shared_from_this()]() mutable {
+    self->StartOnLoop(self->route_, std::move(self->first_payload_), self->has_first_);
     // Writes and a half-close a reactor started before StartCall.
     if (self->reactor_ != nullptr) self->SendPendingWrites();
   });
 }
 
-void ClientStreamState::StartOnEngine(ChannelImpl::Route route, std::string first,
+void ClientStreamState::StartOnLoop(ChannelImpl::Route route, std::string first,
                                       bool has_first) {
   const absl::Time deadline = context_->deadline();
   if (absl::Now() >= deadline) {
@@ -109,7 +109,7 @@ void ClientStreamState::StartOnEngine(ChannelImpl::Route route, std::string firs
   }
   conn_ = *conn;
   if (deadline != absl::InfiniteFuture()) {
-    timer_ = engine_->AddTimer(deadline, [this] {
+    timer_ = loop_->AddTimer(deadline, [this] {
       timer_ = 0;
       if (handle_ != 0) conn_->CancelCall(handle_);
       End(absl::DeadlineExceededError(
@@ -172,7 +172,7 @@ void ClientStreamState::OnWindow(uint32_t messages) {
   // hostile one open the window past kStreamWindow (or wrap it).
   send_window_ = std::min<uint64_t>(uint64_t{send_window_} + messages, kStreamWindow);
   if (reactor_ != nullptr && write_pending_) {
-    engine_->Post([self = shared_from_this()] { self->SendPendingWrites(); });
+    loop_->Post([self = shared_from_this()] { self->SendPendingWrites(); });
   }
 }
 
@@ -198,7 +198,7 @@ void ClientStreamState::OnFailure(absl::Status status) {
 
 void ClientStreamState::End(absl::Status status) {
   if (ended_) return;
-  if (timer_ != 0) engine_->CancelTimer(timer_);
+  if (timer_ != 0) loop_->CancelTimer(timer_);
   timer_ = 0;
   if (bound_ && !ClientContextAccess::Unbind(context_)) {
     // TryCancel won: its task (already posted) ends the stream CANCELLED.
@@ -211,11 +211,11 @@ void ClientStreamState::End(absl::Status status) {
 }
 
 void ClientStreamState::RequestCancel() {
-  engine_->Post([self = shared_from_this()] { self->OnCancelRequested(); });
+  loop_->Post([self = shared_from_this()] { self->OnCancelRequested(); });
 }
 
 void ClientStreamState::OnCancelRequested() {
-  if (timer_ != 0) engine_->CancelTimer(timer_);
+  if (timer_ != 0) loop_->CancelTimer(timer_);
   timer_ = 0;
   if (!end_deferred_ && handle_ != 0 && conn_ != nullptr) conn_->CancelCall(handle_);
   handle_ = 0;
@@ -227,8 +227,8 @@ void ClientStreamState::OnCancelRequested() {
 
 void ClientStreamState::Deliver(absl::Status status) {
   // Held to the end of this function: the last reference may be the
-  // engine's when the user let go already.
-  std::shared_ptr<ClientStreamState> ref = std::move(engine_ref_);
+  // loop's when the user let go already.
+  std::shared_ptr<ClientStreamState> ref = std::move(loop_ref_);
   if (reactor_ != nullptr && kind_ == RpcKind::kClientStreaming && status.ok() &&
       !got_response_) {
     status = absl::InternalError(
@@ -257,12 +257,12 @@ void ClientStreamState::Deliver(absl::Status status) {
 }
 
 void ClientStreamState::FailFromUser(absl::Status status) {
-  engine_->Post([self = shared_from_this(), status = std::move(status)]() mutable {
-    self->FailOnEngine(std::move(status));
+  loop_->Post([self = shared_from_this(), status = std::move(status)]() mutable {
+    self->FailOnLoop(std::move(status));
   });
 }
 
-void ClientStreamState::FailOnEngine(absl::Status status) {
+void ClientStreamState::FailOnLoop(absl::Status status) {
   if (ended_) return;
   if (handle_ != 0 && conn_ != nullptr) conn_->CancelCall(handle_);
   handle_ = 0;
@@ -293,7 +293,7 @@ bool ClientStreamState::Write(const google::protobuf::MessageLite& message) {
     --send_window_;
     // Posted under the lock: a WritesDone on another thread cannot post the
     // half-close ahead of this message.
-    engine_->Post([self = shared_from_this(), payload = std::move(payload)]() mutable {
+    loop_->Post([self = shared_from_this(), payload = std::move(payload)]() mutable {
       if (self->ended_ || self->handle_ == 0) return;
       self->conn_->SendStreamMessage(self->handle_, std::move(payload), /*no_message=*/false,
                                      /*end_stream=*/false);
@@ -306,7 +306,7 @@ bool ClientStreamState::WritesDone() {
   absl::MutexLock lock(&mu_);
   if (done_ || writes_done_) return false;
   writes_done_ = true;
-  engine_->Post([self = shared_from_this()] {
+  loop_->Post([self = shared_from_this()] {
     if (self->ended_ || self->handle_ == 0) return;
     self->conn_->SendStreamMessage(self->handle_, std::string(), /*no_message=*/true,
                                    /*end_stream=*/true);
@@ -337,7 +337,7 @@ bool ClientStreamState::Read(google::protobuf::MessageLite* message) {
   if (++consumed_ >= kStreamWindow / 2) {
     const uint32_t n = consumed_;
     consumed_ = 0;
-    engine_->Post([self = shared_from_this(), n] {
+    loop_->Post([self = shared_from_this(), n] {
       if (self->ended_ || self->handle_ == 0) return;
       self->conn_->GrantWindow(self->handle_, n);
     });
@@ -388,7 +388,7 @@ void ClientStreamState::StartRead(google::protobuf::MessageLite* message) {
       return;
     }
   }
-  engine_->Post([self = shared_from_this(), message, payload = std::move(payload), have] {
+  loop_->Post([self = shared_from_this(), message, payload = std::move(payload), have] {
     self->CompleteRead(message, have, payload);
   });
 }
@@ -410,8 +410,8 @@ void ClientStreamState::StartWrite(const google::protobuf::MessageLite& message,
         return;
       }
     }
-    engine_->Post([self = shared_from_this(), status = std::move(status)]() mutable {
-      self->FailOnEngine(std::move(status));
+    loop_->Post([self = shared_from_this(), status = std::move(status)]() mutable {
+      self->FailOnLoop(std::move(status));
       self->React(Reaction::kWrite, false);
     });
     return;
@@ -420,7 +420,7 @@ void ClientStreamState::StartWrite(const google::protobuf::MessageLite& message,
   message.SerializeToString(&payload);
   absl::MutexLock lock(&mu_);
   if (done_ || writes_done_) {
-    engine_->Post([self = shared_from_this()] { self->React(Reaction::kWrite, false); });
+    loop_->Post([self = shared_from_this()] { self->React(Reaction::kWrite, false); });
     return;
   }
   if (last) writes_done_ = true;
@@ -432,8 +432,8 @@ void ClientStreamState::StartWrite(const google::protobuf::MessageLite& message,
   }
   --send_window_;
   // Posted under the lock, as Write does.
-  engine_->Post([self = shared_from_this(), payload = std::move(payload), last]() mutable {
-    const bool ok = self->SendOnEngine(std::move(payload), /*no_message=*/false, last);
+  loop_->Post([self = shared_from_this(), payload = std::move(payload), last]() mutable {
+    const bool ok = self->SendOnLoop(std::move(payload), /*no_message=*/false, last);
     self->React(Reaction::kWrite, ok);
   });
 }
@@ -442,7 +442,7 @@ void ClientStreamState::StartWritesDone() {
   gate_.Add();
   absl::MutexLock lock(&mu_);
   if (done_ || writes_done_) {
-    engine_->Post([self = shared_from_this()] { self->React(Reaction::kWritesDone, false); });
+    loop_->Post([self = shared_from_this()] { self->React(Reaction::kWritesDone, false); });
     return;
   }
   writes_done_ = true;
@@ -450,8 +450,8 @@ void ClientStreamState::StartWritesDone() {
     writes_done_pending_ = true;  // after that write
     return;
   }
-  engine_->Post([self = shared_from_this()] {
-    const bool ok = self->SendOnEngine(std::string(), /*no_message=*/true, /*end_stream=*/true);
+  loop_->Post([self = shared_from_this()] {
+    const bool ok = self->SendOnLoop(std::string(), /*no_message=*/true, /*end_stream=*/true);
     self->React(Reaction::kWritesDone, ok);
   });
 }
@@ -459,8 +459,8 @@ void ClientStreamState::StartWritesDone() {
 void ClientStreamState::AddHolds(int holds) { gate_.Add(holds); }
 
 void ClientStreamState::RemoveHold() {
-  // OnDone never runs inline in a user's call: it goes to the engine.
-  if (gate_.Release()) engine_->Post([self = shared_from_this()] { self->ReactDone(); });
+  // OnDone never runs inline in a user's call: it goes to the loop.
+  if (gate_.Release()) loop_->Post([self = shared_from_this()] { self->ReactDone(); });
 }
 
 void ClientStreamState::OnReactorMessage(absl::string_view payload) {
@@ -469,7 +469,7 @@ void ClientStreamState::OnReactorMessage(absl::string_view payload) {
   if (kind_ == RpcKind::kClientStreaming) {
     if (got_response_) return;  // only the first is the response, as ClientWriter reads it
     if (!response_->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-      FailOnEngine(absl::InternalError(absl::StrCat("response of ", payload.size(),
+      FailOnLoop(absl::InternalError(absl::StrCat("response of ", payload.size(),
                                                     " bytes from ", method_,
                                                     " did not parse as ",
                                                     response_->GetTypeName())));
@@ -490,7 +490,7 @@ void ClientStreamState::OnReactorMessage(absl::string_view payload) {
   }
   if (read == nullptr) {
     // Beyond the window we granted, as in OnStreamMessage.
-    FailOnEngine(absl::ResourceExhaustedError(absl::StrCat(
+    FailOnLoop(absl::ResourceExhaustedError(absl::StrCat(
         *peer_, " sent more than the ", kStreamWindow, " stream messages it was granted")));
     return;
   }
@@ -502,14 +502,14 @@ void ClientStreamState::CompleteRead(google::protobuf::MessageLite* message, boo
   bool ok = have;
   if (ok && !message->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
     ok = false;
-    FailOnEngine(absl::InternalError(absl::StrCat("message of ", payload.size(), " bytes from ",
+    FailOnLoop(absl::InternalError(absl::StrCat("message of ", payload.size(), " bytes from ",
                                                   method_, " did not parse as ",
                                                   message->GetTypeName())));
   }
   if (ok && ++consumed_ >= kStreamWindow / 2) {
     const uint32_t n = consumed_;
     consumed_ = 0;
-    engine_->Post([self = shared_from_this(), n] {
+    loop_->Post([self = shared_from_this(), n] {
       if (self->ended_ || self->handle_ == 0) return;
       self->conn_->GrantWindow(self->handle_, n);
     });
@@ -538,16 +538,16 @@ void ClientStreamState::SendPendingWrites() {
     }
   }
   if (write) {
-    const bool ok = SendOnEngine(std::move(payload), /*no_message=*/false, last);
+    const bool ok = SendOnLoop(std::move(payload), /*no_message=*/false, last);
     React(Reaction::kWrite, ok);
   }
   if (writes_done) {
-    const bool ok = SendOnEngine(std::string(), /*no_message=*/true, /*end_stream=*/true);
+    const bool ok = SendOnLoop(std::string(), /*no_message=*/true, /*end_stream=*/true);
     React(Reaction::kWritesDone, ok);
   }
 }
 
-bool ClientStreamState::SendOnEngine(std::string payload, bool no_message, bool end_stream) {
+bool ClientStreamState::SendOnLoop(std::string payload, bool no_message, bool end_stream) {
   if (ended_ || handle_ == 0) return false;
   conn_->SendStreamMessage(handle_, std::move(payload), no_message, end_stream);
   return true;

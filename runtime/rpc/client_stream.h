@@ -1,22 +1,22 @@
 // client_stream.h: the client end of one stream (internal::ClientStream's
-// state), between the user's thread(s) and the channel engine that owns the
+// state), between the user's thread(s) and the channel loop that owns the
 // stream's connection.
 //
-// The engine side (upcalls from the Connection, started by Start) appends
+// The loop side (upcalls from the Connection, started by Start) appends
 // the server's messages to an inbox and adds the windows the server grants;
 // the user side blocks on those under one mutex (streams take a lock per
 // message; unary calls do not). Writes, half-close and window grants go to
-// the engine as posted tasks, in order. The state is shared: the engine
+// the loop as posted tasks, in order. The state is shared: the loop
 // holds a reference until the stream's end is delivered, the ClientStream
 // (or the reactor's ClientCallbackStream) the other.
 //
 // A reactor (rdmarpc/client_callback.h) uses the same state without
 // blocking: where Read and Write wait, StartRead and StartWrite leave a
-// pending operation (one of each at most, as gRPC allows) that the engine's
+// pending operation (one of each at most, as gRPC allows) that the loop's
 // upcall completes, and the reactor's reaction runs there, on the thread
 // polling the channel. Operations that can complete at once (a message
 // already in the inbox, window left) react from a task posted to the
-// engine, never inline in the Start call. A ReactorGate decides when
+// loop, never inline in the Start call. A ReactorGate decides when
 // OnDone runs.
 #ifndef RDMARPC_RUNTIME_RPC_CLIENT_STREAM_H_
 #define RDMARPC_RUNTIME_RPC_CLIENT_STREAM_H_
@@ -47,10 +47,10 @@ class ClientStreamState final : public ResponseSink,
   ClientStreamState(ChannelImpl* channel, absl::string_view method, ClientContext* context,
                     RpcKind kind);
 
-  // User side (any thread but the channel's engines, unless a reactor is
+  // User side (any thread but the channel's loops, unless a reactor is
   // set).
   // Checks the call and serialises `first` (server streaming: the request,
-  // sent with the opening frame); picks the stream's engine. Before Start.
+  // sent with the opening frame); picks the stream's loop. Before Start.
   void Prepare(const google::protobuf::MessageLite* first);
   // Sends the opening frame; a call Prepare refused ends with its status.
   void Start();
@@ -73,7 +73,7 @@ class ClientStreamState final : public ResponseSink,
   void AddHolds(int holds);
   void RemoveHold();
 
-  // ResponseSink (engine thread).
+  // ResponseSink (loop thread).
   void OnQueued(uint32_t h) override { handle_ = h; }
   void OnSent() override;
   void OnStreamHeaders(absl::string_view meta) override;
@@ -87,8 +87,8 @@ class ClientStreamState final : public ResponseSink,
   void RequestCancel() override;
 
  private:
-  // Engine thread.
-  void StartOnEngine(ChannelImpl::Route route, std::string first, bool has_first);
+  // Loop thread.
+  void StartOnLoop(ChannelImpl::Route route, std::string first, bool has_first);
   // The stream's own end (trailers, failure, deadline): delivered unless
   // TryCancel won the race (then OnCancelRequested delivers CANCELLED).
   void End(absl::Status status);
@@ -97,10 +97,10 @@ class ClientStreamState final : public ResponseSink,
   // Ends the call with `status` from the user's side (e.g. a message that
   // does not parse): retires it on the connection, then delivers.
   void FailFromUser(absl::Status status);
-  // The same on the engine thread.
-  void FailOnEngine(absl::Status status);
+  // The same on the loop thread.
+  void FailOnLoop(absl::Status status);
 
-  // Reactor side, engine thread.
+  // Reactor side, loop thread.
   enum class Reaction { kRead, kWrite, kWritesDone };
   void OnReactorMessage(absl::string_view payload);
   // Parses `payload` into `message` (`have` false: the stream ended, no
@@ -110,7 +110,7 @@ class ClientStreamState final : public ResponseSink,
   // Sends the pending write and half-close the window and order allow.
   void SendPendingWrites();
   // Sends one message / half-close; false when the stream ended.
-  bool SendOnEngine(std::string payload, bool no_message, bool end_stream);
+  bool SendOnLoop(std::string payload, bool no_message, bool end_stream);
   void MaybeReactInitialMetadata(bool ok);
   // Runs the reaction, then releases its count on the gate.
   void React(Reaction reaction, bool ok);
@@ -120,7 +120,7 @@ class ClientStreamState final : public ResponseSink,
   const std::string method_;
   ClientContext* const context_;
   const RpcKind kind_;
-  Engine* engine_ = nullptr;
+  EventLoop* loop_ = nullptr;
   const std::string* peer_ = nullptr;
 
   std::string meta_;  // the context's metadata, encoded
@@ -136,20 +136,20 @@ class ClientStreamState final : public ResponseSink,
   google::protobuf::MessageLite* response_ = nullptr;
   ReactorGate gate_;
 
-  // Engine thread only.
+  // Loop thread only.
   absl::Status meta_error_;  // the server's metadata did not decode / too large
   Connection* conn_ = nullptr;
   uint32_t handle_ = 0;
-  Engine::TimerId timer_ = 0;
+  EventLoop::TimerId timer_ = 0;
   bool bound_ = false;
   bool end_deferred_ = false;
   bool ended_ = false;  // the end was delivered (or deferred to the cancel)
   bool heard_from_server_ = false;  // headers, a message or the status came
   bool initial_metadata_reacted_ = false;
   bool got_response_ = false;  // client streaming reactor: response parsed
-  std::shared_ptr<ClientStreamState> engine_ref_;  // until the end is delivered
+  std::shared_ptr<ClientStreamState> loop_ref_;  // until the end is delivered
 
-  // User side only (one reader, one writer thread at a time); the engine
+  // User side only (one reader, one writer thread at a time); the loop
   // thread for a reactor.
   uint32_t consumed_ = 0;  // messages read since the last window grant
 

@@ -18,7 +18,7 @@ namespace internal {
 class CallCanceller {
  public:
   // Called once, from the thread in TryCancel, after it won the race with the
-  // call's end: the call must end with CANCELLED (on its own engine thread),
+  // call's end: the call must end with CANCELLED (on its own loop thread),
   // and only through this path (ClientContextAccess::Unbind fails for it).
   virtual void RequestCancel() = 0;
 

@@ -1,12 +1,7 @@
 // server.cc: Server and ServerImpl.
 #include "rdmarpc/server.h"
 
-#include <arpa/inet.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -18,7 +13,6 @@
 #include "runtime/rpc/server_impl.h"
 #include "runtime/rpc/status_payloads.h"
 #include "runtime/rpc/server_hooks.h"
-#include "runtime/transport/header.h"
 #include "runtime/transport/transport.h"
 
 namespace rdmarpc {
@@ -112,181 +106,58 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
                                         : std::max(handler_threads, kDefaultMaxHandlerThreads);
   pool_ = std::make_unique<HandlerPool>(handler_threads, max_threads, "rdmarpc-handler",
                                         kHandlerSpin);
-  acceptor_ = std::make_unique<Engine>("rdmarpc-acceptor");
-  if (absl::Status s = acceptor_->Start(); !s.ok()) {
-    return absl::UnavailableError(absl::StrCat("starting acceptor: ", s.message()));
-  }
   for (int i = 0; i < options_.num_workers; ++i) {
     auto w = std::make_unique<Worker>();
     w->server = this;
-    w->engine = std::make_unique<Engine>(absl::StrCat("rdmarpc-worker-", i));
-    if (absl::Status s = w->engine->Start(); !s.ok()) {
-      acceptor_->Stop();
-      for (auto& x : workers_) x->engine->Stop();
+    w->loop = std::make_unique<EventLoop>(absl::StrCat("rdmarpc-worker-", i));
+    if (absl::Status s = w->loop->Start(); !s.ok()) {
+      for (auto& x : workers_) x->loop->Stop();
       return absl::UnavailableError(absl::StrCat("starting worker: ", s.message()));
     }
     workers_.push_back(std::move(w));
   }
-  // The listener lives on the acceptor's event channel; binding happens here
-  // (before the acceptor reads events for it, since no events exist yet).
-  absl::StatusOr<CmIdPtr> id =
-      CreateCmId(acceptor_->event_channel(), static_cast<CmEventHandler*>(this));
-  absl::Status s = id.status();
-  if (s.ok()) {
-    listen_id_ = std::move(*id);
-    sockaddr_in sa = addr->addr;
-    if (Verbs().bind_addr(listen_id_.get(), reinterpret_cast<sockaddr*>(&sa)) != 0) {
-      s = ErrnoToStatus("rdma_bind_addr", errno);
-      if (s.code() != absl::StatusCode::kInvalidArgument) {
-        s = absl::UnavailableError(absl::StrCat("cannot bind ", addr->name, ": ", s.message()));
-      }
-    } else if (absl::Status probe = ProbeRegistration(); !probe.ok()) {
-      s = probe;
-    } else if (Verbs().listen(listen_id_.get(), 128) != 0) {
-      s = absl::UnavailableError(absl::StrCat(
-          "cannot listen on ", addr->name, ": ", ErrnoToStatus("rdma_listen", errno).message()));
+  Listener::Options lo;
+  lo.connection_options = [this] {
+    ConnectionOptions copts;
+    copts.eager_limit_bytes = options_.eager_limit_bytes;
+    copts.recv_buffer_bytes = options_.recv_buffer_bytes;
+    copts.recv_depth = options_.recv_depth;
+    copts.max_message_bytes = options_.max_message_bytes;
+    if (InstalledServerHooks() != nullptr) {
+      copts.request_read_delay = [] {
+        ServerHooks* hooks = InstalledServerHooks();
+        return hooks != nullptr ? hooks->RequestReadDelay() : absl::ZeroDuration();
+      };
     }
-  }
-  if (!s.ok()) {
-    acceptor_->Stop([this] { listen_id_.reset(); });
-    for (auto& w : workers_) w->engine->Stop();
+    return copts;
+  };
+  lo.protocol_version = [] { return ProtocolVersion(); };
+  lo.recv_depth = options_.recv_depth;
+  lo.recv_buffer_bytes = options_.recv_buffer_bytes;
+  lo.large_buffer_pool_bytes = options_.large_buffer_pool_bytes;
+  std::vector<Listener::Target> targets;
+  for (auto& w : workers_) targets.push_back(Listener::Target{w->loop.get(), w.get()});
+  // On the worker's loop, once it set the connection up.
+  auto on_accepted = [this](size_t worker, Connection* conn) {
+    workers_[worker]->conns.insert(conn);
+    open_connections_.fetch_add(1);
+  };
+  listener_ = std::make_unique<Listener>(device_.get(), std::move(lo), std::move(targets),
+                                         std::move(on_accepted));
+  if (absl::Status s = listener_->Listen(addr->addr, addr->name); !s.ok()) {
+    listener_.reset();
+    for (auto& w : workers_) w->loop->Stop();
     workers_.clear();
     absl::MutexLock lock(&mu_);
     state_ = State::kStopped;
     return s;
   }
-  port_ = ntohs(Verbs().get_src_port(listen_id_.get()));
-  accepting_.store(true);
+  port_ = listener_->port();
   absl::MutexLock lock(&mu_);
   state_ = State::kRunning;
   LOG(INFO) << "rdmarpc server listening on " << addr->name << " (port " << port_ << ", "
-            << Verbs().provider_name << ")";
+            << ProviderName() << ")";
   return absl::OkStatus();
-}
-
-absl::Status ServerImpl::ProbeRegistration() {
-  // When binding picked the device already (a specific address), register
-  // one connection's receive ring now so that a memlock limit shows at
-  // Start rather than on the first client.
-  ibv_context* verbs = listen_id_->verbs;
-  if (verbs == nullptr) return absl::OkStatus();
-  absl::StatusOr<ibv_pd*> pd = device_->GetPd(verbs);
-  if (!pd.ok()) return pd.status();
-  absl::StatusOr<std::unique_ptr<BufferSlab>> probe =
-      BufferSlab::Create(*pd, options_.recv_depth, options_.recv_buffer_bytes, kLocalAccess);
-  if (!probe.ok()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot register receive buffers: ", probe.status().message()));
-  }
-  return ProbeLargePool(*pd, options_.recv_depth * options_.recv_buffer_bytes);
-}
-
-absl::Status ServerImpl::ProbeLargePool(ibv_pd* pd, size_t ring_bytes) {
-  // The large-buffer pool is registered on demand, so a memlock limit below
-  // it would fail the first large call instead of Start. Probe it once —
-  // but only when RLIMIT_MEMLOCK is below what the pool and one receive ring
-  // need: unlimited (or large enough) limits cost nothing, and a privileged
-  // process (CAP_IPC_LOCK, which the kernel exempts from the limit) simply
-  // passes the probe. The probe maps the pool's size without touching it and
-  // registers it once, as brpc registers its whole RDMA block pool at start.
-  const size_t pool_bytes = options_.large_buffer_pool_bytes;
-  if (pool_bytes == 0) return absl::OkStatus();
-  rlimit lim{};
-  if (getrlimit(RLIMIT_MEMLOCK, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY ||
-      lim.rlim_cur >= pool_bytes + ring_bytes) {
-    return absl::OkStatus();
-  }
-  void* mem = mmap(nullptr, pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "large_buffer_pool_bytes ", pool_bytes, ": cannot map ", pool_bytes, " bytes: ",
-        ErrnoToStatus("mmap", errno).message()));
-  }
-  absl::Status registered;
-  {
-    absl::StatusOr<MrPtr> mr = RegisterMemory(pd, mem, pool_bytes, kRemoteAccess);
-    registered = mr.status();
-  }  // deregistered here, before the unmap
-  munmap(mem, pool_bytes);
-  if (!registered.ok()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "large_buffer_pool_bytes ", pool_bytes, " cannot be registered: ", registered.message()));
-  }
-  return absl::OkStatus();
-}
-
-void ServerImpl::Reject(rdma_cm_id* id, uint32_t reason) {
-  HandshakeData h;
-  h.version = ProtocolVersion();
-  h.reject_reason = reason;
-  char pd[kHandshakeBytes];
-  EncodeHandshake(h, pd);
-  Verbs().reject(id, pd, kHandshakeBytes);
-  Verbs().destroy_id(id);
-}
-
-void ServerImpl::OnCmEvent(const CmEvent& ev) {
-  if (ev.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-    OnConnectRequest(ev);
-    return;
-  }
-  VLOG(1) << "listener: ignoring " << rdma_event_str(ev.type);
-}
-
-void ServerImpl::OnConnectRequest(const CmEvent& ev) {
-  rdma_cm_id* id = ev.id;
-  if (!accepting_.load()) {
-    Reject(id, kRejectShuttingDown);
-    return;
-  }
-  absl::StatusOr<HandshakeData> h = DecodeHandshake(ev.private_data.data(), ev.private_data.size());
-  if (!h.ok()) {
-    LOG(WARNING) << "rejecting connection: " << h.status();
-    Reject(id, 0);
-    return;
-  }
-  if (h->version != ProtocolVersion()) {
-    LOG(WARNING) << "rejecting client speaking protocol version " << h->version
-                 << "; this server speaks " << ProtocolVersion();
-    Reject(id, kRejectVersion);
-    return;
-  }
-  if (h->recv_depth < kMinRecvDepth || h->recv_buffer_bytes < 256) {
-    LOG(WARNING) << "rejecting client with recv_depth " << h->recv_depth << " and buffers of "
-                 << h->recv_buffer_bytes << " bytes (need >= " << kMinRecvDepth << " and >= 256)";
-    Reject(id, 0);
-    return;
-  }
-  Worker* w = workers_[next_worker_.fetch_add(1) % workers_.size()].get();
-  // Until the worker adopts it, events of this id go nowhere.
-  id->context = nullptr;
-  if (Verbs().migrate_id(id, w->engine->event_channel()) != 0) {
-    LOG(ERROR) << ErrnoToStatus("rdma_migrate_id", errno);
-    Reject(id, 0);
-    return;
-  }
-  ConnectionOptions copts;
-  copts.eager_limit_bytes = options_.eager_limit_bytes;
-  copts.recv_buffer_bytes = options_.recv_buffer_bytes;
-  copts.recv_depth = options_.recv_depth;
-  copts.max_message_bytes = options_.max_message_bytes;
-  if (InstalledServerHooks() != nullptr) {
-    copts.request_read_delay = [] {
-      ServerHooks* hooks = InstalledServerHooks();
-      return hooks != nullptr ? hooks->RequestReadDelay() : absl::ZeroDuration();
-    };
-  }
-  const HandshakeData peer = *h;
-  w->engine->Post([this, w, id, peer, copts] {
-    absl::StatusOr<Connection*> c =
-        Connection::Accept(w->engine.get(), device_.get(), id, peer, copts, w);
-    if (!c.ok()) {
-      LOG(WARNING) << "accepting a connection failed: " << c.status();
-      return;
-    }
-    w->conns.insert(*c);
-    open_connections_.fetch_add(1);
-  });
 }
 
 void ServerImpl::Worker::OnRequest(Connection* conn, const IncomingRequest& req) {
@@ -297,7 +168,7 @@ ServerImpl::PoolCall* ServerImpl::Worker::FindPoolCall(Connection* conn,
                                                        const RequestToken& token) {
   auto calls = pool_calls.find(conn);
   if (calls == pool_calls.end()) return nullptr;
-  auto it = calls->second.find(static_cast<uint32_t>(token.generation) << 16 | token.slot);
+  auto it = calls->second.find(token.handle());
   if (it == calls->second.end() || it->second->answered) return nullptr;
   return it->second;
 }
@@ -462,7 +333,7 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
                               const std::string* method, const MethodHandler* handler) {
   auto call = std::make_unique<PoolCall>();
   if (req.stream) {
-    call->stream = std::make_unique<ServerStreamState>(worker->engine.get(), &call->conn,
+    call->stream = std::make_unique<ServerStreamState>(worker->loop.get(), &call->conn,
                                                        req.token, options_.max_message_bytes,
                                                        options_.max_message_bytes, &call->context);
     if (handler->callback() && handler->kind() == RpcKind::kServerStreaming) {
@@ -520,7 +391,7 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
     return;
   }
   PoolCall*& entry =
-      worker->pool_calls[conn][static_cast<uint32_t>(req.token.generation) << 16 | req.token.slot];
+      worker->pool_calls[conn][req.token.handle()];
   if (entry != nullptr) {
     // The client reused the slot and generation (12 bits wrap) while an
     // earlier call of that key, answered (cancelled) already, still runs:
@@ -532,7 +403,7 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
   if (handler->callback()) {
     PoolCall* raw = call.get();
     call->callback = std::make_unique<ServerCallbackCall>(
-        worker->engine.get(), handler->kind(), call->stream.get(), call->response.get(),
+        worker->loop.get(), handler->kind(), call->stream.get(), call->response.get(),
         [this, raw](absl::Status status) { AnswerPoolCall(raw, std::move(status)); },
         [this, raw] {
           delete raw;
@@ -618,11 +489,11 @@ void ServerImpl::RunOnPool(std::unique_ptr<PoolCall> call) {
   Worker* worker = call->worker;
   // The reply is posted as soon as the worker runs this task: the handler
   // does not wait for other handlers, or for the worker's poll batch.
-  worker->engine->Post([this, call = std::move(call), status = std::move(status)]() mutable {
+  worker->loop->Post([this, call = std::move(call), status = std::move(status)]() mutable {
     FinishPoolCall(std::move(call), std::move(status));
   });
   // Last: Shutdown waits for this count before it stops the workers, so
-  // the task above is never posted to a stopped engine.
+  // the task above is never posted to a stopped loop.
   pool_calls_.fetch_sub(1, std::memory_order_release);
 }
 
@@ -636,7 +507,7 @@ void ServerImpl::AnswerPoolCall(PoolCall* call, absl::Status status) {
   auto calls = worker->pool_calls.find(call->conn);
   if (calls != worker->pool_calls.end()) {
     auto it =
-        calls->second.find(static_cast<uint32_t>(call->token.generation) << 16 | call->token.slot);
+        calls->second.find(call->token.handle());
     if (it != calls->second.end() && it->second == call) calls->second.erase(it);
     if (calls->second.empty()) worker->pool_calls.erase(calls);
   }
@@ -781,7 +652,7 @@ void ServerImpl::Shutdown(absl::Duration grace) {
     state_ = State::kStopping;
   }
   for (auto& w : workers_) {
-    CHECK(!w->engine->InEngineThread()) << "Server::Shutdown called from a service method";
+    CHECK(!w->loop->InLoopThread()) << "Server::Shutdown called from a service method";
   }
   // 1. No handler starts from now on: new requests and queued pool calls
   //    are answered UNAVAILABLE. Stop accepting: the listener goes with
@@ -790,8 +661,7 @@ void ServerImpl::Shutdown(absl::Duration grace) {
   // Calls still waiting for a pool thread are answered now, here, rather
   // than when a thread frees up (each sees draining_ and starts nothing).
   for (auto& task : pool_->TakeQueued()) std::move(task)();
-  accepting_.store(false);
-  acceptor_->Stop([this] { listen_id_.reset(); });
+  listener_->Close();
   // 2. Handlers that run may finish within `grace`; their replies are posted
   //    as they return.
   const absl::Time until = absl::Now() + grace;
@@ -807,7 +677,7 @@ void ServerImpl::Shutdown(absl::Duration grace) {
   if (pool_calls_.load(std::memory_order_acquire) > 0) {
     for (auto& w : workers_) {
       Worker* wp = w.get();
-      w->engine->Post([this, wp] { CancelPoolCalls(wp); });
+      w->loop->Post([this, wp] { CancelPoolCalls(wp); });
     }
     absl::Time next_log = absl::Now() + absl::Seconds(1);
     while (pool_calls_.load(std::memory_order_acquire) > 0) {
@@ -816,7 +686,7 @@ void ServerImpl::Shutdown(absl::Duration grace) {
         next_log = absl::Now() + absl::Seconds(1);
         for (auto& w : workers_) {
           Worker* wp = w.get();
-          w->engine->Post([wp] {
+          w->loop->Post([wp] {
             for (const auto& [conn, calls] : wp->pool_calls) {
               for (const auto& [key, call] : calls) {
                 LOG(WARNING) << "Server::Shutdown waits for a cancelled handler of "
@@ -830,12 +700,12 @@ void ServerImpl::Shutdown(absl::Duration grace) {
     }
   }
   // 4. Disconnect every client once what was queued for it is delivered
-  //    (bounded), then join the workers; Engine::Stop destroys the
+  //    (bounded), then join the workers; EventLoop::Stop destroys the
   //    connections (QP first) after they are closed. Replies posted above
   //    are queued first: a worker runs its tasks in order.
   for (auto& w : workers_) {
     Worker* wp = w.get();
-    w->engine->Post([wp] {
+    w->loop->Post([wp] {
       std::vector<Connection*> conns(wp->conns.begin(), wp->conns.end());
       for (Connection* c : conns) {
         c->CloseWhenSent(absl::UnavailableError("server shutting down"), kCloseWhenSentBound);
@@ -848,7 +718,7 @@ void ServerImpl::Shutdown(absl::Duration grace) {
   }
   for (auto& w : workers_) {
     Worker* wp = w.get();
-    w->engine->Stop([wp] {
+    w->loop->Stop([wp] {
       std::vector<Connection*> conns(wp->conns.begin(), wp->conns.end());
       for (Connection* c : conns) {
         c->Close(absl::UnavailableError("server shutting down"));

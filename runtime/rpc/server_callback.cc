@@ -109,7 +109,7 @@ void ServerCallbackCall::Bind(ServerReactorBase* reactor) {
   if (cancelled) {
     // Cancelled while the method ran: OnCancel now that there is a reactor.
     gate_.Add();
-    engine_->Post([this] {
+    loop_->Post([this] {
       ServerReactorAccess::ReactCancel(reactor_);
       ReleaseGate();
     });
@@ -124,7 +124,7 @@ void ServerCallbackCall::StartSendInitialMetadata() {
     return;
   }
   // A unary answer carries its initial metadata: nothing to send now.
-  engine_->Post([this] { OnHeadersSent(!cancelled()); });
+  loop_->Post([this] { OnHeadersSent(!cancelled()); });
 }
 
 void ServerCallbackCall::StartRead(google::protobuf::MessageLite* message) {
@@ -155,7 +155,7 @@ void ServerCallbackCall::Finish(absl::Status status) {
   }
   if (stream_ == nullptr) {
     if (status.ok() && prepare_ok_response_ != nullptr) prepare_ok_response_();
-    engine_->Post([this, status = std::move(status)]() mutable {
+    loop_->Post([this, status = std::move(status)]() mutable {
       AnswerOnWorker(std::move(status));
     });
     return;

@@ -22,7 +22,7 @@
 #include "rdmarpc/impl/stream_call.h"
 #include "runtime/rpc/reactor_gate.h"
 #include "runtime/rpc/server_stream.h"
-#include "runtime/transport/completion_poller.h"
+#include "runtime/transport/event_loop.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -48,12 +48,12 @@ class ServerCallbackCall final : public ServerStreamReactions {
   // `release`: frees the call after OnDone (worker; last).
   // `prepare_ok_response` (unary, optional): runs on the thread calling
   // Finish(OK) before the answer is posted to the worker.
-  ServerCallbackCall(Engine* engine, RpcKind kind, ServerStreamState* stream,
+  ServerCallbackCall(EventLoop* loop, RpcKind kind, ServerStreamState* stream,
                      const google::protobuf::MessageLite* response,
                      absl::AnyInvocable<void(absl::Status)> answer,
                      absl::AnyInvocable<void()> release,
                      absl::AnyInvocable<void()> prepare_ok_response = nullptr)
-      : engine_(engine),
+      : loop_(loop),
         kind_(kind),
         stream_(stream),
         response_(response),
@@ -94,7 +94,7 @@ class ServerCallbackCall final : public ServerStreamReactions {
     return cancelled_;
   }
 
-  Engine* const engine_;
+  EventLoop* const loop_;
   const RpcKind kind_;
   ServerStreamState* const stream_;
   const google::protobuf::MessageLite* const response_;

@@ -1,6 +1,6 @@
-// server_impl.h: the runtime behind rdmarpc::Server — an acceptor engine that
-// owns the rdma_cm listener, worker engines that own connections and run
-// handlers, and method dispatch.
+// server_impl.h: the runtime behind rdmarpc::Server — the transport's
+// listener (its own acceptor loop), worker loops that own connections and
+// run handlers, and method dispatch.
 #ifndef RDMARPC_RUNTIME_RPC_SERVER_IMPL_H_
 #define RDMARPC_RUNTIME_RPC_SERVER_IMPL_H_
 
@@ -20,18 +20,19 @@
 #include "runtime/rpc/handler_pool.h"
 #include "runtime/rpc/server_callback.h"
 #include "runtime/rpc/server_stream.h"
-#include "runtime/transport/completion_poller.h"
+#include "runtime/transport/event_loop.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/buffer_pool.h"
 #include "runtime/transport/device.h"
+#include "runtime/transport/listener.h"
 
 namespace rdmarpc {
 namespace internal {
 
-class ServerImpl final : public CmEventHandler {
+class ServerImpl final {
  public:
   explicit ServerImpl(const ServerOptions& options);
-  ~ServerImpl() override;
+  ~ServerImpl();
 
   absl::Status AddService(Service* service);
   absl::Status Start(absl::string_view listen_address);
@@ -39,18 +40,15 @@ class ServerImpl final : public CmEventHandler {
   void Shutdown(absl::Duration grace);
   void Wait();
 
-  // Listener events (acceptor engine thread).
-  void OnCmEvent(const CmEvent& event) override;
-
  private:
   struct Worker;
   // A call whose handler runs (or waits to run) on the handler pool. Owned
-  // by the pool task until the handler returned, then by the engine task
+  // by the pool task until the handler returned, then by the loop task
   // that answers it. A callback call is owned by its ServerCallbackCall
   // once the method started, and freed after its reactor's OnDone.
   struct PoolCall {
     Worker* worker = nullptr;
-    // Engine thread only: nullptr once the connection closed.
+    // Loop thread only: nullptr once the connection closed.
     Connection* conn = nullptr;
     RequestToken token;
     const MethodHandler* handler = nullptr;
@@ -61,7 +59,7 @@ class ServerImpl final : public CmEventHandler {
     // A CallbackServerContext for every call (a ServerContext to
     // synchronous handlers).
     CallbackServerContext context;
-    // Engine thread only: the client was answered already (cancelled by it,
+    // Loop thread only: the client was answered already (cancelled by it,
     // or by Shutdown); the handler's own answer is dropped.
     bool answered = false;
     // Set by the pool thread as the handler starts.
@@ -87,18 +85,18 @@ class ServerImpl final : public CmEventHandler {
   // Per worker: its connections and the dispatch upcall.
   struct Worker final : ConnectionHandler {
     ServerImpl* server = nullptr;
-    std::unique_ptr<Engine> engine;
-    absl::flat_hash_set<Connection*> conns;  // engine thread only
+    std::unique_ptr<EventLoop> loop;
+    absl::flat_hash_set<Connection*> conns;  // loop thread only
     // Pool calls not answered yet, by connection and request token
-    // (slot | generation << 16). Engine thread only.
+    // (RequestToken::handle()). Loop thread only.
     absl::flat_hash_map<Connection*, absl::flat_hash_map<uint32_t, PoolCall*>> pool_calls;
     // Answered pool calls whose key a newer call of the same connection
     // took (the client reuses slot and generation) and whose handlers still
-    // run. Engine thread only.
+    // run. Loop thread only.
     absl::flat_hash_map<Connection*, std::vector<PoolCall*>> answered_calls;
     // Request/response messages kept per method and reused (Clear keeps
     // their buffers), so a small call allocates nothing in steady state.
-    // Engine thread only; `busy` while a handler runs (never nested today,
+    // Loop thread only; `busy` while a handler runs (never nested today,
     // but a nested dispatch would then fall back to fresh messages).
     struct Messages {
       std::unique_ptr<google::protobuf::MessageLite> request;
@@ -153,22 +151,14 @@ class ServerImpl final : public CmEventHandler {
   // Worker: marks `call` cancelled (context, stream) and runs its
   // on-cancel callbacks.
   static void CancelPoolCall(PoolCall* call);
-  void OnConnectRequest(const CmEvent& event);
-  static void Reject(rdma_cm_id* id, uint32_t reason);
-  absl::Status ProbeRegistration();
-  // Start: registers the large-buffer pool's size once when RLIMIT_MEMLOCK
-  // may be too low for it (with `ring_bytes` of receive ring beside it).
-  absl::Status ProbeLargePool(ibv_pd* pd, size_t ring_bytes);
 
   const ServerOptions options_;
   absl::flat_hash_map<std::string, const MethodHandler*> methods_;
   absl::flat_hash_set<std::string> services_;
   std::unique_ptr<DeviceResources> device_;
-  std::unique_ptr<Engine> acceptor_;
-  CmIdPtr listen_id_;  // acceptor thread after Start
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::atomic<uint32_t> next_worker_{0};
-  std::atomic<bool> accepting_{false};
+  // Accepts onto the workers' loops in turn (after Start).
+  std::unique_ptr<Listener> listener_;
   std::unique_ptr<HandlerPool> pool_;
   // Set when Shutdown begins: no handler starts after it.
   std::atomic<bool> draining_{false};

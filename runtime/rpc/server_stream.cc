@@ -34,7 +34,7 @@ bool ServerStreamState::Read(google::protobuf::MessageLite* message) {
   if (++consumed_ >= kStreamWindow / 2) {
     const uint32_t n = consumed_;
     consumed_ = 0;
-    engine_->Post([conn = conn_, token = token_, n] {
+    loop_->Post([conn = conn_, token = token_, n] {
       if (*conn != nullptr) (*conn)->GrantWindow(token, n);
     });
   }
@@ -57,7 +57,7 @@ bool ServerStreamState::SendHeadersOnce() {
     if (failure_.ok()) failure_ = std::move(md);
     return false;
   }
-  engine_->Post([conn = conn_, token = token_, meta = std::move(encoded)]() mutable {
+  loop_->Post([conn = conn_, token = token_, meta = std::move(encoded)]() mutable {
     if (*conn != nullptr) (*conn)->SendStreamHeaders(token, std::move(meta));
   });
   return true;
@@ -85,7 +85,7 @@ bool ServerStreamState::Write(const google::protobuf::MessageLite& message) {
     if (cancelled_ || !failure_.ok()) return false;
     --send_window_;
   }
-  engine_->Post([conn = conn_, token = token_, payload = std::move(payload)]() mutable {
+  loop_->Post([conn = conn_, token = token_, payload = std::move(payload)]() mutable {
     if (*conn != nullptr) (*conn)->SendStreamMessage(token, std::move(payload));
   });
   return true;
@@ -146,7 +146,7 @@ void ServerStreamState::Cancel() {
   }
   // The finish goes after this upcall (it answers the call, which callers
   // iterating the worker's calls must not see inline).
-  if (finish) engine_->Post([finish = std::move(finish)]() mutable { std::move(finish)(); });
+  if (finish) loop_->Post([finish = std::move(finish)]() mutable { std::move(finish)(); });
   if (read != nullptr) reactions_->OnReadDone(false);
   if (write && react) reactions_->OnWriteDone(false);
 }
@@ -155,7 +155,7 @@ void ServerStreamState::Cancel() {
 
 void ServerStreamState::StartSendHeaders() {
   const bool ok = SendHeadersOnce();
-  engine_->Post([this, ok] {
+  loop_->Post([this, ok] {
     bool cancelled;
     {
       absl::MutexLock lock(&mu_);
@@ -181,7 +181,7 @@ void ServerStreamState::StartRead(google::protobuf::MessageLite* message) {
       }
     }
   }
-  engine_->Post([this, message, have, payload = std::move(payload)] {
+  loop_->Post([this, message, have, payload = std::move(payload)] {
     CompleteRead(message, have, payload);
   });
 }
@@ -231,7 +231,7 @@ void ServerStreamState::StartWrite(const google::protobuf::MessageLite& message,
   }
   absl::MutexLock lock(&mu_);
   if (!ok || cancelled_ || !failure_.ok()) {
-    if (react) engine_->Post([this] { reactions_->OnWriteDone(false); });
+    if (react) loop_->Post([this] { reactions_->OnWriteDone(false); });
     return;
   }
   if (send_window_ == 0) {
@@ -242,7 +242,7 @@ void ServerStreamState::StartWrite(const google::protobuf::MessageLite& message,
   }
   --send_window_;
   // Posted under the lock: a Finish on another thread cannot overtake it.
-  engine_->Post([this, payload = std::move(payload), react]() mutable {
+  loop_->Post([this, payload = std::move(payload), react]() mutable {
     bool sent = false;
     {
       absl::MutexLock lock(&mu_);
@@ -274,7 +274,7 @@ void ServerStreamState::SendPendingWrite() {
   }
   const bool sent = *conn_ != nullptr;
   if (sent) (*conn_)->SendStreamMessage(token_, std::move(payload));
-  if (finish) engine_->Post([finish = std::move(finish)]() mutable { std::move(finish)(); });
+  if (finish) loop_->Post([finish = std::move(finish)]() mutable { std::move(finish)(); });
   if (react) reactions_->OnWriteDone(sent);
 }
 
@@ -284,7 +284,7 @@ void ServerStreamState::FinishAfterWrites(absl::AnyInvocable<void() &&> finish) 
     finish_ = std::move(finish);
     return;
   }
-  engine_->Post([finish = std::move(finish)]() mutable { std::move(finish)(); });
+  loop_->Post([finish = std::move(finish)]() mutable { std::move(finish)(); });
 }
 
 // ---- internal::ServerStream ----------------------------------------------------

@@ -1,6 +1,6 @@
 // server_stream.h: the server end of one stream (internal::ServerStream's
 // state), between the handler-pool thread running a streaming handler and
-// the worker engine that owns the stream's connection.
+// the worker loop that owns the stream's connection.
 //
 // The worker appends the client's messages to an inbox, adds the windows
 // the client grants and marks the end of the client's side or the call's
@@ -30,7 +30,7 @@
 #include "google/protobuf/message_lite.h"
 #include "rdmarpc/impl/stream_call.h"
 #include "rdmarpc/server_context.h"
-#include "runtime/transport/completion_poller.h"
+#include "runtime/transport/event_loop.h"
 #include "runtime/transport/connection.h"
 
 namespace rdmarpc {
@@ -57,10 +57,10 @@ class ServerStreamState {
   // `max_header_bytes` is the most initial metadata (encoded) the stream
   // sends (the server's max_message_bytes: headers above the eager limit
   // travel by rendezvous).
-  ServerStreamState(Engine* engine, Connection* const* conn, RequestToken token,
+  ServerStreamState(EventLoop* loop, Connection* const* conn, RequestToken token,
                     size_t max_message_bytes, size_t max_header_bytes,
                     const ServerContext* context)
-      : engine_(engine),
+      : loop_(loop),
         conn_(conn),
         token_(token),
         max_message_bytes_(max_message_bytes),
@@ -101,7 +101,7 @@ class ServerStreamState {
   void Cancel();
 
  private:
-  Engine* const engine_;
+  EventLoop* const loop_;
   Connection* const* const conn_;
   const RequestToken token_;
   const size_t max_message_bytes_;

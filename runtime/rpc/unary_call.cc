@@ -64,7 +64,7 @@ void StartAsyncUnaryCall(Channel* channel, absl::string_view method, ClientConte
     if (refuse_inline) {
       std::move(done)(std::move(s));
     } else {
-      impl->PickRoute().engine->Post(
+      impl->PickRoute().loop->Post(
           [done = std::move(done), s = std::move(s)]() mutable { std::move(done)(std::move(s)); });
     }
     return;
@@ -113,8 +113,8 @@ absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method, Clien
                                const google::protobuf::MessageLite& request,
                                google::protobuf::MessageLite* response) {
   ChannelImpl* impl = ChannelAccess::Impl(channel);
-  if (impl->OnEngineThread()) {
-    // Inside a completion callback: this thread drives the engine that would
+  if (impl->OnLoopThread()) {
+    // Inside a completion callback: this thread drives the loop that would
     // have to deliver the response, and the deadline timer runs here too.
     return absl::FailedPreconditionError(absl::StrCat(
         "blocking call to ", method,

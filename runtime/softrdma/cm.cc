@@ -23,7 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "glog/logging.h"
-#include "softrdma/engine.h"
+#include "softrdma/progress_thread.h"
 #include "softrdma/faults.h"
 #include "softrdma/internal.h"
 #include "softrdma/shm_link.h"
@@ -1133,7 +1133,7 @@ static int ConnectStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
   s->tcp_connecting = true;
   s->state = CmState::kConnecting;
   const uint64_t serial = s->serial;
-  internal::Engine::Get().RunAfter(absl::Milliseconds(s->timeout_ms), [serial] {
+  internal::ProgressThread::Get().RunAfter(absl::Milliseconds(s->timeout_ms), [serial] {
     absl::MutexLock l(&CmMutex());
     SoftCmId* live = internal::FindLiveId(serial);
     if (live == nullptr || !live->tcp_connecting) return;

@@ -10,7 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
-#include "softrdma/engine.h"
+#include "softrdma/progress_thread.h"
 #include "softrdma/faults_internal.h"
 #include "softrdma/internal.h"
 #include "softrdma/shm_link.h"
@@ -70,7 +70,7 @@ void OnDelayedEventTimer(uint64_t serial) {
 void ScheduleDelayedEventLocked(SoftCq* c) {
   const int64_t wait = c->visible_at[c->head] - absl::GetCurrentTimeNanos();
   const uint64_t serial = c->serial;
-  Engine::Get().RunAfter(absl::Nanoseconds(std::max<int64_t>(wait, 0)),
+  ProgressThread::Get().RunAfter(absl::Nanoseconds(std::max<int64_t>(wait, 0)),
                          [serial] { OnDelayedEventTimer(serial); });
 }
 
@@ -226,7 +226,7 @@ void DrainShmRings(SoftCq* c, bool polling) {
 // timer puts the rings back to doorbell mode and drains them in its place.
 // One timer per polled CQ, not per QP.
 void ArmWatchdog(std::shared_ptr<SoftCq::ShmWatch> watch, uint64_t polls) {
-  Engine::Get().RunAfter(absl::Microseconds(kWatchdogMicros), [watch, polls] {
+  ProgressThread::Get().RunAfter(absl::Microseconds(kWatchdogMicros), [watch, polls] {
     const uint64_t now = watch->polls.load(std::memory_order_relaxed);
     if (now != polls) return ArmWatchdog(watch, now);  // still polling
     // Disarm before the flags go up: a poll in between then re-arms.

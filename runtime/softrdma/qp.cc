@@ -20,7 +20,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "glog/logging.h"
-#include "softrdma/engine.h"
+#include "softrdma/progress_thread.h"
 #include "softrdma/faults_internal.h"
 #include "softrdma/internal.h"
 #include "softrdma/shm_link.h"
@@ -236,7 +236,7 @@ void FlushBacklogNow(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
 // until it is gone (drains retry too, as the peer's answers free room).
 void FlushBacklogLater(SoftQp* q) {
   std::weak_ptr<SoftQp> weak = q->self;
-  Engine::Get().RunAfter(absl::Microseconds(kWatchdogMicros), [weak] {
+  ProgressThread::Get().RunAfter(absl::Microseconds(kWatchdogMicros), [weak] {
     std::shared_ptr<SoftQp> qp = weak.lock();
     if (qp == nullptr) return;
     absl::MutexLock l(&qp->mu);
@@ -367,7 +367,7 @@ void ArmAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   // IB: the local ACK timeout is 4.096 us * 2^timeout.
   const absl::Duration period = absl::Nanoseconds(int64_t{4096} << q->timeout);
   std::weak_ptr<SoftQp> weak = q->self;
-  Engine::Get().RunAfter(period, [weak] {
+  ProgressThread::Get().RunAfter(period, [weak] {
     if (std::shared_ptr<SoftQp> qp = weak.lock()) OnAckTimer(qp.get());
   });
 }
@@ -809,7 +809,7 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
         const int64_t delay_us =
             (f.h.read_len & 0x100u) ? RnrTimerMicros(static_cast<uint8_t>(f.h.read_len & 31))
                                     : kRnrDelayMicros;
-        Engine::Get().RunAfter(absl::Microseconds(delay_us), [weak, psn] {
+        ProgressThread::Get().RunAfter(absl::Microseconds(delay_us), [weak, psn] {
           if (std::shared_ptr<SoftQp> qp = weak.lock()) RetransmitFrom(qp.get(), psn);
         });
         return;
@@ -866,7 +866,7 @@ void AckLocked(SoftQp* q, uint32_t psn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
     if (!q->ack_hold_timer) {
       q->ack_hold_timer = true;
       std::weak_ptr<SoftQp> weak = q->self;
-      Engine::Get().RunAfter(absl::Microseconds(hold_us), [weak] {
+      ProgressThread::Get().RunAfter(absl::Microseconds(hold_us), [weak] {
         std::shared_ptr<SoftQp> qp = weak.lock();
         if (qp == nullptr) return;
         absl::MutexLock l(&qp->mu);

@@ -2,7 +2,7 @@
 //
 //  * BufferSlab: `count` buffers of `buffer_bytes` in one allocation and one
 //    MR — a connection's receive ring or send buffers. get/put are for one
-//    thread (the connection's engine).
+//    thread (the connection's loop).
 //  * LargeBufferPool: buffers for rendezvous payloads, each with its own MR
 //    so that one buffer's remote access can be revoked (Rekey) without
 //    touching the others. Buffers are kept for reuse; registration happens

@@ -1,7 +1,7 @@
-// call_slots.cc: the client's table of calls in flight on one connection.
-// A slot's index and generation travel in imm_data, so a response finds its
-// call without parsing, and a response for a retired slot (deadline) is
-// recognised as stale by its generation.
+// call_slots.cc: a client call's life on one connection — started in a
+// StreamTable slot (stream_table.h), cancelled, finished (its buffers put
+// back, or quarantined until the server's late answer) — and the server's
+// side of a cancel.
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "runtime/transport/connection.h"
@@ -17,55 +17,38 @@ uint32_t Connection::StartCall(OutgoingRequest request, ResponseSink* sink) {
                         : absl::UnavailableError(close_reason_.message()));
     return 0;
   }
-  uint16_t idx;
-  if (!free_slots_.empty()) {
-    idx = free_slots_.back();
-    free_slots_.pop_back();
-  } else if (slots_.size() < static_cast<size_t>(kMaxSlots)) {
-    idx = static_cast<uint16_t>(slots_.size());
-    slots_.emplace_back();
-  } else {
+  const uint32_t handle = streams_.Open();
+  if (handle == 0) {
     sink->OnFailure(absl::ResourceExhaustedError(
         absl::StrCat("connection to ", peer_name_, " has ", kMaxSlots, " calls in flight")));
     return 0;
   }
-  Slot& s = slots_[idx];
-  s.busy = true;
-  s.sent = false;
+  const uint16_t idx = HandleSlot(handle);
+  Slot& s = streams_.slot(idx);
   s.sink = sink;
   s.stream = request.stream;
   s.request = std::move(request);
-  ++busy_slots_;
-  engine_->CallStarted();
-  // Generation 0 is never used so that handle 0 means "no call".
-  const uint32_t handle = (static_cast<uint32_t>(s.generation) << 16) | idx;
+  loop_->CallStarted();
   sink->OnQueued(handle);
   if (state_ == ConnState::kEstablished && out_queue_.empty() && CanPostMessage()) {
     // Fast path: straight into the send queue (no out_queue_ node); the
-    // doorbell rings at the end of the engine step, with whatever else
+    // doorbell rings at the end of the loop step, with whatever else
     // became ready. SendRequest may fail the call (and recycle the slot).
     SendRequest(handle);
-    Touch();
-    return LiveSlot(idx, static_cast<uint16_t>(handle >> 16)) != nullptr ? handle : 0;
+    ScheduleEndOfStep();
+    return streams_.Live(handle) != nullptr ? handle : 0;
   }
   OutItem item;
   item.kind = OutKind::kRequest;
   item.handle = handle;
   out_queue_.push_back(std::move(item));
-  // Sent at the end of the engine step, with whatever else became ready.
-  if (state_ == ConnState::kEstablished) Touch();
+  // Sent at the end of the loop step, with whatever else became ready.
+  if (state_ == ConnState::kEstablished) ScheduleEndOfStep();
   return handle;
 }
 
-Connection::Slot* Connection::LiveSlot(uint16_t slot, uint16_t gen) {
-  if (slot >= slots_.size()) return nullptr;
-  Slot& s = slots_[slot];
-  if (!s.busy || s.generation != gen) return nullptr;
-  return &s;
-}
-
 void Connection::FinishSlot(uint16_t idx, bool rekey) {
-  Slot& s = slots_[idx];
+  Slot& s = streams_.slot(idx);
   if (pool_ != nullptr) {
     // A buffer the server could still READ or WRITE (the call ended without
     // its response) must not be reused with the same rkey.
@@ -77,10 +60,7 @@ void Connection::FinishSlot(uint16_t idx, bool rekey) {
       // connection for every other call on it, so both buffers are kept out
       // of use until that answer (or the connection's end) shows the server
       // is done with them.
-      std::vector<LargeBuffer*>& held =
-          quarantine_[(static_cast<uint32_t>(s.generation) << 16) | idx];
-      if (s.request_buffer != nullptr) held.push_back(s.request_buffer);
-      if (s.reply_buffer != nullptr) held.push_back(s.reply_buffer);
+      streams_.Quarantine(idx, s.generation, s.request_buffer, s.reply_buffer);
     } else {
       for (LargeBuffer* b : {s.request_buffer, s.reply_buffer}) {
         if (b == nullptr) continue;
@@ -91,35 +71,23 @@ void Connection::FinishSlot(uint16_t idx, bool rekey) {
   s.request_buffer = nullptr;
   s.reply_buffer = nullptr;
   if (s.stream) DropStreamIn(s.in);
-  s.in.pulls = 0;
-  s.stream = false;
-  s.busy = false;
-  s.sent = false;
-  s.sink = nullptr;
-  s.request = OutgoingRequest();
-  s.generation = static_cast<uint16_t>((s.generation + 1) & kGenerationMask);
-  if (s.generation == 0) s.generation = 1;
-  --busy_slots_;
-  engine_->CallFinished();
-  free_slots_.push_back(idx);
+  streams_.Free(idx);
+  loop_->CallFinished();
 }
 
 void Connection::ReleaseQuarantined(uint16_t slot, uint16_t gen) {
-  if (quarantine_.empty()) return;
-  auto it = quarantine_.find((static_cast<uint32_t>(gen) << 16) | slot);
-  if (it == quarantine_.end()) return;
+  if (streams_.quarantined_calls() == 0) return;
   // The server answered this retired call: it will not read or write these
   // buffers again.
-  if (pool_ != nullptr) {
-    for (LargeBuffer* b : it->second) pool_->Put(b);
+  for (LargeBuffer* b : streams_.TakeQuarantined(slot, gen)) {
+    if (pool_ != nullptr) pool_->Put(b);
   }
-  quarantine_.erase(it);
 }
 
 void Connection::CancelCall(uint32_t handle) {
-  const uint16_t idx = static_cast<uint16_t>(handle & 0xFFFF);
-  const uint16_t gen = static_cast<uint16_t>(handle >> 16);
-  Slot* s = LiveSlot(idx, gen);
+  const uint16_t idx = HandleSlot(handle);
+  const uint16_t gen = HandleGeneration(handle);
+  Slot* s = streams_.Live(idx, gen);
   if (s == nullptr) return;
   if (s->sent && usable()) {
     OutItem item;
@@ -127,7 +95,7 @@ void Connection::CancelCall(uint32_t handle) {
     item.slot = idx;
     item.generation = gen;
     out_queue_.push_back(std::move(item));
-    Touch();
+    ScheduleEndOfStep();
   }
   FinishSlot(idx, /*rekey=*/true);
 }
@@ -138,7 +106,7 @@ void Connection::OnCancelFrame(const Imm& imm) {
       // No more of it is pulled; answered CANCELLED once its pieces in
       // flight ended (PostRendezvousChunks, OnChunkDone).
       ctx.cancelled = true;
-      if (ctx.progress.outstanding == 0 && !ctx.progress.all_posted()) Touch();
+      if (ctx.progress.outstanding == 0 && !ctx.progress.all_posted()) ScheduleEndOfStep();
       return;
     }
   }

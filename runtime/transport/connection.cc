@@ -15,10 +15,6 @@ namespace rdmarpc {
 namespace internal {
 namespace {
 
-// rdma_cm's REJECTED status when nothing listens on the port: the IB CM's
-// "invalid service ID" (IBTA spec table 112); RoCE reports the same.
-constexpr int kCmRejectInvalidServiceId = 8;
-
 int ToMs(absl::Duration d) {
   const int64_t ms = absl::ToInt64Milliseconds(d);
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ms, 1 << 30)));
@@ -46,30 +42,29 @@ const char* ConnStateName(ConnState s) {
   return "?";
 }
 
-Connection::Connection(Engine* engine, DeviceResources* device, const ConnectionOptions& options,
+Connection::Connection(EventLoop* loop, DeviceResources* device, const ConnectionOptions& options,
                        ConnectionHandler* handler, std::string peer_name, bool is_client)
-    : engine_(engine),
+    : LoopClient(loop),
       device_(device),
       options_(WithMinRecvDepth(options)),
       handler_(handler),
       peer_name_(std::move(peer_name)),
       is_client_(is_client),
-      state_(ConnState::kResolvingAddr),
-      sq_ring_(kSendQueueDepth) {}
+      state_(ConnState::kResolvingAddr) {}
 
 Connection::~Connection() {
-  for (Engine::TimerId t : timers_) engine_->CancelTimer(t);
+  for (EventLoop::TimerId t : timers_) loop_->CancelTimer(t);
   if (state_ != ConnState::kClosed) Destroy();
 }
 
-absl::StatusOr<Connection*> Connection::Connect(Engine* engine, DeviceResources* device,
+absl::StatusOr<Connection*> Connection::Connect(EventLoop* loop, DeviceResources* device,
                                                 const sockaddr_in& dst, std::string peer_name,
                                                 const ConnectionOptions& options,
                                                 ConnectionHandler* handler) {
   std::unique_ptr<Connection> c(
-      new Connection(engine, device, options, handler, peer_name, /*is_client=*/true));
+      new Connection(loop, device, options, handler, peer_name, /*is_client=*/true));
   absl::StatusOr<CmIdPtr> id =
-      CreateCmId(engine->event_channel(), static_cast<CmEventHandler*>(c.get()));
+      CreateCmId(loop->event_channel(), static_cast<CmEventHandler*>(c.get()));
   if (!id.ok()) return id.status();
   c->id_ = std::move(*id);
   sockaddr_in addr = dst;
@@ -78,8 +73,9 @@ absl::StatusOr<Connection*> Connection::Connect(Engine* engine, DeviceResources*
     absl::Status s = ErrnoToStatus("rdma_resolve_addr", errno);
     return absl::UnavailableError(absl::StrCat("connecting to ", peer_name, ": ", s.message()));
   }
-  Connection* raw = engine->Adopt(std::move(c));
-  raw->connect_timer_ = engine->AddTimer(absl::Now() + options.connect_timeout, [raw] {
+  Connection* raw = c.get();
+  loop->Adopt(std::move(c));
+  raw->connect_timer_ = loop->AddTimer(absl::Now() + options.connect_timeout, [raw] {
     raw->connect_timer_ = 0;
     raw->Close(absl::UnavailableError(
         absl::StrCat("connecting to ", raw->peer_name_, " timed out after ",
@@ -90,7 +86,7 @@ absl::StatusOr<Connection*> Connection::Connect(Engine* engine, DeviceResources*
   return raw;
 }
 
-absl::StatusOr<Connection*> Connection::Accept(Engine* engine, DeviceResources* device,
+absl::StatusOr<Connection*> Connection::Accept(EventLoop* loop, DeviceResources* device,
                                                rdma_cm_id* id, const HandshakeData& peer,
                                                const ConnectionOptions& options,
                                                ConnectionHandler* handler) {
@@ -102,37 +98,31 @@ absl::StatusOr<Connection*> Connection::Accept(Engine* engine, DeviceResources* 
     peer_name = absl::StrCat(buf, ":", ntohs(sin->sin_port));
   }
   std::unique_ptr<Connection> c(
-      new Connection(engine, device, options, handler, peer_name, /*is_client=*/false));
+      new Connection(loop, device, options, handler, peer_name, /*is_client=*/false));
   c->id_.reset(id);
   id->context = static_cast<CmEventHandler*>(c.get());
   c->state_ = ConnState::kAccepting;
   c->peer_ = peer;
   absl::Status s = c->SetupQp();
-  if (s.ok()) s = c->PostInitialReceives();
+  if (s.ok()) s = c->receive_ring_.PostAll(c->qp_.get());
   if (!s.ok()) {
-    HandshakeData why;
-    why.version = kProtocolVersion;
-    why.reject_reason = absl::IsResourceExhausted(s) ? kRejectNoResources : 0;
-    char pd[kHandshakeBytes];
-    EncodeHandshake(why, pd);
-    Verbs().reject(id, pd, kHandshakeBytes);
+    const Handshake::PrivateData why =
+        Handshake::Reject(kProtocolVersion, absl::IsResourceExhausted(s) ? kRejectNoResources : 0);
+    Verbs().reject(id, why.data(), kHandshakeBytes);
     c->Destroy();  // unmaps and destroys the QP, then the id
     return s;
   }
   c->credits_.emplace(peer.recv_depth, c->options_.recv_depth);
-  HandshakeData mine;
-  mine.version = kProtocolVersion;
-  mine.recv_depth = static_cast<uint16_t>(c->options_.recv_depth);
-  mine.recv_buffer_bytes = static_cast<uint32_t>(options.recv_buffer_bytes);
-  char pd[kHandshakeBytes];
-  EncodeHandshake(mine, pd);
+  const Handshake::PrivateData pd =
+      Handshake::Offer(kProtocolVersion, c->options_.recv_depth, options.recv_buffer_bytes);
   rdma_conn_param param{};
-  param.private_data = pd;
+  param.private_data = pd.data();
   param.private_data_len = kHandshakeBytes;
   param.responder_resources = 4;
   param.initiator_depth = 4;
   param.rnr_retry_count = 7;
-  Connection* raw = engine->Adopt(std::move(c));
+  Connection* raw = c.get();
+  loop->Adopt(std::move(c));
   if (Verbs().accept(id, &param) != 0) {
     raw->Close(ErrnoToStatus("rdma_accept", errno));
     return absl::UnavailableError(absl::StrCat("rdma_accept from ", peer_name, " failed"));
@@ -145,10 +135,10 @@ absl::Status Connection::SetupQp() {
   absl::StatusOr<ibv_pd*> pd = device_->GetPd(id->verbs);
   if (!pd.ok()) return pd.status();
   pool_ = device_->large_pool();
-  absl::StatusOr<ibv_cq*> cq = engine_->EnsureCq(id->verbs);
+  absl::StatusOr<ibv_cq*> cq = loop_->EnsureCq(id->verbs);
   if (!cq.ok()) return cq.status();
   const int cqe = kSendQueueDepth + options_.recv_depth;
-  if (absl::Status s = engine_->ReserveCqEntries(cqe); !s.ok()) return s;
+  if (absl::Status s = loop_->ReserveCqEntries(cqe); !s.ok()) return s;
   cq_entries_ = cqe;
   ibv_qp_init_attr attr{};
   attr.qp_type = IBV_QPT_RC;
@@ -170,42 +160,13 @@ absl::Status Connection::SetupQp() {
   qp_ = std::move(*qp);
   qp_num_ = qp_.get()->qp_num;
   max_inline_ = attr.cap.max_inline_data;
-  engine_->MapQp(qp_num_, this);
-  absl::StatusOr<std::unique_ptr<BufferSlab>> recv =
-      BufferSlab::Create(*pd, options_.recv_depth, options_.recv_buffer_bytes, kLocalAccess);
-  if (!recv.ok()) return recv.status();
-  recv_slab_ = std::move(*recv);
-  absl::StatusOr<std::unique_ptr<BufferSlab>> send =
-      BufferSlab::Create(*pd, kSendQueueDepth, options_.eager_limit_bytes, kLocalAccess);
-  if (!send.ok()) return send.status();
-  send_slab_ = std::move(*send);
-  return absl::OkStatus();
-}
-
-absl::Status Connection::PostInitialReceives() {
-  repost_batch_ = RepostBatchFor(options_.recv_depth);
-  to_repost_.reserve(static_cast<size_t>(recv_slab_->count()));
-  recv_wrs_.assign(static_cast<size_t>(recv_slab_->count()), ibv_recv_wr{});
-  recv_sges_.assign(static_cast<size_t>(recv_slab_->count()), ibv_sge{});
-  for (int i = 0; i < recv_slab_->count(); ++i) to_repost_.push_back(i);
-  std::vector<ibv_recv_wr> wrs(to_repost_.size());
-  std::vector<ibv_sge> sges(to_repost_.size());
-  for (size_t i = 0; i < to_repost_.size(); ++i) {
-    const int idx = to_repost_[i];
-    sges[i].addr = reinterpret_cast<uint64_t>(recv_slab_->data(idx));
-    sges[i].length = static_cast<uint32_t>(recv_slab_->buffer_bytes());
-    sges[i].lkey = recv_slab_->lkey();
-    wrs[i].wr_id = (uint64_t{1} << 63) | static_cast<uint64_t>(idx);
-    wrs[i].sg_list = &sges[i];
-    wrs[i].num_sge = 1;
-    wrs[i].next = i + 1 < wrs.size() ? &wrs[i + 1] : nullptr;
+  loop_->MapQp(qp_num_, this);
+  send_queue_.set_qp(qp_.get());
+  if (absl::Status s = receive_ring_.Create(*pd, options_.recv_depth, options_.recv_buffer_bytes);
+      !s.ok()) {
+    return s;
   }
-  ibv_recv_wr* bad = nullptr;
-  const int rc = ibv_post_recv(qp_.get(), wrs.data(), &bad);
-  if (rc != 0) return ErrnoToStatus("ibv_post_recv", rc);
-  recv_posted_ = static_cast<int>(to_repost_.size());
-  to_repost_.clear();
-  return absl::OkStatus();
+  return send_queue_.CreateSendSlab(*pd, options_.eager_limit_bytes);
 }
 
 void Connection::OnCmEvent(const CmEvent& ev) {
@@ -222,20 +183,16 @@ void Connection::OnCmEvent(const CmEvent& ev) {
     case RDMA_CM_EVENT_ROUTE_RESOLVED: {
       if (state_ != ConnState::kResolvingRoute) return;
       absl::Status s = SetupQp();
-      if (s.ok()) s = PostInitialReceives();
+      if (s.ok()) s = receive_ring_.PostAll(qp_.get());
       if (!s.ok()) {
         Close(absl::Status(s.code(), absl::StrCat("connecting to ", peer_name_, ": ",
                                                   s.message())));
         return;
       }
-      HandshakeData mine;
-      mine.version = kProtocolVersion;
-      mine.recv_depth = static_cast<uint16_t>(options_.recv_depth);
-      mine.recv_buffer_bytes = static_cast<uint32_t>(options_.recv_buffer_bytes);
-      char pd[kHandshakeBytes];
-      EncodeHandshake(mine, pd);
+      const Handshake::PrivateData pd =
+          Handshake::Offer(kProtocolVersion, options_.recv_depth, options_.recv_buffer_bytes);
       rdma_conn_param param{};
-      param.private_data = pd;
+      param.private_data = pd.data();
       param.private_data_len = kHandshakeBytes;
       param.responder_resources = 4;
       param.initiator_depth = 4;
@@ -251,30 +208,9 @@ void Connection::OnCmEvent(const CmEvent& ev) {
     case RDMA_CM_EVENT_ESTABLISHED:
       OnEstablished(ev.private_data);
       return;
-    case RDMA_CM_EVENT_REJECTED: {
-      absl::StatusOr<HandshakeData> h = DecodeHandshake(ev.private_data.data(),
-                                                        ev.private_data.size());
-      if (h.ok() && h->reject_reason == kRejectVersion) {
-        Close(absl::FailedPreconditionError(absl::StrCat(
-            "server ", peer_name_, " speaks rdmarpc protocol version ", h->version,
-            ", this client speaks version ", kProtocolVersion)));
-      } else if (h.ok() && h->reject_reason == kRejectShuttingDown) {
-        Close(absl::UnavailableError(absl::StrCat("server ", peer_name_, " is shutting down")));
-      } else if (h.ok() && h->reject_reason == kRejectNoResources) {
-        Close(absl::ResourceExhaustedError(absl::StrCat(
-            "server ", peer_name_,
-            " has no room for another connection (completion queue or registered memory full)")));
-      } else if (ev.status == kCmRejectInvalidServiceId) {
-        Close(absl::UnavailableError(
-            absl::StrCat("no server listening on ", peer_name_, " (rdma_cm reject status ",
-                         ev.status, ")")));
-      } else {
-        Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
-                                                  " rejected by the server (rdma_cm reject status ",
-                                                  ev.status, ")")));
-      }
+    case RDMA_CM_EVENT_REJECTED:
+      Close(Handshake::Rejected(ev.private_data, ev.status, peer_name_));
       return;
-    }
     case RDMA_CM_EVENT_ADDR_ERROR:
     case RDMA_CM_EVENT_ROUTE_ERROR:
     case RDMA_CM_EVENT_CONNECT_ERROR:
@@ -288,7 +224,7 @@ void Connection::OnCmEvent(const CmEvent& ev) {
       // What the peer sent before it disconnected may sit in the CQ still
       // (this step polled it before reading cm events): take it first, so a
       // reply that arrived is delivered rather than failed with the call.
-      engine_->PollCompletionsNow();
+      loop_->PollCompletionsNow();
       if (!usable()) return;
       Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
                                                 " lost: peer disconnected")));
@@ -305,30 +241,16 @@ void Connection::OnEstablished(const std::string& private_data) {
     return;
   }
   if (state_ != ConnState::kConnecting) return;
-  absl::StatusOr<HandshakeData> h = DecodeHandshake(private_data.data(), private_data.size());
+  absl::StatusOr<HandshakeData> h = Handshake::CheckAccept(private_data, peer_name_);
   if (!h.ok()) {
-    Close(absl::UnavailableError(absl::StrCat("handshake with ", peer_name_, ": ",
-                                              h.status().message())));
-    return;
-  }
-  if (h->version != kProtocolVersion) {
-    Close(absl::FailedPreconditionError(absl::StrCat(
-        "server ", peer_name_, " speaks rdmarpc protocol version ", h->version,
-        ", this client speaks version ", kProtocolVersion)));
-    return;
-  }
-  if (h->recv_depth < kMinRecvDepth || h->recv_buffer_bytes < 256) {
-    Close(absl::UnavailableError(absl::StrCat("server ", peer_name_, " advertised recv_depth ",
-                                              h->recv_depth, " and recv_buffer_bytes ",
-                                              h->recv_buffer_bytes, "; need >= ", kMinRecvDepth,
-                                              " and >= 256")));
+    Close(h.status());
     return;
   }
   peer_ = *h;
   credits_.emplace(peer_.recv_depth, options_.recv_depth);
   state_ = ConnState::kEstablished;
   if (connect_timer_ != 0) {
-    engine_->CancelTimer(connect_timer_);
+    loop_->CancelTimer(connect_timer_);
     connect_timer_ = 0;
   }
   VLOG(1) << "connected to " << peer_name_ << " (peer recv " << peer_.recv_depth << " x "
@@ -349,13 +271,13 @@ void Connection::Close(absl::Status reason) {
   close_reason_ = reason;
   VLOG(1) << "closing connection to " << peer_name_ << ": " << reason;
   if (connect_timer_ != 0) {
-    engine_->CancelTimer(connect_timer_);
+    loop_->CancelTimer(connect_timer_);
     connect_timer_ = 0;
   }
   // Fail every call; their exposed buffers are re-keyed since the peer may
   // still hold their rkeys.
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    Slot& s = slots_[i];
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    Slot& s = streams_.slot(static_cast<uint16_t>(i));
     if (!s.busy) continue;
     ResponseSink* sink = s.sink;
     FinishSlot(static_cast<uint16_t>(i), /*rekey=*/true);
@@ -367,7 +289,7 @@ void Connection::Close(absl::Status reason) {
                         : absl::UnavailableError(reason.message()));
   }
   out_queue_.clear();
-  server_streams_.clear();
+  streams_.ClearServerStreams();
   ConnectionHandler* h = handler_;
   handler_ = nullptr;
   if (h != nullptr) h->OnClosed(this, reason);
@@ -379,7 +301,7 @@ void Connection::Close(absl::Status reason) {
   }
   if (was_established) PostDrainMarker();
   // Wait for the flushes of everything posted, bounded by kFlushWait.
-  timers_.push_back(engine_->AddTimer(absl::Now() + kFlushWait, [this] { Destroy(); }));
+  timers_.push_back(loop_->AddTimer(absl::Now() + kFlushWait, [this] { Destroy(); }));
   MaybeFinishClose();
 }
 
@@ -391,7 +313,7 @@ void Connection::CloseWhenSent(absl::Status reason, absl::Duration bound) {
   }
   close_when_sent_ = true;
   close_when_sent_reason_ = std::move(reason);
-  timers_.push_back(engine_->AddTimer(absl::Now() + bound, [this] {
+  timers_.push_back(loop_->AddTimer(absl::Now() + bound, [this] {
     if (usable()) Close(close_when_sent_reason_);
   }));
   Flush();
@@ -406,52 +328,40 @@ void Connection::MaybeFinishCloseWhenSent() {
     return;
   }
   if (!drain_marker_posted_) {
-    if (sq_head_ - sq_tail_ >= static_cast<uint64_t>(kSendQueueDepth)) return;  // next time
+    if (!send_queue_.has_room()) return;  // next time
     ibv_sge sge{};  // zero-length: touches no memory, consumes no receive
     ibv_send_wr wr{};
     wr.sg_list = &sge;
     wr.num_sge = 0;
     wr.opcode = IBV_WR_RDMA_WRITE;
-    drain_marker_seq_ = sq_head_;  // PostWr gives it this sequence number
     drain_marker_posted_ = true;
-    PostWr(&wr, SqEntry{}, /*force_signal=*/true);
+    drain_marker_seq_ = send_queue_.PostWr(&wr, SqEntry{}, /*force_signal=*/true);
     Doorbell();
     return;
   }
-  if (sq_tail_ > drain_marker_seq_) Close(close_when_sent_reason_);
+  if (send_queue_.retired(drain_marker_seq_)) Close(close_when_sent_reason_);
 }
 
 void Connection::PostDrainMarker() {
-  // Sends that completed unsignalled leave no CQE, so sq_tail_ would only
-  // catch up with sq_head_ when kFlushWait ran out, and every close would take
-  // that long. rdma_disconnect moved the QP to ERROR; a signalled WR posted
-  // now is flushed after every WR before it, and its CQE retires them all
-  // (the Linux kernel's ib_drain_sq posts such a marker for the same reason).
+  // Sends that completed unsignalled leave no CQE, so the send queue would
+  // only be empty when kFlushWait ran out, and every close would take that
+  // long. rdma_disconnect moved the QP to ERROR; a signalled WR posted now
+  // is flushed after every WR before it, and its CQE retires them all.
+  // Nothing to drain, or no room: the timer ends it.
   Doorbell();
-  if (!qp_ || sq_head_ == sq_tail_ || sq_head_ - sq_tail_ >= static_cast<uint64_t>(kSendQueueDepth)) {
-    return;  // nothing to drain, or no room: the timer ends it
-  }
-  const uint64_t seq = sq_head_;
-  ibv_send_wr wr{};
-  wr.wr_id = seq;
-  wr.opcode = IBV_WR_SEND;
-  wr.num_sge = 0;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad = nullptr;
-  if (ibv_post_send(qp_.get(), &wr, &bad) != 0) return;  // the timer ends it
-  sq_ring_[seq % kSendQueueDepth] = SqEntry{};
-  ++sq_head_;
-  unsignalled_run_ = 0;
+  if (qp_) send_queue_.PostDrainMarker();
 }
 
 void Connection::MaybeFinishClose() {
-  if (state_ == ConnState::kClosing && recv_posted_ == 0 && sq_head_ == sq_tail_) Destroy();
+  if (state_ == ConnState::kClosing && receive_ring_.posted() == 0 && send_queue_.empty()) {
+    Destroy();
+  }
 }
 
 void Connection::ForceDestroy() {
   if (usable()) {
     Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
-                                              " closed: engine stopping")));
+                                              " closed: loop stopping")));
   }
   Destroy();
 }
@@ -459,15 +369,15 @@ void Connection::ForceDestroy() {
 void Connection::Destroy() {
   if (state_ == ConnState::kClosed) return;
   state_ = ConnState::kClosed;
-  for (Engine::TimerId t : timers_) engine_->CancelTimer(t);
+  for (EventLoop::TimerId t : timers_) loop_->CancelTimer(t);
   timers_.clear();
-  if (keepalive_timer_ != 0) engine_->CancelTimer(keepalive_timer_);
+  if (keepalive_timer_ != 0) loop_->CancelTimer(keepalive_timer_);
   keepalive_timer_ = 0;
-  if (qp_num_ != 0) engine_->UnmapQp(qp_num_);
-  batch_.clear();
+  if (qp_num_ != 0) loop_->UnmapQp(qp_num_);
+  send_queue_.set_qp(nullptr);  // Doorbell posts nothing from here on
   qp_.reset();  // the device stops touching our buffers here
   id_.reset();
-  engine_->ReleaseCqEntries(cq_entries_);
+  loop_->ReleaseCqEntries(cq_entries_);
   cq_entries_ = 0;
   for (auto& [id, ctx] : reads_) {
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
@@ -483,22 +393,25 @@ void Connection::Destroy() {
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
   }
   delayed_reads_.clear();
-  for (SqEntry& e : sq_ring_) {
-    e = SqEntry{};
-  }
-  for (auto& [handle, bufs] : quarantine_) {
-    if (pool_ == nullptr) continue;
-    for (LargeBuffer* b : bufs) pool_->RekeyAndPut(b);
-  }
-  quarantine_.clear();
+  // The send slab goes; rendezvous pieces still on the ring belonged to
+  // the transfers freed above.
+  send_queue_.Release([](const SqEntry&) {});
+  streams_.DrainQuarantine([this](LargeBuffer* b) {
+    if (pool_ != nullptr) pool_->RekeyAndPut(b);
+  });
   for (auto& [ref, buf] : exposed_) {
     if (pool_ != nullptr) pool_->RekeyAndPut(buf);
   }
   exposed_.clear();
-  recv_slab_.reset();
-  send_slab_.reset();
-  engine_->Retire(this);
+  receive_ring_.Release();
+  loop_->Retire(this);
 }
+
+// LoopClient's data-path members (event_loop.h): direct calls, so the loop
+// dispatches to its connections without a virtual call per message.
+void LoopClient::OnCompletion(const ibv_wc& wc) { static_cast<Connection*>(this)->OnCompletion(wc); }
+void LoopClient::RunEndOfStep() { static_cast<Connection*>(this)->RunEndOfStep(); }
+bool LoopClient::RequestIdleRepost() { return static_cast<Connection*>(this)->RequestIdleRepost(); }
 
 }  // namespace internal
 }  // namespace rdmarpc

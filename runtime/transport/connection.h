@@ -1,13 +1,24 @@
-// connection.h: one RC connection (QP + cm id + registered rings) and the
-// message protocol on it, for either role.
+// connection.h: one RC connection (QP + cm id) and the message protocol on
+// it, for either role.
 //
 // Client role: StartCall/CancelCall; responses reach the call's ResponseSink.
 // Server role: requests reach ConnectionHandler::OnRequest; the handler
-// answers with SendResponse (then or later, on the engine thread).
+// answers with SendResponse (then or later, on the loop thread).
 //
-// Threads: everything here runs on the thread holding the owning Engine's
+// A Connection is made of small types, each with its own header: the send
+// queue (send_queue.h: signalling, doorbells, send buffers), the receive
+// ring (receive_ring.h), the stream table (stream_table.h: client calls,
+// server streams, handles, quarantine), the handshake (handshake.h), the
+// credit window (credits.h). Its own files: set-up, close and teardown
+// (connection.cc), the eager path and message decoding (eager.cc), streams
+// (streams.cc), rendezvous (rendezvous.cc), a call's life (call_slots.cc),
+// credit return (credit_return.cc) and keepalive (keepalive.cc). Servers
+// get connections from a Listener (listener.h).
+//
+// Threads: everything here runs on the thread holding the owning EventLoop's
 // poller (its own thread, or a caller leading a synchronous call; see
-// completion_poller.h); other threads use Engine::Post. Lifetime: the Engine owns the Connection. After
+// event_loop.h); other threads use EventLoop::Post. Lifetime: the EventLoop
+// owns the Connection (it is the loop's LoopClient). After
 // ConnectionHandler::OnClosed the handler must forget the pointer.
 #ifndef RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
 #define RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
@@ -27,10 +38,14 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "runtime/transport/buffer_pool.h"
-#include "runtime/transport/completion_poller.h"
+#include "runtime/transport/event_loop.h"
+#include "runtime/transport/handshake.h"
 #include "runtime/transport/credits.h"
 #include "runtime/transport/device.h"
 #include "runtime/transport/header.h"
+#include "runtime/transport/receive_ring.h"
+#include "runtime/transport/send_queue.h"
+#include "runtime/transport/stream_table.h"
 #include "runtime/transport/transport.h"
 #include "runtime/verbs/verbs.h"
 
@@ -41,6 +56,8 @@ namespace internal {
 // kSendQueueDepth / 4 pieces in flight.
 size_t DefaultRendezvousChunkBytes();
 int DefaultRendezvousChunksInFlight();
+
+class Connection;
 
 struct ConnectionOptions {
   size_t eager_limit_bytes = 8 * 1024;
@@ -60,11 +77,12 @@ struct ConnectionOptions {
   size_t rendezvous_chunk_bytes = DefaultRendezvousChunkBytes();
   int rendezvous_chunks_in_flight = DefaultRendezvousChunksInFlight();
   // Test hook (server): asked once per rendezvous request; a positive result
-  // delays posting its RDMA READ by that much (timer, engine keeps running).
+  // delays posting its RDMA READ by that much (timer, loop keeps running).
   absl::Duration (*request_read_delay)() = nullptr;
 };
 
-// Handshake steps, as in brpc's RDMA endpoint.
+// Handshake steps, as in brpc's RDMA endpoint (what each exchange of
+// private data means: handshake.h).
 enum class ConnState {
   kResolvingAddr,   // client: rdma_resolve_addr posted
   kResolvingRoute,  // client: rdma_resolve_route posted
@@ -76,45 +94,14 @@ enum class ConnState {
 };
 const char* ConnStateName(ConnState s);
 
-// The client call waiting on a response. Engine thread.
-class ResponseSink {
- public:
-  virtual ~ResponseSink() = default;
-  // The call's handle (for CancelCall), given before anything is sent.
-  virtual void OnQueued(uint32_t /*handle*/) {}
-  // The request was posted to the QP (it may reach the server now).
-  virtual void OnSent() {}
-  // Streams only (OutgoingRequest::stream), in the order the server sent
-  // them, before OnResponse: its initial metadata (opaque bytes), each of
-  // its messages, and how many more of ours it will take (kWindow). Views
-  // are valid during the call only. OnResponse ends a stream; its payload
-  // is then the status details, not a message.
-  virtual void OnStreamHeaders(absl::string_view /*meta*/) {}
-  // Just before OnResponse, when the response carries metadata (opaque).
-  virtual void OnResponseMetadata(absl::string_view /*meta*/) {}
-  virtual void OnStreamMessage(absl::string_view /*payload*/) {}
-  virtual void OnWindow(uint32_t /*messages*/) {}
-  // `message` and `payload` are valid during the call only.
-  virtual void OnResponse(absl::StatusCode code, absl::string_view message,
-                          absl::string_view payload) = 0;
-  // As OnResponse, for a response that arrived by rendezvous: `payload`
-  // lies in `*buffer`, which the sink may move out and keep (the view then
-  // stays valid while it holds the buffer; e.g. to parse it on another
-  // thread than the engine's). Default: OnResponse.
-  virtual void OnResponseInBuffer(absl::StatusCode code, absl::string_view message,
-                                  absl::string_view payload, PooledBuffer* /*buffer*/) {
-    OnResponse(code, message, payload);
-  }
-  // The call failed in the transport (UNAVAILABLE, RESOURCE_EXHAUSTED, ...).
-  virtual void OnFailure(absl::Status status) = 0;
-};
-
 // What a server needs to answer one request.
 struct RequestToken {
   uint16_t slot = 0;
   uint16_t generation = 0;
   bool has_reply_buffer = false;
   RemoteBuffer reply_buffer;
+  // The client's stream handle (slot and generation).
+  uint32_t handle() const { return PackHandle(slot, generation); }
 };
 
 struct IncomingRequest {
@@ -157,66 +144,21 @@ class ConnectionHandler {
   virtual void OnClosed(Connection*, const absl::Status&) {}
 };
 
-// Serialises a payload of a known size straight into `out` (a registered
-// send buffer with room for it): the zero-copy path for small messages.
-// `source` is whatever the writer needs (e.g. a protobuf message).
-using PayloadWriteFn = void (*)(const void* source, char* out);
-
-struct OutgoingRequest {
-  // Valid while the call is live (the caller's ClientCall holds the bytes).
-  absl::string_view method;
-  // The request, one of:
-  //  * `write` + `source` (`source_size` bytes): serialised straight into the
-  //    send buffer when the request is posted; `source` must stay valid while
-  //    the call is live (a synchronous caller's own message);
-  //  * already in registered memory: `registered` bytes [0, registered_len)
-  //    (a large request, saves a copy);
-  //  * in `payload` (copied into the send buffer: counted by CountPayloadCopy).
-  PayloadWriteFn write = nullptr;
-  const void* source = nullptr;
-  size_t source_size = 0;
-  std::string payload;
-  PooledBuffer registered;
-  size_t registered_len = 0;
-  // Opaque metadata sent with the request (runtime/rpc encodes it).
-  std::string meta;
-  // Opens a stream (kFlagStream): the request may carry no message
-  // (no_message) and need not end the client's side (end_stream false);
-  // SendStreamMessage adds messages. A unary request is neither.
-  bool stream = false;
-  bool no_message = false;
-  bool end_stream = true;
-  // Set by the transport: the metadata was moved to the front of `payload`.
-  uint32_t meta_in_payload = 0;
-  // The call's deadline; the time left until it travels in the header,
-  // taken when the request is posted (so the server never sees more time
-  // than the client has left). InfiniteFuture: none.
-  absl::Time deadline = absl::InfiniteFuture();
-  size_t payload_size() const {
-    return write != nullptr ? source_size : registered ? registered_len : payload.size();
-  }
-  // Not for `write` requests.
-  absl::string_view payload_view() const {
-    return registered ? absl::string_view(registered->data, registered_len)
-                      : absl::string_view(payload);
-  }
-};
-
 // Where a large response must be serialised to be sent without a copy: at
 // this offset of a LargeBuffer (room for the header in front).
 inline constexpr size_t kRegisteredResponseOffset = kWireHeaderBytes;
 
-class Connection final : public CmEventHandler {
+class Connection final : public CmEventHandler, public LoopClient {
  public:
-  // Client: starts resolving `dst`; the connection is adopted by `engine`.
+  // Client: starts resolving `dst`; the connection is adopted by `loop`.
   // Returns the connection (in kResolvingAddr) or why it could not start.
-  static absl::StatusOr<Connection*> Connect(Engine* engine, DeviceResources* device,
+  static absl::StatusOr<Connection*> Connect(EventLoop* loop, DeviceResources* device,
                                              const sockaddr_in& dst, std::string peer_name,
                                              const ConnectionOptions& options,
                                              ConnectionHandler* handler);
-  // Server: `id` (a connect request already migrated to engine's event
+  // Server: `id` (a connect request already migrated to loop's event
   // channel) is set up and accepted. On error the id is rejected/destroyed.
-  static absl::StatusOr<Connection*> Accept(Engine* engine, DeviceResources* device,
+  static absl::StatusOr<Connection*> Accept(EventLoop* loop, DeviceResources* device,
                                             rdma_cm_id* id, const HandshakeData& peer,
                                             const ConnectionOptions& options,
                                             ConnectionHandler* handler);
@@ -281,74 +223,26 @@ class Connection final : public CmEventHandler {
   // after `bound`, whichever comes first: replies posted just before are
   // delivered, not flushed.
   void CloseWhenSent(absl::Status reason, absl::Duration bound);
-  // Destroys at once (engine stopping). QP first, so the device stops.
-  void ForceDestroy();
+  // Destroys at once (loop stopping). QP first, so the device stops.
+  void ForceDestroy() override;
 
   bool usable() const { return state_ != ConnState::kClosing && state_ != ConnState::kClosed; }
   ConnState state() const { return state_; }
   const std::string& peer() const { return peer_name_; }
   // The rdma_cm id (for fault injection in tests); nullptr once destroyed.
   rdma_cm_id* cm_id() const { return id_.get(); }
-  size_t calls_in_flight() const { return busy_slots_; }
+  size_t calls_in_flight() const { return streams_.busy(); }
 
-  // Engine upcalls.
+  // EventLoop upcalls (LoopClient's data-path members forward here).
   void OnCmEvent(const CmEvent& event) override;
   void OnCompletion(const ibv_wc& wc);
-  void AfterPollBatch();
+  void RunEndOfStep();
   // Going idle: re-post the receives held back for a batch at the next
-  // AfterPollBatch. Returns true when there were any.
-  bool FlushReceives() {
-    force_repost_ = !to_repost_.empty();
-    return force_repost_;
-  }
-  // Schedules AfterPollBatch for the end of the engine's current step.
-  void Touch() {
-    if (!touched) {
-      touched = true;
-      engine_->MarkTouched(this);
-    }
-  }
-  bool touched = false;
+  // RunEndOfStep. Returns true when there were any.
+  bool RequestIdleRepost() { return receive_ring_.RequestIdleRepost(); }
 
  private:
-  // A frame of a stream that arrived while an earlier one of the same
-  // stream was still being pulled: kept (copied) and handled in order.
-  struct DeferredFrame {
-    Imm imm;
-    WireHeader header;
-    std::string aux, meta, payload;
-    RemoteBuffer payload_remote, reply_buffer;
-    ParsedMessage View() const {
-      ParsedMessage m;
-      m.header = header;
-      m.aux = aux;
-      m.meta = meta;
-      m.payload = payload;
-      m.payload_remote = payload_remote;
-      m.reply_buffer = reply_buffer;
-      return m;
-    }
-  };
-  // Frames of one stream a well-behaved peer can have in flight behind one
-  // pull: a window of messages, as many window grants, headers, trailers
-  // (runtime/rpc's window is 16 messages; 4x that leaves room).
-  static constexpr size_t kMaxDeferredFrames = 64;
-  // In-order delivery state of one stream (either role).
-  struct StreamIn {
-    int pulls = 0;  // a READ of one of its frames is in flight (0 or 1)
-    std::deque<DeferredFrame> deferred;
-  };
-  struct Slot {
-    uint16_t generation = 1;  // never 0, so handle 0 means "no call"
-    bool busy = false;
-    bool sent = false;
-    ResponseSink* sink = nullptr;
-    OutgoingRequest request;
-    LargeBuffer* request_buffer = nullptr;
-    LargeBuffer* reply_buffer = nullptr;
-    bool stream = false;  // opened with kFlagStream
-    StreamIn in;          // streams only
-  };
+  using Slot = StreamTable::Slot;
   enum class OutKind { kRequest, kResponse, kRelease, kCancel, kStreamMessage, kWindow, kHeaders };
   struct OutItem {
     OutKind kind = OutKind::kRequest;
@@ -406,18 +300,12 @@ class Connection final : public CmEventHandler {
     uint32_t imm = 0;               // host order
     ChunkProgress progress;
   };
-  struct SqEntry {
-    int send_buffer = -1;
-    uint64_t bulk_id = 0;          // a rendezvous piece of reads_ / pushes_ (0: none)
-    bool bulk_read = false;
-  };
 
-  Connection(Engine* engine, DeviceResources* device, const ConnectionOptions& options,
+  Connection(EventLoop* loop, DeviceResources* device, const ConnectionOptions& options,
              ConnectionHandler* handler, std::string peer_name, bool is_client);
 
   // Handshake (connection.cc).
   absl::Status SetupQp();
-  absl::Status PostInitialReceives();
   void OnEstablished(const std::string& private_data);
   void Destroy();
   void MaybeFinishClose();
@@ -446,16 +334,19 @@ class Connection final : public CmEventHandler {
                  const void* source = nullptr, size_t payload_size = 0,
                  absl::string_view meta = absl::string_view());
   void RepostReceives();
-  // Queues one WR (accounting, selective signalling); Doorbell posts the
-  // queued chain with one ibv_post_send.
-  void PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal);
+  // Posts the WRs queued on send_queue_ (one ibv_post_send); a failed post
+  // closes the connection.
   void Doorbell();
+  // A WR retired without its own completion, never posted, or dropped: a
+  // rendezvous piece counts as ended (failed).
+  void PutWrBuffers(const SqEntry& e) {
+    if (e.bulk_id != 0) OnChunkDone(e, nullptr);
+  }
   void SendCreditMessage();
   void OnSendCompletion(const ibv_wc& wc);
   void OnRecvCompletion(const ibv_wc& wc);
   void HandleMessage(const Imm& imm, const ParsedMessage& m);
   void HandleResponse(const Imm& imm, const ParsedMessage& m);
-  Slot* LiveSlot(uint16_t slot, uint16_t gen);
   void FinishSlot(uint16_t slot, bool rekey);
   void ReleaseQuarantined(uint16_t slot, uint16_t gen);
   // Server: kCancel for (slot, gen). A request still being pulled is
@@ -463,9 +354,6 @@ class Connection final : public CmEventHandler {
   void OnCancelFrame(const Imm& imm);
 
   // Streams (streams.cc).
-  static uint32_t StreamKey(uint16_t slot, uint16_t gen) {
-    return (static_cast<uint32_t>(gen) << 16) | slot;
-  }
   // The in-order state of a live stream, or nullptr (not a stream, ended).
   StreamIn* FindStreamIn(const Imm& imm);
   // True when `imm`'s stream has a pull in flight or frames waiting: the
@@ -502,7 +390,6 @@ class Connection final : public CmEventHandler {
                       absl::string_view payload, uint64_t timeout_us, uint8_t flags,
                       absl::string_view meta, PooledBuffer* payload_buffer = nullptr);
 
-  Engine* const engine_;
   DeviceResources* const device_;
   const ConnectionOptions options_;
   ConnectionHandler* handler_;
@@ -515,32 +402,12 @@ class Connection final : public CmEventHandler {
   QpOwner qp_;
   uint32_t qp_num_ = 0;
   uint32_t max_inline_ = 0;
-  int cq_entries_ = 0;  // reserved on the engine's CQ
+  int cq_entries_ = 0;  // reserved on the loop's CQ
   LargeBufferPool* pool_ = nullptr;
-  std::unique_ptr<BufferSlab> recv_slab_;
-  std::unique_ptr<BufferSlab> send_slab_;
+  ReceiveRing receive_ring_;
+  SendQueue send_queue_;  // and the eager send buffers
   HandshakeData peer_;
   std::optional<CreditWindow> credits_;
-  int recv_posted_ = 0;
-  // Consumed receives waiting to be re-posted, in batches of repost_batch_
-  // (see transport.h: kRecvRepostBatch) or when the engine goes idle.
-  std::vector<int> to_repost_;
-  int repost_batch_ = 1;
-  bool force_repost_ = false;
-  std::vector<ibv_recv_wr> recv_wrs_;  // scratch for RepostReceives, recv_depth long
-  std::vector<ibv_sge> recv_sges_;
-
-  // Send queue accounting (see transport.h).
-  std::vector<SqEntry> sq_ring_;
-  uint64_t sq_head_ = 0;  // next sequence number
-  uint64_t sq_tail_ = 0;  // oldest not retired
-  int unsignalled_run_ = 0;  // WRs since the last signalled one
-
-  struct PendingWr {
-    ibv_send_wr wr;
-    ibv_sge sge;
-  };
-  std::vector<PendingWr> batch_;  // WRs waiting for the doorbell
 
   std::deque<OutItem> out_queue_;
   // Rendezvous transfers by id, from queued to their last piece's end.
@@ -558,26 +425,17 @@ class Connection final : public CmEventHandler {
   absl::flat_hash_map<uint64_t, ReadCtx> delayed_reads_;
   uint64_t next_delayed_ = 1;
 
-  // Client slots.
-  std::vector<Slot> slots_;
-  std::vector<uint16_t> free_slots_;
-  // Buffers of calls retired before their response (request and reply
-  // buffers), by (gen << 16 | slot): kept out of use until the late
-  // response arrives (the server may still READ or WRITE them).
-  absl::flat_hash_map<uint32_t, std::vector<LargeBuffer*>> quarantine_;
-  size_t busy_slots_ = 0;
+  // Client calls, server streams, quarantined buffers.
+  StreamTable streams_;
 
   // Buffers exposed to the peer until its kRelease: a server's large
   // responses and either side's large stream messages.
   absl::flat_hash_map<uint32_t, LargeBuffer*> exposed_;
-  // Server: streams open on this connection (requests with kFlagStream not
-  // yet answered), by StreamKey.
-  absl::flat_hash_map<uint32_t, StreamIn> server_streams_;
   uint32_t next_ref_ = 1;
 
-  std::vector<Engine::TimerId> timers_;
-  Engine::TimerId connect_timer_ = 0;
-  Engine::TimerId keepalive_timer_ = 0;
+  std::vector<EventLoop::TimerId> timers_;
+  EventLoop::TimerId connect_timer_ = 0;
+  EventLoop::TimerId keepalive_timer_ = 0;
   uint64_t recvs_seen_ = 0;           // receive completions, for the keepalive
   uint64_t recvs_at_last_probe_ = 0;  // recvs_seen_ when its timer was set
   bool close_when_sent_ = false;      // CloseWhenSent was called

@@ -5,12 +5,12 @@ namespace rdmarpc {
 namespace internal {
 
 ConnectionPool::ConnectionPool(sockaddr_in address, std::string name, int size,
-                               const std::vector<Engine*>& engines, DeviceResources* device,
+                               const std::vector<EventLoop*>& loops, DeviceResources* device,
                                const ConnectionOptions& options)
     : address_(address), name_(std::move(name)), device_(device), options_(options) {
   for (int i = 0; i < size; ++i) {
     auto slot = std::make_unique<Slot>();
-    slot->engine = engines[static_cast<size_t>(i) % engines.size()];
+    slot->loop = loops[static_cast<size_t>(i) % loops.size()];
     slots_.push_back(std::move(slot));
   }
 }
@@ -23,15 +23,15 @@ absl::StatusOr<Connection*> ConnectionPool::Get(int slot) {
   Slot& s = *slots_[slot];
   if (s.conn != nullptr && s.conn->usable()) return s.conn;
   absl::StatusOr<Connection*> c =
-      Connection::Connect(s.engine, device_, address_, name_, options_, &s);
+      Connection::Connect(s.loop, device_, address_, name_, options_, &s);
   if (!c.ok()) return c.status();
   s.conn = *c;
   return s.conn;
 }
 
-void ConnectionPool::CloseConnectionsOf(Engine* engine, const absl::Status& reason) {
+void ConnectionPool::CloseConnectionsOf(EventLoop* loop, const absl::Status& reason) {
   for (auto& s : slots_) {
-    if (s->engine != engine || s->conn == nullptr) continue;
+    if (s->loop != loop || s->conn == nullptr) continue;
     Connection* c = s->conn;
     s->conn = nullptr;
     c->Close(reason);

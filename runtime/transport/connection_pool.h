@@ -1,7 +1,7 @@
 // connection_pool.h: the connections a Channel keeps to one server address.
 //
-// `size` slots; slot i belongs to engine i % engines and is only touched on
-// that engine's thread. A slot's connection is made on the first call that
+// `size` slots; slot i belongs to loop i % loops and is only touched on
+// that loop's thread. A slot's connection is made on the first call that
 // picks it and replaced on demand after it fails.
 #ifndef RDMARPC_RUNTIME_TRANSPORT_CONNECTION_POOL_H_
 #define RDMARPC_RUNTIME_TRANSPORT_CONNECTION_POOL_H_
@@ -22,25 +22,25 @@ namespace internal {
 class ConnectionPool {
  public:
   ConnectionPool(sockaddr_in address, std::string name, int size,
-                 const std::vector<Engine*>& engines, DeviceResources* device,
+                 const std::vector<EventLoop*>& loops, DeviceResources* device,
                  const ConnectionOptions& options);
 
   const std::string& name() const { return name_; }
   int size() const { return static_cast<int>(slots_.size()); }
   // Any thread: picks the next slot round robin.
   int PickSlot();
-  Engine* engine_of(int slot) const { return slots_[slot]->engine; }
-  // Engine thread of `slot`: its connection, connecting a new one when there
+  EventLoop* loop_of(int slot) const { return slots_[slot]->loop; }
+  // Loop thread of `slot`: its connection, connecting a new one when there
   // is none or it failed. Status says why a connection could not be started.
   absl::StatusOr<Connection*> Get(int slot);
-  // Engine thread of `engine`: closes the connections of its slots; their
+  // Loop thread of `loop`: closes the connections of its slots; their
   // calls fail with `reason`.
-  void CloseConnectionsOf(Engine* engine, const absl::Status& reason);
+  void CloseConnectionsOf(EventLoop* loop, const absl::Status& reason);
 
  private:
   struct Slot final : ConnectionHandler {
-    Engine* engine = nullptr;
-    Connection* conn = nullptr;  // engine thread only
+    EventLoop* loop = nullptr;
+    Connection* conn = nullptr;  // loop thread only
     void OnClosed(Connection* c, const absl::Status&) override {
       if (conn == c) conn = nullptr;
     }

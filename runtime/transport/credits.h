@@ -2,7 +2,7 @@
 // has posted and not yet consumed), so a SEND never meets an empty receive
 // queue and RNR never happens.
 //
-// Used by one engine thread only (no locking).
+// Used by one loop thread only (no locking).
 #ifndef RDMARPC_RUNTIME_TRANSPORT_CREDITS_H_
 #define RDMARPC_RUNTIME_TRANSPORT_CREDITS_H_
 

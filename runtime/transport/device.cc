@@ -8,6 +8,8 @@ namespace internal {
 
 void ChooseProvider() { (void)Verbs(); }
 
+const char* ProviderName() { return Verbs().provider_name; }
+
 DeviceResources::DeviceResources(size_t large_limit_bytes, size_t large_keep_bytes)
     : large_limit_bytes_(large_limit_bytes), large_keep_bytes_(large_keep_bytes) {}
 

@@ -23,6 +23,8 @@ namespace internal {
 // Chooses the verbs provider (rdma-core or softrdma, see verbs.h) now, so
 // the choice is logged at start and not made by the first call. Any thread.
 void ChooseProvider();
+// The provider chosen: "rdma-core" or "soft" (for logs). Any thread.
+const char* ProviderName();
 
 class DeviceResources {
  public:

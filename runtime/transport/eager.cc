@@ -1,8 +1,8 @@
 // eager.cc: the eager path — SEND_WITH_IMM of header + payload into a
-// pre-posted receive — plus the send queue (selective signalling, doorbell
-// batching) and the receive side's message decoding. Credit return is in
-// credit_return.cc, the client's call table in call_slots.cc, large payloads
-// in rendezvous.cc.
+// pre-posted receive, posted through the SendQueue (send_queue.h) — and the
+// receive side's message decoding. Credit return is in credit_return.cc, a
+// client call's life in call_slots.cc (its slot in stream_table.h), large
+// payloads in rendezvous.cc.
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -17,7 +17,6 @@
 namespace rdmarpc {
 namespace internal {
 namespace {
-constexpr uint64_t kRecvTag = uint64_t{1} << 63;
 constexpr size_t kMaxStatusMessage = 1024;  // keeps every response prefix eager
 }  // namespace
 
@@ -27,20 +26,16 @@ size_t Connection::EagerLimit() const {
 
 bool Connection::CanPostMessage() const {
   return credits_.has_value() && credits_->CanSendMessage() &&
-         sq_head_ - sq_tail_ < static_cast<uint64_t>(kSendQueueDepth) &&
-         send_slab_ != nullptr && send_slab_->free_count() > 0;
+         send_queue_.has_room() && send_queue_.has_send_buffer();
 }
 
 void Connection::SendResponse(const RequestToken& token, absl::StatusCode code,
                               std::string message, std::string payload, std::string meta) {
   if (!usable()) return;
-  if (!server_streams_.empty()) {
+  if (StreamIn* in = streams_.FindServerStream(token.handle()); in != nullptr) {
     // A stream's trailers: frames of it that still arrive are dropped.
-    auto it = server_streams_.find(StreamKey(token.slot, token.generation));
-    if (it != server_streams_.end()) {
-      DropStreamIn(it->second);
-      server_streams_.erase(it);
-    }
+    DropStreamIn(*in);
+    streams_.EraseServerStream(token.handle());
   }
   if (message.size() > kMaxStatusMessage) message.resize(kMaxStatusMessage);
   if (payload.size() > options_.max_message_bytes) {
@@ -57,7 +52,7 @@ void Connection::SendResponse(const RequestToken& token, absl::StatusCode code,
   item.payload = std::move(payload);
   item.meta = std::move(meta);
   out_queue_.push_back(std::move(item));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 bool Connection::TrySendResponseInPlace(const RequestToken& token, size_t size,
@@ -73,7 +68,7 @@ bool Connection::TrySendResponseInPlace(const RequestToken& token, size_t size,
   h.payload_len = static_cast<uint32_t>(size);
   PostEager(MsgKind::kResponse, token.slot, token.generation, h, {}, {}, {}, {}, write, source,
             size);
-  Touch();  // the doorbell rings once this engine step ends
+  ScheduleEndOfStep();  // the doorbell rings once this loop step ends
   return true;
 }
 
@@ -116,9 +111,9 @@ bool Connection::SendOne(OutItem& item) {
 }
 
 bool Connection::SendRequest(uint32_t handle) {
-  const uint16_t idx = static_cast<uint16_t>(handle & 0xFFFF);
-  const uint16_t gen = static_cast<uint16_t>(handle >> 16);
-  Slot* s = LiveSlot(idx, gen);
+  const uint16_t idx = HandleSlot(handle);
+  const uint16_t gen = HandleGeneration(handle);
+  Slot* s = streams_.Live(idx, gen);
   if (s == nullptr) return true;  // cancelled while queued
   OutgoingRequest& r = s->request;
   if (!r.meta.empty() &&
@@ -231,7 +226,7 @@ void Connection::SendRegisteredResponse(const RequestToken& token, PooledBuffer 
   item.registered = std::move(buffer);
   item.registered_len = len;
   out_queue_.push_back(std::move(item));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 bool Connection::SendResponseItem(OutItem& item) {
@@ -324,9 +319,10 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
                            const RemoteBuffer& reply, absl::string_view payload,
                            PayloadWriteFn write, const void* source, size_t payload_size,
                            absl::string_view meta) {
-  const int buf = send_slab_->Get();
+  BufferSlab* slab = send_queue_.send_slab();
+  const int buf = slab->Get();
   CHECK_GE(buf, 0) << "caller checks CanPostMessage";
-  char* out = send_slab_->data(buf);
+  char* out = slab->data(buf);
   // Owed credits ride in this header: no separate kCredit message while
   // traffic flows both ways.
   h.credits = credits_->TakeOwed();
@@ -344,7 +340,7 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
   }
   const size_t len = prefix + payload_size;
   DCHECK_LE(len, EagerLimit());
-  ibv_sge sge{reinterpret_cast<uint64_t>(out), static_cast<uint32_t>(len), send_slab_->lkey()};
+  ibv_sge sge{reinterpret_cast<uint64_t>(out), static_cast<uint32_t>(len), slab->lkey()};
   ibv_send_wr wr{};
   wr.sg_list = &sge;
   wr.num_sge = 1;
@@ -354,68 +350,22 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
   credits_->Consume();
   SqEntry e;
   e.send_buffer = buf;
-  PostWr(&wr, e, /*force_signal=*/false);
-}
-
-void Connection::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
-  const uint64_t seq = sq_head_++;
-  // Signal every kSignalInterval-th WR (15 unsignalled, then one signalled)
-  // so buffers of the unsignalled ones before it are recycled by its
-  // completion.
-  if (force_signal || ++unsignalled_run_ >= kSignalInterval ||
-      send_slab_->free_count() < kSignalInterval) {
-    wr->send_flags |= IBV_SEND_SIGNALED;
-    unsignalled_run_ = 0;
-  }
-  wr->wr_id = seq;
-  CountSendWr((wr->send_flags & IBV_SEND_SIGNALED) != 0,
-              (wr->send_flags & IBV_SEND_INLINE) != 0);
-  sq_ring_[seq % kSendQueueDepth] = entry;
-  // Queued for the next doorbell: WRs made ready together go to the device
-  // in one ibv_post_send chain.
-  PendingWr p;
-  p.wr = *wr;
-  p.sge = *wr->sg_list;
-  p.wr.next = nullptr;
-  batch_.push_back(p);
+  send_queue_.PostWr(&wr, e, /*force_signal=*/false);
 }
 
 void Connection::Doorbell() {
-  if (batch_.empty()) return;
-  if (!qp_) {  // destroyed meanwhile: nothing can be posted any more
-    batch_.clear();
-    return;
-  }
-  const size_t n = batch_.size();
-  for (size_t i = 0; i < n; ++i) {
-    batch_[i].wr.sg_list = &batch_[i].sge;
-    batch_[i].wr.next = i + 1 < n ? &batch_[i + 1].wr : nullptr;
-  }
-  ibv_send_wr* bad = nullptr;
-  const int rc = ibv_post_send(qp_.get(), &batch_[0].wr, &bad);
+  // A piece that never entered the QP ends failed; Close below follows.
+  const int rc = send_queue_.Doorbell(
+      [this](uint64_t /*seq*/, const SqEntry& e) { PutWrBuffers(e); });
   if (rc != 0) {
-    // WRs from `bad` on never entered the queue: undo their accounting, then
-    // fail the connection (a post error means the QP is unusable).
-    size_t first_bad = 0;
-    while (first_bad < n && &batch_[first_bad].wr != bad) ++first_bad;
-    for (size_t i = n; i > first_bad; --i) {
-      const uint64_t seq = --sq_head_;
-      SqEntry& e = sq_ring_[seq % kSendQueueDepth];
-      if (e.send_buffer >= 0) send_slab_->Put(e.send_buffer);
-      const SqEntry undone = e;
-      e = SqEntry{};
-      if (undone.bulk_id != 0) OnChunkDone(undone, nullptr);
-    }
-    batch_.clear();
+    // A post error means the QP is unusable.
     Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_, ": ",
                                               ErrnoToStatus("ibv_post_send", rc).message())));
-    return;
   }
-  batch_.clear();
 }
 
 void Connection::OnCompletion(const ibv_wc& wc) {
-  if (wc.wr_id & kRecvTag) {
+  if (ReceiveRing::IsReceive(wc.wr_id)) {
     OnRecvCompletion(wc);
   } else {
     OnSendCompletion(wc);
@@ -424,8 +374,8 @@ void Connection::OnCompletion(const ibv_wc& wc) {
 
 void Connection::OnSendCompletion(const ibv_wc& wc) {
   const uint64_t seq = wc.wr_id;
-  if (seq < sq_tail_ || seq >= sq_head_) return;
-  if (SqEntry& e = sq_ring_[seq % kSendQueueDepth]; e.bulk_id != 0) {
+  if (!send_queue_.outstanding(seq)) return;
+  if (SqEntry& e = send_queue_.entry(seq); e.bulk_id != 0) {
     const SqEntry piece = e;
     e.bulk_id = 0;
     OnChunkDone(piece, &wc);
@@ -439,23 +389,17 @@ void Connection::OnSendCompletion(const ibv_wc& wc) {
                                               ibv_wc_status_str(wc.status))));
   }
   // In-order SQ completion: this one retires every WR up to it.
-  for (; sq_tail_ <= seq; ++sq_tail_) {
-    SqEntry& e = sq_ring_[sq_tail_ % kSendQueueDepth];
-    if (e.send_buffer >= 0 && send_slab_ != nullptr) send_slab_->Put(e.send_buffer);
-    const SqEntry retired = e;
-    e = SqEntry{};
-    // Every piece is signalled, so this only happens when its own CQE was
-    // lost: count it ended (failed), so its buffer is freed.
-    if (retired.bulk_id != 0) OnChunkDone(retired, nullptr);
-  }
+  // Every piece is signalled: one retired here lost its own completion,
+  // and counts as failed (PutWrBuffers).
+  send_queue_.RetireThrough(seq, [this](const SqEntry& e) { PutWrBuffers(e); });
   if (close_when_sent_) MaybeFinishCloseWhenSent();
   MaybeFinishClose();
 }
 
 void Connection::OnRecvCompletion(const ibv_wc& wc) {
-  --recv_posted_;
+  receive_ring_.OnCompleted();
   ++recvs_seen_;  // the peer is alive (keepalive.cc)
-  const int idx = static_cast<int>(wc.wr_id & ~kRecvTag);
+  const int idx = ReceiveRing::BufferIndex(wc.wr_id);
   if (wc.status != IBV_WC_SUCCESS) {
     if (wc.status != IBV_WC_WR_FLUSH_ERR) {
       LOG_IF(WARNING, usable()) << "connection to " << peer_name_ << ": receive "
@@ -471,7 +415,7 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
     MaybeFinishClose();
     return;
   }
-  to_repost_.push_back(idx);
+  receive_ring_.Consumed(idx);
   if (!(wc.wc_flags & IBV_WC_WITH_IMM)) {
     Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_,
                                               ": message without imm_data")));
@@ -486,7 +430,7 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
   if (state_ == ConnState::kAccepting) state_ = ConnState::kEstablished;
   absl::string_view bytes;
   if (imm->kind == MsgKind::kResponseWritten) {
-    Slot* s = LiveSlot(imm->slot, imm->generation);
+    Slot* s = streams_.Live(imm->slot, imm->generation);
     if (s == nullptr || s->reply_buffer == nullptr) {
       // Stale: the call ended (deadline) before the data landed in its
       // quarantined reply buffer, which may now be reused. (This header
@@ -510,7 +454,7 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
     }
     bytes = absl::string_view(s->reply_buffer->data, *total);
   } else {
-    bytes = absl::string_view(recv_slab_->data(idx), wc.byte_len);
+    bytes = receive_ring_.data(idx, wc.byte_len);
   }
   absl::StatusOr<ParsedMessage> m = DecodeMessage(bytes);
   if (!m.ok()) {
@@ -554,13 +498,12 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
     case MsgKind::kRequest: {
       if (m.header.flags & kFlagStream) {
         // A stream opens: its later frames are delivered in order.
-        const uint32_t key = StreamKey(imm.slot, imm.generation);
-        if (server_streams_.contains(key)) {
+        const uint32_t key = PackHandle(imm.slot, imm.generation);
+        if (!streams_.OpenServerStream(key)) {
           Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_,
                                                     ": stream ", key, " opened twice")));
           return;
         }
-        server_streams_[key];
       }
       if (m.header.flags & kFlagPayloadRemote) {
         StartRequestPull(imm, m);
@@ -591,7 +534,7 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
 }
 
 void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
-  Slot* s = LiveSlot(imm.slot, imm.generation);
+  Slot* s = streams_.Live(imm.slot, imm.generation);
   if (s == nullptr) ReleaseQuarantined(imm.slot, imm.generation);
   if (m.header.flags & kFlagPayloadRemote) {
     if (s == nullptr) {
@@ -602,7 +545,7 @@ void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
       out_queue_.push_back(std::move(rel));
       return;
     }
-    StartResponsePull((static_cast<uint32_t>(imm.generation) << 16) | imm.slot, m);
+    StartResponsePull(PackHandle(imm.slot, imm.generation), m);
     return;
   }
   if (s == nullptr) return;  // stale: the call was retired by its deadline

@@ -214,32 +214,5 @@ bool SplitMetaInPayload(const WireHeader& h, absl::string_view* payload, absl::s
   return true;
 }
 
-void EncodeHandshake(const HandshakeData& h, char out[kHandshakeBytes]) {
-  Put<uint16_t>(out, h.version);
-  Put<uint16_t>(out + 2, h.recv_depth);
-  Put<uint32_t>(out + 4, h.recv_buffer_bytes);
-  Put<uint32_t>(out + 8, h.features);
-  Put<uint32_t>(out + 12, h.reject_reason);
-  Put<uint32_t>(out + 16, 0x52444d41);  // "RDMA" marker: private data is ours
-}
-
-absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len) {
-  if (data == nullptr || len < kHandshakeBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("handshake private data of ", len,
-                                                   " bytes; need ", kHandshakeBytes));
-  }
-  const char* p = static_cast<const char*>(data);
-  if (Get<uint32_t>(p + 16) != 0x52444d41) {
-    return absl::InvalidArgumentError("handshake private data is not from rdmarpc");
-  }
-  HandshakeData h;
-  h.version = Get<uint16_t>(p);
-  h.recv_depth = Get<uint16_t>(p + 2);
-  h.recv_buffer_bytes = Get<uint32_t>(p + 4);
-  h.features = Get<uint32_t>(p + 8);
-  h.reject_reason = Get<uint32_t>(p + 12);
-  return h;
-}
-
 }  // namespace internal
 }  // namespace rdmarpc

@@ -1,5 +1,5 @@
-// header.h: the wire formats — imm_data, the compact message header, rendezvous
-// descriptors and the rdma_cm handshake private data. All integers are
+// header.h: the wire formats — imm_data, the compact message header and rendezvous
+// descriptors (the rdma_cm private data is in handshake.h). All integers are
 // little-endian on the wire (imm_data itself is carried in network order).
 #ifndef RDMARPC_RUNTIME_TRANSPORT_HEADER_H_
 #define RDMARPC_RUNTIME_TRANSPORT_HEADER_H_
@@ -131,22 +131,6 @@ absl::StatusOr<size_t> EncodedMessageBytes(absl::string_view start);
 // overrun `bytes`.
 absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes);
 
-// rdma_cm private data of connect, accept and reject (16 bytes; rdma_cm
-// allows 56 on connect, 196 on accept).
-struct HandshakeData {
-  uint16_t version = 0;
-  uint16_t recv_depth = 0;          // receives pre-posted = initial credits
-  uint32_t recv_buffer_bytes = 0;   // largest SEND the peer may post to us
-  uint32_t features = 0;
-  uint32_t reject_reason = 0;       // in a reject: 1 = version mismatch
-};
-inline constexpr size_t kHandshakeBytes = 20;
-inline constexpr uint32_t kRejectVersion = 1;
-inline constexpr uint32_t kRejectShuttingDown = 2;
-// The server could not set the connection up (CQ full, registration refused).
-inline constexpr uint32_t kRejectNoResources = 3;
-void EncodeHandshake(const HandshakeData& h, char out[kHandshakeBytes]);
-absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len);
 
 }  // namespace internal
 }  // namespace rdmarpc

@@ -24,7 +24,7 @@ namespace internal {
 void Connection::StartKeepalive() {
   if (!is_client_ || options_.keepalive_interval <= absl::ZeroDuration()) return;
   recvs_at_last_probe_ = recvs_seen_;
-  keepalive_timer_ = engine_->AddTimer(absl::Now() + options_.keepalive_interval,
+  keepalive_timer_ = loop_->AddTimer(absl::Now() + options_.keepalive_interval,
                                        [this] { OnKeepaliveTimer(); },
                                        /*needs_completions=*/false);
 }
@@ -33,21 +33,20 @@ void Connection::OnKeepaliveTimer() {
   keepalive_timer_ = 0;
   if (state_ != ConnState::kEstablished) return;  // closing: no more probes
   const bool heard = recvs_seen_ != recvs_at_last_probe_;
-  // One probe at a time: until the last one completes (sq_tail_ passes it),
+  // One probe at a time: until the last one completes (is retired),
   // its transport timeout is still running, and a second probe would only
   // be flushed behind it (the timeout, 4.096 us * 2^timeout * (retry_cnt +
   // 1), may well exceed keepalive_interval).
-  const bool probe_in_flight = probe_posted_ && sq_tail_ <= probe_seq_;
-  if (busy_slots_ > 0 && !heard && !probe_in_flight && qp_ &&
-      sq_head_ - sq_tail_ < static_cast<uint64_t>(kSendQueueDepth)) {
+  const bool probe_in_flight = probe_posted_ && !send_queue_.retired(probe_seq_);
+  if (streams_.busy() > 0 && !heard && !probe_in_flight && qp_ &&
+      send_queue_.has_room()) {
     ibv_sge sge{};  // zero-length: PostWr copies one SGE, none is posted
     ibv_send_wr wr{};
     wr.sg_list = &sge;
     wr.num_sge = 0;
     wr.opcode = IBV_WR_RDMA_WRITE;
-    probe_seq_ = sq_head_;  // PostWr gives it this sequence number
     probe_posted_ = true;
-    PostWr(&wr, SqEntry{}, /*force_signal=*/true);
+    probe_seq_ = send_queue_.PostWr(&wr, SqEntry{}, /*force_signal=*/true);
     Doorbell();
   }
   StartKeepalive();

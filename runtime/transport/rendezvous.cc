@@ -67,18 +67,18 @@ void Connection::StartRequestPull(const Imm& imm, const ParsedMessage& m) {
   ctx.stream_message = false;
   if (m.header.flags & kFlagStream) {
     // Later frames of this stream wait for this pull (in-order delivery).
-    ctx.handle = StreamKey(imm.slot, imm.generation);
-    ++server_streams_[ctx.handle].pulls;
+    ctx.handle = PackHandle(imm.slot, imm.generation);
+    ++streams_.ServerStream(ctx.handle).pulls;
   }
   const absl::Duration delay = options_.request_read_delay != nullptr
                                    ? options_.request_read_delay()
                                    : absl::ZeroDuration();
   if (delay > absl::ZeroDuration()) {
-    // Test hook: post the READ later without blocking this engine. The
+    // Test hook: post the READ later without blocking this loop. The
     // connection keeps the context, so its buffer is freed with it.
     const uint64_t id = next_delayed_++;
     delayed_reads_.emplace(id, std::move(ctx));
-    timers_.push_back(engine_->AddTimer(absl::Now() + delay, [this, id] {
+    timers_.push_back(loop_->AddTimer(absl::Now() + delay, [this, id] {
       auto node = delayed_reads_.extract(id);
       if (node.empty()) return;
       if (!usable() || node.mapped().cancelled) {
@@ -99,7 +99,7 @@ void Connection::StartRequestPull(const Imm& imm, const ParsedMessage& m) {
 }
 
 void Connection::StartResponsePull(uint32_t handle, const ParsedMessage& m) {
-  const uint16_t idx = static_cast<uint16_t>(handle & 0xFFFF);
+  const uint16_t idx = HandleSlot(handle);
   const size_t len = m.header.payload_len;
   auto release = [this, ref = m.header.ref] {
     OutItem rel;
@@ -107,7 +107,7 @@ void Connection::StartResponsePull(uint32_t handle, const ParsedMessage& m) {
     rel.ref = ref;
     out_queue_.push_back(std::move(rel));
   };
-  Slot& slot = slots_[idx];
+  Slot& slot = streams_.slot(idx);
   ResponseSink* sink = slot.sink;
   // The server exposed its response instead of writing it into our reply
   // buffer, so it will never write there for this call: recycle it now.
@@ -177,8 +177,7 @@ void Connection::PostRendezvousChunks() {
   // Pieces need send-queue room; only a push's last piece consumes a
   // receive at the peer, and its credit was taken when it was queued.
   while (!transfer_queue_.empty() && usable() && qp_ &&
-         chunks_in_flight_ < options_.rendezvous_chunks_in_flight &&
-         sq_head_ - sq_tail_ < static_cast<uint64_t>(kSendQueueDepth)) {
+         chunks_in_flight_ < options_.rendezvous_chunks_in_flight && send_queue_.has_room()) {
     const QueuedTransfer q = transfer_queue_.front();
     ibv_sge sge{};
     ibv_send_wr wr{};
@@ -238,7 +237,7 @@ void Connection::PostRendezvousChunks() {
     SqEntry e;
     e.bulk_id = q.id;
     e.bulk_read = q.read;
-    PostWr(&wr, e, /*force_signal=*/true);
+    send_queue_.PostWr(&wr, e, /*force_signal=*/true);
   }
   Doorbell();
 }
@@ -300,11 +299,10 @@ void Connection::OnReadDone(uint64_t id) {
     return;
   }
   if (ctx.is_request) {
-    const bool stream = ctx.handle != 0;  // StreamKey, set for a stream's opening request
+    const bool stream = ctx.handle != 0;  // PackHandle, set for a stream's opening request
     StreamIn* in = nullptr;
     if (stream) {
-      auto it = server_streams_.find(StreamKey(ctx.token.slot, ctx.token.generation));
-      if (it != server_streams_.end()) in = &it->second;
+      in = streams_.FindServerStream(PackHandle(ctx.token.slot, ctx.token.generation));
       if (in != nullptr) --in->pulls;
     }
     // kFlagNoMessage too: a stream opened without a message whose metadata
@@ -325,17 +323,17 @@ void Connection::OnReadDone(uint64_t id) {
     PooledBuffer owner(pool_, ctx.buffer);
     DeliverRequest(ctx.token, ctx.method, payload, ctx.timeout_us, flags, meta, &owner);
     owner.reset();
-    if (stream) RunDeferred(StreamKey(ctx.token.slot, ctx.token.generation));
+    if (stream) RunDeferred(PackHandle(ctx.token.slot, ctx.token.generation));
     return;
   }
   OutItem rel;
   rel.kind = OutKind::kRelease;
   rel.ref = ctx.ref;
   out_queue_.push_back(std::move(rel));
-  const uint16_t idx = static_cast<uint16_t>(ctx.handle & 0xFFFF);
-  const uint16_t gen = static_cast<uint16_t>(ctx.handle >> 16);
+  const uint16_t idx = HandleSlot(ctx.handle);
+  const uint16_t gen = HandleGeneration(ctx.handle);
   PooledBuffer owner(pool_, ctx.buffer);  // the sink may keep it
-  if (Slot* s = LiveSlot(idx, gen); s != nullptr) {
+  if (Slot* s = streams_.Live(idx, gen); s != nullptr) {
     ResponseSink* sink = s->sink;
     FinishSlot(idx, false);
     absl::string_view payload(ctx.buffer->data, ctx.remote.length);

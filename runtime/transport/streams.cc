@@ -21,9 +21,9 @@ namespace internal {
 
 void Connection::SendStreamMessage(uint32_t handle, std::string payload, bool no_message,
                                    bool end_stream) {
-  const uint16_t idx = static_cast<uint16_t>(handle & 0xFFFF);
-  const uint16_t gen = static_cast<uint16_t>(handle >> 16);
-  Slot* s = LiveSlot(idx, gen);
+  const uint16_t idx = HandleSlot(handle);
+  const uint16_t gen = HandleGeneration(handle);
+  Slot* s = streams_.Live(idx, gen);
   if (!usable() || s == nullptr || !s->stream) return;
   OutItem item;
   item.kind = OutKind::kStreamMessage;
@@ -34,13 +34,13 @@ void Connection::SendStreamMessage(uint32_t handle, std::string payload, bool no
   item.flags = static_cast<uint8_t>((no_message ? kFlagNoMessage : 0) |
                                     (end_stream ? kFlagEndStream : 0));
   out_queue_.push_back(std::move(item));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 void Connection::GrantWindow(uint32_t handle, uint32_t messages) {
-  const uint16_t idx = static_cast<uint16_t>(handle & 0xFFFF);
-  const uint16_t gen = static_cast<uint16_t>(handle >> 16);
-  if (!usable() || LiveSlot(idx, gen) == nullptr) return;
+  const uint16_t idx = HandleSlot(handle);
+  const uint16_t gen = HandleGeneration(handle);
+  if (!usable() || streams_.Live(idx, gen) == nullptr) return;
   OutItem item;
   item.kind = OutKind::kWindow;
   item.handle = handle;
@@ -48,11 +48,11 @@ void Connection::GrantWindow(uint32_t handle, uint32_t messages) {
   item.generation = gen;
   item.ref = messages;
   out_queue_.push_back(std::move(item));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 void Connection::SendStreamHeaders(const RequestToken& token, std::string meta) {
-  if (!usable() || !server_streams_.contains(StreamKey(token.slot, token.generation))) return;
+  if (!usable() || streams_.FindServerStream(token.handle()) == nullptr) return;
   OutItem item;
   item.kind = OutKind::kHeaders;
   item.token = token;
@@ -60,11 +60,11 @@ void Connection::SendStreamHeaders(const RequestToken& token, std::string meta) 
   item.generation = token.generation;
   item.meta = std::move(meta);
   out_queue_.push_back(std::move(item));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 void Connection::SendStreamMessage(const RequestToken& token, std::string payload) {
-  if (!usable() || !server_streams_.contains(StreamKey(token.slot, token.generation))) return;
+  if (!usable() || streams_.FindServerStream(token.handle()) == nullptr) return;
   OutItem item;
   item.kind = OutKind::kStreamMessage;
   item.token = token;
@@ -72,11 +72,11 @@ void Connection::SendStreamMessage(const RequestToken& token, std::string payloa
   item.generation = token.generation;
   item.payload = std::move(payload);
   out_queue_.push_back(std::move(item));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 void Connection::GrantWindow(const RequestToken& token, uint32_t messages) {
-  if (!usable() || !server_streams_.contains(StreamKey(token.slot, token.generation))) return;
+  if (!usable() || streams_.FindServerStream(token.handle()) == nullptr) return;
   OutItem item;
   item.kind = OutKind::kWindow;
   item.token = token;
@@ -84,11 +84,11 @@ void Connection::GrantWindow(const RequestToken& token, uint32_t messages) {
   item.generation = token.generation;
   item.ref = messages;
   out_queue_.push_back(std::move(item));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 bool Connection::SendStreamItem(OutItem& item) {
-  if (is_client_ && LiveSlot(item.slot, item.generation) == nullptr) return true;  // call ended
+  if (is_client_ && streams_.Live(item.slot, item.generation) == nullptr) return true;  // call ended
   WireHeader h;
   switch (item.kind) {
     case OutKind::kWindow:
@@ -147,7 +147,7 @@ void Connection::QueueRelease(uint32_t ref) {
   rel.kind = OutKind::kRelease;
   rel.ref = ref;
   out_queue_.push_back(std::move(rel));
-  Touch();
+  ScheduleEndOfStep();
 }
 
 void Connection::DropStreamIn(StreamIn& in) {
@@ -166,13 +166,12 @@ void Connection::DropStreamIn(StreamIn& in) {
   in.deferred.clear();
 }
 
-Connection::StreamIn* Connection::FindStreamIn(const Imm& imm) {
+StreamIn* Connection::FindStreamIn(const Imm& imm) {
   if (is_client_) {
-    Slot* s = LiveSlot(imm.slot, imm.generation);
+    Slot* s = streams_.Live(imm.slot, imm.generation);
     return s != nullptr && s->stream ? &s->in : nullptr;
   }
-  auto it = server_streams_.find(StreamKey(imm.slot, imm.generation));
-  return it == server_streams_.end() ? nullptr : &it->second;
+  return streams_.FindServerStream(PackHandle(imm.slot, imm.generation));
 }
 
 bool Connection::DeferIfBehind(const Imm& imm, const ParsedMessage& m) {
@@ -199,8 +198,7 @@ bool Connection::DeferIfBehind(const Imm& imm, const ParsedMessage& m) {
 }
 
 void Connection::RunDeferred(uint32_t key) {
-  const Imm probe{MsgKind::kStreamMessage, static_cast<uint16_t>(key >> 16),
-                  static_cast<uint16_t>(key & 0xFFFF)};
+  const Imm probe{MsgKind::kStreamMessage, HandleGeneration(key), HandleSlot(key)};
   while (true) {
     StreamIn* in = FindStreamIn(probe);
     if (in == nullptr || in->pulls > 0 || in->deferred.empty() || !usable()) return;
@@ -217,11 +215,12 @@ void Connection::RunDeferred(uint32_t key) {
 
 void Connection::HandleWindow(const Imm& imm, const ParsedMessage& m) {
   if (is_client_) {
-    Slot* s = LiveSlot(imm.slot, imm.generation);
+    Slot* s = streams_.Live(imm.slot, imm.generation);
     if (s != nullptr && s->stream) s->sink->OnWindow(m.header.ref);
     return;
   }
-  if (!server_streams_.contains(StreamKey(imm.slot, imm.generation)) || handler_ == nullptr) {
+  if (streams_.FindServerStream(PackHandle(imm.slot, imm.generation)) == nullptr ||
+      handler_ == nullptr) {
     return;
   }
   RequestToken token;
@@ -239,7 +238,7 @@ void Connection::HandleStreamFrame(const Imm& imm, const ParsedMessage& m) {
     return;
   }
   if (m.header.kind == MsgKind::kHeaders && !(m.header.flags & kFlagPayloadRemote)) {
-    if (is_client_) LiveSlot(imm.slot, imm.generation)->sink->OnStreamHeaders(m.meta);
+    if (is_client_) streams_.Live(imm.slot, imm.generation)->sink->OnStreamHeaders(m.meta);
     return;
   }
   const bool end_stream = (m.header.flags & kFlagEndStream) != 0;
@@ -269,14 +268,14 @@ void Connection::HandleStreamFrame(const Imm& imm, const ParsedMessage& m) {
     ctx.remote = m.payload_remote;
     ctx.token.slot = imm.slot;
     ctx.token.generation = imm.generation;
-    ctx.handle = StreamKey(imm.slot, imm.generation);
+    ctx.handle = PackHandle(imm.slot, imm.generation);
     ctx.ref = m.header.ref;
     ++in->pulls;
     PostRead(std::move(ctx));
     return;
   }
   if (is_client_) {
-    if (has_message) LiveSlot(imm.slot, imm.generation)->sink->OnStreamMessage(m.payload);
+    if (has_message) streams_.Live(imm.slot, imm.generation)->sink->OnStreamMessage(m.payload);
     return;
   }
   if (handler_ == nullptr) return;
@@ -293,9 +292,9 @@ void Connection::OnStreamPullDone(const ReadCtx& ctx, absl::string_view payload)
   if (in == nullptr) return;  // the stream ended while we pulled
   --in->pulls;
   if (ctx.header.kind == MsgKind::kHeaders) {
-    if (is_client_) LiveSlot(imm.slot, imm.generation)->sink->OnStreamHeaders(payload);
+    if (is_client_) streams_.Live(imm.slot, imm.generation)->sink->OnStreamHeaders(payload);
   } else if (is_client_) {
-    LiveSlot(imm.slot, imm.generation)->sink->OnStreamMessage(payload);
+    streams_.Live(imm.slot, imm.generation)->sink->OnStreamMessage(payload);
   } else if (handler_ != nullptr) {
     handler_->OnStreamMessage(this, ctx.token, payload, /*has_message=*/true, ctx.end_stream);
   }

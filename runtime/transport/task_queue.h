@@ -1,4 +1,4 @@
-// task_queue.h: the hand-off from any thread to an engine thread without a
+// task_queue.h: the hand-off from any thread to a loop thread without a
 // lock: an intrusive multi-producer single-consumer queue (Dmitry Vyukov's
 // non-intrusive-MPSC design, as used by many actor runtimes). Push is one
 // atomic exchange plus one store; Pop is consumer-only.

@@ -1,7 +1,7 @@
 // transport.h: the whole data-path contract of rdmarpc's RDMA transport.
 //
 // Wire protocol (one RC QP per connection, made with rdma_cm):
-//  * Handshake: rdma_cm private data carries HandshakeData (header.h): protocol
+//  * Handshake: rdma_cm private data carries HandshakeData (handshake.h): protocol
 //    version, receive-buffer size, receive-ring depth (= initial credits) and
 //    feature bits. A server that speaks another version rejects with its own
 //    version in the reject private data; the client fails FAILED_PRECONDITION
@@ -69,7 +69,7 @@
 // Per small call in steady state (checked exactly by tests/rpc/
 // rpc_hotpath_test from softrdma's counters and TransportStats): one
 // ibv_post_send per message (owed credits ride in its header; WRs made
-// ready in one engine step share one doorbell), IBV_SEND_INLINE when the
+// ready in one loop step share one doorbell), IBV_SEND_INLINE when the
 // message fits max_inline_data, 1/16 signalled send WR, 1/16 ibv_post_recv
 // per message received, no ibv_reg_mr, no payload copy by the runtime: a
 // synchronous request is serialised straight into the registered send
@@ -80,27 +80,27 @@
 // queue behind others or wait for a credit.
 //
 // Threads and ownership:
-//  * Every Connection belongs to exactly one Engine (completion_poller): only
-//    the thread holding that engine's *poller* touches its QP, buffers,
-//    credits and slot table. That is the engine's own thread, or a thread
-//    waiting for its synchronous call (leader/follower, completion_poller.h):
+//  * Every Connection belongs to exactly one EventLoop (event_loop): only
+//    the thread holding that loop's *poller* touches its QP, buffers,
+//    credits and slot table. That is the loop's own thread, or a thread
+//    waiting for its synchronous call (leader/follower, event_loop.h):
 //    it try-locks the poller, starts its call inline, polls the CQ and
 //    dispatches every completion (callbacks of other calls run on it too)
 //    until its own call is done, then hands back. Other threads reach the
-//    engine by Engine::Post(task). Never more than one thread polls a CQ.
+//    loop by EventLoop::Post(task). Never more than one thread polls a CQ.
 //  * Completion loops busy-poll while calls are in flight (up to
 //    kMaxInFlightSpin without a completion) and for --rdmarpc_spin_us after
 //    the last completion, then arm the CQ, poll once more (the arm/re-poll
 //    race) and sleep on the completion channel. An empty poll is followed
 //    by a CPU pause hint, and by a sched_yield only every
 //    --rdmarpc_spin_yield_every-th time (spin_pause.h). A caller never sleeps on
-//    the channel itself: past the bound it hands the poller to the engine
+//    the channel itself: past the bound it hands the poller to the loop
 //    thread and sleeps on a futex until its call is finished.
-//  * Buffers: the receive ring and send slab are owned by the Connection and
-//    registered once when it is made. A received payload view is valid only
+//  * Buffers: the receive ring (ReceiveRing) and the send slab (SendQueue)
+//    are owned by the Connection and registered once when it is made. A received payload view is valid only
 //    during the upcall that delivers it (the buffer may be re-posted at the
-//    end of that engine step). LargeBuffers come from a LargeBufferPool shared by a
-//    Channel's or Server's engines (mutex inside, control plane only).
+//    end of that loop step). LargeBuffers come from a LargeBufferPool shared by a
+//    Channel's or Server's loops (mutex inside, control plane only).
 //  * Nothing is freed while the device may still touch it: a closing
 //    connection waits for the flush of its posted work requests (bounded by
 //    kFlushWait), then destroys the QP, then the cm id, then the buffers.
@@ -126,10 +126,10 @@ inline constexpr int kSignalInterval = 16;
 static_assert(kSendQueueDepth >= 2 * kSignalInterval,
               "an unsignalled run must leave room for the signalled WR that retires it");
 
-// Completion queue entries per engine (clamped to the device's max_cqe):
-// connections per engine × (recv_depth + kSendQueueDepth) must stay below
-// this, so at the default recv_depth of 64 one engine holds 204 connections.
-// 64 Ki CQEs of 64 bytes are 4 MiB per engine on mlx5.
+// Completion queue entries per loop (clamped to the device's max_cqe):
+// connections per loop × (recv_depth + kSendQueueDepth) must stay below
+// this, so at the default recv_depth of 64 one loop holds 204 connections.
+// 64 Ki CQEs of 64 bytes are 4 MiB per loop on mlx5.
 inline constexpr int kCqDepth = 65536;
 // Work completions taken per ibv_poll_cq call.
 inline constexpr int kPollBatch = 32;

@@ -44,7 +44,7 @@ absl::Status EchoText(Channel* channel, const std::string& text,
 }
 
 // An async echo of `text` whose callback, while `chain` > 0, starts the next
-// one (from whichever thread polled the channel: the engine's or a caller
+// one (from whichever thread polled the channel: the loop's or a caller
 // leading it). Counts each completed call in *ok or *failed and decrements
 // *all once the last of the chain has ended.
 struct ChainedCall {
@@ -86,7 +86,7 @@ struct ChainedCall {
   }
 };
 
-// Sets --rdmarpc_spin_us for the engines made while it lives.
+// Sets --rdmarpc_spin_us for the loops made while it lives.
 class SpinUs {
  public:
   explicit SpinUs(int64_t us) : saved_(FLAGS_rdmarpc_spin_us) { FLAGS_rdmarpc_spin_us = us; }

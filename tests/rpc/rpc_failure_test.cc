@@ -59,7 +59,7 @@ struct Footprint {
   int fds;
 };
 
-// Waits (bounded) for teardown, which may finish on engine threads.
+// Waits (bounded) for teardown, which may finish on loop threads.
 Footprint WaitForFootprint(const Footprint& want) {
   const absl::Time until = absl::Now() + absl::Seconds(10);
   Footprint now = Footprint::Now();
@@ -126,8 +126,8 @@ void PrintTo(const SetupFault& f, std::ostream* os) { *os << f.name; }
 
 class SetupStep : public Failure, public ::testing::WithParamInterface<SetupFault> {};
 
-// With pool_size 1 and one engine thread, the first call makes exactly one
-// client connection: its CQ and PD (per engine / channel, made once), its QP
+// With pool_size 1 and one loop thread, the first call makes exactly one
+// client connection: its CQ and PD (per loop / channel, made once), its QP
 // (rdma_create_qp, retried once without inline data) and two MRs (receive
 // ring, send slab); then the server's worker does the same for its side.
 TEST_P(SetupStep, FailsOneCallWithTheStepAndErrnoThenConnectsAndFreesAll) {
@@ -178,7 +178,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         SetupFault{"Cq", FaultOp::kCreateCq, 1, ENOMEM, 1, absl::StatusCode::kResourceExhausted,
                    "has no room for another connection"},
-        // Engines re-arm their CQ whenever they go idle, so only the set-up
+        // Event loops re-arm their CQ whenever they go idle, so only the set-up
         // arms are counted: the client's first, then the server's.
         SetupFault{"Arm", FaultOp::kArmNewCq, 1, EIO, 1, absl::StatusCode::kUnavailable,
                    "rejected by the server"},

@@ -164,7 +164,7 @@ TEST(RoundRobin, EightThreadsTwoServersEachCountsItsShare) {
   EXPECT_EQ(svc[1].calls(), kThreads * kCallsPerThread / 2);
 }
 
-TEST(Engines, SeveralEngineThreadsShareOneChannel) {
+TEST(EventLoops, SeveralLoopThreadsShareOneChannel) {
   ServerOptions so;
   so.num_workers = 3;
   ChannelOptions co;

@@ -119,14 +119,14 @@ TEST(HotPath, ThirtyTwoBlockingCallersMeetTheVerbsBudget) {
   EXPECT_EQ(c.verbs.rnr_retries, 0u);
 }
 
-// A client engine whose leading callers did all the work goes to sleep with
+// A client loop whose leading callers did all the work goes to sleep with
 // its CQ unarmed even though its connection's keepalive timer is pending: an
 // armed CQ marks softrdma's same-host rings' consumer asleep, and the server
-// then rang a TCP doorbell (and woke the client's engine thread) for every
-// response. The server's engine spins throughout (its spin is read when it
-// is made); the client's engine idles after 1 us, so before this was fixed
+// then rang a TCP doorbell (and woke the client's loop thread) for every
+// response. The server's loop spins throughout (its spin is read when it
+// is made); the client's loop idles after 1 us, so before this was fixed
 // hundreds of the calls below rang a doorbell (444 of 1600 under ASan).
-TEST(HotPath, ClientEngineIdleBetweenBlockingCallsCostsTheServerNoDoorbell) {
+TEST(HotPath, ClientLoopIdleBetweenBlockingCallsCostsTheServerNoDoorbell) {
   ResetCounters();  // qps_on_shm below counts this test's QPs only
   const int64_t saved = FLAGS_rdmarpc_spin_us;
   FLAGS_rdmarpc_spin_us = 10'000'000;
@@ -213,7 +213,7 @@ TEST(HotPath, SixteenCallersOnThreeReceivesNeverDeadlock) { ManyCallersOnSmallRi
 TEST(HotPath, SixteenCallersOnSeventeenReceivesNeverDeadlock) { ManyCallersOnSmallRings(17); }
 
 TEST(HotPath, CallbackRunByALeadingCallerRefusesABlockingCall) {
-  // The async call's response comes after the engine thread stopped
+  // The async call's response comes after the loop thread stopped
   // spinning (the handler sleeps 50 ms > kMaxInFlightSpin), so the blocking
   // call below finds the poller free, leads, and dispatches the async
   // completion on this thread. From there, a blocking call on the same
@@ -256,7 +256,7 @@ TEST(HotPath, CallbackRunByALeadingCallerRefusesABlockingCall) {
                  callback_thread == std::this_thread::get_id() ? "yes" : "no");
 }
 
-TEST(HotPath, LeadingCallerStopsAtItsDeadlineAndHandsTheEngineBack) {
+TEST(HotPath, LeadingCallerStopsAtItsDeadlineAndHandsTheLoopBack) {
   EchoFixture f;
   EchoRequest slow;
   slow.set_text("slow");

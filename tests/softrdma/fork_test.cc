@@ -100,7 +100,7 @@ TEST(ForkChild, Client) {
 }
 
 TEST(ForkTest, EndsInTwoProcesses) {
-  ConnectedPair unused_warmup;  // makes sure the parent's engine is running
+  ConnectedPair unused_warmup;  // makes sure the parent's progress thread is running
   ASSERT_TRUE(unused_warmup.ok());
   rdma_event_channel* ch = create_event_channel();
   SetNonBlocking(ch->fd);
@@ -190,7 +190,7 @@ TEST(ForkTest, EndsInTwoProcesses) {
   destroy_event_channel(ch);
 }
 
-TEST(ForkTest, ChildWithoutExecStartsItsOwnEngine) {
+TEST(ForkTest, ChildWithoutExecStartsItsOwnProgressThread) {
   ConnectedPair parent_pair;  // the parent's progress thread is running
   ASSERT_TRUE(parent_pair.ok());
   pid_t pid = fork();

@@ -398,7 +398,7 @@ TEST(ShmLink, SleepingConsumerIsWokenThroughItsCompletionChannel) {
 // A peer killed with SIGKILL: its TCP socket closing is the death signal.
 // The survivor flushes its outstanding receives and gets DISCONNECTED.
 TEST(ShmLink, PeerKilledWithSigkillFlushesAndDisconnects) {
-  ConnectedPair warmup;  // the parent's engine runs before fork, as in ForkTest
+  ConnectedPair warmup;  // the parent's progress thread runs before fork, as in ForkTest
   ASSERT_TRUE(warmup.ok());
   rdma_event_channel* ch = create_event_channel();
   SetNonBlocking(ch->fd);

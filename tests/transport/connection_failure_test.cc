@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 #include "runtime/softrdma/faults.h"
 #include "runtime/softrdma/softrdma.h"
-#include "runtime/transport/completion_poller.h"
+#include "runtime/transport/event_loop.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/connection_pool.h"
 #include "runtime/transport/device.h"
@@ -29,23 +29,23 @@ namespace {
 
 constexpr size_t kLarge = 100000;  // bytes: above the 8 KiB eager limit
 
-// A listener on its own engine. Echoes each request's payload, except in
+// A listener on its own loop. Echoes each request's payload, except in
 // `vanish_after` mode: it holds requests until that many have arrived, then
 // makes their client vanish (softrdma::VanishPeer on its end of the link)
 // and only then answers them all, so every answer is in flight to nobody.
 class Server final : public CmEventHandler, public ConnectionHandler {
  public:
-  explicit Server(int recv_depth) : recv_depth_(recv_depth), device_(64 << 20, 64 << 20), engine_("srv") {}
+  explicit Server(int recv_depth) : recv_depth_(recv_depth), device_(64 << 20, 64 << 20), loop_("srv") {}
   ~Server() override {
-    engine_.Stop([this] { listen_.reset(); });
+    loop_.Stop([this] { listen_.reset(); });
   }
   int Start() {
-    EXPECT_TRUE(engine_.Start().ok());
+    EXPECT_TRUE(loop_.Start().ok());
     absl::Notification n;
     int port = 0;
-    engine_.Post([&] {
+    loop_.Post([&] {
       absl::StatusOr<CmIdPtr> id =
-          CreateCmId(engine_.event_channel(), static_cast<CmEventHandler*>(this));
+          CreateCmId(loop_.event_channel(), static_cast<CmEventHandler*>(this));
       EXPECT_TRUE(id.ok());
       listen_ = std::move(*id);
       sockaddr_in sa{};
@@ -69,7 +69,7 @@ class Server final : public CmEventHandler, public ConnectionHandler {
     // Every large response (one piece each) in flight at once, so a peer
     // that vanishes leaves eight WRITE_WITH_IMMs on the QP.
     o.rendezvous_chunks_in_flight = 8;
-    absl::StatusOr<Connection*> c = Connection::Accept(&engine_, &device_, ev.id, *h, o, this);
+    absl::StatusOr<Connection*> c = Connection::Accept(&loop_, &device_, ev.id, *h, o, this);
     ASSERT_TRUE(c.ok()) << c.status();
     absl::MutexLock l(&mu_);
     conns_.push_back(*c);
@@ -98,10 +98,10 @@ class Server final : public CmEventHandler, public ConnectionHandler {
     held_.clear();
     vanished_.Notify();
   }
-  // Engine thread: the server's end of the first (only) connection.
-  void RunOnEngine(absl::AnyInvocable<void()> fn) {
+  // Loop thread: the server's end of the first (only) connection.
+  void RunOnLoop(absl::AnyInvocable<void()> fn) {
     absl::Notification done;
-    engine_.Post([&] {
+    loop_.Post([&] {
       fn();
       done.Notify();
     });
@@ -125,9 +125,9 @@ class Server final : public CmEventHandler, public ConnectionHandler {
  private:
   const int recv_depth_;
   DeviceResources device_;
-  Engine engine_;
+  EventLoop loop_;
   CmIdPtr listen_;
-  std::vector<std::pair<RequestToken, std::string>> held_;  // engine thread
+  std::vector<std::pair<RequestToken, std::string>> held_;  // loop thread
   absl::Mutex mu_;
   std::vector<Connection*> conns_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Status> closed_ ABSL_GUARDED_BY(mu_);
@@ -192,14 +192,14 @@ TEST(ConnectionFailure, PeerVanishesWithEightWritesInFlight) {
   Server server(/*recv_depth=*/64);
   const int port = server.Start();
   softrdma::TakeErrorCqes();
-  Engine engine("cli");
-  ASSERT_TRUE(engine.Start().ok());
+  EventLoop loop("cli");
+  ASSERT_TRUE(loop.Start().ok());
   DeviceResources device(64 << 20, 64 << 20);
   {
-    ConnectionPool pool(Loopback(port), "test-server", 1, {&engine}, &device, ConnectionOptions());
+    ConnectionPool pool(Loopback(port), "test-server", 1, {&loop}, &device, ConnectionOptions());
     // A first call makes the connection.
     Sink warm;
-    engine.Post([&] {
+    loop.Post([&] {
       absl::StatusOr<Connection*> c = pool.Get(0);
       ASSERT_TRUE(c.ok()) << c.status();
       OutgoingRequest r;
@@ -215,7 +215,7 @@ TEST(ConnectionFailure, PeerVanishesWithEightWritesInFlight) {
     Sink sinks[kCalls];
     uint32_t client_qp_num = 0;
     const absl::Time start = absl::Now();
-    engine.Post([&] {
+    loop.Post([&] {
       absl::StatusOr<Connection*> c = pool.Get(0);
       ASSERT_TRUE(c.ok()) << c.status();
       client_qp_num = (*c)->cm_id()->qp->qp_num;
@@ -233,9 +233,9 @@ TEST(ConnectionFailure, PeerVanishesWithEightWritesInFlight) {
       EXPECT_EQ(sinks[i].status.code(), absl::StatusCode::kUnavailable) << sinks[i].status;
       EXPECT_LT(sinks[i].at - start, absl::Seconds(5)) << "call " << i << " outlived its deadline";
     }
-    // The client's Close ran on its engine thread; let it finish.
+    // The client's Close ran on its loop thread; let it finish.
     absl::Notification closed;
-    engine.Post([&] { closed.Notify(); });
+    loop.Post([&] { closed.Notify(); });
     closed.WaitForNotification();
     // The server's eight WRITE_WITH_IMMs: one retry-exceeded, seven flushed.
     const std::vector<softrdma::ErrorCqe> all = softrdma::TakeErrorCqes();
@@ -264,7 +264,7 @@ TEST(ConnectionFailure, PeerVanishesWithEightWritesInFlight) {
     // The pool replaces the connection.
     Sink again;
     uint32_t new_qp_num = 0;
-    engine.Post([&] {
+    loop.Post([&] {
       absl::StatusOr<Connection*> c = pool.Get(0);
       ASSERT_TRUE(c.ok()) << c.status();
       OutgoingRequest r;
@@ -276,7 +276,7 @@ TEST(ConnectionFailure, PeerVanishesWithEightWritesInFlight) {
     EXPECT_TRUE(again.status.ok()) << again.status;
     EXPECT_EQ(again.body, std::string(kLarge, 'z'));
     absl::Notification read;
-    engine.Post([&] {
+    loop.Post([&] {
       absl::StatusOr<Connection*> c = pool.Get(0);  // established by now
       if (c.ok() && (*c)->cm_id() != nullptr && (*c)->cm_id()->qp != nullptr) {
         new_qp_num = (*c)->cm_id()->qp->qp_num;
@@ -286,8 +286,8 @@ TEST(ConnectionFailure, PeerVanishesWithEightWritesInFlight) {
     read.WaitForNotification();
     EXPECT_NE(new_qp_num, 0u);
     EXPECT_NE(new_qp_num, client_qp_num);
-    // Drop the pool's connection on its engine before the pool goes.
-    engine.Stop();
+    // Drop the pool's connection on its loop before the pool goes.
+    loop.Stop();
   }
 }
 
@@ -301,13 +301,13 @@ TEST(ConnectionFailure, PeerVanishesWithEightWritesInFlight) {
 TEST(ConnectionFailure, ServerVanishesUnderEightRequestsInFlight) {
   Server server(/*recv_depth=*/64);
   const int port = server.Start();
-  Engine engine("cli");
-  ASSERT_TRUE(engine.Start().ok());
+  EventLoop loop("cli");
+  ASSERT_TRUE(loop.Start().ok());
   DeviceResources device(64 << 20, 64 << 20);
   {
-    ConnectionPool pool(Loopback(port), "test-server", 1, {&engine}, &device, ConnectionOptions());
+    ConnectionPool pool(Loopback(port), "test-server", 1, {&loop}, &device, ConnectionOptions());
     Sink warm;
-    engine.Post([&] {
+    loop.Post([&] {
       absl::StatusOr<Connection*> c = pool.Get(0);
       ASSERT_TRUE(c.ok()) << c.status();
       OutgoingRequest r;
@@ -323,7 +323,7 @@ TEST(ConnectionFailure, ServerVanishesUnderEightRequestsInFlight) {
     Sink sinks[kCalls];
     uint32_t client_qp_num = 0;
     const absl::Time start = absl::Now();
-    engine.Post([&] {
+    loop.Post([&] {
       absl::StatusOr<Connection*> c = pool.Get(0);
       ASSERT_TRUE(c.ok()) << c.status();
       client_qp_num = (*c)->cm_id()->qp->qp_num;
@@ -345,7 +345,7 @@ TEST(ConnectionFailure, ServerVanishesUnderEightRequestsInFlight) {
       EXPECT_LT(sinks[i].at - start, absl::Seconds(5)) << "call " << i << " outlived its deadline";
     }
     absl::Notification closed;
-    engine.Post([&] { closed.Notify(); });
+    loop.Post([&] { closed.Notify(); });
     closed.WaitForNotification();
     const std::vector<softrdma::ErrorCqe> all = softrdma::TakeErrorCqes();
     const auto sends = ErrorsOf(all, client_qp_num, /*recv=*/false);
@@ -359,7 +359,7 @@ TEST(ConnectionFailure, ServerVanishesUnderEightRequestsInFlight) {
     EXPECT_EQ(ErrorsOf(all, client_qp_num, /*recv=*/true).size(), 64u);
 
     Sink again;
-    engine.Post([&] {
+    loop.Post([&] {
       absl::StatusOr<Connection*> c = pool.Get(0);
       ASSERT_TRUE(c.ok()) << c.status();
       OutgoingRequest r;
@@ -370,7 +370,7 @@ TEST(ConnectionFailure, ServerVanishesUnderEightRequestsInFlight) {
     ASSERT_TRUE(again.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
     EXPECT_TRUE(again.status.ok()) << again.status;
     EXPECT_EQ(again.body, "again");
-    engine.Stop();
+    loop.Stop();
   }
 }
 
@@ -383,15 +383,15 @@ TEST(ConnectionFailure, ServerVanishesUnderEightRequestsInFlight) {
 void ServerDiesWithCallsPending(absl::Duration keepalive_interval) {
   Server server(/*recv_depth=*/64);
   const int port = server.Start();
-  Engine engine("cli");
-  ASSERT_TRUE(engine.Start().ok());
+  EventLoop loop("cli");
+  ASSERT_TRUE(loop.Start().ok());
   DeviceResources device(64 << 20, 64 << 20);
   {
     ConnectionOptions options;
     options.keepalive_interval = keepalive_interval;
-    ConnectionPool pool(Loopback(port), "test-server", 1, {&engine}, &device, options);
+    ConnectionPool pool(Loopback(port), "test-server", 1, {&loop}, &device, options);
     Sink warm;
-    engine.Post([&] {
+    loop.Post([&] {
       absl::StatusOr<Connection*> c = pool.Get(0);
       ASSERT_TRUE(c.ok()) << c.status();
       OutgoingRequest r;
@@ -405,7 +405,7 @@ void ServerDiesWithCallsPending(absl::Duration keepalive_interval) {
     constexpr int kCalls = 8;
     Sink sinks[kCalls];
     uint32_t client_qp_num = 0;
-    engine.Post([&] {
+    loop.Post([&] {
       absl::StatusOr<Connection*> c = pool.Get(0);
       ASSERT_TRUE(c.ok()) << c.status();
       client_qp_num = (*c)->cm_id()->qp->qp_num;
@@ -424,7 +424,7 @@ void ServerDiesWithCallsPending(absl::Duration keepalive_interval) {
     absl::SleepFor(absl::Milliseconds(200));  // their ACKs are in: nothing in flight
     softrdma::TakeErrorCqes();
     const absl::Time died = absl::Now();
-    engine.Post([&] {
+    loop.Post([&] {
       absl::StatusOr<Connection*> c = pool.Get(0);
       ASSERT_TRUE(c.ok());
       EXPECT_EQ(softrdma::VanishPeer((*c)->cm_id()), 0);
@@ -439,14 +439,14 @@ void ServerDiesWithCallsPending(absl::Duration keepalive_interval) {
       EXPECT_LT(sinks[i].at - died, absl::Seconds(5));
     }
     absl::Notification closed;
-    engine.Post([&] { closed.Notify(); });
+    loop.Post([&] { closed.Notify(); });
     closed.WaitForNotification();
     const auto sends = ErrorsOf(softrdma::TakeErrorCqes(), client_qp_num, /*recv=*/false);
     ASSERT_EQ(sends.size(), 2u) << Describe(sends);  // the probe, then the drain marker
     EXPECT_EQ(sends[0].status, IBV_WC_RETRY_EXC_ERR);
     EXPECT_EQ(sends[1].status, IBV_WC_WR_FLUSH_ERR);
     EXPECT_EQ(sends[1].wr_id, sends[0].wr_id + 1);
-    engine.Stop();
+    loop.Stop();
   }
 }
 
@@ -470,8 +470,8 @@ TEST(ConnectionFailure, DisconnectWithFourReceivesPostedFlushesFourAndTearsDown)
   const int64_t ids_before = softrdma::GetStats().live_cm_ids;
   Server server(/*recv_depth=*/4);
   const int port = server.Start();
-  Engine engine("cli");
-  ASSERT_TRUE(engine.Start().ok());
+  EventLoop loop("cli");
+  ASSERT_TRUE(loop.Start().ok());
   DeviceResources device(0, 0);
   class Handler final : public ConnectionHandler {
    public:
@@ -483,11 +483,11 @@ TEST(ConnectionFailure, DisconnectWithFourReceivesPostedFlushesFourAndTearsDown)
     absl::Notification closed;
   } handler;
   Sink sink;
-  engine.Post([&] {
+  loop.Post([&] {
     ConnectionOptions o;
     o.recv_depth = 4;
     absl::StatusOr<Connection*> c =
-        Connection::Connect(&engine, &device, Loopback(port), "test-server", o, &handler);
+        Connection::Connect(&loop, &device, Loopback(port), "test-server", o, &handler);
     ASSERT_TRUE(c.ok()) << c.status();
     OutgoingRequest r;
     r.method = "/t.S/M";
@@ -502,7 +502,7 @@ TEST(ConnectionFailure, DisconnectWithFourReceivesPostedFlushesFourAndTearsDown)
   softrdma::TakeErrorCqes();
   uint32_t server_qp_num = 0;
   const absl::Time start = absl::Now();
-  server.RunOnEngine([&] {
+  server.RunOnLoop([&] {
     Connection* c = server.first_conn();
     ASSERT_NE(c, nullptr);
     server_qp_num = c->cm_id()->qp->qp_num;
@@ -544,7 +544,7 @@ TEST(ConnectionFailure, DisconnectWithFourReceivesPostedFlushesFourAndTearsDown)
   }
   EXPECT_EQ(send_flushes, 2u);
   EXPECT_EQ(all.size(), 10u);
-  engine.Stop();
+  loop.Stop();
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Connection and Engine without the rpc layer: a raw request/response
+// Connection and EventLoop without the rpc layer: a raw request/response
 // exchange, and a dead link failing calls promptly.
 #include "runtime/transport/connection.h"
 
@@ -12,27 +12,27 @@
 #include "gtest/gtest.h"
 #include "runtime/softrdma/faults.h"
 #include "runtime/softrdma/softrdma.h"
-#include "runtime/transport/completion_poller.h"
+#include "runtime/transport/event_loop.h"
 #include "runtime/transport/device.h"
 
 namespace rdmarpc {
 namespace internal {
 namespace {
 
-// A listener that accepts onto its own engine and answers each request with
+// A listener that accepts onto its own loop and answers each request with
 // its payload reversed — or holds it when `hold` is set.
 class TestServer final : public CmEventHandler, public ConnectionHandler {
  public:
-  explicit TestServer(bool hold) : hold_(hold), device_(64 << 20, 64 << 20), engine_("srv") {}
+  explicit TestServer(bool hold) : hold_(hold), device_(64 << 20, 64 << 20), loop_("srv") {}
   ~TestServer() override {
-    engine_.Stop([this] { listen_.reset(); });
+    loop_.Stop([this] { listen_.reset(); });
   }
   int Start() {
-    EXPECT_TRUE(engine_.Start().ok());
+    EXPECT_TRUE(loop_.Start().ok());
     absl::Notification n;
     int port = 0;
-    engine_.Post([&] {
-      absl::StatusOr<CmIdPtr> id = CreateCmId(engine_.event_channel(), static_cast<CmEventHandler*>(this));
+    loop_.Post([&] {
+      absl::StatusOr<CmIdPtr> id = CreateCmId(loop_.event_channel(), static_cast<CmEventHandler*>(this));
       EXPECT_TRUE(id.ok());
       listen_ = std::move(*id);
       sockaddr_in sa{};
@@ -51,7 +51,7 @@ class TestServer final : public CmEventHandler, public ConnectionHandler {
     absl::StatusOr<HandshakeData> h = DecodeHandshake(ev.private_data.data(), ev.private_data.size());
     ASSERT_TRUE(h.ok());
     ConnectionOptions o;
-    absl::StatusOr<Connection*> c = Connection::Accept(&engine_, &device_, ev.id, *h, o, this);
+    absl::StatusOr<Connection*> c = Connection::Accept(&loop_, &device_, ev.id, *h, o, this);
     ASSERT_TRUE(c.ok()) << c.status();
   }
   void OnRequest(Connection* c, const IncomingRequest& req) override {
@@ -66,7 +66,7 @@ class TestServer final : public CmEventHandler, public ConnectionHandler {
   const bool hold_;
   std::atomic<int> requests_{0};
   DeviceResources device_;
-  Engine engine_;
+  EventLoop loop_;
   CmIdPtr listen_;
 };
 
@@ -87,19 +87,19 @@ class Sink final : public ResponseSink {
 };
 
 struct Client {
-  Client() : device(0, 64 << 20), engine("cli") { EXPECT_TRUE(engine.Start().ok()); }
-  ~Client() { engine.Stop(); }
+  Client() : device(0, 64 << 20), loop("cli") { EXPECT_TRUE(loop.Start().ok()); }
+  ~Client() { loop.Stop(); }
   // Starts a call on a new connection to `port`; returns the connection.
   Connection* Call(int port, std::string payload, Sink* sink) {
     Connection* conn = nullptr;
     absl::Notification n;
-    engine.Post([&] {
+    loop.Post([&] {
       sockaddr_in sa{};
       sa.sin_family = AF_INET;
       sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
       sa.sin_port = htons(static_cast<uint16_t>(port));
       absl::StatusOr<Connection*> c =
-          Connection::Connect(&engine, &device, sa, "test-server", ConnectionOptions(), nullptr);
+          Connection::Connect(&loop, &device, sa, "test-server", ConnectionOptions(), nullptr);
       EXPECT_TRUE(c.ok()) << c.status();
       conn = *c;
       OutgoingRequest r;
@@ -112,7 +112,7 @@ struct Client {
     return conn;
   }
   DeviceResources device;
-  Engine engine;
+  EventLoop loop;
 };
 
 TEST(Connection, RequestResponseEagerAndRendezvous) {
@@ -146,7 +146,7 @@ TEST(Connection, DroppedLinkFailsCallUnavailablePromptly) {
   while (server.requests() == 0 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(1));
   ASSERT_EQ(server.requests(), 1);
   absl::Notification dropped;
-  client.engine.Post([&] {
+  client.loop.Post([&] {
     ASSERT_NE(conn->cm_id(), nullptr);
     EXPECT_EQ(softrdma::DropConnection(conn->cm_id()), 0);
     dropped.Notify();

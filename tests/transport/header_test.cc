@@ -201,28 +201,6 @@ TEST(WireHeader, RejectsLengthsThatOverrunTheMessage) {
   EXPECT_EQ(DecodeMessage(rb).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(Handshake, RoundTripAndRejectsForeignData) {
-  HandshakeData h;
-  h.version = 3;
-  h.recv_depth = 64;
-  h.recv_buffer_bytes = 8192;
-  h.features = 0x5;
-  h.reject_reason = kRejectVersion;
-  char buf[kHandshakeBytes];
-  EncodeHandshake(h, buf);
-  absl::StatusOr<HandshakeData> back = DecodeHandshake(buf, sizeof(buf));
-  ASSERT_TRUE(back.ok());
-  EXPECT_EQ(back->version, 3);
-  EXPECT_EQ(back->recv_depth, 64);
-  EXPECT_EQ(back->recv_buffer_bytes, 8192u);
-  EXPECT_EQ(back->features, 0x5u);
-  EXPECT_EQ(back->reject_reason, kRejectVersion);
-  EXPECT_FALSE(DecodeHandshake(buf, 10).ok());
-  buf[19] = 0;
-  EXPECT_FALSE(DecodeHandshake(buf, sizeof(buf)).ok());
-  EXPECT_FALSE(DecodeHandshake(nullptr, 0).ok());
-}
-
 }  // namespace
 }  // namespace internal
 }  // namespace rdmarpc

@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "runtime/softrdma/faults.h"
 #include "runtime/softrdma/softrdma.h"
-#include "runtime/transport/completion_poller.h"
+#include "runtime/transport/event_loop.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/device.h"
 
@@ -31,24 +31,24 @@ ConnectionOptions Chunked(size_t chunk_bytes, int in_flight) {
   return o;
 }
 
-// Accepts onto its own engine and answers each request with its payload
+// Accepts onto its own loop and answers each request with its payload
 // reversed; counts the large requests (above kSmall bytes) it was handed.
 class ReverseServer final : public CmEventHandler, public ConnectionHandler {
  public:
   // `keep_bytes` 0: every large buffer put back is freed at once, so
   // AddressSanitizer sees a device access to one freed too early.
   explicit ReverseServer(ConnectionOptions options, size_t keep_bytes = 256 << 20)
-      : options_(options), device_(256 << 20, keep_bytes), engine_("srv") {}
+      : options_(options), device_(256 << 20, keep_bytes), loop_("srv") {}
   ~ReverseServer() override {
-    engine_.Stop([this] { listen_.reset(); });
+    loop_.Stop([this] { listen_.reset(); });
   }
   int Start() {
-    EXPECT_TRUE(engine_.Start().ok());
+    EXPECT_TRUE(loop_.Start().ok());
     absl::Notification n;
     int port = 0;
-    engine_.Post([&] {
+    loop_.Post([&] {
       absl::StatusOr<CmIdPtr> id =
-          CreateCmId(engine_.event_channel(), static_cast<CmEventHandler*>(this));
+          CreateCmId(loop_.event_channel(), static_cast<CmEventHandler*>(this));
       EXPECT_TRUE(id.ok());
       listen_ = std::move(*id);
       sockaddr_in sa{};
@@ -68,7 +68,7 @@ class ReverseServer final : public CmEventHandler, public ConnectionHandler {
         DecodeHandshake(ev.private_data.data(), ev.private_data.size());
     ASSERT_TRUE(h.ok());
     absl::StatusOr<Connection*> c =
-        Connection::Accept(&engine_, &device_, ev.id, *h, options_, this);
+        Connection::Accept(&loop_, &device_, ev.id, *h, options_, this);
     ASSERT_TRUE(c.ok()) << c.status();
   }
   void OnRequest(Connection* c, const IncomingRequest& req) override {
@@ -82,7 +82,7 @@ class ReverseServer final : public CmEventHandler, public ConnectionHandler {
   const ConnectionOptions options_;
   std::atomic<int> large_requests_{0};
   DeviceResources device_;
-  Engine engine_;
+  EventLoop loop_;
   CmIdPtr listen_;
 };
 
@@ -114,22 +114,22 @@ class Sink final : public ResponseSink {
 
 struct Client {
   explicit Client(ConnectionOptions options, size_t keep_bytes = 256 << 20)
-      : options(options), device(0, keep_bytes), engine("cli") {
-    EXPECT_TRUE(engine.Start().ok());
+      : options(options), device(0, keep_bytes), loop("cli") {
+    EXPECT_TRUE(loop.Start().ok());
   }
-  ~Client() { engine.Stop(); }
-  // On the engine: connects to `port` (first call) and starts a call.
+  ~Client() { loop.Stop(); }
+  // On the loop: connects to `port` (first call) and starts a call.
   uint32_t Call(int port, std::string payload, Sink* sink) {
     uint32_t handle = 0;
     absl::Notification n;
-    engine.Post([&] {
+    loop.Post([&] {
       if (conn == nullptr) {
         sockaddr_in sa{};
         sa.sin_family = AF_INET;
         sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         sa.sin_port = htons(static_cast<uint16_t>(port));
         absl::StatusOr<Connection*> c =
-            Connection::Connect(&engine, &device, sa, "test-server", options, nullptr);
+            Connection::Connect(&loop, &device, sa, "test-server", options, nullptr);
         EXPECT_TRUE(c.ok()) << c.status();
         conn = *c;
       }
@@ -144,7 +144,7 @@ struct Client {
   }
   void Cancel(uint32_t handle) {
     absl::Notification n;
-    engine.Post([&] {
+    loop.Post([&] {
       conn->CancelCall(handle);
       n.Notify();
     });
@@ -152,7 +152,7 @@ struct Client {
   }
   const ConnectionOptions options;
   DeviceResources device;
-  Engine engine;
+  EventLoop loop;
   Connection* conn = nullptr;
 };
 

@@ -1,6 +1,6 @@
-// completion_poller.h: Engine — a completion queue, an rdma_cm event channel,
+// event_loop.h: EventLoop — a completion queue, an rdma_cm event channel,
 // timers and the connections assigned to them, driven by whichever thread
-// holds the engine's *poller*: its own thread, or a caller waiting for a
+// holds the loop's *poller*: its own thread, or a caller waiting for a
 // synchronous call (leader/follower).
 //
 // The loop drains posted tasks, fires due timers and polls the CQ. It
@@ -8,27 +8,27 @@
 // a completion) and for --rdmarpc_spin_us after the last completion; then it
 // arms the CQ, polls once more (a completion that landed between the last
 // poll and the arm raises no event), and sleeps in epoll on the completion
-// channel, the cm event channel and a wake-up eventfd (an idle engine burns
+// channel, the cm event channel and a wake-up eventfd (an idle loop burns
 // no core).
 //
 // Leader/follower (as in the ACE/TAO Leader/Followers pattern, and in the way
 // eRPC and Seastar let the thread that waits drive the queue): a thread making
 // a blocking call try-locks the poller (TryLead). Holding it, it *is* the
-// engine: it starts its call inline, polls the CQ and dispatches every
+// loop: it starts its call inline, polls the CQ and dispatches every
 // completion it finds, other calls' too, and hands the poller back once its
-// own call is done (EndLead), waking the engine thread only when calls remain
+// own call is done (EndLead), waking the loop thread only when calls remain
 // in flight or work is pending. A caller that finds the poller taken by
-// another caller, or the engine thread serving other calls in flight, posts
-// its call and sleeps (so on 2 cores at most one thread per engine spins on
-// its CQ, and at concurrency > 1 the engine thread alone serves everyone);
-// one that finds the engine thread merely spinning out its idle window asks
+// another caller, or the loop thread serving other calls in flight, posts
+// its call and sleeps (so on 2 cores at most one thread per loop spins on
+// its CQ, and at concurrency > 1 the loop thread alone serves everyone);
+// one that finds the loop thread merely spinning out its idle window asks
 // it to step aside (it checks between polls) and leads.
 //
 // Threads: Post(), TryLead() from any thread; everything else only while
-// holding the poller (InEngineThread() is true), i.e. on the engine thread or
+// holding the poller (InLoopThread() is true), i.e. on the loop thread or
 // a leading caller.
-#ifndef RDMARPC_RUNTIME_TRANSPORT_COMPLETION_POLLER_H_
-#define RDMARPC_RUNTIME_TRANSPORT_COMPLETION_POLLER_H_
+#ifndef RDMARPC_RUNTIME_TRANSPORT_EVENT_LOOP_H_
+#define RDMARPC_RUNTIME_TRANSPORT_EVENT_LOOP_H_
 
 #include <sys/epoll.h>
 
@@ -55,7 +55,7 @@
 namespace rdmarpc {
 namespace internal {
 
-class Connection;
+class EventLoop;
 
 // A copy of one rdma_cm event, taken before the event is acked so that the
 // handler may destroy ids freely.
@@ -74,34 +74,80 @@ class CmEventHandler {
   virtual void OnCmEvent(const CmEvent& event) = 0;
 };
 
-class Engine {
+// LoopClient: all an EventLoop knows of a connection it owns and drives.
+// The loop hands each work completion to the client registered for its QP
+// number (MapQp), runs the client's end-of-step work once after every step
+// in which the client asked for it (ScheduleEndOfStep: re-post receives,
+// send what is queued, ring one doorbell), asks it to re-post held-back
+// receives when it goes idle, and destroys it when the loop stops. The
+// transport's Connection (connection.h) is the one implementation.
+//
+// No virtual call on the data path (STYLE.md): OnCompletion, RunEndOfStep
+// and RequestIdleRepost are plain members that connection.cc defines as
+// direct calls into Connection's members of the same name (a tail jump, no
+// indirect branch). Teardown (ForceDestroy, the destructor) is the control
+// plane and virtual.
+//
+// Threads: the loop's poller holder only.
+class LoopClient {
+ public:
+  virtual ~LoopClient() = default;
+  LoopClient(const LoopClient&) = delete;
+  LoopClient& operator=(const LoopClient&) = delete;
+
+  // One work completion of this client's QP (send or receive).
+  void OnCompletion(const ibv_wc& wc);
+  // The work asked for with ScheduleEndOfStep, at the end of a loop step.
+  void RunEndOfStep();
+  // The loop is about to sleep: receives held back for a re-post batch go
+  // back at the next RunEndOfStep. Returns true when there were any (the
+  // loop then schedules that RunEndOfStep itself).
+  bool RequestIdleRepost();
+  // The loop stops: fails what is in flight and destroys the connection's
+  // device resources at once (QP first); it Retires itself.
+  virtual void ForceDestroy() = 0;
+
+  // Asks for RunEndOfStep once the loop's current step ends; several calls
+  // in one step ask once.
+  inline void ScheduleEndOfStep();
+
+ protected:
+  explicit LoopClient(EventLoop* loop) : loop_(loop) {}
+  EventLoop* const loop_;
+
+ private:
+  friend class EventLoop;
+  bool end_of_step_scheduled_ = false;
+};
+
+class EventLoop {
  public:
   using TimerId = uint64_t;
 
-  explicit Engine(std::string name);
-  ~Engine();  // Stop()
-  Engine(const Engine&) = delete;
-  Engine& operator=(const Engine&) = delete;
+  explicit EventLoop(std::string name);
+  ~EventLoop();  // Stop()
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
 
   // Creates the event channel and wake-up fd and starts the thread.
   absl::Status Start();
-  // Runs `before_exit` (if any) on the engine thread, destroys all its
+  // Runs `before_exit` (if any) on the loop thread, destroys all its
   // connections (handlers get OnClosed), then joins. Idempotent.
   void Stop(absl::AnyInvocable<void()> before_exit = nullptr);
 
-  // Any thread: runs `task` on the engine (by whichever thread holds the
+  // Any thread: runs `task` on the loop (by whichever thread holds the
   // poller next), in order.
   void Post(absl::AnyInvocable<void()> task);
-  // True when this thread drives this engine: the engine's own thread, or a
+  // True when this thread drives this loop: the loop's own thread, or a
   // caller between TryLead and EndLead (e.g. inside a completion callback it
   // dispatched).
-  bool InEngineThread() const { return t_current_ == this; }
+  bool InLoopThread() const { return t_current_ == this; }
 
-  // --- leader/follower, for synchronous calls (any thread but the engine's) ---
-  // Tries to take the poller: at once when it is free; when the engine thread
+  // --- leader/follower, for synchronous calls (any thread but the loop's) ---
+  // Tries to take the poller: at once when it is free; when the loop thread
   // holds it, asks it to step aside and waits for that (it checks between two
   // polls, i.e. within microseconds); never when another caller leads or the
-  // engine is stopping. On true this thread drives the engine until EndLead.
+  // loop is stopping. On true this thread drives the loop until EndLead.
   bool TryLead();
   // Leader: one loop step (tasks, due timers, CQ poll, deferred sends).
   // Returns true when it found work.
@@ -110,7 +156,7 @@ class Engine {
   // for the in-flight spin bound (kMaxInFlightSpin, or at once when
   // --rdmarpc_spin_us is 0); then hands the poller back (EndLead). Returns
   // `done()` at that point: false means the caller must sleep until its call
-  // completes (the engine thread goes on polling for it).
+  // completes (the loop thread goes on polling for it).
   template <class Done>
   bool LeadUntil(Done done) {
     absl::Time last = absl::Now();
@@ -128,10 +174,10 @@ class Engine {
     EndLead();
     return finished;
   }
-  // Leader: gives the poller back; wakes the engine thread when calls are
+  // Leader: gives the poller back; wakes the loop thread when calls are
   // still in flight, tasks or timers are pending, or it waits for the poller.
   void EndLead();
-  // Calls started and not finished on this engine's connections (client).
+  // Calls started and not finished on this loop's connections (client).
   // Written by the poller holder only; an atomic so TryLead may peek.
   void CallStarted() {
     calls_in_flight_.store(calls_in_flight_.load(std::memory_order_relaxed) + 1,
@@ -142,40 +188,40 @@ class Engine {
                            std::memory_order_relaxed);
   }
   int calls_in_flight() const { return calls_in_flight_.load(std::memory_order_relaxed); }
-  // By default the engine arms the CQ whenever it sleeps. A client engine
+  // By default the loop arms the CQ whenever it sleeps. A client loop
   // (Channel) sets false: it arms only while calls are in flight or timers
   // that expect a completion run (not for a keepalive alone), since nothing
   // else is expected on a client's CQ (a late response or a kCredit waits
   // for the next poll; a lost peer shows as a cm event), and not arming
-  // spares the engine thread a wake-up per call made by a leading caller —
+  // spares the loop thread a wake-up per call made by a leading caller —
   // and, on softrdma's same-host link, the peer a doorbell per message (an
   // armed CQ marks its rings' consumer asleep). Before Start.
   void set_always_arm(bool v) { always_arm_ = v; }
 
-  // Poller holder only (the engine thread or a leading caller).
+  // Poller holder only (the loop thread or a leading caller).
   // `needs_completions` false marks a timer that expects no completion
-  // before it fires (a keepalive): a client engine with only such timers
+  // before it fires (a keepalive): a client loop with only such timers
   // and no call in flight sleeps with its CQ unarmed (see set_always_arm).
   TimerId AddTimer(absl::Time when, absl::AnyInvocable<void()> fn,
                    bool needs_completions = true);
   void CancelTimer(TimerId id);
   rdma_event_channel* event_channel() const { return event_channel_.get(); }
-  // The engine's CQ, made on first use from `context` (the device rdma_cm chose).
+  // The loop's CQ, made on first use from `context` (the device rdma_cm chose).
   absl::StatusOr<ibv_cq*> EnsureCq(ibv_context* context);
-  // Connections: the engine owns them; Retire defers deletion to the end of
+  // Connections: the loop owns them; Retire defers deletion to the end of
   // the current loop iteration.
-  Connection* Adopt(std::unique_ptr<Connection> conn);
-  void Retire(Connection* conn);
-  // CQ entries are shared by the engine's QPs; a QP may only be made when
+  LoopClient* Adopt(std::unique_ptr<LoopClient> conn);
+  void Retire(LoopClient* conn);
+  // CQ entries are shared by the loop's QPs; a QP may only be made when
   // its send + receive depth still fits, or the CQ could overflow (fatal on
   // a NIC). RESOURCE_EXHAUSTED names the numbers.
   absl::Status ReserveCqEntries(int n);
   void ReleaseCqEntries(int n) { cq_free_ += n; }
-  void MapQp(uint32_t qp_num, Connection* conn) { qp_map_[qp_num] = conn; }
+  void MapQp(uint32_t qp_num, LoopClient* conn) { qp_map_[qp_num] = conn; }
   void UnmapQp(uint32_t qp_num) { qp_map_.erase(qp_num); }
-  // Asks for conn->AfterPollBatch() (re-post receives, send what is queued,
+  // Asks for conn->RunEndOfStep() (re-post receives, send what is queued,
   // one doorbell) once the current loop step ends.
-  void MarkTouched(Connection* conn) { touched_.push_back(conn); }
+  void ScheduleEndOfStep(LoopClient* conn) { end_of_step_.push_back(conn); }
   // Poller holder only: polls the CQ now and dispatches what it finds (a
   // connection told of its peer's disconnect takes what arrived first).
   int PollCompletionsNow() { return PollCq(); }
@@ -190,18 +236,18 @@ class Engine {
  private:
   void Loop();
   bool TryAcquire(int who);
-  void AcquireForEngine();
+  void AcquireForLoopThread();
   void Park();
   bool RunTasks();
   void RunDueTimers();
   int PollCq();
-  void FlushIdleReceives();
+  void RequestIdleReposts();
   void PollFds();
   void RunFdHandlers(const epoll_event* events, int n);
   void Sleep();
   void Wake();
   void Teardown();
-  void FlushTouched();
+  void RunScheduledEndOfSteps();
 
   const std::string name_;
   std::thread thread_;
@@ -214,21 +260,21 @@ class Engine {
   bool stopped_ = false;
 
   TaskQueue tasks_;  // lock-free: one exchange per Post
-  std::atomic<bool> sleeping_{false};  // engine thread in epoll_wait
-  // Poller ownership: 0 free, kEngineHolds, kCallerHolds. A CAS, not a mutex:
+  std::atomic<bool> sleeping_{false};  // loop thread in epoll_wait
+  // Poller ownership: 0 free, kLoopThreadHolds, kCallerHolds. A CAS, not a mutex:
   // taken once per synchronous call, never blocked on.
-  static constexpr int kEngineHolds = 1;
+  static constexpr int kLoopThreadHolds = 1;
   static constexpr int kCallerHolds = 2;
   std::atomic<int> holder_{0};
   std::atomic<int> wants_{0};          // 1 while a caller waits in TryLead
-  std::atomic<bool> parked_{false};    // engine thread waiting for the poller
-  static thread_local Engine* t_current_;
-  Engine* saved_current_ = nullptr;    // leader's previous t_current_
+  std::atomic<bool> parked_{false};    // loop thread waiting for the poller
+  static thread_local EventLoop* t_current_;
+  EventLoop* saved_current_ = nullptr;    // leader's previous t_current_
   absl::Duration spin_;                // --rdmarpc_spin_us
   uint32_t spin_yield_every_;          // --rdmarpc_spin_yield_every
   absl::Duration in_flight_spin_;      // kMaxInFlightSpin, 0 when spin_ is 0
   bool always_arm_ = true;
-  // When the engine thread, asleep, wakes on its own: its earliest timer as
+  // When the loop thread, asleep, wakes on its own: its earliest timer as
   // it went to sleep (written before it releases the poller, read by a
   // leader in EndLead).
   absl::Time sleep_until_ = absl::InfiniteFuture();
@@ -242,7 +288,7 @@ class Engine {
   std::atomic<bool> started_{false};
   absl::AnyInvocable<void()> before_exit_ ABSL_GUARDED_BY(mu_);
 
-  // Engine-thread state.
+  // Loop-thread state.
   using TimerMap = std::map<std::pair<absl::Time, TimerId>, absl::AnyInvocable<void()>>;
   void RecycleTimerNode(TimerMap::node_type node);
   TimerMap timers_;
@@ -254,15 +300,22 @@ class Engine {
   TimerId next_timer_ = 1;
   int cq_free_;
   int cq_depth_;  // entries of cq_ (kCqDepth until the CQ is made)
-  absl::flat_hash_map<Connection*, std::unique_ptr<Connection>> conns_;
-  std::vector<std::unique_ptr<Connection>> graveyard_;
-  absl::flat_hash_map<uint32_t, Connection*> qp_map_;
+  absl::flat_hash_map<LoopClient*, std::unique_ptr<LoopClient>> conns_;
+  std::vector<std::unique_ptr<LoopClient>> graveyard_;
+  absl::flat_hash_map<uint32_t, LoopClient*> qp_map_;
   absl::flat_hash_map<int, absl::AnyInvocable<void()>> fd_handlers_;
-  std::vector<Connection*> touched_;
-  std::vector<Connection*> touched_batch_;  // FlushTouched's scratch (keeps capacity)
+  std::vector<LoopClient*> end_of_step_;
+  std::vector<LoopClient*> end_of_step_batch_;  // RunScheduledEndOfSteps's scratch (keeps capacity)
 };
+
+inline void LoopClient::ScheduleEndOfStep() {
+  if (!end_of_step_scheduled_) {
+    end_of_step_scheduled_ = true;
+    loop_->ScheduleEndOfStep(this);
+  }
+}
 
 }  // namespace internal
 }  // namespace rdmarpc
 
-#endif  // RDMARPC_RUNTIME_TRANSPORT_COMPLETION_POLLER_H_
+#endif  // RDMARPC_RUNTIME_TRANSPORT_EVENT_LOOP_H_

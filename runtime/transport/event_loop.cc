@@ -1,5 +1,5 @@
-// completion_poller.cc: the Engine loop (see completion_poller.h).
-#include "runtime/transport/completion_poller.h"
+// event_loop.cc: the EventLoop (see event_loop.h).
+#include "runtime/transport/event_loop.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,11 +16,10 @@
 #include "absl/time/clock.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
-#include "runtime/transport/connection.h"
 #include "runtime/transport/transport.h"
 
 DEFINE_int64(rdmarpc_spin_us, absl::ToInt64Microseconds(rdmarpc::internal::kDefaultSpin),
-             "Microseconds an rdmarpc completion loop (client engine, server worker, or a "
+             "Microseconds an rdmarpc completion loop (client loop, server worker, or a "
              "caller waiting for its synchronous call) keeps busy-polling its CQ after the "
              "last completion before arming the CQ and sleeping on the completion channel. "
              "While calls are in flight it polls on (up to 2 ms without a completion). "
@@ -43,7 +42,7 @@ DEFINE_bool(rdmarpc_mutex_deadlock_check, kDefaultMutexDeadlockCheck,
             "built with it on: a lock-graph update per Lock, ~0.35 us per softrdma round "
             "trip, measured with softrdma_pingpong). false (the default in Release builds "
             "of rdmarpc) calls absl::SetMutexDeadlockDetectionMode(kIgnore) once, when the "
-            "first rdmarpc engine (Channel or Server) is made: process-wide, as an absl "
+            "first rdmarpc loop (Channel or Server) is made: process-wide, as an absl "
             "built with NDEBUG would be. Debug and sanitizer builds keep it on.");
 
 namespace rdmarpc {
@@ -71,9 +70,9 @@ absl::Status SetNonBlocking(int fd, absl::string_view what) {
 
 }  // namespace
 
-thread_local Engine* Engine::t_current_ = nullptr;
+thread_local EventLoop* EventLoop::t_current_ = nullptr;
 
-Engine::Engine(std::string name)
+EventLoop::EventLoop(std::string name)
     : name_(std::move(name)),
       spin_(absl::Microseconds(std::max<int64_t>(0, FLAGS_rdmarpc_spin_us))),
       spin_yield_every_(
@@ -84,7 +83,7 @@ Engine::Engine(std::string name)
   ApplyMutexDeadlockCheckFlag();
 }
 
-absl::Status Engine::ReserveCqEntries(int n) {
+absl::Status EventLoop::ReserveCqEntries(int n) {
   if (n > cq_free_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         name_, ": completion queue has room for ", cq_free_, " more entries of ", cq_depth_,
@@ -94,9 +93,9 @@ absl::Status Engine::ReserveCqEntries(int n) {
   return absl::OkStatus();
 }
 
-Engine::~Engine() { Stop(); }
+EventLoop::~EventLoop() { Stop(); }
 
-absl::Status Engine::Start() {
+absl::Status EventLoop::Start() {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) return ErrnoToStatus("epoll_create1", errno);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -124,11 +123,11 @@ absl::Status Engine::Start() {
   return absl::OkStatus();
 }
 
-void Engine::Stop(absl::AnyInvocable<void()> before_exit) {
-  // An engine cannot join itself: e.g. the last reference to a Channel
+void EventLoop::Stop(absl::AnyInvocable<void()> before_exit) {
+  // A loop cannot join itself: e.g. the last reference to a Channel
   // dropped inside one of its own call callbacks.
-  CHECK(!thread_.joinable() || !InEngineThread())
-      << name_ << ": a Channel or Server must not be destroyed on its own engine thread "
+  CHECK(!thread_.joinable() || !InLoopThread())
+      << name_ << ": a Channel or Server must not be destroyed on its own loop thread "
       << "(from a call's callback or a handler)";
   if (!thread_.joinable()) {
     // Never started (or already stopped): release what Start made.
@@ -144,26 +143,26 @@ void Engine::Stop(absl::AnyInvocable<void()> before_exit) {
   thread_.join();
 }
 
-void Engine::Post(absl::AnyInvocable<void()> task) {
+void EventLoop::Post(absl::AnyInvocable<void()> task) {
   tasks_.Push(std::move(task));
-  // A sleeping engine thread must run it. A leading caller runs it too, and
-  // EndLead wakes the engine thread if it is left over (it re-checks the
+  // A sleeping loop thread must run it. A leading caller runs it too, and
+  // EndLead wakes the loop thread if it is left over (it re-checks the
   // queue after giving the poller back).
   if (sleeping_.load()) Wake();
 }
 
-bool Engine::TryAcquire(int who) {
+bool EventLoop::TryAcquire(int who) {
   int expected = 0;
   return holder_.compare_exchange_strong(expected, who, std::memory_order_acquire);
 }
 
-bool Engine::TryLead() {
+bool EventLoop::TryLead() {
   if (stop_.load() || !started_.load()) return false;
   if (!TryAcquire(kCallerHolds)) {
-    // Another caller leads: follow. The engine thread polls for other calls
-    // in flight: follow too (at concurrency > 1 one thread, the engine's,
+    // Another caller leads: follow. The loop thread polls for other calls
+    // in flight: follow too (at concurrency > 1 one thread, the loop's,
     // serves everyone; taking over would wake it once per call). Only an
-    // engine thread spinning out its idle window is asked to step aside, by
+    // loop thread spinning out its idle window is asked to step aside, by
     // one caller at a time (so at most one thread spins on this CQ).
     if (holder_.load() == kCallerHolds || calls_in_flight_.load(std::memory_order_relaxed) > 0) {
       return false;
@@ -180,7 +179,7 @@ bool Engine::TryLead() {
     wants_.store(0);
     if (!got) return false;
   }
-  if (stop_.load()) {  // raced with Stop: leave it to the engine thread
+  if (stop_.load()) {  // raced with Stop: leave it to the loop thread
     holder_.store(0);
     if (parked_.load()) Wake();
     return false;
@@ -190,38 +189,38 @@ bool Engine::TryLead() {
   return true;
 }
 
-void Engine::EndLead() {
+void EventLoop::EndLead() {
   graveyard_.clear();
   // Decided while still holding the poller; tasks are re-checked after
   // releasing it, against a concurrent Post (which wakes only a sleeping
-  // engine thread).
-  // A timer counts only when it is due before the sleeping engine thread's
+  // loop thread).
+  // A timer counts only when it is due before the sleeping loop thread's
   // own wake-up (it sleeps until its earliest timer as it saw it): a client's
   // keepalive timer must not cost every synchronous call an eventfd write and
-  // a wake-up of the engine thread.
+  // a wake-up of the loop thread.
   const bool timer_needed =
       !timers_.empty() && timers_.begin()->first.first < sleep_until_;
-  const bool engine_needed = calls_in_flight_ > 0 || timer_needed || !touched_.empty();
+  const bool loop_thread_needed = calls_in_flight_ > 0 || timer_needed || !end_of_step_.empty();
   t_current_ = saved_current_;
   holder_.store(0);
   if (parked_.load() || wants_.load() > 0) {
     Wake();
-  } else if (sleeping_.load() && (engine_needed || tasks_.size() > 0)) {
+  } else if (sleeping_.load() && (loop_thread_needed || tasks_.size() > 0)) {
     Wake();
   }
 }
 
-bool Engine::Step() {
+bool EventLoop::Step() {
   bool worked = RunTasks();
   RunDueTimers();
-  FlushTouched();
+  RunScheduledEndOfSteps();
   worked |= PollCq() > 0;
   PollFds();
   graveyard_.clear();
   return worked;
 }
 
-void Engine::Park() {
+void EventLoop::Park() {
   // Dekker pairing with EndLead: we publish parked_ then look at holder_;
   // the leader clears holder_ then looks at parked_. One of us sees the other.
   parked_.store(true);
@@ -236,18 +235,18 @@ void Engine::Park() {
   parked_.store(false);
 }
 
-void Engine::AcquireForEngine() {
-  while (!TryAcquire(kEngineHolds)) Park();
+void EventLoop::AcquireForLoopThread() {
+  while (!TryAcquire(kLoopThreadHolds)) Park();
 }
 
-void Engine::Wake() {
+void EventLoop::Wake() {
   const uint64_t one = 1;
   if (wake_fd_ >= 0 && write(wake_fd_, &one, sizeof(one)) < 0 && errno != EAGAIN) {
     PLOG(ERROR) << "eventfd write";
   }
 }
 
-Engine::TimerId Engine::AddTimer(absl::Time when, absl::AnyInvocable<void()> fn,
+EventLoop::TimerId EventLoop::AddTimer(absl::Time when, absl::AnyInvocable<void()> fn,
                                  bool needs_completions) {
   const TimerId id = next_timer_++;
   if (!needs_completions) quiet_timers_.insert(id);
@@ -266,14 +265,14 @@ Engine::TimerId Engine::AddTimer(absl::Time when, absl::AnyInvocable<void()> fn,
   return id;
 }
 
-void Engine::RecycleTimerNode(TimerMap::node_type node) {
+void EventLoop::RecycleTimerNode(TimerMap::node_type node) {
   node.mapped() = nullptr;  // drop the callback's captures now
   if (spare_timer_nodes_.size() < kMaxSpareTimerNodes) {
     spare_timer_nodes_.push_back(std::move(node));
   }
 }
 
-void Engine::CancelTimer(TimerId id) {
+void EventLoop::CancelTimer(TimerId id) {
   auto it = timer_when_.find(id);
   if (it == timer_when_.end()) return;
   RecycleTimerNode(timers_.extract(std::make_pair(it->second, id)));
@@ -281,10 +280,10 @@ void Engine::CancelTimer(TimerId id) {
   quiet_timers_.erase(id);
 }
 
-absl::StatusOr<ibv_cq*> Engine::EnsureCq(ibv_context* context) {
+absl::StatusOr<ibv_cq*> EventLoop::EnsureCq(ibv_context* context) {
   if (cq_ != nullptr) {
     if (cq_->context != context) {
-      return absl::UnimplementedError("one engine serves one RDMA device");
+      return absl::UnimplementedError("one loop serves one RDMA device");
     }
     return cq_.get();
   }
@@ -298,7 +297,7 @@ absl::StatusOr<ibv_cq*> Engine::EnsureCq(ibv_context* context) {
   }
   absl::StatusOr<CqPtr> cq = CreateCq(context, depth, ch->get());
   if (!cq.ok()) return cq.status();
-  // Arm and watch the new CQ before the engine adopts it: if either fails the
+  // Arm and watch the new CQ before the loop adopts it: if either fails the
   // CQ and its channel are freed on return, so the next connection tries
   // afresh instead of getting a CQ nobody would ever wake up for.
   if (int rc = ibv_req_notify_cq(cq->get(), 0); rc != 0) {
@@ -329,7 +328,7 @@ absl::StatusOr<ibv_cq*> Engine::EnsureCq(ibv_context* context) {
   return cq_.get();
 }
 
-absl::Status Engine::WatchFd(int fd, absl::AnyInvocable<void()> on_readable) {
+absl::Status EventLoop::WatchFd(int fd, absl::AnyInvocable<void()> on_readable) {
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = fd;
@@ -338,25 +337,25 @@ absl::Status Engine::WatchFd(int fd, absl::AnyInvocable<void()> on_readable) {
   return absl::OkStatus();
 }
 
-void Engine::UnwatchFd(int fd) {
+void EventLoop::UnwatchFd(int fd) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   fd_handlers_.erase(fd);
 }
 
-Connection* Engine::Adopt(std::unique_ptr<Connection> conn) {
-  Connection* raw = conn.get();
+LoopClient* EventLoop::Adopt(std::unique_ptr<LoopClient> conn) {
+  LoopClient* raw = conn.get();
   conns_[raw] = std::move(conn);
   return raw;
 }
 
-void Engine::Retire(Connection* conn) {
+void EventLoop::Retire(LoopClient* conn) {
   auto it = conns_.find(conn);
   if (it == conns_.end()) return;
   graveyard_.push_back(std::move(it->second));
   conns_.erase(it);
 }
 
-bool Engine::DispatchOneCmEvent(rdma_event_channel* channel) {
+bool EventLoop::DispatchOneCmEvent(rdma_event_channel* channel) {
   rdma_cm_event* raw = nullptr;
   if (Verbs().get_cm_event(channel, &raw) != 0) {
     if (errno != EAGAIN && errno != EWOULDBLOCK) PLOG(ERROR) << "rdma_get_cm_event";
@@ -380,14 +379,14 @@ bool Engine::DispatchOneCmEvent(rdma_event_channel* channel) {
   return true;
 }
 
-bool Engine::RunTasks() {
+bool EventLoop::RunTasks() {
   // Bounded, so timers and completions are not starved by a flood of posts.
   int ran = 0;
   while (ran < 256 && tasks_.RunOne()) ++ran;
   return ran > 0;
 }
 
-void Engine::RunDueTimers() {
+void EventLoop::RunDueTimers() {
   if (timers_.empty()) return;
   const absl::Time now = absl::Now();
   while (!timers_.empty() && timers_.begin()->first.first <= now) {
@@ -400,7 +399,7 @@ void Engine::RunDueTimers() {
   }
 }
 
-int Engine::PollCq() {
+int EventLoop::PollCq() {
   if (cq_ == nullptr) return 0;
   ibv_wc wcs[kPollBatch];
   const int n = ibv_poll_cq(cq_.get(), kPollBatch, wcs);
@@ -411,42 +410,42 @@ int Engine::PollCq() {
   for (int i = 0; i < n; ++i) {
     auto it = qp_map_.find(wcs[i].qp_num);
     if (it == qp_map_.end()) continue;  // a connection already destroyed
-    Connection* c = it->second;
+    LoopClient* c = it->second;
     c->OnCompletion(wcs[i]);
-    c->Touch();
+    c->ScheduleEndOfStep();
   }
-  FlushTouched();
+  RunScheduledEndOfSteps();
   return n;
 }
 
-void Engine::FlushTouched() {
-  // AfterPollBatch may touch connections again (a response sent from an
+void EventLoop::RunScheduledEndOfSteps() {
+  // RunEndOfStep may touch connections again (a response sent from an
   // upcall); loop until quiet. Not re-entered: a nested call (from a
   // callback) leaves the work to the outer loop.
   if (flushing_) return;
   flushing_ = true;
-  while (!touched_.empty()) {
-    touched_batch_.swap(touched_);  // both keep their capacity: no allocation
-    for (Connection* c : touched_batch_) {
+  while (!end_of_step_.empty()) {
+    end_of_step_batch_.swap(end_of_step_);  // both keep their capacity: no allocation
+    for (LoopClient* c : end_of_step_batch_) {
       if (!conns_.contains(c)) continue;  // retired meanwhile
-      c->touched = false;
-      c->AfterPollBatch();
+      c->end_of_step_scheduled_ = false;
+      c->RunEndOfStep();
     }
-    touched_batch_.clear();
+    end_of_step_batch_.clear();
   }
   flushing_ = false;
 }
 
-void Engine::FlushIdleReceives() {
+void EventLoop::RequestIdleReposts() {
   // Going to sleep: receives held back for a re-post batch go back now, so
   // the peer gets those credits even if this side stays quiet.
   for (auto& [c, owned] : conns_) {
-    if (c->FlushReceives()) c->Touch();
+    if (c->RequestIdleRepost()) c->ScheduleEndOfStep();
   }
-  FlushTouched();
+  RunScheduledEndOfSteps();
 }
 
-void Engine::Sleep() {
+void EventLoop::Sleep() {
   int timeout_ms = -1;
   if (!timers_.empty()) {
     const absl::Duration d = timers_.begin()->first.first - absl::Now();
@@ -462,22 +461,22 @@ void Engine::Sleep() {
     sleeping_.store(false);
     return;
   }
-  // Asleep, the engine thread does not hold the poller: a caller making a
-  // synchronous call takes it and drives the engine without waking us.
+  // Asleep, the loop thread does not hold the poller: a caller making a
+  // synchronous call takes it and drives the loop without waking us.
   holder_.store(0);
   epoll_event events[8];
   const int n = epoll_wait(epoll_fd_, events, 8, timeout_ms);
   sleeping_.store(false);
-  AcquireForEngine();
+  AcquireForLoopThread();
   RunFdHandlers(events, n);
 }
 
-void Engine::RunFdHandlers(const epoll_event* events, int n) {
+void EventLoop::RunFdHandlers(const epoll_event* events, int n) {
   for (int i = 0; i < n; ++i) {
     const int fd = events[i].data.fd;
     if (fd == wake_fd_) {
-      // Only the engine thread drains its wake-ups (a leader polling fds
-      // must not swallow one meant for the engine thread).
+      // Only the loop thread drains its wake-ups (a leader polling fds
+      // must not swallow one meant for the loop thread).
       if (std::this_thread::get_id() == thread_id_) {
         uint64_t v;
         while (read(wake_fd_, &v, sizeof(v)) > 0) {
@@ -488,10 +487,10 @@ void Engine::RunFdHandlers(const epoll_event* events, int n) {
     auto it = fd_handlers_.find(fd);
     if (it != fd_handlers_.end()) it->second();
   }
-  FlushTouched();
+  RunScheduledEndOfSteps();
 }
 
-void Engine::PollFds() {
+void EventLoop::PollFds() {
   // While spinning, cm events (connection set-up, disconnects) and watched
   // fds are looked at every kFdPollInterval steps, so a loop that never
   // sleeps still makes progress on them.
@@ -502,10 +501,10 @@ void Engine::PollFds() {
   if (n > 0) RunFdHandlers(events, n);
 }
 
-void Engine::Loop() {
+void EventLoop::Loop() {
   thread_id_ = std::this_thread::get_id();
   t_current_ = this;
-  AcquireForEngine();
+  AcquireForLoopThread();
   absl::Time last_work = absl::Now();
   bool back_from_leader = false;
   SpinPause idle_pause(spin_yield_every_);
@@ -518,7 +517,7 @@ void Engine::Loop() {
       while (wants_.load() > 0 && holder_.load() == 0 && !stop_.load()) {
         std::this_thread::yield();
       }
-      AcquireForEngine();
+      AcquireForLoopThread();
       // Back from a leading caller: spin only for calls still in flight. With
       // none, go to sleep at once (the next caller then takes the free poller
       // without asking us to step aside); spinning out the idle window here
@@ -528,7 +527,7 @@ void Engine::Loop() {
       // Nor flush held-back receives on the way (as a leader's EndLead does
       // not): holding fewer than a re-post batch is safe (transport.h), and
       // flushing here would make the re-post batches depend on when the
-      // engine thread happened to be woken.
+      // loop thread happened to be woken.
       back_from_leader = calls_in_flight_ == 0;
       continue;
     }
@@ -545,10 +544,10 @@ void Engine::Loop() {
       idle_pause.Pause();
       continue;
     }
-    if (!back_from_leader) FlushIdleReceives();
+    if (!back_from_leader) RequestIdleReposts();
     back_from_leader = false;
     // Arming makes softrdma's same-host link ask the peer for a doorbell per
-    // message (the "consumer asleep" flag), so a client engine arms only when
+    // message (the "consumer asleep" flag), so a client loop arms only when
     // a completion is expected: not for its keepalive timer alone.
     if (cq_ != nullptr && (always_arm_ || calls_in_flight_ > 0 ||
                            timers_.size() > quiet_timers_.size())) {
@@ -571,7 +570,7 @@ void Engine::Loop() {
     last_work = absl::Now();
   }
   RunTasks();
-  FlushTouched();
+  RunScheduledEndOfSteps();
   absl::AnyInvocable<void()> before_exit;
   {
     absl::MutexLock lock(&mu_);
@@ -579,11 +578,11 @@ void Engine::Loop() {
   }
   if (before_exit) std::move(before_exit)();
   RunTasks();
-  FlushTouched();
+  RunScheduledEndOfSteps();
   Teardown();
 }
 
-void Engine::Teardown() {
+void EventLoop::Teardown() {
   stopped_ = true;
   // Destroy connections: each destroys its QP first, so the device stops
   // touching its buffers, then its id and buffers. Tasks posted late (a call
@@ -593,11 +592,11 @@ void Engine::Teardown() {
     while (tasks_.RunOne()) {
     }
     while (!conns_.empty()) {
-      Connection* c = conns_.begin()->first;
+      LoopClient* c = conns_.begin()->first;
       c->ForceDestroy();
       if (conns_.contains(c)) Retire(c);
     }
-    touched_.clear();
+    end_of_step_.clear();
     graveyard_.clear();
   } while (tasks_.size() > 0);
   timers_.clear();

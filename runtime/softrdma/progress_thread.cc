@@ -1,5 +1,5 @@
-// engine.cc: the progress thread, connections and listeners.
-#include "softrdma/engine.h"
+// progress_thread.cc: the progress thread, connections and listeners.
+#include "softrdma/progress_thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,17 +42,17 @@ int WaitEventFd(int fd) {
   }
 }
 
-// ---- engine -------------------------------------------------------------------
+// ---- progress thread ---------------------------------------------------------
 
 namespace {
 
-// The engine of this process. A child made by fork() (without exec) has no
-// progress thread, so the atfork child handler forgets the parent's engine
+// The progress thread of this process. A child made by fork() (without exec) has no
+// progress thread, so the atfork child handler forgets the parent's progress thread
 // (leaking it on purpose: its state is not ours to tear down) and the child
 // starts a fresh one on first use. Objects inherited from the parent do not
 // work in the child, as with real RDMA devices after fork.
-std::atomic<Engine*> g_engine{nullptr};
-ABSL_CONST_INIT absl::Mutex g_engine_mu(absl::kConstInit);
+std::atomic<ProgressThread*> g_progress_thread{nullptr};
+ABSL_CONST_INIT absl::Mutex g_progress_thread_mu(absl::kConstInit);
 
 void AtForkPrepare() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // No frame is half-dispatched while the address space is copied, and no
@@ -67,29 +67,29 @@ void AtForkParent() ABSL_NO_THREAD_SAFETY_ANALYSIS {
 void AtForkChild() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   UnlockKeyTableForFork();
   CmMutex().Unlock();
-  g_engine.store(nullptr);
+  g_progress_thread.store(nullptr);
 }
 
 }  // namespace
 
-Engine& Engine::Get() {
-  Engine* e = g_engine.load(std::memory_order_acquire);
+ProgressThread& ProgressThread::Get() {
+  ProgressThread* e = g_progress_thread.load(std::memory_order_acquire);
   if (e != nullptr) return *e;
-  absl::MutexLock l(&g_engine_mu);
-  e = g_engine.load(std::memory_order_acquire);
+  absl::MutexLock l(&g_progress_thread_mu);
+  e = g_progress_thread.load(std::memory_order_acquire);
   if (e == nullptr) {
     static const bool registered = [] {
       ::pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
       return true;
     }();
     (void)registered;
-    e = new Engine();
-    g_engine.store(e, std::memory_order_release);
+    e = new ProgressThread();
+    g_progress_thread.store(e, std::memory_order_release);
   }
   return *e;
 }
 
-Engine::Engine() {
+ProgressThread::ProgressThread() {
   epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
   PCHECK(epfd_ >= 0) << "softrdma: epoll_create1";
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -101,7 +101,7 @@ Engine::Engine() {
   std::thread([this] { Loop(); }).detach();
 }
 
-uint64_t Engine::Register(std::shared_ptr<Pollable> p, int fd, uint32_t events) {
+uint64_t ProgressThread::Register(std::shared_ptr<Pollable> p, int fd, uint32_t events) {
   uint64_t token;
   {
     absl::MutexLock l(&mu_);
@@ -117,7 +117,7 @@ uint64_t Engine::Register(std::shared_ptr<Pollable> p, int fd, uint32_t events) 
   return token;
 }
 
-void Engine::Modify(uint64_t token, int fd, uint32_t events) {
+void ProgressThread::Modify(uint64_t token, int fd, uint32_t events) {
   epoll_event ev{};
   ev.events = events;
   ev.data.u64 = token;
@@ -125,7 +125,7 @@ void Engine::Modify(uint64_t token, int fd, uint32_t events) {
   ::epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
 }
 
-void Engine::Unregister(uint64_t token, int fd) {
+void ProgressThread::Unregister(uint64_t token, int fd) {
   ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
   std::shared_ptr<Pollable> drop;
   {
@@ -138,7 +138,7 @@ void Engine::Unregister(uint64_t token, int fd) {
   // `drop` may be the last owner; it dies here, outside mu_.
 }
 
-void Engine::RunAfter(absl::Duration delay, std::function<void()> fn) {
+void ProgressThread::RunAfter(absl::Duration delay, std::function<void()> fn) {
   bool wake;
   {
     absl::MutexLock l(&mu_);
@@ -149,12 +149,12 @@ void Engine::RunAfter(absl::Duration delay, std::function<void()> fn) {
   if (wake) Wake();
 }
 
-void Engine::Wake() {
+void ProgressThread::Wake() {
   uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof(one));
 }
 
-void Engine::Loop() {
+void ProgressThread::Loop() {
   constexpr int kMaxEvents = 64;
   epoll_event events[kMaxEvents];
   for (;;) {
@@ -206,7 +206,7 @@ std::shared_ptr<Conn> Conn::Create(int fd, bool connecting) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   uint32_t events = EPOLLIN | EPOLLRDHUP | (connecting ? uint32_t{EPOLLOUT} : 0u);
-  c->token_ = Engine::Get().Register(c, fd, events);
+  c->token_ = ProgressThread::Get().Register(c, fd, events);
   return c;
 }
 
@@ -222,7 +222,7 @@ void Conn::Close() {
     wq_.clear();
   }
   ::shutdown(fd_, SHUT_RDWR);
-  Engine::Get().Unregister(token_, fd_);
+  ProgressThread::Get().Unregister(token_, fd_);
 }
 
 void Conn::Drop() {
@@ -248,7 +248,7 @@ void Conn::Send(std::shared_ptr<const std::vector<uint8_t>> frame) {
   if (!TryWriteLocked()) return;
   if (!wq_.empty() && !out_armed_) {
     out_armed_ = true;
-    Engine::Get().Modify(token_, fd_, EPOLLIN | EPOLLRDHUP | EPOLLOUT);
+    ProgressThread::Get().Modify(token_, fd_, EPOLLIN | EPOLLRDHUP | EPOLLOUT);
   }
 }
 
@@ -283,11 +283,11 @@ void Conn::HandleWritable() {
   if (!TryWriteLocked() || wq_.empty()) {
     if (out_armed_) {
       out_armed_ = false;
-      Engine::Get().Modify(token_, fd_, EPOLLIN | EPOLLRDHUP);
+      ProgressThread::Get().Modify(token_, fd_, EPOLLIN | EPOLLRDHUP);
     }
   } else if (!out_armed_) {
     out_armed_ = true;
-    Engine::Get().Modify(token_, fd_, EPOLLIN | EPOLLRDHUP | EPOLLOUT);
+    ProgressThread::Get().Modify(token_, fd_, EPOLLIN | EPOLLRDHUP | EPOLLOUT);
   }
 }
 
@@ -322,7 +322,7 @@ void Conn::OnEvents(uint32_t events) {
 
 void Conn::Lost() {
   if (vanished_.load()) {  // a vanished peer's FIN is not noticed
-    if (!closed_.exchange(true)) Engine::Get().Unregister(token_, fd_);
+    if (!closed_.exchange(true)) ProgressThread::Get().Unregister(token_, fd_);
     return;
   }
   if (lost_reported_) return;
@@ -350,7 +350,7 @@ void Conn::HandleReadable() {
       if (n > 0) continue;
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      if (!closed_.exchange(true)) Engine::Get().Unregister(token_, fd_);
+      if (!closed_.exchange(true)) ProgressThread::Get().Unregister(token_, fd_);
       return;
     }
   }
@@ -440,7 +440,7 @@ std::shared_ptr<Listener> MakeListener(int fd, SoftCmId* id) {
 Listener::~Listener() { ::close(fd_); }
 
 void Listener::Start() {
-  token_ = Engine::Get().Register(self_.lock(), fd_, EPOLLIN);
+  token_ = ProgressThread::Get().Register(self_.lock(), fd_, EPOLLIN);
 }
 
 void Listener::Close() {
@@ -448,7 +448,7 @@ void Listener::Close() {
   if (closed_) return;
   closed_ = true;
   id_ = nullptr;
-  Engine::Get().Unregister(token_, fd_);
+  ProgressThread::Get().Unregister(token_, fd_);
 }
 
 void Listener::OnEvents(uint32_t) {

@@ -1,4 +1,4 @@
-// engine.h: softrdma's progress thread and its TCP connections.
+// progress_thread.h: softrdma's progress thread and its TCP connections.
 //
 // One progress thread per process, started the first time a socket or timer
 // needs it (processes that never touch softrdma start no thread). It waits in
@@ -10,8 +10,8 @@
 // connection's write queue and never blocks the progress thread. Reads take at
 // most kReadBudget bytes from one connection per wakeup, so a 16 MiB transfer
 // on one QP does not starve the others.
-#ifndef RDMARPC_RUNTIME_SOFTRDMA_ENGINE_H_
-#define RDMARPC_RUNTIME_SOFTRDMA_ENGINE_H_
+#ifndef RDMARPC_RUNTIME_SOFTRDMA_PROGRESS_THREAD_H_
+#define RDMARPC_RUNTIME_SOFTRDMA_PROGRESS_THREAD_H_
 
 #include <cstdint>
 #include <deque>
@@ -38,12 +38,12 @@ class Pollable {
   virtual void OnEvents(uint32_t events) = 0;
 };
 
-class Engine {
+class ProgressThread {
  public:
-  // The process's engine; starts the progress thread on first use.
-  static Engine& Get();
+  // The process's progress thread, started on first use.
+  static ProgressThread& Get();
 
-  // Registers `fd` for `events`; the engine keeps `p` alive until Unregister.
+  // Registers `fd` for `events`; the progress thread keeps `p` alive until Unregister.
   uint64_t Register(std::shared_ptr<Pollable> p, int fd, uint32_t events);
   void Modify(uint64_t token, int fd, uint32_t events);
   void Unregister(uint64_t token, int fd);
@@ -51,7 +51,7 @@ class Engine {
   void RunAfter(absl::Duration delay, std::function<void()> fn);
 
  private:
-  Engine();
+  ProgressThread();
   void Loop();
   void Wake();
 
@@ -64,7 +64,7 @@ class Engine {
 };
 
 // One RC connection's TCP socket. Owned by its cm id (shared with the QP for
-// sending and with the engine while registered).
+// sending and with the progress thread while registered).
 class Conn : public Pollable, public std::enable_shared_from_this<Conn> {
  public:
   // Takes ownership of a non-blocking socket. `connecting`: a non-blocking
@@ -79,7 +79,7 @@ class Conn : public Pollable, public std::enable_shared_from_this<Conn> {
   // Convenience: header plus a copy of `payload`.
   void SendFrame(const FrameHeader& h, const void* payload = nullptr, uint32_t len = 0);
 
-  // Stops all I/O: unregisters from the engine and shuts the socket down so
+  // Stops all I/O: unregisters from the progress thread and shuts the socket down so
   // the peer sees EOF. Idempotent; the fd closes when the last owner drops it.
   void Close();
 
@@ -175,4 +175,4 @@ std::shared_ptr<Listener> MakeListener(int fd, SoftCmId* id);
 }  // namespace internal
 }  // namespace softrdma
 
-#endif  // RDMARPC_RUNTIME_SOFTRDMA_ENGINE_H_
+#endif  // RDMARPC_RUNTIME_SOFTRDMA_PROGRESS_THREAD_H_

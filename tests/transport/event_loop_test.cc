@@ -1,7 +1,7 @@
-// Engine (completion_poller): who holds the poller — the engine thread or a
+// EventLoop: who holds the poller — the loop thread or a
 // caller leading a synchronous call — and that work left behind by a leader
-// is always picked up by the engine thread.
-#include "runtime/transport/completion_poller.h"
+// is always picked up by the loop thread.
+#include "runtime/transport/event_loop.h"
 
 #include <atomic>
 #include <thread>
@@ -26,8 +26,8 @@ class SpinFlag {
   int64_t saved_;
 };
 
-// The engine thread's id, read on it.
-std::thread::id EngineThreadId(Engine* e) {
+// The loop thread's id, read on it.
+std::thread::id LoopThreadId(EventLoop* e) {
   std::thread::id id;
   absl::Notification n;
   e->Post([&] {
@@ -38,9 +38,9 @@ std::thread::id EngineThreadId(Engine* e) {
   return id;
 }
 
-// TryLead, retried: one try gives up after 1 ms when the engine thread,
+// TryLead, retried: one try gives up after 1 ms when the loop thread,
 // asked to step aside, is not scheduled in time (a loaded 2-core host).
-bool LeadSoon(Engine* e) {
+bool LeadSoon(EventLoop* e) {
   const absl::Time until = absl::Now() + absl::Seconds(10);
   while (!e->TryLead()) {
     if (absl::Now() >= until) return false;
@@ -49,29 +49,29 @@ bool LeadSoon(Engine* e) {
   return true;
 }
 
-TEST(Engine, CallerLeadsAnIdleEngineAndOthersFollow) {
-  SpinFlag spin(0);  // the engine thread sleeps as soon as it is idle
-  Engine e("test");
+TEST(EventLoop, CallerLeadsAnIdleLoopAndOthersFollow) {
+  SpinFlag spin(0);  // the loop thread sleeps as soon as it is idle
+  EventLoop e("test");
   ASSERT_TRUE(e.Start().ok());
-  EngineThreadId(&e);
+  LoopThreadId(&e);
   ASSERT_TRUE(LeadSoon(&e));
-  EXPECT_TRUE(e.InEngineThread());
+  EXPECT_TRUE(e.InLoopThread());
   bool other_led = true;
   std::thread other([&] { other_led = e.TryLead(); });
   other.join();
   EXPECT_FALSE(other_led);  // a second caller follows
   e.EndLead();
-  EXPECT_FALSE(e.InEngineThread());
+  EXPECT_FALSE(e.InLoopThread());
   ASSERT_TRUE(LeadSoon(&e));  // handed back: free again
   e.EndLead();
   e.Stop();
 }
 
-TEST(Engine, LeaderRunsPostedTasksOnItsOwnThread) {
+TEST(EventLoop, LeaderRunsPostedTasksOnItsOwnThread) {
   SpinFlag spin(0);
-  Engine e("test");
+  EventLoop e("test");
   ASSERT_TRUE(e.Start().ok());
-  EngineThreadId(&e);
+  LoopThreadId(&e);
   ASSERT_TRUE(LeadSoon(&e));
   std::atomic<bool> ran{false};
   std::thread::id ran_on;
@@ -84,16 +84,16 @@ TEST(Engine, LeaderRunsPostedTasksOnItsOwnThread) {
   EXPECT_EQ(ran_on, std::this_thread::get_id());
 }
 
-TEST(Engine, EngineThreadRunsTasksLeftByALeader) {
+TEST(EventLoop, LoopThreadRunsTasksLeftByALeader) {
   SpinFlag spin(0);
-  Engine e("test");
+  EventLoop e("test");
   ASSERT_TRUE(e.Start().ok());
-  const std::thread::id engine_thread = EngineThreadId(&e);
+  const std::thread::id engine_thread = LoopThreadId(&e);
   ASSERT_TRUE(LeadSoon(&e));
   absl::Notification ran;
   std::thread::id ran_on;
   // Posted from another thread while we lead; we give the poller back
-  // without running it: the engine thread must.
+  // without running it: the loop thread must.
   std::thread poster([&] {
     e.Post([&] {
       ran_on = std::this_thread::get_id();
@@ -106,11 +106,11 @@ TEST(Engine, EngineThreadRunsTasksLeftByALeader) {
   EXPECT_EQ(ran_on, engine_thread);
 }
 
-TEST(Engine, EngineThreadFiresTimerAddedByALeader) {
+TEST(EventLoop, LoopThreadFiresTimerAddedByALeader) {
   SpinFlag spin(0);
-  Engine e("test");
+  EventLoop e("test");
   ASSERT_TRUE(e.Start().ok());
-  const std::thread::id engine_thread = EngineThreadId(&e);
+  const std::thread::id engine_thread = LoopThreadId(&e);
   ASSERT_TRUE(LeadSoon(&e));
   absl::Notification fired;
   std::thread::id fired_on;
@@ -118,20 +118,20 @@ TEST(Engine, EngineThreadFiresTimerAddedByALeader) {
     fired_on = std::this_thread::get_id();
     fired.Notify();
   });
-  e.EndLead();  // the sleeping engine thread must learn of the timer
+  e.EndLead();  // the sleeping loop thread must learn of the timer
   ASSERT_TRUE(fired.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(fired_on, engine_thread);
 }
 
-TEST(Engine, SpinningEngineStepsAsideForACallerUnlessCallsAreInFlight) {
-  SpinFlag spin(60'000'000);  // the engine thread spins (holds the poller)
-  Engine e("test");
+TEST(EventLoop, SpinningLoopStepsAsideForACallerUnlessCallsAreInFlight) {
+  SpinFlag spin(60'000'000);  // the loop thread spins (holds the poller)
+  EventLoop e("test");
   ASSERT_TRUE(e.Start().ok());
-  EngineThreadId(&e);
+  LoopThreadId(&e);
   ASSERT_TRUE(LeadSoon(&e));  // it stepped aside
   e.CallStarted();           // as a call started by the leader would
-  e.EndLead();               // calls in flight: the engine thread polls on
-  EngineThreadId(&e);        // (it holds the poller again once this ran)
+  e.EndLead();               // calls in flight: the loop thread polls on
+  LoopThreadId(&e);        // (it holds the poller again once this ran)
   EXPECT_FALSE(e.TryLead());  // and a caller follows rather than take over
   absl::Notification n;
   e.Post([&] {
@@ -145,8 +145,8 @@ TEST(Engine, SpinningEngineStepsAsideForACallerUnlessCallsAreInFlight) {
   e.Stop();
 }
 
-TEST(Engine, NoCallerLeadsAStoppedEngine) {
-  Engine e("test");
+TEST(EventLoop, NoCallerLeadsAStoppedLoop) {
+  EventLoop e("test");
   ASSERT_TRUE(e.Start().ok());
   e.Stop();
   EXPECT_FALSE(e.TryLead());

@@ -1,0 +1,149 @@
+// handshake.cc: the rdma_cm private data (see handshake.h).
+#include "runtime/transport/handshake.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/transport/transport.h"
+
+namespace rdmarpc {
+namespace internal {
+namespace {
+
+// Little-endian stores/loads, as in header.cc.
+template <typename T>
+void Put(char* out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
+}
+template <typename T>
+T Get(const char* in) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    v |= static_cast<T>(static_cast<T>(static_cast<unsigned char>(in[i])) << (8 * i));
+  }
+  return v;
+}
+
+constexpr uint32_t kMarker = 0x52444d41;  // "RDMA": the private data is ours
+
+// rdma_cm's REJECTED status when nothing listens on the port: the IB CM's
+// "invalid service ID" (IBTA spec table 112); RoCE reports the same.
+constexpr int kCmRejectInvalidServiceId = 8;
+
+bool RingTooSmall(const HandshakeData& h) {
+  return h.recv_depth < kMinRecvDepth || h.recv_buffer_bytes < kMinRecvBufferBytes;
+}
+
+}  // namespace
+
+void EncodeHandshake(const HandshakeData& h, char out[kHandshakeBytes]) {
+  Put<uint16_t>(out, h.version);
+  Put<uint16_t>(out + 2, h.recv_depth);
+  Put<uint32_t>(out + 4, h.recv_buffer_bytes);
+  Put<uint32_t>(out + 8, h.features);
+  Put<uint32_t>(out + 12, h.reject_reason);
+  Put<uint32_t>(out + 16, kMarker);
+}
+
+absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len) {
+  if (data == nullptr || len < kHandshakeBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("handshake private data of ", len,
+                                                   " bytes; need ", kHandshakeBytes));
+  }
+  const char* p = static_cast<const char*>(data);
+  if (Get<uint32_t>(p + 16) != kMarker) {
+    return absl::InvalidArgumentError("handshake private data is not from rdmarpc");
+  }
+  HandshakeData h;
+  h.version = Get<uint16_t>(p);
+  h.recv_depth = Get<uint16_t>(p + 2);
+  h.recv_buffer_bytes = Get<uint32_t>(p + 4);
+  h.features = Get<uint32_t>(p + 8);
+  h.reject_reason = Get<uint32_t>(p + 12);
+  return h;
+}
+
+Handshake::PrivateData Handshake::Offer(uint16_t version, int recv_depth,
+                                        size_t recv_buffer_bytes) {
+  HandshakeData h;
+  h.version = version;
+  h.recv_depth = static_cast<uint16_t>(recv_depth);
+  h.recv_buffer_bytes = static_cast<uint32_t>(recv_buffer_bytes);
+  PrivateData out;
+  EncodeHandshake(h, out.data());
+  return out;
+}
+
+Handshake::PrivateData Handshake::Reject(uint16_t version, uint32_t reason) {
+  HandshakeData h;
+  h.version = version;
+  h.reject_reason = reason;
+  PrivateData out;
+  EncodeHandshake(h, out.data());
+  return out;
+}
+
+absl::StatusOr<HandshakeData> Handshake::CheckRequest(absl::string_view private_data,
+                                                      uint16_t version,
+                                                      uint32_t* reject_reason) {
+  *reject_reason = 0;
+  absl::StatusOr<HandshakeData> h = DecodeHandshake(private_data.data(), private_data.size());
+  if (!h.ok()) return h.status();
+  if (h->version != version) {
+    *reject_reason = kRejectVersion;
+    return absl::FailedPreconditionError(
+        absl::StrCat("client speaks protocol version ", h->version, "; this server speaks ",
+                     version));
+  }
+  if (RingTooSmall(*h)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "client has recv_depth ", h->recv_depth, " and buffers of ", h->recv_buffer_bytes,
+        " bytes (need >= ", kMinRecvDepth, " and >= ", kMinRecvBufferBytes, ")"));
+  }
+  return h;
+}
+
+absl::StatusOr<HandshakeData> Handshake::CheckAccept(absl::string_view private_data,
+                                                     absl::string_view peer) {
+  absl::StatusOr<HandshakeData> h = DecodeHandshake(private_data.data(), private_data.size());
+  if (!h.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("handshake with ", peer, ": ", h.status().message()));
+  }
+  if (h->version != kProtocolVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "server ", peer, " speaks rdmarpc protocol version ", h->version,
+        ", this client speaks version ", kProtocolVersion));
+  }
+  if (RingTooSmall(*h)) {
+    return absl::UnavailableError(absl::StrCat(
+        "server ", peer, " advertised recv_depth ", h->recv_depth, " and recv_buffer_bytes ",
+        h->recv_buffer_bytes, "; need >= ", kMinRecvDepth, " and >= ", kMinRecvBufferBytes));
+  }
+  return h;
+}
+
+absl::Status Handshake::Rejected(absl::string_view private_data, int cm_status,
+                                 absl::string_view peer) {
+  absl::StatusOr<HandshakeData> h = DecodeHandshake(private_data.data(), private_data.size());
+  if (h.ok() && h->reject_reason == kRejectVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "server ", peer, " speaks rdmarpc protocol version ", h->version,
+        ", this client speaks version ", kProtocolVersion));
+  }
+  if (h.ok() && h->reject_reason == kRejectShuttingDown) {
+    return absl::UnavailableError(absl::StrCat("server ", peer, " is shutting down"));
+  }
+  if (h.ok() && h->reject_reason == kRejectNoResources) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "server ", peer,
+        " has no room for another connection (completion queue or registered memory full)"));
+  }
+  if (cm_status == kCmRejectInvalidServiceId) {
+    return absl::UnavailableError(absl::StrCat("no server listening on ", peer,
+                                               " (rdma_cm reject status ", cm_status, ")"));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "connection to ", peer, " rejected by the server (rdma_cm reject status ", cm_status, ")"));
+}
+
+}  // namespace internal
+}  // namespace rdmarpc

@@ -1,0 +1,89 @@
+// handshake.h: the rdma_cm private data of connect, accept and reject —
+// its encoding (HandshakeData), and building and checking it, once for
+// both roles. The steps a connection goes through are its ConnState
+// (connection.h); this file decides what each exchange of private data
+// means.
+//
+//   client                                   server (listener)
+//   rdma_connect(Offer)              ──►     CheckRequest: reject (Reject) or
+//                                            accept (Offer)
+//   ESTABLISHED: CheckAccept         ◄──
+//   REJECTED:    Rejected → Status   ◄──
+//
+// Both sides then know the peer's receive-ring depth (initial credits) and
+// receive-buffer size (the largest SEND it takes).
+#ifndef RDMARPC_RUNTIME_TRANSPORT_HANDSHAKE_H_
+#define RDMARPC_RUNTIME_TRANSPORT_HANDSHAKE_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace rdmarpc {
+namespace internal {
+
+// rdma_cm private data of connect, accept and reject (20 bytes; rdma_cm
+// allows 56 on connect, 196 on accept). Little-endian:
+//  0 u16 version | 2 u16 recv_depth | 4 u32 recv_buffer_bytes |
+//  8 u32 features | 12 u32 reject_reason | 16 u32 "RDMA" marker
+struct HandshakeData {
+  uint16_t version = 0;
+  uint16_t recv_depth = 0;          // receives pre-posted = initial credits
+  uint32_t recv_buffer_bytes = 0;   // largest SEND the peer may post to us
+  uint32_t features = 0;
+  uint32_t reject_reason = 0;       // in a reject: a kReject* value
+};
+inline constexpr size_t kHandshakeBytes = 20;
+inline constexpr uint32_t kRejectVersion = 1;
+inline constexpr uint32_t kRejectShuttingDown = 2;
+// The server could not set the connection up (CQ full, registration refused).
+inline constexpr uint32_t kRejectNoResources = 3;
+// Smallest receive buffer a peer may advertise: room for a header, a
+// descriptor pair and a short status message.
+inline constexpr uint32_t kMinRecvBufferBytes = 256;
+
+void EncodeHandshake(const HandshakeData& h, char out[kHandshakeBytes]);
+// INVALID_ARGUMENT when the data is short or not rdmarpc's.
+absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len);
+
+class Handshake {
+ public:
+  using PrivateData = std::array<char, kHandshakeBytes>;
+
+  // What a side sends with rdma_connect or rdma_accept: the protocol
+  // version it speaks and its receive ring (`recv_depth` buffers of
+  // `recv_buffer_bytes`).
+  static PrivateData Offer(uint16_t version, int recv_depth, size_t recv_buffer_bytes);
+  // What a server sends with rdma_reject: its version and `reason` (a
+  // kReject* value, or 0 for "malformed request").
+  static PrivateData Reject(uint16_t version, uint32_t reason);
+
+  // Server: checks a connect request's private data against the `version`
+  // this server speaks. On error, `*reject_reason` is what to reject with
+  // (kRejectVersion for another version, else 0) and the status says why:
+  // INVALID_ARGUMENT (not rdmarpc's, or a ring below kMinRecvDepth x
+  // kMinRecvBufferBytes), FAILED_PRECONDITION (another version).
+  static absl::StatusOr<HandshakeData> CheckRequest(absl::string_view private_data,
+                                                    uint16_t version, uint32_t* reject_reason);
+  // Client: checks the server's accept (the ESTABLISHED event's private
+  // data) from `peer`. FAILED_PRECONDITION when it speaks another version
+  // (naming both); UNAVAILABLE when the data is not rdmarpc's or its ring
+  // is too small.
+  static absl::StatusOr<HandshakeData> CheckAccept(absl::string_view private_data,
+                                                   absl::string_view peer);
+  // Client: what a REJECTED event from `peer` means, from its private data
+  // and rdma_cm's `cm_status`: FAILED_PRECONDITION (another version, naming
+  // both), UNAVAILABLE (shutting down; nothing listening; rejected),
+  // RESOURCE_EXHAUSTED (the server has no room for a connection).
+  static absl::Status Rejected(absl::string_view private_data, int cm_status,
+                               absl::string_view peer);
+};
+
+}  // namespace internal
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_RUNTIME_TRANSPORT_HANDSHAKE_H_

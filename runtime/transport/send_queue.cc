@@ -1,0 +1,88 @@
+// send_queue.cc: SendQueue (see send_queue.h).
+#include "runtime/transport/send_queue.h"
+
+#include "runtime/transport/transport_stats.h"
+
+namespace rdmarpc {
+namespace internal {
+
+absl::Status SendQueue::CreateSendSlab(ibv_pd* pd, size_t buffer_bytes) {
+  absl::StatusOr<std::unique_ptr<BufferSlab>> slab =
+      BufferSlab::Create(pd, kDepth, buffer_bytes, kLocalAccess);
+  if (!slab.ok()) return slab.status();
+  send_slab_ = std::move(*slab);
+  return absl::OkStatus();
+}
+
+uint64_t SendQueue::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
+  const uint64_t seq = head_++;
+  // Signal every kSignalInterval-th WR (15 unsignalled, then one signalled)
+  // so buffers of the unsignalled ones before it are recycled by its
+  // completion.
+  if (force_signal || ++unsignalled_run_ >= kSignalEvery ||
+      (send_slab_ != nullptr && send_slab_->free_count() < kSignalEvery)) {
+    wr->send_flags |= IBV_SEND_SIGNALED;
+    unsignalled_run_ = 0;
+  }
+  wr->wr_id = seq;
+  CountSendWr((wr->send_flags & IBV_SEND_SIGNALED) != 0,
+              (wr->send_flags & IBV_SEND_INLINE) != 0);
+  ring_[seq % kDepth] = entry;
+  // Queued for the next doorbell: WRs made ready together go to the device
+  // in one ibv_post_send chain.
+  PendingWr p;
+  p.wr = *wr;
+  p.sge = wr->sg_list != nullptr ? *wr->sg_list : ibv_sge{};
+  p.wr.next = nullptr;
+  batch_.push_back(p);
+  return seq;
+}
+
+int SendQueue::Doorbell(absl::FunctionRef<void(uint64_t seq, const SqEntry& entry)> unposted) {
+  if (batch_.empty()) return 0;
+  if (qp_ == nullptr) {  // destroyed meanwhile: nothing can be posted any more
+    batch_.clear();
+    return 0;
+  }
+  const size_t n = batch_.size();
+  for (size_t i = 0; i < n; ++i) {
+    batch_[i].wr.sg_list = &batch_[i].sge;
+    batch_[i].wr.next = i + 1 < n ? &batch_[i + 1].wr : nullptr;
+  }
+  ibv_send_wr* bad = nullptr;
+  const int rc = ibv_post_send(qp_, &batch_[0].wr, &bad);
+  if (rc != 0) {
+    // WRs from `bad` on never entered the queue: undo their accounting.
+    size_t first_bad = 0;
+    while (first_bad < n && &batch_[first_bad].wr != bad) ++first_bad;
+    for (size_t i = n; i > first_bad; --i) {
+      const uint64_t seq = --head_;
+      SqEntry& e = ring_[seq % kDepth];
+      if (e.send_buffer >= 0 && send_slab_ != nullptr) send_slab_->Put(e.send_buffer);
+      const SqEntry undone = e;
+      e = SqEntry{};
+      unposted(seq, undone);
+    }
+  }
+  batch_.clear();
+  return rc;
+}
+
+bool SendQueue::PostDrainMarker() {
+  if (qp_ == nullptr || empty() || !has_room()) return false;
+  const uint64_t seq = head_;
+  ibv_send_wr wr{};
+  wr.wr_id = seq;
+  wr.opcode = IBV_WR_SEND;
+  wr.num_sge = 0;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  if (ibv_post_send(qp_, &wr, &bad) != 0) return false;
+  ring_[seq % kDepth] = SqEntry{};
+  ++head_;
+  unsignalled_run_ = 0;
+  return true;
+}
+
+}  // namespace internal
+}  // namespace rdmarpc

@@ -1,0 +1,152 @@
+// send_queue.h: one QP's send queue — the ring of work requests posted and
+// not yet retired, selective signalling, and the batch of WRs waiting for
+// the doorbell.
+//
+// Every send-type WR (SEND_WITH_IMM, RDMA READ, RDMA WRITE[_WITH_IMM]) gets
+// the next sequence number as its wr_id. Sends are signalled one in
+// kSignalInterval (and always when the caller forces it: READs and WRITEs
+// whose buffers must come back, markers); an RC QP completes its WRs in
+// order, so one signalled completion retires every WR up to it
+// (RetireThrough), and the eager send buffers and large buffers those WRs
+// used go back then. WRs made ready together are queued (PostWr) and posted
+// as one chain with one ibv_post_send (Doorbell).
+//
+// The queue owns the eager send slab (kSendQueueDepth buffers, one per WR
+// at most) so that recycling a buffer is part of retiring its WR. What else
+// a WR holds (SqEntry) is its poster's: it is handed back when the WR is
+// retired, undone or dropped, and the poster frees it.
+//
+// Threads: the owning connection's loop (poller holder) only.
+#ifndef RDMARPC_RUNTIME_TRANSPORT_SEND_QUEUE_H_
+#define RDMARPC_RUNTIME_TRANSPORT_SEND_QUEUE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <utility>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "runtime/transport/buffer_pool.h"
+#include "runtime/transport/transport.h"
+#include "runtime/verbs/verbs.h"
+
+namespace rdmarpc {
+namespace internal {
+
+// What a posted WR holds until it is retired.
+struct SqEntry {
+  int send_buffer = -1;  // an eager send buffer of the queue's slab
+  // A piece of the poster's rendezvous transfer `bulk_id` (0: none), a
+  // READ (pull) or a WRITE (push): the poster counts it ended.
+  uint64_t bulk_id = 0;
+  bool bulk_read = false;
+};
+
+class SendQueue {
+ public:
+  static constexpr int kDepth = kSendQueueDepth;
+  static constexpr int kSignalEvery = kSignalInterval;
+  // An unsignalled run must leave room for the signalled WR that retires it,
+  // and a full run of unsignalled WRs must never fill the ring.
+  static_assert(kDepth >= 2 * kSignalEvery,
+                "send queue depth must be at least twice the signalling interval");
+  static_assert(kSignalEvery >= 1, "signal at least every WR");
+
+  SendQueue() : ring_(kDepth) {}
+  SendQueue(const SendQueue&) = delete;
+  SendQueue& operator=(const SendQueue&) = delete;
+
+  // Registers the eager send slab: kDepth buffers of `buffer_bytes`.
+  absl::Status CreateSendSlab(ibv_pd* pd, size_t buffer_bytes);
+  // The QP the doorbell posts to; nullptr once it is destroyed (queued WRs
+  // are then dropped by Doorbell).
+  void set_qp(ibv_qp* qp) { qp_ = qp; }
+
+  // True while a WR may still be queued (the ring is not full).
+  bool has_room() const { return head_ - tail_ < static_cast<uint64_t>(kDepth); }
+  // True when every WR posted was retired.
+  bool empty() const { return head_ == tail_; }
+  // The sequence number the next PostWr gives.
+  uint64_t next_seq() const { return head_; }
+  // True once the WR `seq` was retired (a later signalled completion covered it).
+  bool retired(uint64_t seq) const { return tail_ > seq; }
+  // True for a WR posted and not yet retired.
+  bool outstanding(uint64_t seq) const { return seq >= tail_ && seq < head_; }
+  // Eager send buffers: the slab, and whether a send may take one now.
+  BufferSlab* send_slab() const { return send_slab_.get(); }
+  bool has_send_buffer() const { return send_slab_ != nullptr && send_slab_->free_count() > 0; }
+  // The entry of WR `seq` (outstanding(seq)); the poster may change what
+  // it holds (e.g. take a resource it already handled).
+  SqEntry& entry(uint64_t seq) { return ring_[seq % kDepth]; }
+  // WRs since the last signalled one (never reaches kSignalEvery).
+  int unsignalled_run() const { return unsignalled_run_; }
+  size_t batched() const { return batch_.size(); }
+
+  // Queues one WR (one SGE at most) for the next doorbell: gives it the next
+  // sequence number as wr_id, and IBV_SEND_SIGNALED when `force_signal`,
+  // when kSignalEvery WRs ran unsignalled, or when send buffers run low (so
+  // a completion soon recycles them). Caller checks has_room(). Returns the
+  // sequence number.
+  uint64_t PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal);
+  // Posts every queued WR as one chain (one ibv_post_send). Returns 0, or the
+  // error of ibv_post_send: the WRs from the failed one on never entered the
+  // QP; their accounting is undone (send buffers back) and
+  // `unposted(seq, entry)` is called for each, newest first, before this
+  // returns.
+  int Doorbell(absl::FunctionRef<void(uint64_t seq, const SqEntry& entry)> unposted);
+  // A signalled completion of WR `seq`: retires it and every WR before it,
+  // oldest first — its send buffer goes back to the slab, then
+  // `retired(entry)` gets what else it held. No-op for a sequence number not
+  // outstanding. Inline, with the callback a template: this runs for every
+  // message sent.
+  template <class Fn>
+  void RetireThrough(uint64_t seq, Fn&& retired) {
+    if (!outstanding(seq)) return;
+    // In-order SQ completion: this one retires every WR up to it.
+    for (; tail_ <= seq; ++tail_) {
+      SqEntry& e = ring_[tail_ % kDepth];
+      if (e.send_buffer >= 0 && send_slab_ != nullptr) send_slab_->Put(e.send_buffer);
+      const SqEntry done = e;
+      e = SqEntry{};
+      retired(done);
+    }
+  }
+  // Posts a signalled zero-length SEND at once, outside the batch (the queue
+  // is drained first): on a QP in ERROR its flush retires every WR before
+  // it, as the Linux kernel's ib_drain_sq does. False when nothing is
+  // outstanding, there is no room, or the post failed.
+  bool PostDrainMarker();
+  // The QP is gone: drops queued WRs, hands every entry of an unretired WR
+  // to `dropped`, and frees the send slab.
+  template <class Fn>
+  void Release(Fn&& dropped) {
+    batch_.clear();
+    qp_ = nullptr;
+    for (SqEntry& e : ring_) {
+      const SqEntry held = e;
+      e = SqEntry{};
+      dropped(held);
+    }
+    send_slab_.reset();
+  }
+
+ private:
+  struct PendingWr {
+    ibv_send_wr wr;
+    ibv_sge sge;
+  };
+  std::vector<SqEntry> ring_;
+  uint64_t head_ = 0;        // next sequence number
+  uint64_t tail_ = 0;        // oldest not retired
+  int unsignalled_run_ = 0;  // WRs since the last signalled one
+  std::vector<PendingWr> batch_;  // WRs waiting for the doorbell
+  std::unique_ptr<BufferSlab> send_slab_;
+  ibv_qp* qp_ = nullptr;
+};
+
+}  // namespace internal
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_RUNTIME_TRANSPORT_SEND_QUEUE_H_

@@ -1,0 +1,175 @@
+// Handshake: the private data round trip, and one test per failure point of
+// each exchange (server: connect request; client: accept and reject).
+#include "runtime/transport/handshake.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "runtime/transport/transport.h"
+
+namespace rdmarpc {
+namespace internal {
+namespace {
+
+std::string Bytes(const Handshake::PrivateData& d) { return std::string(d.data(), d.size()); }
+
+std::string Encoded(const HandshakeData& h) {
+  char buf[kHandshakeBytes];
+  EncodeHandshake(h, buf);
+  return std::string(buf, sizeof(buf));
+}
+
+TEST(Handshake, RoundTripAndRejectsForeignData) {
+  HandshakeData h;
+  h.version = 7;
+  h.recv_depth = 64;
+  h.recv_buffer_bytes = 8192;
+  h.features = 3;
+  h.reject_reason = kRejectVersion;
+  char buf[kHandshakeBytes];
+  EncodeHandshake(h, buf);
+  absl::StatusOr<HandshakeData> back = DecodeHandshake(buf, sizeof(buf));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->version, 7);
+  EXPECT_EQ(back->recv_depth, 64);
+  EXPECT_EQ(back->recv_buffer_bytes, 8192u);
+  EXPECT_EQ(back->features, 3u);
+  EXPECT_EQ(back->reject_reason, kRejectVersion);
+  EXPECT_FALSE(DecodeHandshake(buf, 10).ok());
+  buf[16] ^= 1;
+  EXPECT_FALSE(DecodeHandshake(buf, sizeof(buf)).ok());
+  EXPECT_FALSE(DecodeHandshake(nullptr, 0).ok());
+}
+
+TEST(Handshake, OfferCarriesVersionAndRing) {
+  absl::StatusOr<HandshakeData> h = DecodeHandshake(
+      Handshake::Offer(kProtocolVersion, 64, 8192).data(), kHandshakeBytes);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->version, kProtocolVersion);
+  EXPECT_EQ(h->recv_depth, 64);
+  EXPECT_EQ(h->recv_buffer_bytes, 8192u);
+  EXPECT_EQ(h->reject_reason, 0u);
+}
+
+// --- server: the connect request ---
+
+TEST(Handshake, RequestAcceptedReturnsThePeersRing) {
+  uint32_t reason = 99;
+  absl::StatusOr<HandshakeData> h = Handshake::CheckRequest(
+      Bytes(Handshake::Offer(kProtocolVersion, 16, 4096)), kProtocolVersion, &reason);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(reason, 0u);
+  EXPECT_EQ(h->recv_depth, 16);
+  EXPECT_EQ(h->recv_buffer_bytes, 4096u);
+}
+
+TEST(Handshake, RequestNotFromRdmarpcIsRejectedWithoutReason) {
+  uint32_t reason = 99;
+  absl::StatusOr<HandshakeData> h =
+      Handshake::CheckRequest("short", kProtocolVersion, &reason);
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(reason, 0u);
+}
+
+TEST(Handshake, RequestOfAnotherVersionIsRejectedWithVersion) {
+  uint32_t reason = 0;
+  absl::StatusOr<HandshakeData> h = Handshake::CheckRequest(
+      Bytes(Handshake::Offer(kProtocolVersion + 1, 16, 4096)), kProtocolVersion, &reason);
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(reason, kRejectVersion);
+  EXPECT_NE(h.status().message().find(std::to_string(kProtocolVersion + 1)), std::string::npos);
+}
+
+TEST(Handshake, RequestWithTooFewReceivesIsRejected) {
+  uint32_t reason = 99;
+  absl::StatusOr<HandshakeData> h = Handshake::CheckRequest(
+      Bytes(Handshake::Offer(kProtocolVersion, kMinRecvDepth - 1, 4096)), kProtocolVersion,
+      &reason);
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(reason, 0u);
+}
+
+TEST(Handshake, RequestWithTooSmallBuffersIsRejected) {
+  uint32_t reason = 99;
+  absl::StatusOr<HandshakeData> h = Handshake::CheckRequest(
+      Bytes(Handshake::Offer(kProtocolVersion, 16, kMinRecvBufferBytes - 1)), kProtocolVersion,
+      &reason);
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(reason, 0u);
+}
+
+// --- client: the server's accept ---
+
+TEST(Handshake, AcceptReturnsTheServersRing) {
+  absl::StatusOr<HandshakeData> h =
+      Handshake::CheckAccept(Bytes(Handshake::Offer(kProtocolVersion, 32, 1024)), "srv:1");
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->recv_depth, 32);
+  EXPECT_EQ(h->recv_buffer_bytes, 1024u);
+}
+
+TEST(Handshake, AcceptNotFromRdmarpcIsUnavailable) {
+  absl::StatusOr<HandshakeData> h = Handshake::CheckAccept("", "srv:1");
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(h.status().message().find("handshake with srv:1"), std::string::npos);
+}
+
+TEST(Handshake, AcceptOfAnotherVersionNamesBothVersions) {
+  absl::StatusOr<HandshakeData> h =
+      Handshake::CheckAccept(Bytes(Handshake::Offer(9, 32, 1024)), "srv:1");
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(h.status().message(),
+            "server srv:1 speaks rdmarpc protocol version 9, this client speaks version " +
+                std::to_string(kProtocolVersion));
+}
+
+TEST(Handshake, AcceptWithTooSmallRingIsUnavailable) {
+  EXPECT_EQ(Handshake::CheckAccept(Bytes(Handshake::Offer(kProtocolVersion, 2, 1024)), "s")
+                .status()
+                .code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Handshake::CheckAccept(Bytes(Handshake::Offer(kProtocolVersion, 32, 255)), "s")
+                .status()
+                .code(),
+            absl::StatusCode::kUnavailable);
+}
+
+// --- client: the server's reject ---
+
+TEST(Handshake, RejectedForVersionIsFailedPrecondition) {
+  absl::Status s = Handshake::Rejected(Bytes(Handshake::Reject(5, kRejectVersion)), 28, "srv:1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("version 5"), std::string::npos);
+}
+
+TEST(Handshake, RejectedWhileShuttingDownIsUnavailable) {
+  absl::Status s = Handshake::Rejected(
+      Bytes(Handshake::Reject(kProtocolVersion, kRejectShuttingDown)), 28, "srv:1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "server srv:1 is shutting down");
+}
+
+TEST(Handshake, RejectedForResourcesIsResourceExhausted) {
+  absl::Status s = Handshake::Rejected(
+      Bytes(Handshake::Reject(kProtocolVersion, kRejectNoResources)), 28, "srv:1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(Handshake, RejectedWithNothingListeningNamesTheAddress) {
+  absl::Status s = Handshake::Rejected("", 8, "127.0.0.1:9");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("no server listening on 127.0.0.1:9"), std::string::npos);
+}
+
+TEST(Handshake, RejectedForAnotherReasonIsUnavailable) {
+  absl::Status s = Handshake::Rejected(Bytes(Handshake::Reject(kProtocolVersion, 0)), 28, "s");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("rejected by the server (rdma_cm reject status 28)"),
+            std::string::npos);
+  EXPECT_EQ(Handshake::Rejected(Encoded(HandshakeData{}), 28, "s").code(),
+            absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace rdmarpc

@@ -1,0 +1,191 @@
+// SendQueue: selective signalling, retirement by a signalled completion, and
+// one ibv_post_send per doorbell, on softrdma.
+#include "runtime/transport/send_queue.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/softrdma/softrdma.h"
+#include "tests/softrdma/test_util.h"
+
+namespace rdmarpc {
+namespace internal {
+namespace {
+
+// A zero-length RDMA WRITE: touches no memory and needs no receive.
+ibv_send_wr ZeroLengthWrite(ibv_sge* sge) {
+  *sge = ibv_sge{};
+  ibv_send_wr wr{};
+  wr.sg_list = sge;
+  wr.num_sge = 0;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  return wr;
+}
+
+TEST(SendQueue, NeverMoreThanTheIntervalUnsignalled) {
+  SendQueue q;  // no send slab: only the interval decides
+  int run = 0;
+  int longest = 0;
+  for (int i = 0; i < SendQueue::kDepth - 1; ++i) {
+    ASSERT_TRUE(q.has_room());
+    ibv_sge sge;
+    ibv_send_wr wr = ZeroLengthWrite(&sge);
+    const uint64_t seq = q.PostWr(&wr, SqEntry{}, /*force_signal=*/i == 40);
+    EXPECT_EQ(seq, static_cast<uint64_t>(i));
+    EXPECT_EQ(wr.wr_id, seq);
+    if (wr.send_flags & IBV_SEND_SIGNALED) {
+      run = 0;
+    } else {
+      longest = std::max(longest, ++run);
+    }
+    EXPECT_LT(q.unsignalled_run(), SendQueue::kSignalEvery);
+  }
+  EXPECT_EQ(longest, SendQueue::kSignalEvery - 1);
+  EXPECT_EQ(q.batched(), static_cast<size_t>(SendQueue::kDepth - 1));
+}
+
+TEST(SendQueue, ForcedSignalStartsANewRun) {
+  SendQueue q;
+  std::vector<bool> signalled;
+  for (int i = 0; i < 2 * SendQueue::kSignalEvery; ++i) {
+    ibv_sge sge;
+    ibv_send_wr wr = ZeroLengthWrite(&sge);
+    q.PostWr(&wr, SqEntry{}, /*force_signal=*/i == 3);
+    signalled.push_back((wr.send_flags & IBV_SEND_SIGNALED) != 0);
+  }
+  // Forced at 3, then the next one kSignalEvery WRs later.
+  for (int i = 0; i < static_cast<int>(signalled.size()); ++i) {
+    EXPECT_EQ(signalled[i], i == 3 || i == 3 + SendQueue::kSignalEvery) << i;
+  }
+}
+
+TEST(SendQueue, SignalledCompletionRetiresEveryWrBeforeIt) {
+  softrdma::testing::ConnectedPair pair;
+  ASSERT_TRUE(pair.ok());
+  SendQueue q;
+  ASSERT_TRUE(q.CreateSendSlab(pair.client_pd, 256).ok());
+  BufferSlab* slab = q.send_slab();
+  const int free_before = slab->free_count();
+  std::vector<uint64_t> seqs;
+  for (int i = 0; i < 5; ++i) {
+    SqEntry e;
+    e.send_buffer = slab->Get();
+    ibv_sge sge;
+    ibv_send_wr wr = ZeroLengthWrite(&sge);
+    seqs.push_back(q.PostWr(&wr, e, /*force_signal=*/false));
+  }
+  EXPECT_EQ(slab->free_count(), free_before - 5);
+  EXPECT_FALSE(q.empty());
+  // The completion of the third retires the first three and their buffers.
+  q.RetireThrough(seqs[2], [](const SqEntry&) {});
+  EXPECT_TRUE(q.retired(seqs[0]));
+  EXPECT_TRUE(q.retired(seqs[2]));
+  EXPECT_FALSE(q.retired(seqs[3]));
+  EXPECT_TRUE(q.outstanding(seqs[3]));
+  EXPECT_EQ(slab->free_count(), free_before - 2);
+  // A completion for a WR already retired (or never posted) changes nothing.
+  q.RetireThrough(seqs[1], [](const SqEntry&) { ADD_FAILURE() << "retired twice"; });
+  q.RetireThrough(seqs[4] + 1, [](const SqEntry&) { ADD_FAILURE() << "never posted"; });
+  EXPECT_EQ(slab->free_count(), free_before - 2);
+  q.RetireThrough(seqs[4], [](const SqEntry&) {});
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(slab->free_count(), free_before);
+}
+
+TEST(SendQueue, RetiredEntriesGoBackToThePosterOldestFirst) {
+  SendQueue q;
+  for (uint64_t id = 1; id <= 4; ++id) {
+    SqEntry e;
+    e.bulk_id = id;
+    ibv_sge sge;
+    ibv_send_wr wr = ZeroLengthWrite(&sge);
+    q.PostWr(&wr, e, /*force_signal=*/false);
+  }
+  std::vector<uint64_t> back;
+  q.RetireThrough(2, [&](const SqEntry& e) { back.push_back(e.bulk_id); });
+  EXPECT_EQ(back, (std::vector<uint64_t>{1, 2, 3}));
+  // The one left is handed back when the queue is released.
+  back.clear();
+  q.Release([&](const SqEntry& e) {
+    if (e.bulk_id != 0) back.push_back(e.bulk_id);
+  });
+  EXPECT_EQ(back, (std::vector<uint64_t>{4}));
+}
+
+TEST(SendQueue, LowOnSendBuffersSignals) {
+  softrdma::testing::ConnectedPair pair;
+  ASSERT_TRUE(pair.ok());
+  SendQueue q;
+  ASSERT_TRUE(q.CreateSendSlab(pair.client_pd, 64).ok());
+  BufferSlab* slab = q.send_slab();
+  while (slab->free_count() >= SendQueue::kSignalEvery) slab->Get();
+  ibv_sge sge;
+  ibv_send_wr wr = ZeroLengthWrite(&sge);
+  q.PostWr(&wr, SqEntry{}, /*force_signal=*/false);
+  EXPECT_NE(wr.send_flags & IBV_SEND_SIGNALED, 0u);
+}
+
+TEST(SendQueue, DoorbellPostsOneChain) {
+  softrdma::testing::PairOptions opt;
+  opt.max_send_wr = SendQueue::kDepth;
+  softrdma::testing::ConnectedPair pair(opt);
+  ASSERT_TRUE(pair.ok());
+  SendQueue q;
+  q.set_qp(pair.client->qp);
+  constexpr int kWrs = 5;
+  uint64_t last = 0;
+  for (int i = 0; i < kWrs; ++i) {
+    ibv_sge sge;
+    ibv_send_wr wr = ZeroLengthWrite(&sge);
+    last = q.PostWr(&wr, SqEntry{}, /*force_signal=*/i == kWrs - 1);
+  }
+  softrdma::ResetStats();
+  int unposted = 0;
+  EXPECT_EQ(q.Doorbell([&](uint64_t, const SqEntry&) { ++unposted; }), 0);
+  EXPECT_EQ(softrdma::GetStats().post_send_calls, 1u);
+  EXPECT_EQ(unposted, 0);
+  EXPECT_EQ(q.batched(), 0u);
+  // An empty batch rings nothing.
+  EXPECT_EQ(q.Doorbell([&](uint64_t, const SqEntry&) { ++unposted; }), 0);
+  EXPECT_EQ(softrdma::GetStats().post_send_calls, 1u);
+  // Only the last WR was signalled: its one completion retires all five.
+  ibv_wc wc{};
+  ASSERT_TRUE(softrdma::testing::PollOne(pair.client_cq, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, last);
+  q.RetireThrough(wc.wr_id, [](const SqEntry&) {});
+  EXPECT_TRUE(q.empty());
+  EXPECT_TRUE(softrdma::testing::Drain(pair.client_cq, 50).empty());
+}
+
+TEST(SendQueue, DrainMarkerRetiresUnsignalledWrs) {
+  softrdma::testing::PairOptions opt;
+  opt.max_send_wr = SendQueue::kDepth;
+  softrdma::testing::ConnectedPair pair(opt);
+  ASSERT_TRUE(pair.ok());
+  SendQueue q;
+  q.set_qp(pair.client->qp);
+  EXPECT_FALSE(q.PostDrainMarker());  // nothing outstanding
+  for (int i = 0; i < 3; ++i) {
+    ibv_sge sge;
+    ibv_send_wr wr = ZeroLengthWrite(&sge);
+    q.PostWr(&wr, SqEntry{}, /*force_signal=*/false);
+  }
+  ASSERT_EQ(q.Doorbell([](uint64_t, const SqEntry&) {}), 0);
+  // The QP goes to ERROR (as after rdma_disconnect): a signalled marker's
+  // flush is the one completion that retires what went before.
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(softrdma::modify_qp(pair.client->qp, &attr, IBV_QP_STATE), 0);
+  const uint64_t marker = q.next_seq();
+  ASSERT_TRUE(q.PostDrainMarker());
+  uint64_t last = 0;
+  for (const ibv_wc& wc : softrdma::testing::Drain(pair.client_cq, 500)) last = wc.wr_id;
+  EXPECT_EQ(last, marker);
+  q.RetireThrough(last, [](const SqEntry&) {});
+  EXPECT_TRUE(q.empty());
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace rdmarpc
