@@ -552,7 +552,10 @@ void ServerImpl::SerializeLargeResponse(PoolCall* call) {
     return;  // SendReply on the worker handles metadata
   }
   const size_t size = call->response->ByteSizeLong();
-  if (size + kWireHeaderBytes <= call->eager_limit || size > options_.max_message_bytes) return;
+  if (Connection::MessageSendsEagerly(size, call->eager_limit) ||
+      size > options_.max_message_bytes) {
+    return;
+  }
   absl::StatusOr<LargeBuffer*> buf = call->large_pool->Get(kRegisteredResponseOffset + size);
   if (!buf.ok()) return;  // SendReply tries again, then queues it as bytes
   call->response->SerializeWithCachedSizesToArray(
@@ -611,7 +614,7 @@ void ServerImpl::SendReply(Connection* conn, const RequestToken& token, absl::St
       response);
   if (sent) return;
   LargeBufferPool* pool = conn->large_pool();
-  if (size + kWireHeaderBytes > conn->eager_limit() && pool != nullptr &&
+  if (!Connection::MessageSendsEagerly(size, conn->eager_limit()) && pool != nullptr &&
       size <= options_.max_message_bytes) {
     // Large: serialise straight into registered memory (no extra copy).
     absl::StatusOr<LargeBuffer*> buf = pool->Get(kRegisteredResponseOffset + size);

@@ -36,10 +36,15 @@ absl::Status CheckCall(const ChannelImpl* impl, absl::string_view method, size_t
 
 // A request that will go by rendezvous is serialised straight into
 // registered memory when the channel already has its device (saves a copy).
+// The connection is not chosen yet: this guesses with the channel's own
+// eager limit (the negotiated one is never larger); the transport decides
+// (SendsEagerly) and copies a registered request that turns out to fit.
 bool SerializeLargeIntoRegistered(ChannelImpl* impl, absl::string_view method, size_t size,
                                   const google::protobuf::MessageLite& request,
                                   ClientCall* call) {
-  if (size + 32 + method.size() <= impl->options().eager_limit_bytes) return false;
+  if (Connection::MessageSendsEagerly(size + method.size(), impl->options().eager_limit_bytes)) {
+    return false;
+  }
   LargeBufferPool* pool = impl->large_pool();
   if (pool == nullptr) return false;
   absl::StatusOr<LargeBuffer*> buf = pool->Get(size);

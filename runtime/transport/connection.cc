@@ -324,7 +324,7 @@ void Connection::MaybeFinishCloseWhenSent() {
   // Delivered means: nothing queued, the peer pulled (and released) every
   // buffer we exposed to it, and we pulled what it exposed to us.
   if (!close_when_sent_ || !usable() || !out_queue_.empty() || !qp_ || !exposed_.empty() ||
-      !reads_.empty() || !pushes_.empty()) {
+      !reads_.empty() || !pushes_.empty() || !delayed_reads_.empty()) {
     return;
   }
   if (!drain_marker_posted_) {

@@ -56,6 +56,8 @@ namespace internal {
 // kSendQueueDepth / 4 pieces in flight.
 size_t DefaultRendezvousChunkBytes();
 int DefaultRendezvousChunksInFlight();
+size_t DefaultRendezvousBulkChunkBytes();
+int DefaultRendezvousBulkChunksInFlight();
 
 class Connection;
 
@@ -69,13 +71,15 @@ struct ConnectionOptions {
   // the server (keepalive.cc) so a silently dead one fails the calls with
   // UNAVAILABLE after the QP's transport timeout. Zero turns it off.
   absl::Duration keepalive_interval = absl::Seconds(1);
-  // Rendezvous payloads move in pieces of this many bytes, at most
-  // `rendezvous_chunks_in_flight` pieces per connection at once, so frames
-  // of other calls and streams go out between them (defaults and why in
-  // transport.h: kRendezvousChunkBytes; --rdmarpc_rendezvous_chunk_bytes and
-  // --rdmarpc_rendezvous_chunks_in_flight override them process-wide).
+  // Rendezvous payloads move in pieces: `rendezvous_chunk_bytes` each, at
+  // most `rendezvous_chunks_in_flight` at once while small messages flow on
+  // the connection, the bulk pair otherwise (transport.h:
+  // kRendezvousChunkBytes; --rdmarpc_rendezvous_* override them
+  // process-wide).
   size_t rendezvous_chunk_bytes = DefaultRendezvousChunkBytes();
   int rendezvous_chunks_in_flight = DefaultRendezvousChunksInFlight();
+  size_t rendezvous_bulk_chunk_bytes = DefaultRendezvousBulkChunkBytes();
+  int rendezvous_bulk_chunks_in_flight = DefaultRendezvousBulkChunksInFlight();
   // Test hook (server): asked once per rendezvous request; a positive result
   // delays posting its RDMA READ by that much (timer, loop keeps running).
   absl::Duration (*request_read_delay)() = nullptr;
@@ -210,6 +214,13 @@ class Connection final : public CmEventHandler, public LoopClient {
   void SendRegisteredResponse(const RequestToken& token, PooledBuffer buffer, size_t len);
   // Largest message sent eagerly to this peer (0 before the handshake).
   size_t eager_limit() const { return credits_.has_value() ? EagerLimit() : 0; }
+  // Whether a message of `body_bytes` after the fixed header (aux,
+  // metadata and inline payload; e.g. an OK response's payload) goes
+  // eagerly on a connection whose eager_limit() is `eager_limit`
+  // (SendsEagerly in transport.h). Any thread.
+  static bool MessageSendsEagerly(size_t body_bytes, size_t eager_limit) {
+    return SendsEagerly(kWireHeaderBytes + body_bytes, eager_limit);
+  }
   // The pool large buffers come from (nullptr before the QP exists).
   LargeBufferPool* large_pool() const { return pool_; }
 
@@ -383,6 +394,10 @@ class Connection final : public CmEventHandler, public LoopClient {
   void PostRendezvousChunks();
   // A piece's completion (or its undo when ibv_post_send refused it).
   void OnChunkDone(const SqEntry& entry, const ibv_wc* wc);
+  // True when nobody takes what the pull reads any more (a cancelled
+  // request, an ended stream, a retired call): it stops being pulled, and
+  // OnReadDone drops it (answering or releasing as the peer needs).
+  bool PullAbandoned(const ReadCtx& ctx);
   // A pull whose pieces all ended: delivers (or drops) what it read.
   void OnReadDone(uint64_t id);
   void OnRelease(uint32_t ref);
@@ -421,6 +436,16 @@ class Connection final : public CmEventHandler, public LoopClient {
   std::deque<QueuedTransfer> transfer_queue_;
   uint64_t next_transfer_id_ = 1;
   int chunks_in_flight_ = 0;
+  // Pieces posted since a small message (eager request, response or stream
+  // message, either way) was seen here; saturates at
+  // kRendezvousBulkAfterPieces (then the bulk pacing applies).
+  int pieces_since_small_ = 0;
+  void NoteSmallMessage() { pieces_since_small_ = 0; }
+  static bool IsSmallMessage(MsgKind kind, uint8_t flags) {
+    return (kind == MsgKind::kRequest || kind == MsgKind::kResponse ||
+            kind == MsgKind::kStreamMessage) &&
+           !(flags & kFlagPayloadRemote);
+  }
   // READs held back by the test hook, by a local id.
   absl::flat_hash_map<uint64_t, ReadCtx> delayed_reads_;
   uint64_t next_delayed_ = 1;

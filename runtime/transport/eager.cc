@@ -59,7 +59,8 @@ bool Connection::TrySendResponseInPlace(const RequestToken& token, size_t size,
                                         PayloadWriteFn write, const void* source) {
   if (!usable() || !out_queue_.empty() || !CanPostMessage() ||
       (state_ != ConnState::kEstablished && state_ != ConnState::kAccepting) ||
-      kWireHeaderBytes + size > EagerLimit() || size > options_.max_message_bytes) {
+      !SendsEagerly(kWireHeaderBytes + size, EagerLimit()) ||
+      size > options_.max_message_bytes) {
     return false;
   }
   WireHeader h;
@@ -117,7 +118,8 @@ bool Connection::SendRequest(uint32_t handle) {
   if (s == nullptr) return true;  // cancelled while queued
   OutgoingRequest& r = s->request;
   if (!r.meta.empty() &&
-      kWireHeaderBytes + r.method.size() + r.meta.size() + 2 * kRemoteBufferBytes > EagerLimit()) {
+      !SendsEagerly(kWireHeaderBytes + r.method.size() + r.meta.size() + 2 * kRemoteBufferBytes,
+                    EagerLimit())) {
     // Too large for the eager prefix: the metadata leads the payload and
     // travels with it (runtime/rpc passes a request with metadata as bytes).
     r.payload.insert(0, r.meta);
@@ -145,7 +147,7 @@ bool Connection::SendRequest(uint32_t handle) {
         std::max<int64_t>(0, absl::ToInt64Microseconds(r.deadline - absl::Now())));
   }
   const size_t eager_total = kWireHeaderBytes + r.method.size() + r.meta.size() + payload_size;
-  if (eager_total <= EagerLimit()) {
+  if (SendsEagerly(eager_total, EagerLimit())) {
     if (r.write != nullptr) {
       PostEager(MsgKind::kRequest, idx, gen, h, r.method, {}, {}, {}, r.write, r.source,
                 payload_size, r.meta);
@@ -163,7 +165,7 @@ bool Connection::SendRequest(uint32_t handle) {
   // the request (rule in transport.h); a stream's replies are stream frames.
   h.flags |= kFlagPayloadRemote;
   if (!r.stream) h.flags |= kFlagReplyBuffer;
-  if (EncodedPrefixBytes(h) > EagerLimit() || pool_ == nullptr) {
+  if (!SendsEagerly(EncodedPrefixBytes(h), EagerLimit()) || pool_ == nullptr) {
     ResponseSink* sink = s->sink;
     FinishSlot(idx, false);
     sink->OnFailure(absl::InvalidArgumentError(absl::StrCat(
@@ -265,7 +267,7 @@ bool Connection::SendResponseItem(OutItem& item) {
   }
   h.payload_len = static_cast<uint32_t>(payload_size);
   const size_t total = kWireHeaderBytes + head + payload_size;
-  if (total <= EagerLimit()) {
+  if (SendsEagerly(total, EagerLimit())) {
     PostEager(MsgKind::kResponse, item.token.slot, item.token.generation, h, item.message, {}, {},
               payload, nullptr, nullptr, 0, item.meta);
     return true;
@@ -319,6 +321,7 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
                            const RemoteBuffer& reply, absl::string_view payload,
                            PayloadWriteFn write, const void* source, size_t payload_size,
                            absl::string_view meta) {
+  if (IsSmallMessage(kind, h.flags)) NoteSmallMessage();  // rendezvous pacing
   BufferSlab* slab = send_queue_.send_slab();
   const int buf = slab->Get();
   CHECK_GE(buf, 0) << "caller checks CanPostMessage";
@@ -389,9 +392,19 @@ void Connection::OnSendCompletion(const ibv_wc& wc) {
                                               ibv_wc_status_str(wc.status))));
   }
   // In-order SQ completion: this one retires every WR up to it.
-  // Every piece is signalled: one retired here lost its own completion,
-  // and counts as failed (PutWrBuffers).
-  send_queue_.RetireThrough(seq, [this](const SqEntry& e) { PutWrBuffers(e); });
+  // Every piece is signalled: one retired here lost its own completion
+  // (an RC send queue never does that), so it counts as failed and the
+  // connection is not to be trusted any more.
+  bool lost_piece = false;
+  send_queue_.RetireThrough(seq, [this, &lost_piece](const SqEntry& e) {
+    lost_piece |= e.bulk_id != 0;
+    PutWrBuffers(e);
+  });
+  if (lost_piece && usable()) {
+    Close(absl::InternalError(absl::StrCat("connection to ", peer_name_,
+                                           ": a rendezvous piece was retired without its "
+                                           "completion")));
+  }
   if (close_when_sent_) MaybeFinishCloseWhenSent();
   MaybeFinishClose();
 }
@@ -431,11 +444,20 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
   absl::string_view bytes;
   if (imm->kind == MsgKind::kResponseWritten) {
     Slot* s = streams_.Live(imm->slot, imm->generation);
-    if (s == nullptr || s->reply_buffer == nullptr) {
+    if (s == nullptr) {
       // Stale: the call ended (deadline) before the data landed in its
       // quarantined reply buffer, which may now be reused. (This header
       // carries no credits, see SendResponseItem.)
       ReleaseQuarantined(imm->slot, imm->generation);
+      return;
+    }
+    if (s->reply_buffer == nullptr) {
+      // A live call that advertised no reply buffer (a stream), or whose
+      // buffer went back when the server exposed its response instead:
+      // nothing may be written for it. Never leave the call waiting.
+      Close(absl::UnavailableError(absl::StrCat(
+          "protocol error from ", peer_name_, ": response written for call slot ", imm->slot,
+          " which has no reply buffer")));
       return;
     }
     // The last piece of the push carries the header; the message's size
@@ -452,6 +474,9 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
                      : std::string(total.status().message()))));
       return;
     }
+    // Trusted as far as the buffer goes: a peer that writes less than its
+    // header announces delivers stale bytes of this (reused, not zeroed)
+    // buffer to its own call only; the device bounded the WRITE by our rkey.
     bytes = absl::string_view(s->reply_buffer->data, *total);
   } else {
     bytes = receive_ring_.data(idx, wc.byte_len);
@@ -467,6 +492,19 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
 
 void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
   credits_->OnReturned(m.header.credits);
+  if (imm.kind != MsgKind::kResponseWritten && IsSmallMessage(m.header.kind, m.header.flags)) {
+    NoteSmallMessage();  // rendezvous pacing
+  }
+  if (imm.kind == MsgKind::kResponseWritten &&
+      (m.header.kind != MsgKind::kResponse || (m.header.flags & kFlagPayloadRemote))) {
+    // The message lies in our reply buffer: it can only be the response
+    // itself (a descriptor there would send us pulling into the buffer
+    // the message is read from).
+    Close(absl::UnavailableError(absl::StrCat(
+        "protocol error from ", peer_name_, ": response written into a reply buffer has kind ",
+        static_cast<int>(m.header.kind), " and flags 0x", absl::Hex(m.header.flags))));
+    return;
+  }
   if (m.header.kind != imm.kind && imm.kind != MsgKind::kResponseWritten) {
     Close(absl::UnavailableError(absl::StrCat(
         "protocol error from ", peer_name_, ": imm_data kind ", static_cast<int>(imm.kind),

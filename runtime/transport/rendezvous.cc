@@ -20,7 +20,15 @@ DEFINE_uint64(rdmarpc_rendezvous_chunk_bytes, rdmarpc::internal::kRendezvousChun
               "messages move in pieces so small frames of other calls on the connection go "
               "between them). See transport.h (kRendezvousChunkBytes) for the default.");
 DEFINE_int32(rdmarpc_rendezvous_chunks_in_flight, rdmarpc::internal::kRendezvousChunksInFlight,
-             "Rendezvous pieces an rdmarpc connection keeps in flight at once (1 to 64).");
+             "Rendezvous pieces an rdmarpc connection keeps in flight at once while small "
+             "messages flow on it (1 to 64).");
+DEFINE_uint64(rdmarpc_rendezvous_bulk_chunk_bytes, rdmarpc::internal::kRendezvousBulkChunkBytes,
+              "Bytes per rendezvous piece on an rdmarpc connection that carries only large "
+              "messages (see transport.h, kRendezvousBulkChunkBytes).");
+DEFINE_int32(rdmarpc_rendezvous_bulk_chunks_in_flight,
+             rdmarpc::internal::kRendezvousBulkChunksInFlight,
+             "Rendezvous pieces in flight at once on an rdmarpc connection that carries only "
+             "large messages (1 to 64).");
 
 namespace rdmarpc {
 namespace internal {
@@ -31,6 +39,14 @@ size_t DefaultRendezvousChunkBytes() {
 
 int DefaultRendezvousChunksInFlight() {
   return std::clamp(FLAGS_rdmarpc_rendezvous_chunks_in_flight, 1, kSendQueueDepth / 4);
+}
+
+size_t DefaultRendezvousBulkChunkBytes() {
+  return std::max<uint64_t>(1, FLAGS_rdmarpc_rendezvous_bulk_chunk_bytes);
+}
+
+int DefaultRendezvousBulkChunksInFlight() {
+  return std::clamp(FLAGS_rdmarpc_rendezvous_bulk_chunks_in_flight, 1, kSendQueueDepth / 4);
 }
 
 void Connection::StartRequestPull(const Imm& imm, const ParsedMessage& m) {
@@ -173,11 +189,18 @@ void Connection::StartPush(PooledBuffer buffer, uint32_t total, const RemoteBuff
 }
 
 void Connection::PostRendezvousChunks() {
-  const size_t chunk = std::max<size_t>(1, options_.rendezvous_chunk_bytes);
   // Pieces need send-queue room; only a push's last piece consumes a
   // receive at the peer, and its credit was taken when it was queued.
-  while (!transfer_queue_.empty() && usable() && qp_ &&
-         chunks_in_flight_ < options_.rendezvous_chunks_in_flight && send_queue_.has_room()) {
+  while (!transfer_queue_.empty() && usable() && qp_ && send_queue_.has_room()) {
+    // Small pieces while small messages flow here, so they wait for little;
+    // large ones when only bulk moves (transport.h: kRendezvousChunkBytes).
+    const bool bulk = pieces_since_small_ >= kRendezvousBulkAfterPieces;
+    if (chunks_in_flight_ >= (bulk ? options_.rendezvous_bulk_chunks_in_flight
+                                   : options_.rendezvous_chunks_in_flight)) {
+      break;
+    }
+    const size_t chunk = std::max<size_t>(
+        1, bulk ? options_.rendezvous_bulk_chunk_bytes : options_.rendezvous_chunk_bytes);
     const QueuedTransfer q = transfer_queue_.front();
     ibv_sge sge{};
     ibv_send_wr wr{};
@@ -191,8 +214,8 @@ void Connection::PostRendezvousChunks() {
         continue;
       }
       ReadCtx& ctx = it->second;
-      if (ctx.is_request && ctx.cancelled) {
-        // Abandoned by the client: pull no more of it.
+      if (PullAbandoned(ctx)) {
+        // Nobody will take it: pull no more of it.
         transfer_queue_.pop_front();
         if (ctx.progress.outstanding == 0) OnReadDone(q.id);
         continue;
@@ -234,6 +257,7 @@ void Connection::PostRendezvousChunks() {
     if (progress->all_posted()) transfer_queue_.pop_front();
     ++progress->outstanding;
     ++chunks_in_flight_;
+    if (pieces_since_small_ < kRendezvousBulkAfterPieces) ++pieces_since_small_;
     SqEntry e;
     e.bulk_id = q.id;
     e.bulk_read = q.read;
@@ -257,7 +281,9 @@ void Connection::OnChunkDone(const SqEntry& entry, const ibv_wc* wc) {
     if (ctx.progress.all_posted() || ctx.progress.failed || !usable()) {
       if (pool_ != nullptr) pool_->Put(ctx.buffer);
       pushes_.erase(it);
-      if (close_when_sent_) MaybeFinishCloseWhenSent();
+      // Not while SendQueue::Doorbell undoes a failed post (wc nullptr):
+      // the close would post its marker from inside that Doorbell.
+      if (close_when_sent_ && wc != nullptr) MaybeFinishCloseWhenSent();
     }
     return;
   }
@@ -279,7 +305,17 @@ void Connection::OnChunkDone(const SqEntry& entry, const ibv_wc* wc) {
     reads_.erase(it);
     return;
   }
-  if (ctx.progress.all_posted() || (ctx.is_request && ctx.cancelled)) OnReadDone(entry.bulk_id);
+  if (ctx.progress.all_posted() || PullAbandoned(ctx)) OnReadDone(entry.bulk_id);
+}
+
+bool Connection::PullAbandoned(const ReadCtx& ctx) {
+  if (ctx.is_request) return ctx.cancelled;  // the client sent kCancel
+  if (ctx.stream_message) {                  // its stream ended here
+    return FindStreamIn(Imm{MsgKind::kStreamMessage, ctx.token.generation, ctx.token.slot}) ==
+           nullptr;
+  }
+  // A response whose call was retired (cancelled, deadline).
+  return streams_.Live(HandleSlot(ctx.handle), HandleGeneration(ctx.handle)) == nullptr;
 }
 
 void Connection::OnReadDone(uint64_t id) {

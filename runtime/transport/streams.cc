@@ -99,7 +99,7 @@ bool Connection::SendStreamItem(OutItem& item) {
     case OutKind::kHeaders:
       h.kind = MsgKind::kHeaders;
       h.meta_len = static_cast<uint32_t>(item.meta.size());
-      if (EncodedPrefixBytes(h) <= EagerLimit()) {
+      if (SendsEagerly(EncodedPrefixBytes(h), EagerLimit())) {
         PostEager(MsgKind::kHeaders, item.slot, item.generation, h, {}, {}, {}, {}, nullptr,
                   nullptr, 0, item.meta);
         return true;
@@ -117,7 +117,8 @@ bool Connection::SendStreamItem(OutItem& item) {
   h.kind = kind;
   h.payload_len = static_cast<uint32_t>(item.payload.size());
   if (kind == MsgKind::kHeaders) h.meta_len = h.payload_len;
-  if (kind == MsgKind::kStreamMessage && kWireHeaderBytes + item.payload.size() <= EagerLimit()) {
+  if (kind == MsgKind::kStreamMessage &&
+      SendsEagerly(kWireHeaderBytes + item.payload.size(), EagerLimit())) {
     PostEager(MsgKind::kStreamMessage, item.slot, item.generation, h, {}, {}, {}, item.payload);
     return true;
   }

@@ -174,25 +174,48 @@ inline constexpr int kMaxSlots = 65536;
 // credit and owing one, and both wait forever
 // (Credits.TwoReceivesEachWayMixedSizesNeverDeadlock in rpc_limits_test).
 inline constexpr int kMinRecvDepth = 3;
-// Rendezvous payloads (RDMA READ pulls, RDMA WRITE pushes) move in pieces of
-// this many bytes, at most kRendezvousChunksInFlight pieces per connection
-// at once; eager frames queued meanwhile are posted between pieces, so a
-// small call next to a large transfer waits for at most the bytes in flight
-// (a 64 MiB payload as one WR held every frame behind it for the whole
-// transfer: ~60 ms). Chosen with bench/rpc_bench --modes=mixed (32 B calls
-// next to 64 MiB echoes on one connection, softrdma same-host, Release,
-// 2-vCPU VM under load, one run each; bench/README.md "mixed"): the small
-// calls' p50 follows the bytes in flight (one 64 MiB piece: 1,073 us;
-// 1 MiB x 2: 1,050 us; 256 KiB x 2: 146 us; 64 KiB x 4: 77 us; 64 KiB x 2
-// and 32 KiB x 4: 32 us; 16 KiB x 8: 26 us) while the 64 MiB calls' GB/s
-// stayed within 1.03-1.09 for every size from 16 KiB to 1 MiB. 128 KiB in
-// flight is ~10 us of a 100 Gb/s link: raise it there
-// (--rdmarpc_rendezvous_chunk_bytes, --rdmarpc_rendezvous_chunks_in_flight)
-// when a link idles between pieces.
+// Rendezvous payloads (RDMA READ pulls, RDMA WRITE pushes) move in pieces, a
+// bounded number in flight per connection; eager frames queued meanwhile are
+// posted between pieces, so a small call next to a large transfer waits for
+// at most the bytes in flight (a 64 MiB payload as one WR held every frame
+// behind it for the whole transfer: ~60 ms). Two pacings:
+//  * while small messages flow on the connection (a request, response or
+//    stream message carried eagerly, sent or received, within the last
+//    kRendezvousBulkAfterPieces pieces): kRendezvousChunkBytes pieces,
+//    kRendezvousChunksInFlight at once;
+//  * otherwise (bulk only): kRendezvousBulkChunkBytes pieces,
+//    kRendezvousBulkChunksInFlight at once, for bandwidth.
+// Chosen with bench/rpc_bench (softrdma same-host, Release, client and server
+// pinned to one core each, 2-vCPU VM; bench/README.md): in --modes=mixed (32 B
+// calls next to 64 MiB echoes on one connection) the small calls' p50
+// follows the bytes in flight (one 64 MiB piece: 1,073 us; 1 MiB x 2:
+// 1,050 us; 256 KiB x 2: 146 us; 64 KiB x 4: 77 us; 64 KiB x 2 and 32 KiB x 4:
+// 32 us; 16 KiB x 8: 26 us, one run each under load); in --modes=bandwidth
+// (nothing small) 16 MiB x 4 echoes ran at 1.69 GB/s with 64 KiB x 2,
+// 1.89 with 256 KiB x 4, 2.30 with 1 MiB x 4, 2.44 with 4 MiB x 4 (one
+// piece per message before: 2.42-2.67). A 100 Gb/s link needs ~10 us of
+// data in flight; raise the small pacing there if it idles between pieces
+// (--rdmarpc_rendezvous_chunk_bytes, --rdmarpc_rendezvous_chunks_in_flight;
+// --rdmarpc_rendezvous_bulk_* likewise).
 inline constexpr size_t kRendezvousChunkBytes = 64 * 1024;
 inline constexpr int kRendezvousChunksInFlight = 2;
-static_assert(kRendezvousChunksInFlight >= 1 && kRendezvousChunksInFlight < kSendQueueDepth / 2,
+inline constexpr size_t kRendezvousBulkChunkBytes = 4 * 1024 * 1024;
+inline constexpr int kRendezvousBulkChunksInFlight = 4;
+// 4 MiB of 64 KiB pieces: small calls come far more often than that when
+// they come at all (one per ~35 us in --modes=mixed, ~3 pieces).
+inline constexpr int kRendezvousBulkAfterPieces = 64;
+static_assert(kRendezvousChunksInFlight >= 1 && kRendezvousChunksInFlight <= kSendQueueDepth / 4 &&
+                  kRendezvousBulkChunksInFlight >= 1 &&
+                  kRendezvousBulkChunksInFlight <= kSendQueueDepth / 4,
               "pieces must leave send-queue room for eager frames");
+// The one eager-or-rendezvous rule: a message whose encoded size (header,
+// aux, metadata, descriptors and inline payload, in bytes) is at most the
+// eager limit negotiated with the peer (min of our eager_limit_bytes and the
+// peer's receive buffers; Connection::eager_limit) goes as one SEND; above it
+// its payload goes by rendezvous.
+inline constexpr bool SendsEagerly(size_t encoded_bytes, size_t eager_limit) {
+  return encoded_bytes <= eager_limit;
+}
 // Protocol version spoken on the wire.
 inline constexpr uint16_t kProtocolVersion = 2;
 

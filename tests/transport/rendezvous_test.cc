@@ -28,6 +28,9 @@ ConnectionOptions Chunked(size_t chunk_bytes, int in_flight) {
   ConnectionOptions o;
   o.rendezvous_chunk_bytes = chunk_bytes;
   o.rendezvous_chunks_in_flight = in_flight;
+  // The same pacing when only bulk moves, so piece counts are exact.
+  o.rendezvous_bulk_chunk_bytes = chunk_bytes;
+  o.rendezvous_bulk_chunks_in_flight = in_flight;
   return o;
 }
 
@@ -74,13 +77,18 @@ class ReverseServer final : public CmEventHandler, public ConnectionHandler {
   void OnRequest(Connection* c, const IncomingRequest& req) override {
     if (req.payload.size() > kSmall) large_requests_.fetch_add(1);
     std::string out(req.payload.rbegin(), req.payload.rend());
+    // Twice the request: too large for the reply buffer the client
+    // advertised, so the response is exposed and the client pulls it.
+    if (double_response_) out += out;
     c->SendResponse(req.token, absl::StatusCode::kOk, "", std::move(out));
   }
   int large_requests() const { return large_requests_.load(); }
+  void set_double_response() { double_response_ = true; }
 
  private:
   const ConnectionOptions options_;
   std::atomic<int> large_requests_{0};
+  bool double_response_ = false;
   DeviceResources device_;
   EventLoop loop_;
   CmIdPtr listen_;
@@ -302,6 +310,69 @@ TEST(Rendezvous, LinkLostMidPushFailsTheCallAndFreesNoBufferInUse) {
 
 TEST(Rendezvous, LinkLostMidPullFailsTheCallAndFreesNoBufferInUse) {
   DropMidTransfer(1u << 20);
+}
+
+TEST(Rendezvous, ResponsePullOfACancelledCallStopsAndReleasesTheServersBuffer) {
+  // The server exposes a 32 MiB response; the client pulls it in 4 KiB
+  // pieces (8192 READs) and cancels the call after a few.
+  ConnectionOptions server_options = Chunked(1 << 20, 2);
+  ReverseServer server(server_options);
+  server.set_double_response();
+  const int port = server.Start();
+  ConnectionOptions client_options = Chunked(4 << 10, 1);
+  Client client(client_options);
+  Sink warm;
+  client.Call(port, "abc", &warm);
+  ASSERT_TRUE(warm.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(warm.status.ok()) << warm.status;
+
+  const size_t request_bytes = 16 << 20;
+  const size_t request_pieces = (request_bytes + (1 << 20) - 1) >> 20;  // the server's pull
+  softrdma::ResetStats();
+  Sink large;
+  const uint32_t handle = client.Call(port, Pattern(request_bytes), &large);
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (softrdma::GetStats().rdma_read < request_pieces + 8 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Microseconds(100));
+  }
+  ASSERT_GE(softrdma::GetStats().rdma_read, request_pieces + 8) << "the response pull never started";
+  client.Cancel(handle);
+  Sink after;  // the connection carries on
+  client.Call(port, "q", &after);
+  ASSERT_TRUE(after.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(after.status.ok()) << after.status;
+  EXPECT_EQ(after.body, "qq");
+  absl::SleepFor(absl::Milliseconds(200));
+  const uint64_t reads = softrdma::GetStats().rdma_read;
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(softrdma::GetStats().rdma_read, reads) << "pieces still posted after the cancel";
+  EXPECT_LT(reads, request_pieces + 8192);
+  EXPECT_FALSE(large.done.HasBeenNotified());
+}
+
+TEST(Rendezvous, OnlyBulkMovingSwitchesToLargePiecesAfterTheBulkThreshold) {
+  // 64 KiB pieces while small messages flow, 1 MiB ones once
+  // kRendezvousBulkAfterPieces pieces went by without one: a 16 MiB request
+  // alone is 64 small pieces (4 MiB) then 12 large ones.
+  ConnectionOptions o = Chunked(64 << 10, 2);
+  o.rendezvous_bulk_chunk_bytes = 1 << 20;
+  o.rendezvous_bulk_chunks_in_flight = 4;
+  ReverseServer server(o);
+  const int port = server.Start();
+  Client client(Chunked(1 << 20, 4));
+  Sink warm;
+  client.Call(port, "abc", &warm);
+  ASSERT_TRUE(warm.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  // The warm-up was small: the server starts in the small pacing.
+  const std::string big = Pattern(16 << 20);
+  softrdma::ResetStats();
+  Sink large;
+  client.Call(port, big, &large);
+  ASSERT_TRUE(large.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(large.status.ok()) << large.status;
+  EXPECT_EQ(large.body, std::string(big.rbegin(), big.rend()));
+  static_assert(kRendezvousBulkAfterPieces == 64, "the counts below assume 64");
+  EXPECT_EQ(softrdma::GetStats().rdma_read, 64u + 12u);
 }
 
 }  // namespace
