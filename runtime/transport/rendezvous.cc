@@ -188,6 +188,17 @@ void Connection::StartPush(PooledBuffer buffer, uint32_t total, const RemoteBuff
   PostRendezvousChunks();
 }
 
+namespace {
+
+// The next piece of `remaining` bytes: `chunk`, or all of them when at most
+// a quarter piece more is left (a 64 KiB message with its framing is one
+// piece, not a piece and a sliver).
+size_t PieceBytes(size_t chunk, size_t remaining) {
+  return remaining <= chunk + chunk / 4 ? remaining : chunk;
+}
+
+}  // namespace
+
 void Connection::PostRendezvousChunks() {
   // Pieces need send-queue room; only a push's last piece consumes a
   // receive at the peer, and its credit was taken when it was queued.
@@ -222,7 +233,7 @@ void Connection::PostRendezvousChunks() {
       }
       progress = &ctx.progress;
       const uint32_t len =
-          static_cast<uint32_t>(std::min<size_t>(chunk, progress->length - progress->posted));
+          static_cast<uint32_t>(PieceBytes(chunk, progress->length - progress->posted));
       sge = ibv_sge{ctx.buffer->addr() + progress->posted, len, ctx.buffer->lkey()};
       wr.opcode = IBV_WR_RDMA_READ;
       wr.wr.rdma.remote_addr = ctx.remote.addr + progress->posted;
@@ -239,7 +250,7 @@ void Connection::PostRendezvousChunks() {
       const uint32_t plain = progress->length - ctx.first_len;  // bytes of plain WRITEs
       if (progress->posted < plain) {
         const uint32_t len =
-            static_cast<uint32_t>(std::min<size_t>(chunk, plain - progress->posted));
+            static_cast<uint32_t>(PieceBytes(chunk, plain - progress->posted));
         const uint64_t off = ctx.first_len + progress->posted;
         sge = ibv_sge{ctx.buffer->addr() + off, len, ctx.buffer->lkey()};
         wr.opcode = IBV_WR_RDMA_WRITE;
