@@ -345,12 +345,9 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
                   nullptr);
         return;
       }
-      if (req.payload_buffer != nullptr && *req.payload_buffer) {
-        // Pulled by rendezvous: parsed on the pool (StartCallback).
-        call->request_buffer = std::move(*req.payload_buffer);
-        call->request_payload = req.payload;
-      } else if (!call->request->ParseFromArray(req.payload.data(),
-                                                static_cast<int>(req.payload.size()))) {
+      if (!KeepPulledRequest(req, call.get()) &&
+          !call->request->ParseFromArray(req.payload.data(),
+                                         static_cast<int>(req.payload.size()))) {
         SendReply(conn, req.token, ParseFailure(req, *method, *call->request), nullptr);
         return;
       }
@@ -364,13 +361,8 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
     if (handler->callback()) call->response = handler->NewResponse();
   } else {
     call->request = handler->NewRequest();
-    if (req.payload_buffer != nullptr && *req.payload_buffer) {
-      // Pulled into a registered buffer of its own: keep it and parse on
-      // the pool thread (RunOnPool).
-      call->request_buffer = std::move(*req.payload_buffer);
-      call->request_payload = req.payload;
-    } else if (!call->request->ParseFromArray(req.payload.data(),
-                                              static_cast<int>(req.payload.size()))) {
+    if (!KeepPulledRequest(req, call.get()) &&
+        !call->request->ParseFromArray(req.payload.data(), static_cast<int>(req.payload.size()))) {
       // Parsed here: the receive buffer is re-posted once this step ends.
       SendReply(conn, req.token, ParseFailure(req, *method, *call->request), nullptr);
       return;
@@ -428,23 +420,33 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
   }
 }
 
+bool ServerImpl::KeepPulledRequest(const IncomingRequest& req, PoolCall* call) {
+  if (req.payload_buffer == nullptr || !*req.payload_buffer) return false;
+  call->request_buffer = std::move(*req.payload_buffer);
+  call->request_payload = req.payload;
+  return true;
+}
+
+absl::Status ServerImpl::ParseKeptRequest(PoolCall* call) {
+  if (!call->request_buffer) return absl::OkStatus();
+  const bool parsed = call->request->ParseFromArray(
+      call->request_payload.data(), static_cast<int>(call->request_payload.size()));
+  const size_t size = call->request_payload.size();
+  call->request_buffer.reset();
+  call->request_payload = absl::string_view();
+  if (parsed) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("request of ", size, " bytes to ", *call->method,
+                                          " did not parse as ", call->request->GetTypeName()));
+}
+
 void ServerImpl::StartCallback(std::unique_ptr<PoolCall> call) {
   running_handlers_.fetch_add(1, std::memory_order_relaxed);
   call->started.store(true, std::memory_order_relaxed);
   PoolCall* raw = call.release();  // freed by its callback's release, after OnDone
-  if (raw->request_buffer) {
-    // A request pulled by rendezvous (SubmitToPool): parsed here, on the pool.
-    const bool parsed = raw->request->ParseFromArray(
-        raw->request_payload.data(), static_cast<int>(raw->request_payload.size()));
-    const size_t size = raw->request_payload.size();
-    raw->request_buffer.reset();
-    if (!parsed) {
-      running_handlers_.fetch_sub(1, std::memory_order_relaxed);
-      raw->callback->Finish(absl::InternalError(absl::StrCat(
-          "request of ", size, " bytes to ", *raw->method, " did not parse as ",
-          raw->request->GetTypeName())));
-      return;
-    }
+  if (absl::Status parsed = ParseKeptRequest(raw); !parsed.ok()) {
+    running_handlers_.fetch_sub(1, std::memory_order_relaxed);
+    raw->callback->Finish(std::move(parsed));
+    return;
   }
   ServerReactorBase* reactor =
       raw->handler->InvokeCallback(&raw->context, raw->request.get(), raw->response.get());
@@ -473,14 +475,7 @@ void ServerImpl::RunOnPool(std::unique_ptr<PoolCall> call) {
       ServerStream stream(call->stream.get());
       status = call->handler->InvokeStream(&call->context, &stream);
       if (absl::Status failure = call->stream->failure(); !failure.ok()) status = failure;
-    } else if (call->request_buffer &&
-               !call->request->ParseFromArray(call->request_payload.data(),
-                                              static_cast<int>(call->request_payload.size()))) {
-      status = absl::InternalError(absl::StrCat("request of ", call->request_payload.size(),
-                                                " bytes to ", *call->method, " did not parse as ",
-                                                call->request->GetTypeName()));
-    } else {
-      call->request_buffer.reset();
+    } else if (status = ParseKeptRequest(call.get()); status.ok()) {
       status = call->handler->Invoke(&call->context, *call->request, call->response.get());
       if (status.ok()) SerializeLargeResponse(call.get());
     }

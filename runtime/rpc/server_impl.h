@@ -127,6 +127,14 @@ class ServerImpl final {
   void RunOnPool(std::unique_ptr<PoolCall> call);
   // Worker: answers a pool call whose handler returned `status`.
   void FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status status);
+  // Worker: a request pulled by rendezvous is kept in its registered buffer
+  // (call->request_buffer) to be parsed on the pool; false when it is not
+  // one (then the caller parses it at once).
+  static bool KeepPulledRequest(const IncomingRequest& req, PoolCall* call);
+  // Pool thread: parses a kept request (and frees its buffer); OK when
+  // there was none. INTERNAL naming size, method and type when it does not
+  // parse.
+  static absl::Status ParseKeptRequest(PoolCall* call);
   // Pool thread, after an OK handler: a response above the eager limit
   // (and without metadata) is serialised into call->response_buffer.
   void SerializeLargeResponse(PoolCall* call);

@@ -2,25 +2,12 @@
 #include "runtime/transport/handshake.h"
 
 #include "absl/strings/str_cat.h"
+#include "runtime/transport/little_endian.h"
 #include "runtime/transport/transport.h"
 
 namespace rdmarpc {
 namespace internal {
 namespace {
-
-// Little-endian stores/loads, as in header.cc.
-template <typename T>
-void Put(char* out, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
-}
-template <typename T>
-T Get(const char* in) {
-  T v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) {
-    v |= static_cast<T>(static_cast<T>(static_cast<unsigned char>(in[i])) << (8 * i));
-  }
-  return v;
-}
 
 constexpr uint32_t kMarker = 0x52444d41;  // "RDMA": the private data is ours
 
@@ -35,12 +22,12 @@ bool RingTooSmall(const HandshakeData& h) {
 }  // namespace
 
 void EncodeHandshake(const HandshakeData& h, char out[kHandshakeBytes]) {
-  Put<uint16_t>(out, h.version);
-  Put<uint16_t>(out + 2, h.recv_depth);
-  Put<uint32_t>(out + 4, h.recv_buffer_bytes);
-  Put<uint32_t>(out + 8, h.features);
-  Put<uint32_t>(out + 12, h.reject_reason);
-  Put<uint32_t>(out + 16, kMarker);
+  PutLittleEndian<uint16_t>(out, h.version);
+  PutLittleEndian<uint16_t>(out + 2, h.recv_depth);
+  PutLittleEndian<uint32_t>(out + 4, h.recv_buffer_bytes);
+  PutLittleEndian<uint32_t>(out + 8, h.features);
+  PutLittleEndian<uint32_t>(out + 12, h.reject_reason);
+  PutLittleEndian<uint32_t>(out + 16, kMarker);
 }
 
 absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len) {
@@ -49,15 +36,15 @@ absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len) {
                                                    " bytes; need ", kHandshakeBytes));
   }
   const char* p = static_cast<const char*>(data);
-  if (Get<uint32_t>(p + 16) != kMarker) {
+  if (GetLittleEndian<uint32_t>(p + 16) != kMarker) {
     return absl::InvalidArgumentError("handshake private data is not from rdmarpc");
   }
   HandshakeData h;
-  h.version = Get<uint16_t>(p);
-  h.recv_depth = Get<uint16_t>(p + 2);
-  h.recv_buffer_bytes = Get<uint32_t>(p + 4);
-  h.features = Get<uint32_t>(p + 8);
-  h.reject_reason = Get<uint32_t>(p + 12);
+  h.version = GetLittleEndian<uint16_t>(p);
+  h.recv_depth = GetLittleEndian<uint16_t>(p + 2);
+  h.recv_buffer_bytes = GetLittleEndian<uint32_t>(p + 4);
+  h.features = GetLittleEndian<uint32_t>(p + 8);
+  h.reject_reason = GetLittleEndian<uint32_t>(p + 12);
   return h;
 }
 

@@ -4,36 +4,22 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/transport/little_endian.h"
 
 namespace rdmarpc {
 namespace internal {
 namespace {
 
-// Little-endian stores/loads; the hosts we run on are little-endian, so these
-// compile to plain moves, but the wire format does not depend on it.
-template <typename T>
-void Put(char* out, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
-}
-template <typename T>
-T Get(const char* in) {
-  T v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) {
-    v |= static_cast<T>(static_cast<T>(static_cast<unsigned char>(in[i])) << (8 * i));
-  }
-  return v;
-}
-
 void PutRemote(char* out, const RemoteBuffer& b) {
-  Put<uint64_t>(out, b.addr);
-  Put<uint32_t>(out + 8, b.rkey);
-  Put<uint32_t>(out + 12, b.length);
+  PutLittleEndian<uint64_t>(out, b.addr);
+  PutLittleEndian<uint32_t>(out + 8, b.rkey);
+  PutLittleEndian<uint32_t>(out + 12, b.length);
 }
 RemoteBuffer GetRemote(const char* in) {
   RemoteBuffer b;
-  b.addr = Get<uint64_t>(in);
-  b.rkey = Get<uint32_t>(in + 8);
-  b.length = Get<uint32_t>(in + 12);
+  b.addr = GetLittleEndian<uint64_t>(in);
+  b.rkey = GetLittleEndian<uint32_t>(in + 8);
+  b.length = GetLittleEndian<uint32_t>(in + 12);
   return b;
 }
 
@@ -68,17 +54,17 @@ size_t EncodedPrefixBytes(const WireHeader& h) {
 
 size_t EncodePrefix(const WireHeader& h, absl::string_view aux, const RemoteBuffer& payload_remote,
                     const RemoteBuffer& reply_buffer, char* out, absl::string_view meta) {
-  Put<uint16_t>(out, kHeaderMagic);
+  PutLittleEndian<uint16_t>(out, kHeaderMagic);
   out[2] = static_cast<char>(h.kind);
   out[3] = static_cast<char>(h.flags);
-  Put<uint16_t>(out + 4, h.credits);
-  Put<uint16_t>(out + 6, static_cast<uint16_t>(aux.size()));
-  Put<uint32_t>(out + 8, h.status_code);
-  Put<uint32_t>(out + 12, h.payload_len);
-  Put<uint64_t>(out + 16, h.timeout_us);
-  Put<uint32_t>(out + 24, h.ref);
+  PutLittleEndian<uint16_t>(out + 4, h.credits);
+  PutLittleEndian<uint16_t>(out + 6, static_cast<uint16_t>(aux.size()));
+  PutLittleEndian<uint32_t>(out + 8, h.status_code);
+  PutLittleEndian<uint32_t>(out + 12, h.payload_len);
+  PutLittleEndian<uint64_t>(out + 16, h.timeout_us);
+  PutLittleEndian<uint32_t>(out + 24, h.ref);
   const bool meta_in_payload = (h.flags & kFlagMetaInPayload) != 0;
-  Put<uint32_t>(out + 28, meta_in_payload ? h.meta_len : static_cast<uint32_t>(meta.size()));
+  PutLittleEndian<uint32_t>(out + 28, meta_in_payload ? h.meta_len : static_cast<uint32_t>(meta.size()));
   size_t off = kWireHeaderBytes;
   if (!aux.empty()) std::memcpy(out + off, aux.data(), aux.size());
   off += aux.size();
@@ -104,7 +90,7 @@ absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
                                                    kWireHeaderBytes, "-byte header"));
   }
   const char* p = bytes.data();
-  const uint16_t magic = Get<uint16_t>(p);
+  const uint16_t magic = GetLittleEndian<uint16_t>(p);
   if (magic != kHeaderMagic) {
     return absl::InvalidArgumentError(absl::StrCat("header magic 0x", absl::Hex(magic),
                                                    " is not 0x", absl::Hex(kHeaderMagic)));
@@ -121,13 +107,13 @@ absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
     return absl::InvalidArgumentError(absl::StrCat("header has unknown flags 0x",
                                                    absl::Hex(h.flags)));
   }
-  h.credits = Get<uint16_t>(p + 4);
-  h.aux_len = Get<uint16_t>(p + 6);
-  h.status_code = Get<uint32_t>(p + 8);
-  h.payload_len = Get<uint32_t>(p + 12);
-  h.timeout_us = Get<uint64_t>(p + 16);
-  h.ref = Get<uint32_t>(p + 24);
-  h.meta_len = Get<uint32_t>(p + 28);
+  h.credits = GetLittleEndian<uint16_t>(p + 4);
+  h.aux_len = GetLittleEndian<uint16_t>(p + 6);
+  h.status_code = GetLittleEndian<uint32_t>(p + 8);
+  h.payload_len = GetLittleEndian<uint32_t>(p + 12);
+  h.timeout_us = GetLittleEndian<uint64_t>(p + 16);
+  h.ref = GetLittleEndian<uint32_t>(p + 24);
+  h.meta_len = GetLittleEndian<uint32_t>(p + 28);
   if (!(h.flags & kFlagMetaInPayload) && h.meta_len > bytes.size()) {
     return absl::InvalidArgumentError(absl::StrCat("header announces ", h.meta_len,
                                                    " bytes of metadata but the message has ",
@@ -183,9 +169,9 @@ absl::StatusOr<size_t> EncodedMessageBytes(absl::string_view start) {
                                                    kWireHeaderBytes, "-byte header"));
   }
   const char* p = start.data();
-  if (Get<uint16_t>(p) != kHeaderMagic) {
+  if (GetLittleEndian<uint16_t>(p) != kHeaderMagic) {
     return absl::InvalidArgumentError(absl::StrCat("header magic 0x",
-                                                   absl::Hex(Get<uint16_t>(p)), " is not 0x",
+                                                   absl::Hex(GetLittleEndian<uint16_t>(p)), " is not 0x",
                                                    absl::Hex(kHeaderMagic)));
   }
   WireHeader h;
@@ -194,9 +180,9 @@ absl::StatusOr<size_t> EncodedMessageBytes(absl::string_view start) {
     return absl::InvalidArgumentError(absl::StrCat("header has unknown flags 0x",
                                                    absl::Hex(h.flags)));
   }
-  h.aux_len = Get<uint16_t>(p + 6);
-  h.payload_len = Get<uint32_t>(p + 12);
-  h.meta_len = Get<uint32_t>(p + 28);
+  h.aux_len = GetLittleEndian<uint16_t>(p + 6);
+  h.payload_len = GetLittleEndian<uint32_t>(p + 12);
+  h.meta_len = GetLittleEndian<uint32_t>(p + 28);
   const size_t prefix = EncodedPrefixBytes(h);
   if (prefix > start.size()) {
     return absl::InvalidArgumentError(absl::StrCat("header announces ", prefix,

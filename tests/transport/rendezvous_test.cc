@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -14,9 +15,10 @@
 #include "gtest/gtest.h"
 #include "runtime/softrdma/faults.h"
 #include "runtime/softrdma/softrdma.h"
-#include "runtime/transport/event_loop.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/device.h"
+#include "runtime/transport/event_loop.h"
+#include "runtime/transport/listener.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -34,45 +36,33 @@ ConnectionOptions Chunked(size_t chunk_bytes, int in_flight) {
   return o;
 }
 
-// Accepts onto its own loop and answers each request with its payload
-// reversed; counts the large requests (above kSmall bytes) it was handed.
-class ReverseServer final : public CmEventHandler, public ConnectionHandler {
+// The transport's Listener accepting onto one loop; answers each request
+// with its payload reversed and counts the large requests (above kSmall
+// bytes) it was handed.
+class ReverseServer final : public ConnectionHandler {
  public:
   // `keep_bytes` 0: every large buffer put back is freed at once, so
   // AddressSanitizer sees a device access to one freed too early.
   explicit ReverseServer(ConnectionOptions options, size_t keep_bytes = 256 << 20)
-      : options_(options), device_(256 << 20, keep_bytes), loop_("srv") {}
+      : device_(256 << 20, keep_bytes), loop_("srv") {
+    Listener::Options lo;
+    lo.connection_options = [options] { return options; };
+    listener_ = std::make_unique<Listener>(&device_, std::move(lo),
+                                           std::vector<Listener::Target>{{&loop_, this}},
+                                           [](size_t, Connection*) {});
+  }
   ~ReverseServer() override {
-    loop_.Stop([this] { listen_.reset(); });
+    listener_->Close();
+    loop_.Stop();
   }
   int Start() {
     EXPECT_TRUE(loop_.Start().ok());
-    absl::Notification n;
-    int port = 0;
-    loop_.Post([&] {
-      absl::StatusOr<CmIdPtr> id =
-          CreateCmId(loop_.event_channel(), static_cast<CmEventHandler*>(this));
-      EXPECT_TRUE(id.ok());
-      listen_ = std::move(*id);
-      sockaddr_in sa{};
-      sa.sin_family = AF_INET;
-      sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      EXPECT_EQ(Verbs().bind_addr(listen_.get(), reinterpret_cast<sockaddr*>(&sa)), 0);
-      EXPECT_EQ(Verbs().listen(listen_.get(), 8), 0);
-      port = ntohs(Verbs().get_src_port(listen_.get()));
-      n.Notify();
-    });
-    n.WaitForNotification();
-    return port;
-  }
-  void OnCmEvent(const CmEvent& ev) override {
-    if (ev.type != RDMA_CM_EVENT_CONNECT_REQUEST) return;
-    absl::StatusOr<HandshakeData> h =
-        DecodeHandshake(ev.private_data.data(), ev.private_data.size());
-    ASSERT_TRUE(h.ok());
-    absl::StatusOr<Connection*> c =
-        Connection::Accept(&loop_, &device_, ev.id, *h, options_, this);
-    ASSERT_TRUE(c.ok()) << c.status();
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    absl::Status s = listener_->Listen(sa, "127.0.0.1:0");
+    EXPECT_TRUE(s.ok()) << s;
+    return listener_->port();
   }
   void OnRequest(Connection* c, const IncomingRequest& req) override {
     if (req.payload.size() > kSmall) large_requests_.fetch_add(1);
@@ -86,12 +76,11 @@ class ReverseServer final : public CmEventHandler, public ConnectionHandler {
   void set_double_response() { double_response_ = true; }
 
  private:
-  const ConnectionOptions options_;
   std::atomic<int> large_requests_{0};
   bool double_response_ = false;
   DeviceResources device_;
   EventLoop loop_;
-  CmIdPtr listen_;
+  std::unique_ptr<Listener> listener_;
 };
 
 class Sink final : public ResponseSink {
