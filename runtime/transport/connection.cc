@@ -50,7 +50,9 @@ Connection::Connection(EventLoop* loop, DeviceResources* device, const Connectio
       handler_(handler),
       peer_name_(std::move(peer_name)),
       is_client_(is_client),
-      state_(ConnState::kResolvingAddr) {}
+      state_(ConnState::kResolvingAddr),
+      pacer_({options.rendezvous_chunk_bytes, options.rendezvous_chunks_in_flight},
+             {options.rendezvous_bulk_chunk_bytes, options.rendezvous_bulk_chunks_in_flight}) {}
 
 Connection::~Connection() {
   for (EventLoop::TimerId t : timers_) loop_->CancelTimer(t);
@@ -388,7 +390,7 @@ void Connection::Destroy() {
   }
   pushes_.clear();
   transfer_queue_.clear();
-  chunks_in_flight_ = 0;
+  pacer_.Reset();
   for (auto& [id, ctx] : delayed_reads_) {
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
   }

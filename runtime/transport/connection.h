@@ -43,6 +43,7 @@
 #include "runtime/transport/credits.h"
 #include "runtime/transport/device.h"
 #include "runtime/transport/header.h"
+#include "runtime/transport/rendezvous_pacer.h"
 #include "runtime/transport/receive_ring.h"
 #include "runtime/transport/send_queue.h"
 #include "runtime/transport/stream_table.h"
@@ -52,8 +53,9 @@
 namespace rdmarpc {
 namespace internal {
 
-// The flags' values (rendezvous.cc), clamped to at least 1; each at most
-// kSendQueueDepth / 4 pieces in flight.
+// The --rdmarpc_rendezvous_* flags' values (rendezvous.cc); RendezvousPacer
+// clamps them (at least 1 byte and 1 piece, at most kSendQueueDepth / 4
+// pieces in flight).
 size_t DefaultRendezvousChunkBytes();
 int DefaultRendezvousChunksInFlight();
 size_t DefaultRendezvousBulkChunkBytes();
@@ -435,12 +437,8 @@ class Connection final : public CmEventHandler, public LoopClient {
   // Transfers with pieces left to post, oldest first.
   std::deque<QueuedTransfer> transfer_queue_;
   uint64_t next_transfer_id_ = 1;
-  int chunks_in_flight_ = 0;
-  // Pieces posted since a small message (eager request, response or stream
-  // message, either way) was seen here; saturates at
-  // kRendezvousBulkAfterPieces (then the bulk pacing applies).
-  int pieces_since_small_ = 0;
-  void NoteSmallMessage() { pieces_since_small_ = 0; }
+  RendezvousPacer pacer_;
+  void NoteSmallMessage() { pacer_.NoteSmallMessage(); }
   static bool IsSmallMessage(MsgKind kind, uint8_t flags) {
     return (kind == MsgKind::kRequest || kind == MsgKind::kResponse ||
             kind == MsgKind::kStreamMessage) &&

@@ -34,19 +34,19 @@ namespace rdmarpc {
 namespace internal {
 
 size_t DefaultRendezvousChunkBytes() {
-  return std::max<uint64_t>(1, FLAGS_rdmarpc_rendezvous_chunk_bytes);
+  return FLAGS_rdmarpc_rendezvous_chunk_bytes;
 }
 
 int DefaultRendezvousChunksInFlight() {
-  return std::clamp(FLAGS_rdmarpc_rendezvous_chunks_in_flight, 1, kSendQueueDepth / 4);
+  return FLAGS_rdmarpc_rendezvous_chunks_in_flight;
 }
 
 size_t DefaultRendezvousBulkChunkBytes() {
-  return std::max<uint64_t>(1, FLAGS_rdmarpc_rendezvous_bulk_chunk_bytes);
+  return FLAGS_rdmarpc_rendezvous_bulk_chunk_bytes;
 }
 
 int DefaultRendezvousBulkChunksInFlight() {
-  return std::clamp(FLAGS_rdmarpc_rendezvous_bulk_chunks_in_flight, 1, kSendQueueDepth / 4);
+  return FLAGS_rdmarpc_rendezvous_bulk_chunks_in_flight;
 }
 
 void Connection::StartRequestPull(const Imm& imm, const ParsedMessage& m) {
@@ -180,7 +180,7 @@ void Connection::StartPush(PooledBuffer buffer, uint32_t total, const RemoteBuff
   // The header travels in the last piece, whole (chunk sizes below the
   // eager limit would otherwise split it).
   ctx.first_len = static_cast<uint32_t>(std::min<size_t>(
-      total, std::max(options_.rendezvous_chunk_bytes, EagerLimit())));
+      total, std::max(pacer_.small_chunk_bytes(), EagerLimit())));
   ctx.progress.length = total;
   ctx.buffer = buffer.release();
   pushes_.emplace(id, ctx);
@@ -188,30 +188,13 @@ void Connection::StartPush(PooledBuffer buffer, uint32_t total, const RemoteBuff
   PostRendezvousChunks();
 }
 
-namespace {
-
-// The next piece of `remaining` bytes: `chunk`, or all of them when at most
-// a quarter piece more is left (a 64 KiB message with its framing is one
-// piece, not a piece and a sliver).
-size_t PieceBytes(size_t chunk, size_t remaining) {
-  return remaining <= chunk + chunk / 4 ? remaining : chunk;
-}
-
-}  // namespace
-
 void Connection::PostRendezvousChunks() {
   // Pieces need send-queue room; only a push's last piece consumes a
   // receive at the peer, and its credit was taken when it was queued.
   while (!transfer_queue_.empty() && usable() && qp_ && send_queue_.has_room()) {
     // Small pieces while small messages flow here, so they wait for little;
-    // large ones when only bulk moves (transport.h: kRendezvousChunkBytes).
-    const bool bulk = pieces_since_small_ >= kRendezvousBulkAfterPieces;
-    if (chunks_in_flight_ >= (bulk ? options_.rendezvous_bulk_chunks_in_flight
-                                   : options_.rendezvous_chunks_in_flight)) {
-      break;
-    }
-    const size_t chunk = std::max<size_t>(
-        1, bulk ? options_.rendezvous_bulk_chunk_bytes : options_.rendezvous_chunk_bytes);
+    // large ones when only bulk moves (rendezvous_pacer.h).
+    if (!pacer_.CanPost()) break;
     const QueuedTransfer q = transfer_queue_.front();
     ibv_sge sge{};
     ibv_send_wr wr{};
@@ -233,7 +216,7 @@ void Connection::PostRendezvousChunks() {
       }
       progress = &ctx.progress;
       const uint32_t len =
-          static_cast<uint32_t>(PieceBytes(chunk, progress->length - progress->posted));
+          static_cast<uint32_t>(pacer_.NextPieceBytes(progress->length - progress->posted));
       sge = ibv_sge{ctx.buffer->addr() + progress->posted, len, ctx.buffer->lkey()};
       wr.opcode = IBV_WR_RDMA_READ;
       wr.wr.rdma.remote_addr = ctx.remote.addr + progress->posted;
@@ -250,7 +233,7 @@ void Connection::PostRendezvousChunks() {
       const uint32_t plain = progress->length - ctx.first_len;  // bytes of plain WRITEs
       if (progress->posted < plain) {
         const uint32_t len =
-            static_cast<uint32_t>(PieceBytes(chunk, plain - progress->posted));
+            static_cast<uint32_t>(pacer_.NextPieceBytes(plain - progress->posted));
         const uint64_t off = ctx.first_len + progress->posted;
         sge = ibv_sge{ctx.buffer->addr() + off, len, ctx.buffer->lkey()};
         wr.opcode = IBV_WR_RDMA_WRITE;
@@ -267,8 +250,7 @@ void Connection::PostRendezvousChunks() {
     }
     if (progress->all_posted()) transfer_queue_.pop_front();
     ++progress->outstanding;
-    ++chunks_in_flight_;
-    if (pieces_since_small_ < kRendezvousBulkAfterPieces) ++pieces_since_small_;
+    pacer_.OnPosted();
     SqEntry e;
     e.bulk_id = q.id;
     e.bulk_read = q.read;
@@ -278,7 +260,7 @@ void Connection::PostRendezvousChunks() {
 }
 
 void Connection::OnChunkDone(const SqEntry& entry, const ibv_wc* wc) {
-  --chunks_in_flight_;
+  pacer_.OnEnded();
   const bool ok = wc != nullptr && wc->status == IBV_WC_SUCCESS;
   if (!entry.bulk_read) {
     auto it = pushes_.find(entry.bulk_id);
