@@ -636,7 +636,8 @@ void PrintAsyncClassDecl(const ServiceModel& service, Printer* printer) {
                  "// a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:\n"
                  "//   stub->async()->Method(&context, ..., reactor); reactor->StartCall();\n"
                  "// `context` (and `response`) must stay alive until the reactor's OnDone.\n"
-                 "// Default deadlines apply as for the blocking calls.\n");
+                 "// The context's deadline applies as for the blocking calls (none unless\n"
+                 "// set).\n");
   printer->Print(vars,
                  "class async final : public StubInterface::async_interface {\n"
                  " public:\n");

@@ -155,8 +155,11 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
   port_ = listener_->port();
   absl::MutexLock lock(&mu_);
   state_ = State::kRunning;
-  LOG(INFO) << "rdmarpc server listening on " << addr->name << " (port " << port_ << ", "
-            << ProviderName() << ")";
+  // The address bound: with port 0 in `listen_address`, the port chosen.
+  const absl::string_view host =
+      absl::string_view(addr->name).substr(0, addr->name.rfind(':'));
+  LOG(INFO) << "rdmarpc server listening on " << host << ":" << port_ << " (asked for "
+            << addr->name << ", " << ProviderName() << ")";
   return absl::OkStatus();
 }
 
@@ -250,10 +253,12 @@ void ServerImpl::Dispatch(Worker* worker, Connection* conn, const IncomingReques
                        std::string());
     return;
   }
-  // A request pulled by rendezvous goes to the pool even for a run_inline
-  // method: parsing, handling and serialising megabytes is blocking work
-  // for the worker, which serves every other call on its connections.
-  if (handler->run_inline() && !handler->callback() && req.payload_buffer == nullptr) {
+  // A request above kMaxInlineRequestBytes goes to the pool even for a
+  // run_inline method: parsing, handling and serialising megabytes is
+  // blocking work for the worker, which serves every other call on its
+  // connections.
+  if (handler->run_inline() && !handler->callback() &&
+      req.payload.size() <= kMaxInlineRequestBytes) {
     RunInline(worker, conn, req, &it->first, handler);
   } else {
     SubmitToPool(worker, conn, req, &it->first, handler);

@@ -29,6 +29,15 @@
 namespace rdmarpc {
 namespace internal {
 
+// The largest request a run_inline method handles on the worker; larger
+// ones run on the handler pool. An echo of 1 MiB (parse, copy, serialise)
+// holds the worker ~0.3 ms on the 2-vCPU build VM, of 64 MiB ~25 ms; with
+// every rendezvous request on the pool, bench/rpc_bench's 1 MiB x4
+// bandwidth fell ~20 % and 64 KiB p50 latency rose 32 -> 39-45 us (the
+// hand-off to a pool thread), so requests of 1 MiB (and their protobuf
+// framing) stay inline.
+inline constexpr size_t kMaxInlineRequestBytes = (1 << 20) + (64 << 10);  // with its framing
+
 class ServerImpl final {
  public:
   explicit ServerImpl(const ServerOptions& options);

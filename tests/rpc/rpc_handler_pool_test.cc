@@ -162,9 +162,10 @@ TEST(HandlerPool, InlineMethodAnswersWithin50MsWhileEveryHandlerThreadIsBusy) {
   EXPECT_EQ(f.service.started_.load(), kSlow);
 }
 
-TEST(HandlerPool, InlineMethodWithARendezvousRequestRunsOnThePoolNotTheWorker) {
-  // A 1 MiB request arrives by rendezvous: parsing and handling it is
-  // blocking work, so even a run_inline method runs it on the pool. Its
+TEST(HandlerPool, InlineMethodWithARequestOverOneMebibyteRunsOnThePoolNotTheWorker) {
+  // A 2 MiB request (above kMaxInlineRequestBytes, 1 MiB) arrives by
+  // rendezvous: parsing and handling it is blocking work, so even a
+  // run_inline method runs it on the pool. Its
   // handler sleeps 1 s; small inline probes on the same worker meanwhile
   // answer at once.
   Fixture f(OneWorker());
@@ -174,7 +175,7 @@ TEST(HandlerPool, InlineMethodWithARendezvousRequestRunsOnThePoolNotTheWorker) {
   EchoRequest large;
   large.set_sleep_ms(1000);
   large.set_text("large");
-  large.set_data(std::string(1 << 20, 'L'));
+  large.set_data(std::string(2 << 20, 'L'));
   EchoResponse large_resp;
   ClientContext large_ctx;
   large_ctx.set_timeout(absl::Seconds(30));

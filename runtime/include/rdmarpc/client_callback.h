@@ -194,7 +194,8 @@ class ClientBidiReactor : public internal::ClientStreamingReactor {
 };
 
 // A server-streaming call: stub->async()->Method(&context, &request, this).
-// The request went with StartCall, and the client's side is closed.
+// `request` is serialised by that call (it may be freed when it returns)
+// and goes with StartCall; the client's side is then closed.
 template <class R>
 class ClientReadReactor : public internal::ClientStreamingReactor {
  public:

@@ -518,7 +518,8 @@ class Store final {
     // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
     //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
     // `context` (and `response`) must stay alive until the reactor's OnDone.
-    // Default deadlines apply as for the blocking calls.
+    // The context's deadline applies as for the blocking calls (none unless
+    // set).
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.v1.Store/Get".
@@ -879,7 +880,8 @@ class Admin final {
     // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
     //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
     // `context` (and `response`) must stay alive until the reactor's OnDone.
-    // Default deadlines apply as for the blocking calls.
+    // The context's deadline applies as for the blocking calls (none unless
+    // set).
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.v1.Admin/class".

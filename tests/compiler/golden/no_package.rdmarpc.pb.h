@@ -90,7 +90,8 @@ class Bare final {
     // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
     //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
     // `context` (and `response`) must stay alive until the reactor's OnDone.
-    // Default deadlines apply as for the blocking calls.
+    // The context's deadline applies as for the blocking calls (none unless
+    // set).
     class async final : public StubInterface::async_interface {
      public:
      private:
@@ -219,7 +220,8 @@ class Notes final {
     // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
     //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
     // `context` (and `response`) must stay alive until the reactor's OnDone.
-    // Default deadlines apply as for the blocking calls.
+    // The context's deadline applies as for the blocking calls (none unless
+    // set).
     class async final : public StubInterface::async_interface {
      public:
       // "/Notes/Add".

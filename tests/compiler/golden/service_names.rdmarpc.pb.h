@@ -138,7 +138,8 @@ class Service_ final {
     // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
     //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
     // `context` (and `response`) must stay alive until the reactor's OnDone.
-    // Default deadlines apply as for the blocking calls.
+    // The context's deadline applies as for the blocking calls (none unless
+    // set).
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.names.Service/Service".
@@ -327,7 +328,8 @@ class Stub_ final {
     // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
     //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
     // `context` (and `response`) must stay alive until the reactor's OnDone.
-    // Default deadlines apply as for the blocking calls.
+    // The context's deadline applies as for the blocking calls (none unless
+    // set).
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.names.Stub/Stub".
@@ -489,7 +491,8 @@ class delete_ final {
     // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
     //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
     // `context` (and `response`) must stay alive until the reactor's OnDone.
-    // Default deadlines apply as for the blocking calls.
+    // The context's deadline applies as for the blocking calls (none unless
+    // set).
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.names.delete/delete".
@@ -678,7 +681,8 @@ class StubInterface_ final {
     // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
     //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
     // `context` (and `response`) must stay alive until the reactor's OnDone.
-    // Default deadlines apply as for the blocking calls.
+    // The context's deadline applies as for the blocking calls (none unless
+    // set).
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.names.StubInterface/StubInterface".

@@ -272,7 +272,8 @@ class RouteGuide final {
     // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
     //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
     // `context` (and `response`) must stay alive until the reactor's OnDone.
-    // Default deadlines apply as for the blocking calls.
+    // The context's deadline applies as for the blocking calls (none unless
+    // set).
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.route.RouteGuide/GetFeature".
@@ -682,7 +683,8 @@ class Relay final {
     // a reactor (rdmarpc/client_callback.h), as gRPC's stub->async() does:
     //   stub->async()->Method(&context, ..., reactor); reactor->StartCall();
     // `context` (and `response`) must stay alive until the reactor's OnDone.
-    // Default deadlines apply as for the blocking calls.
+    // The context's deadline applies as for the blocking calls (none unless
+    // set).
     class async final : public StubInterface::async_interface {
      public:
       // "/golden.route.Relay/Ping".
