@@ -300,24 +300,38 @@ void PrintHeaderServerMethod(const ServiceModel& service, const MethodModel& met
   }
 }
 
-void PrintServerClassDecl(const ServiceModel& service, Printer* printer) {
-  printer->Print(ServiceVars(service),
-                 "// The server side. Derive from it, override the methods this server\n"
-                 "// implements and pass an instance to ::rdmarpc::Server::AddService;\n"
-                 "// methods left alone return UNIMPLEMENTED. Overrides run on the server's\n"
-                 "// handler pool, several at a time, or inline on the worker thread that\n"
-                 "// received the call where the method says so (run_inline).\n"
-                 "class Service : public ::rdmarpc::Service {\n"
+using MethodPrinter = void (*)(const ServiceModel&, const MethodModel&, size_t, Printer*);
+
+// A server class deriving ::rdmarpc::Service: `doc`, then `class_name` with
+// its constructor, destructor and one `print_method` per method.
+void PrintServiceClassDecl(const ServiceModel& service, const char* doc, const char* class_name,
+                           MethodPrinter print_method, Printer* printer) {
+  Vars vars = ServiceVars(service);
+  vars["class_name"] = class_name;
+  printer->Print(vars, doc);
+  printer->Print(vars,
+                 "class $class_name$ : public ::rdmarpc::Service {\n"
                  " public:\n"
                  "  // Registers one handler per method, in .proto order (methods()).\n"
-                 "  Service();\n"
-                 "  ~Service() override;\n");
+                 "  $class_name$();\n"
+                 "  ~$class_name$() override;\n");
   printer->Indent();
   for (size_t i = 0; i < service.methods.size(); ++i) {
-    PrintHeaderServerMethod(service, service.methods[i], i, printer);
+    print_method(service, service.methods[i], i, printer);
   }
   printer->Outdent();
   printer->Print("};\n");
+}
+
+void PrintServerClassDecl(const ServiceModel& service, Printer* printer) {
+  PrintServiceClassDecl(
+      service,
+      "// The server side. Derive from it, override the methods this server\n"
+      "// implements and pass an instance to ::rdmarpc::Server::AddService;\n"
+      "// methods left alone return UNIMPLEMENTED. Overrides run on the server's\n"
+      "// handler pool, several at a time, or inline on the worker thread that\n"
+      "// received the call where the method says so (run_inline).\n",
+      "Service", &PrintHeaderServerMethod, printer);
 }
 
 // S::CallbackService's virtual method for `method`.
@@ -368,27 +382,18 @@ void PrintHeaderCallbackServerMethod(const ServiceModel& service, const MethodMo
 }
 
 void PrintCallbackServiceClassDecl(const ServiceModel& service, Printer* printer) {
-  printer->Print(ServiceVars(service),
-                 "// The server side in gRPC's callback style (rdmarpc/server_callback.h):\n"
-                 "// each method returns the reactor that carries its call, which may\n"
-                 "// finish later, from any thread. Derive from it, override the methods\n"
-                 "// this server implements and pass an instance to\n"
-                 "// ::rdmarpc::Server::AddService instead of a Service (both register the\n"
-                 "// same methods); methods left alone return nullptr and their calls\n"
-                 "// finish UNIMPLEMENTED. Methods run on the server's handler pool, or\n"
-                 "// inline on the worker thread where a unary method says so\n"
-                 "// (run_inline); they must not block either way.\n"
-                 "class CallbackService : public ::rdmarpc::Service {\n"
-                 " public:\n"
-                 "  // Registers one handler per method, in .proto order (methods()).\n"
-                 "  CallbackService();\n"
-                 "  ~CallbackService() override;\n");
-  printer->Indent();
-  for (size_t i = 0; i < service.methods.size(); ++i) {
-    PrintHeaderCallbackServerMethod(service, service.methods[i], i, printer);
-  }
-  printer->Outdent();
-  printer->Print("};\n");
+  PrintServiceClassDecl(
+      service,
+      "// The server side in gRPC's callback style (rdmarpc/server_callback.h):\n"
+      "// each method returns the reactor that carries its call, which may\n"
+      "// finish later, from any thread. Derive from it, override the methods\n"
+      "// this server implements and pass an instance to\n"
+      "// ::rdmarpc::Server::AddService instead of a Service (both register the\n"
+      "// same methods); methods left alone return nullptr and their calls\n"
+      "// finish UNIMPLEMENTED. Methods run on the server's handler pool, or\n"
+      "// inline on the worker thread where a unary method says so\n"
+      "// (run_inline); they must not block either way.\n",
+      "CallbackService", &PrintHeaderCallbackServerMethod, printer);
 }
 
 // S::StubInterface's pure virtual method for `method`'s blocking call.

@@ -577,10 +577,7 @@ void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
   if (m.header.flags & kFlagPayloadRemote) {
     if (s == nullptr) {
       // Late response to a retired call: let the server free its buffer.
-      OutItem rel;
-      rel.kind = OutKind::kRelease;
-      rel.ref = m.header.ref;
-      out_queue_.push_back(std::move(rel));
+      QueueRelease(m.header.ref);
       return;
     }
     StartResponsePull(PackHandle(imm.slot, imm.generation), m);

@@ -83,7 +83,11 @@ size_t EncodePrefix(const WireHeader& h, absl::string_view aux, const RemoteBuff
   return off;
 }
 
-absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
+namespace {
+
+// The fixed 32-byte header at the start of `bytes`: checks the size, the
+// magic, the kind and the flags. INVALID_ARGUMENT names what is wrong.
+absl::Status DecodeFixedHeader(absl::string_view bytes, WireHeader* h) {
   if (bytes.size() < kWireHeaderBytes) {
     return absl::InvalidArgumentError(absl::StrCat("message of ", bytes.size(),
                                                    " bytes is shorter than the ",
@@ -99,21 +103,29 @@ absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
   if (!IsValidKind(kind)) {
     return absl::InvalidArgumentError(absl::StrCat("header has unknown message kind ", kind));
   }
+  h->kind = static_cast<MsgKind>(kind);
+  h->flags = static_cast<uint8_t>(p[3]);
+  if (h->flags & ~kKnownFlags) {
+    return absl::InvalidArgumentError(absl::StrCat("header has unknown flags 0x",
+                                                   absl::Hex(h->flags)));
+  }
+  h->credits = GetLittleEndian<uint16_t>(p + 4);
+  h->aux_len = GetLittleEndian<uint16_t>(p + 6);
+  h->status_code = GetLittleEndian<uint32_t>(p + 8);
+  h->payload_len = GetLittleEndian<uint32_t>(p + 12);
+  h->timeout_us = GetLittleEndian<uint64_t>(p + 16);
+  h->ref = GetLittleEndian<uint32_t>(p + 24);
+  h->meta_len = GetLittleEndian<uint32_t>(p + 28);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
   ParsedMessage m;
   WireHeader& h = m.header;
-  h.kind = static_cast<MsgKind>(kind);
-  h.flags = static_cast<uint8_t>(p[3]);
-  if (h.flags & ~kKnownFlags) {
-    return absl::InvalidArgumentError(absl::StrCat("header has unknown flags 0x",
-                                                   absl::Hex(h.flags)));
-  }
-  h.credits = GetLittleEndian<uint16_t>(p + 4);
-  h.aux_len = GetLittleEndian<uint16_t>(p + 6);
-  h.status_code = GetLittleEndian<uint32_t>(p + 8);
-  h.payload_len = GetLittleEndian<uint32_t>(p + 12);
-  h.timeout_us = GetLittleEndian<uint64_t>(p + 16);
-  h.ref = GetLittleEndian<uint32_t>(p + 24);
-  h.meta_len = GetLittleEndian<uint32_t>(p + 28);
+  if (absl::Status s = DecodeFixedHeader(bytes, &h); !s.ok()) return s;
+  const char* p = bytes.data();
   if (!(h.flags & kFlagMetaInPayload) && h.meta_len > bytes.size()) {
     return absl::InvalidArgumentError(absl::StrCat("header announces ", h.meta_len,
                                                    " bytes of metadata but the message has ",
@@ -163,26 +175,8 @@ absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
 }
 
 absl::StatusOr<size_t> EncodedMessageBytes(absl::string_view start) {
-  if (start.size() < kWireHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("message start of ", start.size(),
-                                                   " bytes is shorter than the ",
-                                                   kWireHeaderBytes, "-byte header"));
-  }
-  const char* p = start.data();
-  if (GetLittleEndian<uint16_t>(p) != kHeaderMagic) {
-    return absl::InvalidArgumentError(absl::StrCat("header magic 0x",
-                                                   absl::Hex(GetLittleEndian<uint16_t>(p)), " is not 0x",
-                                                   absl::Hex(kHeaderMagic)));
-  }
   WireHeader h;
-  h.flags = static_cast<uint8_t>(p[3]);
-  if (h.flags & ~kKnownFlags) {
-    return absl::InvalidArgumentError(absl::StrCat("header has unknown flags 0x",
-                                                   absl::Hex(h.flags)));
-  }
-  h.aux_len = GetLittleEndian<uint16_t>(p + 6);
-  h.payload_len = GetLittleEndian<uint32_t>(p + 12);
-  h.meta_len = GetLittleEndian<uint32_t>(p + 28);
+  if (absl::Status s = DecodeFixedHeader(start, &h); !s.ok()) return s;
   const size_t prefix = EncodedPrefixBytes(h);
   if (prefix > start.size()) {
     return absl::InvalidArgumentError(absl::StrCat("header announces ", prefix,

@@ -117,12 +117,7 @@ void Connection::StartRequestPull(const Imm& imm, const ParsedMessage& m) {
 void Connection::StartResponsePull(uint32_t handle, const ParsedMessage& m) {
   const uint16_t idx = HandleSlot(handle);
   const size_t len = m.header.payload_len;
-  auto release = [this, ref = m.header.ref] {
-    OutItem rel;
-    rel.kind = OutKind::kRelease;
-    rel.ref = ref;
-    out_queue_.push_back(std::move(rel));
-  };
+  auto release = [this, ref = m.header.ref] { QueueRelease(ref); };
   Slot& slot = streams_.slot(idx);
   ResponseSink* sink = slot.sink;
   // The server exposed its response instead of writing it into our reply
@@ -355,10 +350,7 @@ void Connection::OnReadDone(uint64_t id) {
     if (stream) RunDeferred(PackHandle(ctx.token.slot, ctx.token.generation));
     return;
   }
-  OutItem rel;
-  rel.kind = OutKind::kRelease;
-  rel.ref = ctx.ref;
-  out_queue_.push_back(std::move(rel));
+  QueueRelease(ctx.ref);
   const uint16_t idx = HandleSlot(ctx.handle);
   const uint16_t gen = HandleGeneration(ctx.handle);
   PooledBuffer owner(pool_, ctx.buffer);  // the sink may keep it
