@@ -185,11 +185,11 @@ void Connection::StartPush(PooledBuffer buffer, uint32_t total, const RemoteBuff
 
 void Connection::PostRendezvousChunks() {
   // Pieces need send-queue room; only a push's last piece consumes a
-  // receive at the peer, and its credit was taken when it was queued.
-  while (!transfer_queue_.empty() && usable() && qp_ && send_queue_.has_room()) {
-    // Small pieces while small messages flow here, so they wait for little;
-    // large ones when only bulk moves (rendezvous_pacer.h).
-    if (!pacer_.CanPost()) break;
+  // receive at the peer, and its credit was taken when it was queued. The
+  // pacer bounds pieces in flight: few and small while small messages flow
+  // here, so they wait for little; large ones when only bulk moves.
+  while (!transfer_queue_.empty() && pacer_.CanPost() && usable() && qp_ &&
+         send_queue_.has_room()) {
     const QueuedTransfer q = transfer_queue_.front();
     ibv_sge sge{};
     ibv_send_wr wr{};
