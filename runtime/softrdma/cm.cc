@@ -357,8 +357,13 @@ void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   const uint8_t retry_cnt = s->passive ? s->remote.retry_count : s->local.retry_count;
   const bool hold = s->shm_state == ShmState::kPendingRtu;
   const bool use_shm = hold || s->shm_state == ShmState::kActive;
+  // READ / atomic resources as the IB CM negotiated them (rdma_init_qp_attr
+  // below): the passive side's own accept values; on the active side the
+  // REP's, its responder resources being our initiator depth.
+  const uint8_t resp_res = s->passive ? s->local.responder_resources : s->remote.initiator_depth;
+  const uint8_t init_depth = s->passive ? s->local.initiator_depth : s->remote.responder_resources;
   QpAttach(q, s->conn, use_shm ? s->shm : nullptr, hold, s->remote.qp_num,
-           s->remote.rnr_retry_count, s->local.responder_resources, retry_cnt, passive);
+           s->remote.rnr_retry_count, resp_res, init_depth, retry_cnt, passive);
   s->conn->set_qp(q->self.lock());
 }
 

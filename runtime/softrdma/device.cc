@@ -62,6 +62,7 @@ struct KeyTable {
   absl::flat_hash_map<uint32_t, SoftMr*> lkeys ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<uint32_t, SoftMr*> rkeys ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<uint32_t, SoftMw*> mw_rkeys ABSL_GUARDED_BY(mu);  // bound windows
+  absl::flat_hash_map<uint32_t, SoftMw*> live_mws ABSL_GUARDED_BY(mu);  // by ibv_mw::handle
   absl::flat_hash_set<uint32_t> ever_issued ABSL_GUARDED_BY(mu);
   absl::flat_hash_set<uint32_t> ever_issued_index ABSL_GUARDED_BY(mu);  // key >> 8, all keys
   absl::flat_hash_set<uint32_t> mw_index ABSL_GUARDED_BY(mu);           // key >> 8, windows
@@ -146,42 +147,60 @@ uint32_t NewMwRkey() {
   }
 }
 
-ibv_wc_status MwBind(SoftMw* mw, ibv_qp* qp, uint32_t new_rkey, const ibv_mw_bind_info& info) {
+void MwRegister(SoftMw* mw) {
+  KeyTable& t = Keys();
+  absl::MutexLock l(&t.mu);
+  t.live_mws[mw->mw.handle] = mw;
+}
+
+ibv_wc_status MwBind(const MwBindRequest& r, ibv_qp* qp, MwBindStep step) {
   constexpr int kBindable = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                             IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
   KeyTable& t = Keys();
   absl::MutexLock l(&t.mu);
-  const bool unbind = info.mr == nullptr || info.length == 0;
+  // The window must still be allocated (dealloc_mw between post and the
+  // bind's turn in the send queue fails the bind, as on a NIC).
+  auto live = t.live_mws.find(r.mw_handle);
+  if (live == t.live_mws.end() || &live->second->mw != r.mw) return IBV_WC_MW_BIND_ERR;
+  SoftMw* mw = live->second;
+  const bool unbind = r.mr == nullptr || r.length == 0;
   // A type-2 window binds only from the free state (IB spec 10.6.7.2.1).
   if (mw->mw.type == IBV_MW_TYPE_2 && (mw->bound || unbind)) return IBV_WC_MW_BIND_ERR;
   // Either type: a QP of the window's PD, and the window's index kept.
-  if (qp->pd != mw->mw.pd || (new_rkey >> 8) != (mw->mw.rkey >> 8)) return IBV_WC_MW_BIND_ERR;
+  if (qp->pd != mw->mw.pd || (r.new_rkey >> 8) != (mw->mw.rkey >> 8)) return IBV_WC_MW_BIND_ERR;
+  const SoftMr* m = nullptr;
   if (!unbind) {
-    auto it = t.lkeys.find(info.mr->lkey);
-    if (it == t.lkeys.end() || &it->second->mr != info.mr) return IBV_WC_MW_BIND_ERR;
-    const SoftMr* m = it->second;
+    // By lkey (never issued twice), so an MR deregistered since post is
+    // found missing, not touched.
+    auto it = t.lkeys.find(r.mr_lkey);
+    if (it == t.lkeys.end() || &it->second->mr != r.mr) return IBV_WC_MW_BIND_ERR;
+    m = it->second;
     const uintptr_t base = reinterpret_cast<uintptr_t>(m->mr.addr);
     if (m->mr.pd != mw->mw.pd || !(m->access & IBV_ACCESS_MW_BIND) ||
-        (info.mw_access_flags & ~kBindable) != 0 || info.addr < base ||
-        info.addr + info.length < info.addr || info.addr + info.length > base + m->mr.length) {
+        (r.access & ~kBindable) != 0 || r.addr < base || r.addr + r.length < r.addr ||
+        r.addr + r.length > base + m->mr.length) {
       return IBV_WC_MW_BIND_ERR;
     }
     // Remote write or atomic through a window needs local write on the MR.
-    if ((info.mw_access_flags & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+    if ((r.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
         !(m->access & IBV_ACCESS_LOCAL_WRITE)) {
       return IBV_WC_MW_BIND_ERR;
     }
   }
-  if (mw->bound) t.mw_rkeys.erase(mw->mw.rkey);
-  mw->mw.rkey = new_rkey;
+  if (step == MwBindStep::kCheck) return IBV_WC_SUCCESS;
+  if (mw->bound) t.mw_rkeys.erase(mw->bound_rkey);
+  // The ibv_bind_mw verb moved the handle's rkey at post (as mlx5 does); a
+  // BIND_MW work request moves it now.
+  if (!r.verb) mw->mw.rkey = r.new_rkey;
   mw->bound = !unbind;
   if (mw->bound) {
-    mw->mr_lkey = info.mr->lkey;
-    mw->addr = static_cast<uintptr_t>(info.addr);
-    mw->length = info.length;
-    mw->access = static_cast<int>(info.mw_access_flags) & ~IBV_ACCESS_LOCAL_WRITE;
+    mw->bound_rkey = r.new_rkey;
+    mw->mr_lkey = r.mr_lkey;
+    mw->addr = static_cast<uintptr_t>(r.addr);
+    mw->length = r.length;
+    mw->access = static_cast<int>(r.access) & ~IBV_ACCESS_LOCAL_WRITE;
     mw->qp_num = qp->qp_num;
-    t.mw_rkeys[new_rkey] = mw;
+    t.mw_rkeys[r.new_rkey] = mw;
   }
   return IBV_WC_SUCCESS;
 }
@@ -202,8 +221,9 @@ bool MwInvalidate(uint32_t rkey, ibv_qp* qp, bool require_qp) {
 void MwForget(SoftMw* mw) {
   KeyTable& t = Keys();
   absl::MutexLock l(&t.mu);
-  if (mw->bound) t.mw_rkeys.erase(mw->mw.rkey);
+  if (mw->bound) t.mw_rkeys.erase(mw->bound_rkey);
   mw->bound = false;
+  t.live_mws.erase(mw->mw.handle);
 }
 
 ibv_context* CmContext() {
@@ -526,6 +546,8 @@ Stats GetStats() {
   s.qps_on_tcp = c.qps_on_tcp;
   s.shm_fallbacks = c.shm_fallbacks;
   s.shm_doorbells = c.shm_doorbells;
+  s.rd_atomic_waits = c.rd_atomic_waits;
+  s.max_rd_atomic_out = c.max_rd_atomic_out;
   s.live_cm_ids = c.live_cm_ids;
   s.live_qps = c.live_qps;
   s.live_cqs = c.live_cqs;
@@ -558,6 +580,8 @@ void ResetStats() {
   c.qps_on_tcp = 0;
   c.shm_fallbacks = 0;
   c.shm_doorbells = 0;
+  c.rd_atomic_waits = 0;
+  c.max_rd_atomic_out = 0;
 }
 
 namespace internal {

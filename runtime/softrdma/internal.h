@@ -74,7 +74,7 @@ struct Counters {
       rnr_retries{0}, post_send_calls{0}, post_recv_calls{0}, reg_mr{0},
       max_send_bytes{0}, rem_access_errors{0},
       signaled_sends{0}, wc_polled{0}, poll_cq_calls{0}, qps_on_shm{0}, qps_on_tcp{0},
-      shm_fallbacks{0}, shm_doorbells{0};
+      shm_fallbacks{0}, shm_doorbells{0}, rd_atomic_waits{0}, max_rd_atomic_out{0};
   std::atomic<int64_t> live_cm_ids{0}, live_qps{0}, live_cqs{0}, live_mrs{0},
       live_pds{0};
 };
@@ -147,6 +147,7 @@ struct SoftMr {
 struct SoftMw {
   ibv_mw mw;  // first member; mw.rkey is the current rkey
   bool bound = false;
+  uint32_t bound_rkey = 0;  // the key table's key for it while bound
   uint32_t mr_lkey = 0;  // the MR bound to; the binding dies with the MR
   uintptr_t addr = 0;
   size_t length = 0;
@@ -154,6 +155,21 @@ struct SoftMw {
   uint32_t qp_num = 0;   // type 2: the QP it was bound through
 };
 inline SoftMw* ToSoft(ibv_mw* m) { return reinterpret_cast<SoftMw*>(m); }
+
+// A BIND_MW work request (or the ibv_bind_mw verb's) as posted. The window
+// and the MR are named by handle and lkey and their pointers only compared,
+// so one deallocated or deregistered before the bind's turn is found missing.
+struct MwBindRequest {
+  const ibv_mw* mw = nullptr;
+  uint32_t mw_handle = 0;
+  uint32_t new_rkey = 0;
+  const ibv_mr* mr = nullptr;  // NULL (or length 0): unbind
+  uint32_t mr_lkey = 0;
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  unsigned int access = 0;  // mw_access_flags
+  bool verb = false;        // ibv_bind_mw: the handle's rkey moved at post
+};
 
 // A snapshot of a registered region (or a bound memory window), taken under
 // the key table's lock so the data path does not hold the lock while it copies.
@@ -194,10 +210,16 @@ void UnlockKeyTableForFork();
 // any key issued in this process, and no MR key will ever use them, so the 256
 // rkeys a window cycles through (ibv_inc_rkey) never name anything else.
 uint32_t NewMwRkey();
-// Binds or unbinds a window. Returns IBV_WC_SUCCESS or the completion status a
-// NIC reports for the failed bind (IBV_WC_MW_BIND_ERR). `mr` NULL or
-// `length` 0 unbinds (type 1). `qp` is the QP the bind was posted on.
-ibv_wc_status MwBind(SoftMw* mw, ibv_qp* qp, uint32_t new_rkey, const ibv_mw_bind_info& info);
+// A window allocated by alloc_mw becomes findable by its handle.
+void MwRegister(SoftMw* mw);
+// Binds or unbinds a window as a bind work request asks (MwBindRequest, kept
+// in the SQ until its turn). Returns IBV_WC_SUCCESS or the completion status
+// a NIC reports for the failed bind (IBV_WC_MW_BIND_ERR): also when the
+// window was deallocated or the MR deregistered since post. kCheck only
+// checks (the verb's EINVAL at post); kApply binds. `qp` is the QP the bind
+// was posted on.
+enum class MwBindStep { kCheck, kApply };
+ibv_wc_status MwBind(const MwBindRequest& r, ibv_qp* qp, MwBindStep step);
 // Invalidates the type-2 window whose rkey is `rkey` (LOCAL_INV, or
 // SEND_WITH_INV at the responder `qp`, which must be the QP it is bound to
 // when `require_qp`). False when no such window (an MR rkey or a type-1
@@ -308,9 +330,19 @@ struct SendWqe {
   uint64_t wr_id = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
   bool signaled = false;
-  // A local operation (BIND_MW, LOCAL_INV): done at post, sends nothing and
-  // completes when it reaches the head of the SQ, in order with the others.
+  // A local operation (BIND_MW, LOCAL_INV): sends nothing; it takes effect
+  // when the send queue reaches it (every WR before it has gone out) and
+  // completes when it reaches the head, in order with the others.
   bool local_op = false;
+  // RDMA READ or atomic: counts against the QP's max_rd_atomic while it is
+  // out (sent, not yet answered).
+  bool rd_atomic = false;
+  // Gone out since post or the last RNR rewind; for a local operation:
+  // carried out (never again). The sent WRs are a prefix of the SQ
+  // (SoftQp::sq_sent).
+  bool sent = false;
+  // Checked at post and not gone out since: its lkeys need no second look.
+  bool checked_now = false;
   uint32_t psn = 0;
   uint32_t byte_len = 0;
   ibv_wc_status local_error = IBV_WC_SUCCESS;  // found at post; completes in order
@@ -320,6 +352,9 @@ struct SendWqe {
   // again whenever the WR goes out after post (a NIC reads the buffers when
   // it executes or retransmits the WR).
   std::vector<ibv_sge> data_sges;
+  // BIND_MW / LOCAL_INV, kept from post until the operation is carried out.
+  MwBindRequest bind;
+  uint32_t invalidate_rkey = 0;
 };
 
 struct RecvWqe {
@@ -378,6 +413,14 @@ struct SoftQp {
   // 0 (rdma_conn_param.responder_resources = 0) means it takes none: a NIC
   // NAKs them with "invalid request", the requester sees REM_INV_REQ_ERR.
   uint8_t max_dest_rd_atomic ABSL_GUARDED_BY(mu) = kMaxRdAtom;
+  // READs / atomics this QP may have out at once as requester (IBV_QP_MAX_QP_
+  // RD_ATOMIC, or rdma_cm's negotiated initiator depth); the next one waits
+  // in the SQ, and every WR behind it, until an answer frees a slot.
+  uint8_t max_rd_atomic ABSL_GUARDED_BY(mu) = kMaxRdAtom;
+  uint32_t rd_atomic_out ABSL_GUARDED_BY(mu) = 0;  // sent, unanswered
+  // How many WRs at the front of `sq` have gone out (SendWqe::sent); the
+  // next to go is sq[sq_sent].
+  size_t sq_sent ABSL_GUARDED_BY(mu) = 0;
   // As modify_qp(IBV_QP_ACCESS_FLAGS) set it; reported by query_qp.
   int qp_access_flags ABSL_GUARDED_BY(mu) =
       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
@@ -433,8 +476,10 @@ int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
 int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 
 // Connects a QP to a TCP connection and moves it to RTS (rdma_cm did RTR/RTS).
-// `responder_resources`: this side's rdma_conn_param.responder_resources,
-// which rdma_cm makes the QP's max_dest_rd_atomic.
+// `responder_resources` / `initiator_depth`: the READ / atomic resources the
+// IB CM negotiated for this side, which rdma_cm makes the QP's
+// max_dest_rd_atomic / max_rd_atomic (the passive side's own accept values;
+// on the active side the REP's initiator depth / responder resources).
 // `shm`: the same-host link, or nullptr for TCP. `hold`: the link is not
 // decided yet (QpSetLink decides); WRs posted meanwhile wait.
 // `retry_cnt`: the transport retry count, the active side's
@@ -443,7 +488,7 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 // IBV_EVENT_COMM_EST.
 void QpAttach(SoftQp* qp, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm,
               bool hold, uint32_t dest_qpn, uint8_t rnr_retry, uint8_t responder_resources,
-              uint8_t retry_cnt, bool passive = false);
+              uint8_t initiator_depth, uint8_t retry_cnt, bool passive = false);
 // Connects a QP the application created itself (ibv_create_qp, its number
 // in rdma_conn_param.qp_num) to `conn` without touching its state or
 // attributes: the application moves it to RTR / RTS with rdma_init_qp_attr

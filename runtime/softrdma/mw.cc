@@ -32,6 +32,7 @@ ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type type) {
   m->mw.type = type;
   m->mw.rkey = NewMwRkey();
   m->mw.handle = m->mw.rkey >> 8;
+  MwRegister(m);
   ToSoft(pd)->refs++;  // dealloc_pd fails with EBUSY while the window lives
   return &m->mw;
 }

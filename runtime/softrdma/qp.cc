@@ -130,6 +130,25 @@ void CompleteRecvLocked(SoftQp* q, const RecvWqe& r, ibv_wc_status status,
   CqPush(q->qp.recv_cq, wc, std::move(slots), solicited);
 }
 
+// Takes the WR at the head of the SQ off it, keeping the sent-prefix count
+// and the READ / atomic count true.
+SendWqe PopSqFrontLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  SendWqe w = std::move(q->sq.front());
+  q->sq.pop_front();
+  if (w.sent) {
+    q->sq_sent--;
+    if (w.rd_atomic) q->rd_atomic_out--;
+  }
+  return w;
+}
+
+// The SQ was emptied (flush, RESET, destroy).
+void ClearSqLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  q->sq.clear();
+  q->sq_sent = 0;
+  q->rd_atomic_out = 0;
+}
+
 // The QP enters ERROR: every outstanding WR completes with WR_FLUSH_ERR.
 // A QP on an SRQ then raises IBV_EVENT_QP_LAST_WQE_REACHED: it will take no
 // more receives from the SRQ (IB spec 11.6.3.1; the consumer may now destroy
@@ -139,7 +158,7 @@ void MoveToErrorLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   q->state = IBV_QPS_ERR;
   q->qp.state = IBV_QPS_ERR;
   for (const SendWqe& w : q->sq) CompleteSendLocked(q, w, IBV_WC_WR_FLUSH_ERR);
-  q->sq.clear();
+  ClearSqLocked(q);
   for (const RecvWqe& r : q->rq) {
     CompleteRecvLocked(q, r, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, false, 0);
   }
@@ -339,23 +358,70 @@ bool DataLkeysValidLocked(SoftQp* q, const SendWqe& w) ABSL_EXCLUSIVE_LOCKS_REQU
 }
 
 void ProcessSqHeadLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu);
+ibv_wc_status RunLocalOpLocked(SoftQp* q, const SendWqe& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu);
+void ArmAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu);
 
-// (Re)sends the WRs from sq[idx] on, as after an RNR wait or a held link. A
-// WR whose lkeys died since post goes no further: it fails in order with
-// IBV_WC_LOC_PROT_ERR, and the WRs after it are flushed.
-void TransmitFromLocked(SoftQp* q, size_t idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
-  for (size_t i = idx; i < q->sq.size(); ++i) {
+// RNR retry from sq[idx]: that WR and every one after it go out again (a
+// local operation carried out stays done).
+void RewindSqLocked(SoftQp* q, size_t idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  for (size_t i = idx; i < q->sq_sent; ++i) {
     SendWqe& w = q->sq[i];
-    if (w.local_error != IBV_WC_SUCCESS) break;
     if (w.local_op) continue;
-    if (!DataLkeysValidLocked(q, w)) {
+    w.sent = false;
+    if (w.rd_atomic) q->rd_atomic_out--;
+  }
+  q->sq_sent = std::min(q->sq_sent, idx);
+}
+
+// Moves the send queue on, in order, as a NIC's requester walks its SQ: the
+// WRs from sq[sq_sent] go out while the QP may transmit; a local operation
+// (BIND_MW, LOCAL_INV) takes effect in its turn; a READ or atomic beyond
+// max_rd_atomic outstanding stops the walk until an answer comes. A WR whose lkeys died since
+// post goes no further: it fails in order with IBV_WC_LOC_PROT_ERR, and the
+// WRs after it are flushed. Then completes what is done at the head.
+void AdvanceSqLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  bool sent_any = false;
+  while (CanTransmitLocked(q) && q->sq_sent < q->sq.size()) {
+    SendWqe& w = q->sq[q->sq_sent];
+    if (w.local_error != IBV_WC_SUCCESS) break;  // fails at the head
+    if (w.local_op && w.sent) {  // carried out before an RNR rewind
+      q->sq_sent++;
+      continue;
+    }
+    if (w.local_op) {
+      w.local_error = RunLocalOpLocked(q, w);
+      if (w.local_error != IBV_WC_SUCCESS) {
+        q->sq_blocked = true;
+        break;
+      }
+      w.sent = true;
+      q->sq_sent++;
+      continue;
+    }
+    // A max_rd_atomic of 0 lets one out, as on mlx5 (whose QP context keeps
+    // the log2 of the limit), so a READ to a peer that accepted with no
+    // responder resources gets that peer's NAK (IBV_WC_REM_INV_REQ_ERR).
+    if (w.rd_atomic && q->rd_atomic_out >= std::max<uint32_t>(q->max_rd_atomic, 1)) {
+      Stat().rd_atomic_waits++;
+      break;
+    }
+    if (!w.checked_now && !DataLkeysValidLocked(q, w)) {
       w.local_error = IBV_WC_LOC_PROT_ERR;
       q->sq_blocked = true;
       break;
     }
+    w.checked_now = false;
     LinkSendLocked(q, w.frame);
+    w.sent = true;
+    q->sq_sent++;
+    sent_any = true;
+    if (w.rd_atomic) {
+      q->rd_atomic_out++;
+      UpdateMax(Stat().max_rd_atomic_out, q->rd_atomic_out);
+    }
   }
-  if (q->sq_blocked) ProcessSqHeadLocked(q);
+  if (sent_any) ArmAckTimerLocked(q);
+  ProcessSqHeadLocked(q);
 }
 
 // Starts the transport timer if sent WRs wait for answers and it is idle.
@@ -395,8 +461,7 @@ void OnAckTimer(SoftQp* q) {
     q->timeouts = timeouts;  // consecutive: keep counting
     return;
   }
-  SendWqe w = std::move(q->sq.front());
-  q->sq.pop_front();
+  SendWqe w = PopSqFrontLocked(q);
   CompleteSendLocked(q, w, IBV_WC_RETRY_EXC_ERR);
   MoveToErrorLocked(q);
 }
@@ -412,18 +477,16 @@ void FlushHeldAckLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   LinkSendHeaderLocked(q, h);
 }
 
-// Local operations (BIND_MW, LOCAL_INV) at the head complete; a WR that
-// failed local checks at post completes once it reaches the head.
+// Local operations (BIND_MW, LOCAL_INV) carried out and at the head
+// complete; a WR that failed (at post, when its turn came) completes once it
+// reaches the head, and the QP enters ERROR.
 void ProcessSqHeadLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
-  while (!q->sq.empty() && q->sq.front().local_op &&
-         q->sq.front().local_error == IBV_WC_SUCCESS) {
-    SendWqe w = std::move(q->sq.front());
-    q->sq.pop_front();
+  while (!q->sq.empty() && q->sq.front().local_op && q->sq.front().sent) {
+    SendWqe w = PopSqFrontLocked(q);
     CompleteSendLocked(q, w, IBV_WC_SUCCESS);
   }
   if (q->sq.empty() || q->sq.front().local_error == IBV_WC_SUCCESS) return;
-  SendWqe w = std::move(q->sq.front());
-  q->sq.pop_front();
+  SendWqe w = PopSqFrontLocked(q);
   CompleteSendLocked(q, w, w.local_error);
   MoveToErrorLocked(q);
 }
@@ -463,18 +526,31 @@ void CountPosted(ibv_wr_opcode op, uint64_t bytes, bool signaled) {
   c.bytes_sent += bytes;
 }
 
-// Runs a local operation (BIND_MW, LOCAL_INV) at post time; the result is
-// the status its completion will carry.
-ibv_wc_status RunLocalOpLocked(SoftQp* q, const ibv_send_wr* wr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
-  if (wr->opcode == IBV_WR_BIND_MW) {
-    if (wr->bind_mw.mw == nullptr) return IBV_WC_MW_BIND_ERR;
-    return MwBind(ToSoft(wr->bind_mw.mw), &q->qp, wr->bind_mw.rkey, wr->bind_mw.bind_info);
-  }
+// Carries out a local operation (BIND_MW, LOCAL_INV) in its turn; the result
+// is the status its completion will carry.
+ibv_wc_status RunLocalOpLocked(SoftQp* q, const SendWqe& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (w.opcode == IBV_WR_BIND_MW) return MwBind(w.bind, &q->qp, MwBindStep::kApply);
   // LOCAL_INV of anything but a bound type-2 window of this PD (we have no
   // fast-register MRs) fails as rxe fails it: IBV_WC_LOC_QP_OP_ERR.
-  return MwInvalidate(wr->invalidate_rkey, &q->qp, /*require_qp=*/false)
+  return MwInvalidate(w.invalidate_rkey, &q->qp, /*require_qp=*/false)
              ? IBV_WC_SUCCESS
              : IBV_WC_LOC_QP_OP_ERR;
+}
+
+// A BIND_MW work request as posted (wr->bind_mw).
+MwBindRequest BindRequestOf(const ibv_send_wr& wr, bool verb) {
+  MwBindRequest r;
+  r.mw = wr.bind_mw.mw;
+  r.mw_handle = wr.bind_mw.mw != nullptr ? wr.bind_mw.mw->handle : 0;
+  r.new_rkey = wr.bind_mw.rkey;
+  const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
+  r.mr = b.mr;
+  r.mr_lkey = b.mr != nullptr ? b.mr->lkey : 0;
+  r.addr = b.addr;
+  r.length = b.length;
+  r.access = b.mw_access_flags;
+  r.verb = verb;
+  return r;
 }
 
 // The type, remote address / rkey and invalidate flag of a SEND or WRITE
@@ -548,6 +624,9 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
   w.signaled = q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
   w.byte_len = static_cast<uint32_t>(total);
   w.local_op = local_op;
+  w.rd_atomic = is_read;
+  if (wr->opcode == IBV_WR_BIND_MW) w.bind = BindRequestOf(*wr, bind_verb);
+  if (wr->opcode == IBV_WR_LOCAL_INV) w.invalidate_rkey = wr->invalidate_rkey;
 
   // Completed WRs whose CQE is not yet polled still hold their slots.
   if (q->state != IBV_QPS_RESET &&
@@ -562,15 +641,16 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
   }
   if (q->state != IBV_QPS_RTS) return EINVAL;
   if (local_op) {
-    // Done now unless an earlier WR failed (then it is flushed with the rest).
-    if (!q->sq_blocked) {
-      w.local_error = RunLocalOpLocked(q, wr);
-      if (bind_verb && w.local_error != IBV_WC_SUCCESS) return EINVAL;
+    // The verb refuses a bind it can tell is invalid now (EINVAL, nothing
+    // posted); otherwise the operation takes effect in its turn (a bind that
+    // has become invalid by then completes with IBV_WC_MW_BIND_ERR).
+    if (bind_verb && !q->sq_blocked &&
+        MwBind(w.bind, &q->qp, MwBindStep::kCheck) != IBV_WC_SUCCESS) {
+      return EINVAL;
     }
     CountPosted(wr->opcode, 0, w.signaled);
     q->sq.push_back(std::move(w));
-    if (q->sq.back().local_error != IBV_WC_SUCCESS) q->sq_blocked = true;
-    ProcessSqHeadLocked(q);
+    AdvanceSqLocked(q);
     return 0;
   }
   if (q->conn == nullptr) return EINVAL;  // RTS without rdma_cm: no transport
@@ -652,19 +732,25 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
   }  // ScopedMrAccess
   CountPosted(wr->opcode, total, w.signaled);
   const bool errored = w.local_error != IBV_WC_SUCCESS;
-  const bool transmit = !errored && CanTransmitLocked(q);
-  std::shared_ptr<const std::vector<uint8_t>> frame = w.frame;
-  q->sq.push_back(std::move(w));
   if (errored) {
+    q->sq.push_back(std::move(w));
     q->sq_blocked = true;  // later WRs are flushed when this one completes
     ProcessSqHeadLocked(q);
-  } else if (transmit) {
-    if (CountPostedSendForVanish()) q->conn->Vanish();  // VanishAfterWrs fired
-    LinkSendLocked(q, std::move(frame));
+    return 0;
+  }
+  w.checked_now = true;
+  q->sq.push_back(std::move(w));
+  // VanishAfterWrs counts the WRs that would go out now.
+  if (CanTransmitLocked(q) && q->sq_sent + 1 == q->sq.size() && CountPostedSendForVanish()) {
+    q->conn->Vanish();
+  }
+  AdvanceSqLocked(q);
+  if (!q->sq.empty() && q->sq.back().sent) {
     // A held ACK rides behind our own request, as a NIC piggybacks it.
     if (q->ack_held) CountAckBehindRequest();
     FlushHeldAckLocked(q);
-    ArmAckTimerLocked(q);
+  } else if (!q->sq.empty()) {
+    q->sq.back().checked_now = false;  // when it goes out, its lkeys are looked at again
   }
   return 0;
 }
@@ -687,8 +773,7 @@ void CompleteFrontLocked(SoftQp* q, int n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
     // DropAfterWrs / DropAfterBytes fired on an earlier WR of this (coalesced)
     // ACK: the link died there, so the rest of the ACK was never received.
     if (q->conn != nullptr && q->conn->drop_requested()) return;
-    SendWqe w = std::move(q->sq.front());
-    q->sq.pop_front();
+    SendWqe w = PopSqFrontLocked(q);
     CompleteSendLocked(q, w, IBV_WC_SUCCESS);
   }
 }
@@ -699,8 +784,8 @@ void RetransmitFrom(SoftQp* q, uint32_t psn) {
   q->rnr_wait = false;
   int idx = FindPsnLocked(q, psn);
   if (idx < 0) return;
-  TransmitFromLocked(q, static_cast<size_t>(idx));
-  ArmAckTimerLocked(q);
+  RewindSqLocked(q, static_cast<size_t>(idx));
+  AdvanceSqLocked(q);
 }
 
 // A READ response piece on the TCP link must fall inside the READ at the head
@@ -715,7 +800,8 @@ bool ReadPieceFitsLocked(SoftQp* q, const Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRE
 void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   if (q->state != IBV_QPS_RTS && q->state != IBV_QPS_SQD) return;
   const int idx = FindPsnLocked(q, f.h.psn);
-  if (idx < 0) return;
+  // Only a WR that went out can be answered.
+  if (idx < 0 || static_cast<size_t>(idx) >= q->sq_sent) return;
   q->progress++;  // the peer is alive: restarts the transport timer
   switch (f.h.type) {
     case FrameType::kAck:
@@ -728,8 +814,7 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
       if (q->conn != nullptr && q->conn->drop_requested()) return;  // link died
       if (f.h.type == FrameType::kReadResp && !(f.h.flags & kRemoteData) &&
           !ReadPieceFitsLocked(q, f)) {
-        SendWqe w = std::move(q->sq.front());
-        q->sq.pop_front();
+        SendWqe w = PopSqFrontLocked(q);
         CompleteSendLocked(q, w, IBV_WC_BAD_RESP_ERR);
         MoveToErrorLocked(q);
         return;
@@ -746,15 +831,13 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
           if (local_ok) ScatterAt(w.read_sges, f.h.addr, f.data(), f.h.length);
         }
         if (!local_ok) {
-          SendWqe failed = std::move(q->sq.front());
-          q->sq.pop_front();
+          SendWqe failed = PopSqFrontLocked(q);
           CompleteSendLocked(q, failed, IBV_WC_LOC_PROT_ERR);
           MoveToErrorLocked(q);
         }
         return;
       }
-      SendWqe w = std::move(q->sq.front());
-      q->sq.pop_front();
+      SendWqe w = PopSqFrontLocked(q);
       q->rnr_count = 0;
       uint64_t room = 0;
       const bool atomic_resp = f.h.type == FrameType::kAtomicResp;
@@ -795,8 +878,7 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
       CompleteFrontLocked(q, idx);
       if (f.h.syndrome == Syndrome::kRnr) {
         if (q->rnr_retry != 7 && q->rnr_count >= q->rnr_retry) {
-          SendWqe w = std::move(q->sq.front());
-          q->sq.pop_front();
+          SendWqe w = PopSqFrontLocked(q);
           CompleteSendLocked(q, w, IBV_WC_RNR_RETRY_EXC_ERR);
           MoveToErrorLocked(q);
           return;
@@ -818,8 +900,7 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
       if (f.h.syndrome == Syndrome::kRemAccess) status = IBV_WC_REM_ACCESS_ERR;
       if (f.h.syndrome == Syndrome::kInvReq) status = IBV_WC_REM_INV_REQ_ERR;
       if (f.h.syndrome == Syndrome::kReqLocal) status = IBV_WC_LOC_PROT_ERR;
-      SendWqe w = std::move(q->sq.front());
-      q->sq.pop_front();
+      SendWqe w = PopSqFrontLocked(q);
       CompleteSendLocked(q, w, status);
       MoveToErrorLocked(q);
       return;
@@ -827,7 +908,7 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
     default:
       break;
   }
-  ProcessSqHeadLocked(q);
+  AdvanceSqLocked(q);  // a READ / atomic slot may have come free
 }
 
 // The next receive for an incoming message, from the QP's RQ or its SRQ.
@@ -1215,12 +1296,13 @@ void RegisterWithCqs(SoftQp* q, const std::shared_ptr<ShmLink>& link) {
 
 void QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm, bool hold,
               uint32_t dest_qpn, uint8_t rnr_retry, uint8_t responder_resources,
-              uint8_t retry_cnt, bool passive) {
+              uint8_t initiator_depth, uint8_t retry_cnt, bool passive) {
   {
     absl::MutexLock l(&q->mu);
     if (q->state == IBV_QPS_ERR) return;
     q->awaiting_first_request = passive;
     q->max_dest_rd_atomic = std::min<uint8_t>(responder_resources, kMaxRdAtom);
+    q->max_rd_atomic = std::min<uint8_t>(initiator_depth, kMaxRdAtom);
     q->conn = std::move(conn);
     q->shm = shm;
     q->link_hold = hold;
@@ -1269,7 +1351,7 @@ void QpSetLink(SoftQp* q, std::shared_ptr<ShmLink> shm) {
     }
     q->shm = shm;
     // Everything posted while held goes out now, in order.
-    if (CanTransmitLocked(q)) TransmitFromLocked(q, 0);
+    AdvanceSqLocked(q);
   }
   if (shm != nullptr) RegisterWithCqs(q, shm);
   (shm != nullptr ? Stat().qps_on_shm : Stat().qps_on_tcp)++;
@@ -1309,7 +1391,11 @@ int BindMwVerb(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
   SoftQp* q = ToSoft(qp);
   Stat().post_send_calls++;
   absl::MutexLock l(&q->mu);
-  return PostOneSendLocked(q, &wr, /*bind_verb=*/true);
+  const int err = PostOneSendLocked(q, &wr, /*bind_verb=*/true);
+  // The handle shows the new rkey once the bind is posted (mlx5, rxe); the
+  // window answers to it once the bind's turn in the SQ came.
+  if (err == 0) mw->rkey = wr.bind_mw.rkey;
+  return err;
 }
 
 void QpOnFrame(SoftQp* q, Frame& f) {
@@ -1499,6 +1585,7 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
     return EINVAL;
   }
   if (attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC) q->max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  if (attr_mask & IBV_QP_MAX_QP_RD_ATOMIC) q->max_rd_atomic = attr->max_rd_atomic;
   if (attr_mask & IBV_QP_ACCESS_FLAGS) q->qp_access_flags = attr->qp_access_flags;
   if (attr_mask & IBV_QP_RNR_RETRY) q->rnr_retry = attr->rnr_retry;
   if (attr_mask & IBV_QP_RETRY_CNT) q->retry_cnt = attr->retry_cnt;
@@ -1515,7 +1602,7 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
       internal::MoveToErrorLocked(q);
     } else if (next == IBV_QPS_RESET) {
       // RESET discards the queues without completions.
-      q->sq.clear();
+      internal::ClearSqLocked(q);
       q->rq.clear();
       q->rnr_wait = false;
       q->sq_blocked = false;
@@ -1550,7 +1637,7 @@ int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr*
   attr->rq_psn = q->epsn;
   attr->rnr_retry = q->rnr_retry;
   attr->min_rnr_timer = q->min_rnr_timer;
-  attr->max_rd_atomic = internal::kMaxRdAtom;
+  attr->max_rd_atomic = q->max_rd_atomic;
   attr->max_dest_rd_atomic = q->max_dest_rd_atomic;
   attr->port_num = 1;
   attr->timeout = q->timeout;
@@ -1585,7 +1672,7 @@ int destroy_qp(ibv_qp* qp) {
     // Like hardware, destroying a QP discards its WRs without completions:
     // a CQ shared with other QPs must not receive CQEs naming freed wr_ids.
     absl::MutexLock l(&q->mu);
-    q->sq.clear();
+    internal::ClearSqLocked(q);
     q->rq.clear();
     q->state = IBV_QPS_ERR;
     q->conn.reset();

@@ -133,6 +133,21 @@
 //    on a link still being decided, on retransmission): a SEND / WRITE whose
 //    MR was deregistered since post then completes with IBV_WC_LOC_PROT_ERR
 //    in its turn, and the QP enters ERROR.
+//  - READ / atomic depth: a QP has at most max_rd_atomic READs and atomics out
+//    (sent, unanswered): modify_qp's IBV_QP_MAX_QP_RD_ATOMIC, or with rdma_cm
+//    the negotiated depth (the passive side's rdma_accept initiator_depth; on
+//    the active side the passive side's responder_resources), as query_qp
+//    reports. The next one waits in the SQ, and every WR posted behind it,
+//    until an answer frees a slot; 0 lets one out, as mlx5 (its QP context
+//    keeps the log2 of the limit). Stats::max_rd_atomic_out and
+//    rd_atomic_waits count it.
+//  - Local operations (BIND_MW, LOCAL_INV, the ibv_bind_mw verb) take effect
+//    in send-queue order: when every WR before them has gone out, not at post
+//    (behind a SEND waiting out an RNR NAK, a READ waiting for a slot, or a
+//    link being decided, the old binding still holds). The bind verb checks
+//    the bind at post (EINVAL, nothing posted) and moves mw->rkey at once, as
+//    mlx5; a bind whose window was deallocated or whose MR was deregistered
+//    before its turn completes with IBV_WC_MW_BIND_ERR.
 //  - Keys: lkeys and rkeys are independent 32-bit draws from getrandom(2),
 //    never issued twice in a process; a stale or guessed rkey fails with
 //    IBV_WC_REM_ACCESS_ERR at the requester.
@@ -196,10 +211,10 @@
 //    to 16 KiB on the same-host link) and sends that copy, retransmissions
 //    included: a buffer changed after post goes unnoticed. (Its lkeys are
 //    checked when the WR goes out, at post or later; see above.)
-//  - Outstanding READs / atomics are not limited to the QP's max_rd_atomic
-//    (initiator depth; query_qp reports the constant kMaxRdAtom), and the
-//    responder refuses them only when its max_dest_rd_atomic is 0, not when
-//    more than that many are outstanding.
+//  - The responder refuses READs / atomics only when its max_dest_rd_atomic
+//    is 0; a requester of another make that sends more than that many at once
+//    is served (as rxe serves it, recycling its responder resources).
+//    softrdma's own requester never does (above).
 //  - A responder QP made by rdma_create_qp, whose min_rnr_timer nobody set,
 //    asks for a 1 ms RNR back-off, not the 655.36 ms of the min_rnr_timer 0
 //    that the IB CM programs into such QPs (rdma_init_qp_attr reports 0, and
@@ -431,6 +446,8 @@ struct Stats {
   uint64_t qps_on_tcp = 0;        // QPs of this process connected over TCP
   uint64_t shm_fallbacks = 0;     // same-host peers that ended on TCP (set-up / EPERM)
   uint64_t shm_doorbells = 0;     // doorbells rung on TCP to wake a sleeping peer
+  uint64_t rd_atomic_waits = 0;   // times a READ / atomic waited in the SQ for its QP's max_rd_atomic
+  uint64_t max_rd_atomic_out = 0; // most READs / atomics one QP had outstanding at once
   // Gauges: objects alive now (to check that nothing leaks).
   int64_t live_cm_ids = 0;
   int64_t live_qps = 0;

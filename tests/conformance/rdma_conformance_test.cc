@@ -150,6 +150,56 @@ TEST_F(RdmaConformance, ReadScattersIntoSeveralLocalSges) {
   EXPECT_EQ(local->data()[12], 0);
 }
 
+// READ / atomic depth: rdma_cm carries each side's initiator_depth and
+// responder_resources in the CM REQ / REP, and sets the QP's max_rd_atomic to
+// what the peer's responder resources allow and max_dest_rd_atomic to its
+// own (rdma_connect(3), rdma_accept(3); IBA vol. 1 12.7.29). A requester never
+// has more READs / atomics out than max_rd_atomic: the rest wait in the SQ
+// and complete in order.
+class RdAtomicDepthConformance : public ConformanceTest {
+ protected:
+  QpOptions DefaultOptions() const override {
+    QpOptions o;
+    o.max_send_wr = 32;
+    o.responder_resources = 2;  // both sides: responder_resources = initiator_depth = 2
+    return o;
+  }
+};
+
+TEST_F(RdAtomicDepthConformance, QpsReportTheNegotiatedDepths) {
+  for (ibv_qp* qp : {client_qp(), server_qp()}) {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    ASSERT_EQ(internal::Verbs().query_qp(
+                  qp, &attr, IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC, &init),
+              0);
+    EXPECT_EQ(attr.max_rd_atomic, 2) << (qp == client_qp() ? "client" : "server");
+    EXPECT_EQ(attr.max_dest_rd_atomic, 2) << (qp == client_qp() ? "client" : "server");
+  }
+}
+
+TEST_F(RdAtomicDepthConformance, MoreReadsThanTheDepthCompleteInOrder) {
+  constexpr int kReads = 12;
+  constexpr uint32_t kSlice = 512;
+  std::unique_ptr<Region> local = NewRegion(client_pd(), kReads * kSlice, IBV_ACCESS_LOCAL_WRITE);
+  std::unique_ptr<Region> remote = NewRegion(server_pd(), kReads * kSlice, kRemoteRw);
+  ASSERT_TRUE(local && remote);
+  for (size_t i = 0; i < kReads * kSlice; ++i) remote->data()[i] = static_cast<uint8_t>(i * 7 + 1);
+  for (int i = 0; i < kReads; ++i) {
+    ASSERT_EQ(PostSend(client_qp(), IBV_WR_RDMA_READ, 500 + i, *local, i * kSlice, kSlice,
+                       remote->addr(i * kSlice), remote->rkey()),
+              0);
+  }
+  absl::StatusOr<std::vector<ibv_wc>> wcs = PollN(client_cq(), kReads);
+  ASSERT_TRUE(wcs.ok()) << wcs.status();
+  for (int i = 0; i < kReads; ++i) {
+    EXPECT_EQ((*wcs)[i].wr_id, 500u + i);
+    EXPECT_EQ((*wcs)[i].status, IBV_WC_SUCCESS) << WcStatusName((*wcs)[i].status);
+    EXPECT_EQ((*wcs)[i].byte_len, kSlice);
+  }
+  EXPECT_EQ(std::memcmp(local->data(), remote->data(), kReads * kSlice), 0);
+}
+
 }  // namespace
 }  // namespace conformance
 }  // namespace rdmarpc

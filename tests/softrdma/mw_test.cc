@@ -1,5 +1,6 @@
 // mw_test.cc: memory windows, type 1 and type 2 (softrdma.h, mw.cc).
 #include <cstring>
+#include <memory>
 
 #include "gtest/gtest.h"
 #include "softrdma/softrdma.h"
@@ -508,6 +509,68 @@ TEST(MemoryWindow, LocalOpsCompleteInSqOrderBehindASend) {
     EXPECT_EQ(wc.wr_id, id);
     EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   }
+  EXPECT_EQ(ibv_dealloc_mw(mw), 0);
+}
+
+// Holds the client's SQ: its SEND finds no receive at the server, whose
+// min_rnr_timer (31: 491.52 ms) the requester then waits before sending again.
+void HoldClientSqBehindRnr(ConnectedPair& p, const Buffer& sbuf) {
+  ibv_qp_attr a{};
+  a.min_rnr_timer = 31;
+  ASSERT_EQ(modify_qp(p.server->qp, &a, IBV_QP_MIN_RNR_TIMER), 0);
+  ASSERT_EQ(PostSend(p.client->qp, IBV_WR_SEND, 100, sbuf, 0, 8), 0);
+  ASSERT_TRUE(Drain(p.client_cq, 20).empty());  // the NAK came; the SEND waits
+}
+
+TEST(MemoryWindow, WindowDeallocatedBeforeItsBindsTurnFailsTheBindNotTheProcess) {
+  ConnectedPair p;
+  ASSERT_TRUE(p.ok());
+  Buffer target(p.client_pd, 128, kMwMr);
+  Buffer sbuf(p.client_pd, 64, kAll);
+  Buffer rbuf(p.server_pd, 64, kAll);
+  HoldClientSqBehindRnr(p, sbuf);
+  ibv_mw* mw = ibv_alloc_mw(p.client_pd, IBV_MW_TYPE_2);
+  ASSERT_NE(mw, nullptr);
+  ASSERT_EQ(PostBindType2(p.client->qp, mw, ibv_inc_rkey(mw->rkey),
+                          Info(target.mr, target.addr(), 64, IBV_ACCESS_REMOTE_WRITE), 101),
+            0);
+  // A user error on a NIC too; softrdma must not touch the freed window.
+  ASSERT_EQ(ibv_dealloc_mw(mw), 0);
+  ASSERT_EQ(PostRecv(p.server->qp, 1, rbuf, 0, 64), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(PollOne(p.client_cq, &wc));
+  EXPECT_EQ(wc.wr_id, 100u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  ASSERT_TRUE(PollOne(p.client_cq, &wc));
+  EXPECT_EQ(wc.wr_id, 101u);
+  EXPECT_EQ(wc.status, IBV_WC_MW_BIND_ERR);
+  EXPECT_EQ(StateOf(p.client->qp), IBV_QPS_ERR);
+}
+
+TEST(MemoryWindow, MrDeregisteredBeforeTheBindsTurnFailsTheBind) {
+  ConnectedPair p;
+  ASSERT_TRUE(p.ok());
+  auto target = std::make_unique<Buffer>(p.client_pd, 128, kMwMr);
+  Buffer sbuf(p.client_pd, 64, kAll);
+  Buffer rbuf(p.server_pd, 64, kAll);
+  ibv_mw* mw = ibv_alloc_mw(p.client_pd, IBV_MW_TYPE_1);
+  ASSERT_NE(mw, nullptr);
+  HoldClientSqBehindRnr(p, sbuf);
+  // Valid at post: the verb takes it (0) and the handle's rkey moves on.
+  const uint32_t before = mw->rkey;
+  ASSERT_EQ(BindType1(p.client->qp, mw,
+                      Info(target->mr, target->addr(), 64, IBV_ACCESS_REMOTE_WRITE), 101),
+            0);
+  EXPECT_EQ(mw->rkey, ibv_inc_rkey(before));
+  target.reset();  // deregisters the MR before the bind's turn
+  ASSERT_EQ(PostRecv(p.server->qp, 1, rbuf, 0, 64), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(PollOne(p.client_cq, &wc));
+  EXPECT_EQ(wc.wr_id, 100u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  ASSERT_TRUE(PollOne(p.client_cq, &wc));
+  EXPECT_EQ(wc.wr_id, 101u);
+  EXPECT_EQ(wc.status, IBV_WC_MW_BIND_ERR);
   EXPECT_EQ(ibv_dealloc_mw(mw), 0);
 }
 
