@@ -8,7 +8,8 @@
 #      durations such as 250ms and 1m
 #   1  bad arguments (no server needed): each check's message
 #   2  connection failure: a server that has exited
-#   3  RPC failure: an unknown service (NOT_FOUND)
+#   3  RPC failure: an unknown service (NOT_FOUND); a server without the
+#      health service (UNIMPLEMENTED)
 #   4  not serving: a NOT_SERVING service
 # Each probe's stderr line is compared whole.
 source "${BASH_SOURCE[0]%/*}/lib.sh" || { echo "FAIL: cannot load lib.sh"; exit 1; }
@@ -74,7 +75,10 @@ case "$EXIT" in
     start_server server "$TEST_SERVER" --serving=acme.Up
     probe 3 "error: health rpc failed: NOT_FOUND: unknown service 'acme.Nobody'" -addr="$SERVER_ADDR" -service=acme.Nobody
     stop_server
-    pass "unknown service: exit 3"
+    start_server server "$TEST_SERVER" --serve_health=false
+    probe 3 "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): method /grpc.health.v1.Health/Check is not implemented by this server" -addr="$SERVER_ADDR"
+    stop_server
+    pass "unknown service, no health service: exit 3"
     ;;
   4)
     start_server server "$TEST_SERVER" --serving=acme.Up --not_serving=acme.Down

@@ -2,6 +2,7 @@
 // statuses come from the command line, for health_probe_e2e.sh:
 //
 //   health_test_server --listen=127.0.0.1:0 --serving=a.A,b.B --not_serving=c.C
+//   health_test_server --listen=127.0.0.1:0 --serve_health=false   # no service at all
 //
 // "" (the whole server) is SERVING. Prints "listening on HOST:PORT" once it
 // accepts calls; exits 0 on SIGINT/SIGTERM.
@@ -22,6 +23,7 @@
 DEFINE_string(listen, "127.0.0.1:0", "Address to listen on, HOST:PORT");
 DEFINE_string(serving, "", "Comma-separated service names to report SERVING");
 DEFINE_string(not_serving, "", "Comma-separated service names to report NOT_SERVING");
+DEFINE_bool(serve_health, true, "Register the health service (false: a server with no service)");
 
 int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
@@ -42,7 +44,7 @@ int main(int argc, char** argv) {
     health.SetServingStatus(name, false);
   }
   rdmarpc::Server server;
-  absl::Status status = server.AddService(&health);
+  absl::Status status = FLAGS_serve_health ? server.AddService(&health) : absl::OkStatus();
   if (status.ok()) status = server.Start(FLAGS_listen);
   if (!status.ok()) {
     fprintf(stderr, "health_test_server: %s\n", status.ToString().c_str());
