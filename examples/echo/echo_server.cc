@@ -1,4 +1,4 @@
-// echo_server: serves rdmarpc.examples.EchoService (and rdmarpc.health.Health)
+// echo_server: serves rdmarpc.examples.EchoService (and grpc.health.v1.Health)
 // until SIGINT or SIGTERM.
 //
 //   echo_server --listen=127.0.0.1:7000 [--workers=2]
@@ -21,7 +21,7 @@
 #include "echo.rdmarpc.pb.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
-#include "health/health_service.h"
+#include "health/health_check_service.h"
 #include "rdmarpc/rdmarpc.h"
 
 DEFINE_string(listen, "127.0.0.1:7000", "Address to listen on, HOST:PORT (port 0 picks a free one)");
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   EchoServiceImpl echo;
-  rdmarpc::HealthService health;
+  rdmarpc::HealthCheckService health;
   rdmarpc::ServerOptions options;
   options.num_workers = FLAGS_workers;
   rdmarpc::Server server(options);

@@ -22,7 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
-#include "health/health_service.h"
+#include "health/health_check_service.h"
 #include "kvstore.pb.h"
 #include "kvstore.rdmarpc.pb.h"
 #include "rdmarpc/rdmarpc.h"
@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   KvStoreImpl store;
-  rdmarpc::HealthService health;
+  rdmarpc::HealthCheckService health;
   rdmarpc::ServerOptions options;
   options.num_workers = FLAGS_workers;
   options.max_message_bytes = kMaxMessageBytes;

@@ -1,5 +1,5 @@
 // route_guide_server: serves rdmarpc.examples.routeguide.RouteGuide (and
-// rdmarpc.health.Health) over the built-in map of feature_db.h until SIGINT
+// grpc.health.v1.Health) over the built-in map of feature_db.h until SIGINT
 // or SIGTERM.
 //
 //   route_guide_server --listen=127.0.0.1:7200 [--workers=2] [--callback]
@@ -31,7 +31,7 @@
 #include "feature_db.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
-#include "health/health_service.h"
+#include "health/health_check_service.h"
 #include "rdmarpc/rdmarpc.h"
 #include "route_guide.pb.h"
 #include "route_guide.rdmarpc.pb.h"
@@ -323,7 +323,7 @@ int main(int argc, char** argv) {
   RouteGuideCallbackImpl callback_guide(routeguide::BuiltInFeatures());
   rdmarpc::Service& guide = FLAGS_callback ? static_cast<rdmarpc::Service&>(callback_guide)
                                            : static_cast<rdmarpc::Service&>(sync_guide);
-  rdmarpc::HealthService health;
+  rdmarpc::HealthCheckService health;
   rdmarpc::ServerOptions options;
   options.num_workers = FLAGS_workers;
   rdmarpc::Server server(options);

@@ -1,57 +1,127 @@
-// health_probe: asks a server's rdmarpc.health.Health service how a service
-// is doing, for scripts, load balancers and container liveness checks (like
-// grpc_health_probe).
+// health_probe: grpc_health_probe for rdmarpc servers. Asks the server's
+// grpc.health.v1.Health service how a service is doing, for scripts, load
+// balancers and container probes; the flags and exit codes are
+// grpc_health_probe's (probe_flags.h), so a Kubernetes exec probe
 //
-//   health_probe --server=HOST:PORT [--service=NAME] [--timeout_ms=1000]
+//   exec: {command: ["/bin/grpc_health_probe", "-addr=:7000"]}
 //
-// Prints one line, "health: SERVING" (exit 0), "health: NOT_SERVING" or
-// "health: SERVICE_UNKNOWN" (exit 1), or "health: <STATUS_CODE> <message>"
-// when the call fails (exit 2).
+// works by changing the binary's name to health_probe.
+//
+//   health_probe -addr=HOST:PORT [-service=NAME] [-connect-timeout=1s]
+//                [-rpc-timeout=1s] [-v]
+//
+// Prints one line on stderr, in grpc_health_probe's words, and exits:
+//   0  "status: SERVING"
+//   1  "error: <what is wrong with the command line>" (also -h, after the usage)
+//   2  "error: failed to connect service at \"ADDR\": CODE: message": the call
+//      failed UNAVAILABLE (no connection within -connect-timeout, refused,
+//      lost, or the server is shutting down), or no RDMA provider opened
+//   3  "error: health rpc failed: CODE: message" (NOT_FOUND for an unknown
+//      service, ...), "error: this server does not implement the grpc health
+//      protocol (grpc.health.v1.Health): ..." (UNIMPLEMENTED), or
+//      "timeout: health rpc did not complete within 1s"
+//   4  "service unhealthy (responded with \"NOT_SERVING\")"
+//
+// Connections are made by the first call, so -connect-timeout bounds that
+// set-up (ChannelOptions::connect_timeout) and the Check's deadline is
+// -connect-timeout plus -rpc-timeout from the start. The provider comes from
+// RDMARPC_PROVIDER; glog's output is limited to errors.
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "gflags/gflags.h"
 #include "glog/logging.h"
-#include "health.pb.h"
-#include "health.rdmarpc.pb.h"
+#include "grpc/health/v1/health.pb.h"
+#include "grpc/health/v1/health.rdmarpc.pb.h"
+#include "health/probe_flags.h"
 #include "rdmarpc/rdmarpc.h"
 
-DEFINE_string(server, "127.0.0.1:7000", "Server address, HOST:PORT");
-DEFINE_string(service, "", "Full service name; empty asks about the whole server");
-DEFINE_int64(timeout_ms, 1000, "Deadline of the check, in milliseconds (also bounds connecting)");
+namespace {
+
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+namespace probe = rdmarpc::health_probe;
+
+std::string Describe(const absl::Status& status) {
+  return absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message());
+}
+
+int Probe(const probe::ProbeFlags& flags) {
+  const absl::Time start = absl::Now();
+  rdmarpc::ChannelOptions options;
+  options.connect_timeout = flags.connect_timeout;
+  absl::StatusOr<std::shared_ptr<rdmarpc::Channel>> channel =
+      rdmarpc::CreateChannel(flags.addr, options);
+  if (!channel.ok()) {
+    if (channel.status().code() == absl::StatusCode::kInvalidArgument) {
+      fprintf(stderr, "error: -addr \"%s\": %s\n", flags.addr.c_str(),
+              Describe(channel.status()).c_str());
+      return probe::kExitInvalidArguments;
+    }
+    fprintf(stderr, "error: failed to connect service at \"%s\": %s\n", flags.addr.c_str(),
+            Describe(channel.status()).c_str());
+    return probe::kExitConnectionFailure;
+  }
+  std::unique_ptr<grpc::health::v1::Health::Stub> stub = grpc::health::v1::Health::NewStub(*channel);
+  HealthCheckRequest request;
+  request.set_service(flags.service);
+  HealthCheckResponse response;
+  rdmarpc::ClientContext context;
+  context.set_deadline(start + flags.connect_timeout + flags.rpc_timeout);
+  const absl::Status status = stub->Check(&context, request, &response);
+  if (flags.verbose) {
+    fprintf(stderr, "time elapsed: %s\n", absl::FormatDuration(absl::Now() - start).c_str());
+  }
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      break;
+    case absl::StatusCode::kUnavailable:
+      fprintf(stderr, "error: failed to connect service at \"%s\": %s\n", flags.addr.c_str(),
+              Describe(status).c_str());
+      return probe::kExitConnectionFailure;
+    case absl::StatusCode::kUnimplemented:
+      fprintf(stderr,
+              "error: this server does not implement the grpc health protocol "
+              "(grpc.health.v1.Health): %s\n",
+              std::string(status.message()).c_str());
+      return probe::kExitRpcFailure;
+    case absl::StatusCode::kDeadlineExceeded:
+      fprintf(stderr, "timeout: health rpc did not complete within %s\n",
+              absl::FormatDuration(flags.rpc_timeout).c_str());
+      return probe::kExitRpcFailure;
+    default:
+      fprintf(stderr, "error: health rpc failed: %s\n", Describe(status).c_str());
+      return probe::kExitRpcFailure;
+  }
+  const std::string name = HealthCheckResponse::ServingStatus_Name(response.status());
+  if (response.status() != HealthCheckResponse::SERVING) {
+    fprintf(stderr, "service unhealthy (responded with \"%s\")\n", name.c_str());
+    return probe::kExitUnhealthy;
+  }
+  fprintf(stderr, "status: %s\n", name.c_str());
+  return probe::kExitServing;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("health_probe --server=HOST:PORT [--service=NAME] [--timeout_ms=MS]");
-  FLAGS_minloglevel = google::GLOG_WARNING;  // one line of output, nothing else
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  absl::StatusOr<probe::ProbeFlags> flags = probe::ParseProbeFlags(argc, argv);
+  if (!flags.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(flags.status().message()).c_str());
+    return probe::kExitInvalidArguments;
+  }
+  if (flags->help) {
+    fputs(probe::Usage().c_str(), stderr);
+    return probe::kExitInvalidArguments;
+  }
+  // One line of output: the runtime logs only errors, to stderr.
+  FLAGS_minloglevel = google::GLOG_ERROR;
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
-
-  rdmarpc::ChannelOptions options;
-  options.connect_timeout = absl::Milliseconds(FLAGS_timeout_ms);
-  absl::StatusOr<std::shared_ptr<rdmarpc::Channel>> channel =
-      rdmarpc::CreateChannel(FLAGS_server, options);
-  absl::Status status = channel.status();
-  rdmarpc::health::HealthCheckResponse response;
-  if (status.ok()) {
-    std::unique_ptr<rdmarpc::health::Health::Stub> stub =
-        rdmarpc::health::Health::NewStub(*channel);
-    rdmarpc::health::HealthCheckRequest request;
-    request.set_service(FLAGS_service);
-    rdmarpc::ClientContext context;
-    context.set_timeout(absl::Milliseconds(FLAGS_timeout_ms));
-    status = stub->Check(&context, request, &response);
-  }
-  if (!status.ok()) {
-    printf("health: %s %s\n", absl::StatusCodeToString(status.code()).c_str(),
-           std::string(status.message()).c_str());
-    return 2;
-  }
-  printf("health: %s\n",
-         rdmarpc::health::HealthCheckResponse::ServingStatus_Name(response.status()).c_str());
-  return response.status() == rdmarpc::health::HealthCheckResponse::SERVING ? 0 : 1;
+  return Probe(*flags);
 }

@@ -17,8 +17,8 @@
 #   dataloss  ECHO_SERVER is corrupting_echo_server, which inverts byte 17 of
 #             its 4th reply: "echo: DATA_LOSS mismatch at call 3 byte 17", exit 1
 #   health    health_probe against echo_server: the server and EchoService
-#             SERVING, an unknown name SERVICE_UNKNOWN, a stopped server
-#             UNAVAILABLE
+#             SERVING (exit 0), an unknown name NOT_FOUND (exit 3), a stopped
+#             server UNAVAILABLE (exit 2)
 source "${BASH_SOURCE[0]%/*}/lib.sh" || { echo "FAIL: cannot load lib.sh"; exit 1; }
 
 MODE="$1"
@@ -140,25 +140,26 @@ case "$MODE" in
     ;;
   health)
     [[ -n "$HEALTH_PROBE" ]] || fail "health mode needs the health_probe binary"
-    # probe WANT_EXIT WANT_LINE [ARGS...]
+    # probe WANT_EXIT WANT_LINE [ARGS...]: health_probe's exit status and the
+    # start of its (last) stderr line.
     probe() {
       local want_exit="$1" want_line="$2"
       shift 2
       STATUS=0
-      run_bounded 30 "$HEALTH_PROBE" --server="$SERVER_ADDR" "$@" \
+      run_bounded 30 "$HEALTH_PROBE" -addr="$SERVER_ADDR" "$@" \
         >"$SCRATCH/probe.out" 2>"$SCRATCH/probe.err" || STATUS=$?
       local line
-      line="$(last_line "$SCRATCH/probe.out")"
+      line="$(last_line "$SCRATCH/probe.err")"
       echo "health_probe $*: exit $STATUS: $line"
       [[ "$STATUS" == "$want_exit" ]] || fail "health_probe $*: exit $STATUS, want $want_exit"
       [[ "$line" == "$want_line"* ]] || fail "health_probe $*: '$line', want '$want_line'"
     }
     start_server server "$ECHO_SERVER"
-    probe 0 "health: SERVING"
-    probe 0 "health: SERVING" --service=rdmarpc.examples.EchoService
-    probe 1 "health: SERVICE_UNKNOWN" --service=no.such.Service
+    probe 0 "status: SERVING"
+    probe 0 "status: SERVING" -service=rdmarpc.examples.EchoService
+    probe 3 "error: health rpc failed: NOT_FOUND: unknown service 'no.such.Service'" -service=no.such.Service
     stop_server
-    probe 2 "health: UNAVAILABLE " --service=rdmarpc.examples.EchoService
+    probe 2 "error: failed to connect service at \"$SERVER_ADDR\": UNAVAILABLE: " -service=rdmarpc.examples.EchoService
     pass "health checks of echo_server"
     ;;
   *)

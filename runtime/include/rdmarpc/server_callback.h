@@ -46,10 +46,11 @@
 // - The method may return nullptr: the call then finishes UNIMPLEMENTED.
 //
 // Threads: the service method runs on the server's handler pool (inline on
-// the worker thread when the method is marked run_inline, which only unary
-// methods may be); it must not block either way, since the reactor carries
-// the call. Start*, Finish may be called from any thread and never block;
-// they never run a reaction inline. Reactions (the On* methods) run on the
+// the worker thread when the method is marked run_inline: the IDL option
+// allows it on unary methods; services/health's handler sets it for the
+// server-streaming Watch); it must not block either way, since the reactor
+// carries the call. Start*, Finish may be called from any thread and never
+// block; they never run a reaction inline. Reactions (the On* methods) run on the
 // worker thread that owns the call's connection, one at a time per call;
 // a reaction must not block (it holds up every call of that worker): hand
 // slow work to threads of your own and Finish from there.

@@ -32,7 +32,10 @@ class RDMARPC_EXPORT MethodHandler {
  public:
   // `run_inline`: the handler never blocks and runs on the worker thread
   // that received the call ((rdmarpc.method).run_inline); otherwise it runs
-  // on the server's handler pool.
+  // on the server's handler pool. Honoured for unary methods and for
+  // callback methods of any kind (a callback method only makes its reactor;
+  // the reactor carries the call); a synchronous streaming handler blocks
+  // in Read/Write, so it always runs on the pool.
   // `callback`: a CallbackService's method (InvokeCallback, not Invoke).
   explicit MethodHandler(std::string full_name, bool run_inline = false,
                          RpcKind kind = RpcKind::kUnary, bool callback = false)
@@ -45,8 +48,9 @@ class RDMARPC_EXPORT MethodHandler {
   // "/package.Service/Method".
   const std::string& full_name() const { return full_name_; }
   // True when the handler runs on the worker thread, not the handler pool.
-  // Streaming handlers always run on the pool (they block in Read/Write).
-  bool run_inline() const { return run_inline_ && kind_ == RpcKind::kUnary; }
+  // Synchronous streaming handlers always run on the pool (they block in
+  // Read/Write).
+  bool run_inline() const { return run_inline_ && (kind_ == RpcKind::kUnary || callback_); }
   RpcKind kind() const { return kind_; }
   // True for a callback method: InvokeCallback starts it.
   bool callback() const { return callback_; }
@@ -131,9 +135,12 @@ template <class ServiceT, class Req, class Resp>
 class CallbackServerStreamingMethodHandler final : public CallbackMethodHandler {
  public:
   using Method = ServerWriteReactor<Resp>* (ServiceT::*)(CallbackServerContext*, const Req*);
-  CallbackServerStreamingMethodHandler(std::string full_name, ServiceT* service, Method method)
-      : CallbackMethodHandler(std::move(full_name), /*run_inline=*/false,
-                              RpcKind::kServerStreaming),
+  // `run_inline`: the method (which only makes the reactor) runs on the
+  // worker. Generated code passes false (the IDL option is for unary
+  // methods); services/health's Watch passes true.
+  CallbackServerStreamingMethodHandler(std::string full_name, ServiceT* service, Method method,
+                                       bool run_inline = false)
+      : CallbackMethodHandler(std::move(full_name), run_inline, RpcKind::kServerStreaming),
         service_(service),
         method_(method) {}
   std::unique_ptr<google::protobuf::MessageLite> NewRequest() const override {
