@@ -724,7 +724,7 @@ void ServerImpl::Shutdown(absl::Duration grace) {
     w->loop->Stop([wp] {
       std::vector<Connection*> conns(wp->conns.begin(), wp->conns.end());
       for (Connection* c : conns) {
-        c->Close(absl::UnavailableError("server shutting down"));
+        c->Shutdown(absl::UnavailableError("server shutting down"));
       }
     });
   }

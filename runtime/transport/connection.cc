@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "runtime/transport/log_limiter.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -228,6 +229,7 @@ void Connection::OnCmEvent(const CmEvent& ev) {
       // reply that arrived is delivered rather than failed with the call.
       loop_->PollCompletionsNow();
       if (!usable()) return;
+      peer_disconnected_ = true;
       Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
                                                 " lost: peer disconnected")));
       return;
@@ -271,7 +273,7 @@ void Connection::Close(absl::Status reason) {
   const ConnState state_before_close = state_;
   state_ = ConnState::kClosing;
   close_reason_ = reason;
-  VLOG(1) << "closing connection to " << peer_name_ << ": " << reason;
+  LogClose(state_before_close, reason);
   if (connect_timer_ != 0) {
     loop_->CancelTimer(connect_timer_);
     connect_timer_ = 0;
@@ -307,8 +309,31 @@ void Connection::Close(absl::Status reason) {
   MaybeFinishClose();
 }
 
+void Connection::LogClose(ConnState before, const absl::Status& reason) const {
+  const bool setting_up = before == ConnState::kResolvingAddr ||
+                          before == ConnState::kResolvingRoute ||
+                          before == ConnState::kConnecting || before == ConnState::kAccepting;
+  const bool lost = before == ConnState::kEstablished && (is_client_ || !peer_disconnected_);
+  if (local_close_ || (!setting_up && !lost)) {
+    VLOG(1) << "closing connection to " << peer_name_ << ": " << reason;
+    return;
+  }
+  uint64_t held_back = 0;
+  if (!ConnectionLogLimiter().Allow(peer_name_, absl::Now(), &held_back)) return;
+  LOG(WARNING) << "rdmarpc: connection " << (is_client_ ? "to " : "from ") << peer_name_
+               << (setting_up ? " failed: " : " lost: ") << reason
+               << SuppressedSuffix(held_back);
+}
+
+void Connection::Shutdown(absl::Status reason) {
+  if (!usable()) return;
+  local_close_ = true;
+  Close(std::move(reason));
+}
+
 void Connection::CloseWhenSent(absl::Status reason, absl::Duration bound) {
   if (!usable() || close_when_sent_) return;
+  local_close_ = true;
   if (state_ != ConnState::kEstablished && state_ != ConnState::kAccepting) {
     Close(std::move(reason));
     return;

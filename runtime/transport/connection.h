@@ -236,6 +236,12 @@ class Connection final : public CmEventHandler, public LoopClient {
   // after `bound`, whichever comes first: replies posted just before are
   // delivered, not flushed.
   void CloseWhenSent(absl::Status reason, absl::Duration bound);
+  // Close(reason) for a close this process decided (a server shutting down,
+  // a channel destroyed): logged at VLOG(1) only. Close() from anywhere else,
+  // and CloseWhenSent, count as the loss or set-up failure they are and are
+  // logged at WARNING (at most one line per peer a second, log_limiter.h);
+  // a client's orderly disconnect, as the server sees it, is not.
+  void Shutdown(absl::Status reason);
   // Destroys at once (loop stopping). QP first, so the device stops.
   void ForceDestroy() override;
 
@@ -327,6 +333,9 @@ class Connection final : public CmEventHandler, public LoopClient {
   void PostDrainMarker();
   // CloseWhenSent: posts the marker once the out queue is empty, closes
   // once it completed.
+  // Close's log line: WARNING for a set-up failure or a loss (rate-limited
+  // per peer), VLOG(1) otherwise.
+  void LogClose(ConnState before, const absl::Status& reason) const;
   void MaybeFinishCloseWhenSent();
   // Keepalive (keepalive.cc), client role, from OnEstablished.
   void StartKeepalive();
@@ -462,6 +471,8 @@ class Connection final : public CmEventHandler, public LoopClient {
   uint64_t recvs_seen_ = 0;           // receive completions, for the keepalive
   uint64_t recvs_at_last_probe_ = 0;  // recvs_seen_ when its timer was set
   bool close_when_sent_ = false;      // CloseWhenSent was called
+  bool local_close_ = false;          // Shutdown or CloseWhenSent: not a loss
+  bool peer_disconnected_ = false;    // RDMA_CM_EVENT_DISCONNECTED closed it
   absl::Status close_when_sent_reason_;
   bool drain_marker_posted_ = false;
   uint64_t drain_marker_seq_ = 0;

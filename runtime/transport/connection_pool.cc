@@ -1,6 +1,11 @@
 // connection_pool.cc: see connection_pool.h.
 #include "runtime/transport/connection_pool.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "runtime/transport/log_limiter.h"
+
 namespace rdmarpc {
 namespace internal {
 
@@ -22,6 +27,15 @@ int ConnectionPool::PickSlot() {
 absl::StatusOr<Connection*> ConnectionPool::Get(int slot) {
   Slot& s = *slots_[slot];
   if (s.conn != nullptr && s.conn->usable()) return s.conn;
+  if (s.lost) {
+    s.lost = false;
+    uint64_t held_back = 0;
+    if (ConnectionLogLimiter().Allow(absl::StrCat(name_, " reconnect"), absl::Now(), &held_back)) {
+      LOG(WARNING) << "rdmarpc: reconnecting to " << name_ << " (slot " << slot
+                   << "; the last connection ended: " << s.lost_reason << ")"
+                   << SuppressedSuffix(held_back);
+    }
+  }
   absl::StatusOr<Connection*> c =
       Connection::Connect(s.loop, device_, address_, name_, options_, &s);
   if (!c.ok()) return c.status();
@@ -34,7 +48,7 @@ void ConnectionPool::CloseConnectionsOf(EventLoop* loop, const absl::Status& rea
     if (s->loop != loop || s->conn == nullptr) continue;
     Connection* c = s->conn;
     s->conn = nullptr;
-    c->Close(reason);
+    c->Shutdown(reason);
   }
 }
 

@@ -41,8 +41,15 @@ class ConnectionPool {
   struct Slot final : ConnectionHandler {
     EventLoop* loop = nullptr;
     Connection* conn = nullptr;  // loop thread only
-    void OnClosed(Connection* c, const absl::Status&) override {
-      if (conn == c) conn = nullptr;
+    // Its connection was lost or failed (not shut down): the next Get is a
+    // reconnect, logged at WARNING (rate-limited per peer).
+    bool lost = false;
+    absl::Status lost_reason;
+    void OnClosed(Connection* c, const absl::Status& reason) override {
+      if (conn != c) return;
+      conn = nullptr;
+      lost = true;
+      lost_reason = reason;
     }
   };
   const sockaddr_in address_;

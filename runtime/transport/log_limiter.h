@@ -1,0 +1,66 @@
+// log_limiter.h: at most one log line per key (a peer) per period, with a
+// count of the lines held back in between.
+//
+// Connection set-up failures, losses and reconnects are logged at WARNING by
+// default (connection.cc, connection_pool.cc); a peer that keeps failing --
+// a channel retrying a dead server at every call -- then writes one line a
+// second, and the next line it is allowed says how many it stood for.
+//
+// Usage:
+//   uint64_t held_back = 0;
+//   if (ConnectionLogLimiter().Allow(peer, absl::Now(), &held_back)) {
+//     LOG(WARNING) << "connection to " << peer << " failed: " << why
+//                  << SuppressedSuffix(held_back);
+//   }
+//
+// Threads: any; Allow takes a mutex (logging is not on the hot path).
+#ifndef RDMARPC_RUNTIME_TRANSPORT_LOG_LIMITER_H_
+#define RDMARPC_RUNTIME_TRANSPORT_LOG_LIMITER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace rdmarpc {
+namespace internal {
+
+class LogLimiter {
+ public:
+  // `period`: the least time between two lines of one key. `max_keys`: keys
+  // remembered at once; past it, keys idle for a whole period are forgotten
+  // (a forgotten key's next line is allowed, its held-back count lost).
+  explicit LogLimiter(absl::Duration period = absl::Seconds(1), size_t max_keys = 4096)
+      : period_(period), max_keys_(max_keys) {}
+
+  // True when a line for `key` may be written at `now`; then `*held_back` is
+  // the number of lines for it refused since its last allowed one (0 for the
+  // first). False: the caller drops the line; it is counted.
+  bool Allow(absl::string_view key, absl::Time now, uint64_t* held_back);
+
+ private:
+  struct Entry {
+    absl::Time last = absl::InfinitePast();
+    uint64_t held_back = 0;
+  };
+  const absl::Duration period_;
+  const size_t max_keys_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+};
+
+// The process's limiter for connection events, one key per peer name.
+LogLimiter& ConnectionLogLimiter();
+
+// "" for 0; else " (N more for this peer suppressed since the last line)".
+std::string SuppressedSuffix(uint64_t held_back);
+
+}  // namespace internal
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_RUNTIME_TRANSPORT_LOG_LIMITER_H_
