@@ -45,7 +45,8 @@
 // no thread. Each answer is looked up and serialised on the worker thread
 // that owns the call's connection (descriptor lookups and copying a few
 // FileDescriptorProtos: microseconds, or about a millisecond the first time
-// the pool builds a large file), as gRPC's callback server does.
+// the pool builds a large file); gRPC's ProtoServerReflection is a
+// synchronous handler instead, holding a thread per open stream.
 //
 // Lifetime: this object must outlive the Server it was added to (the
 // Server must have shut down, Server::Wait returned, before it is
