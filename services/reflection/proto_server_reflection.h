@@ -43,10 +43,12 @@
 //
 // Threads: the methods are callback (reactor) methods; an open stream holds
 // no thread. Each answer is looked up and serialised on the worker thread
-// that owns the call's connection (descriptor lookups and copying a few
-// FileDescriptorProtos: microseconds, or about a millisecond the first time
-// the pool builds a large file); gRPC's ProtoServerReflection is a
-// synchronous handler instead, holding a thread per open stream.
+// that owns the call's connection: descriptor lookups and copying a few
+// FileDescriptorProtos, measured in the Debug+ASan build on the 2-vCPU VM
+// at 0.2 ms for a 3-file answer of 1.2 KB and 0.5 ms for descriptor.proto
+// (6 KB), 1 to 5 ms for the first lookup that makes the pool build a
+// file's descriptors. gRPC's ProtoServerReflection is a synchronous
+// handler instead, holding a thread per open stream.
 //
 // Lifetime: this object must outlive the Server it was added to (the
 // Server must have shut down, Server::Wait returned, before it is
