@@ -1,5 +1,6 @@
-// echo_server: serves rdmarpc.examples.EchoService (and grpc.health.v1.Health)
-// until SIGINT or SIGTERM.
+// echo_server: serves rdmarpc.examples.EchoService (and grpc.health.v1.Health
+// and grpc.reflection's ServerReflection, v1 and v1alpha) until SIGINT or
+// SIGTERM.
 //
 //   echo_server --listen=127.0.0.1:7000 [--workers=2]
 //
@@ -23,6 +24,7 @@
 #include "glog/logging.h"
 #include "health/health_check_service.h"
 #include "rdmarpc/rdmarpc.h"
+#include "reflection/proto_server_reflection.h"
 
 DEFINE_string(listen, "127.0.0.1:7000", "Address to listen on, HOST:PORT (port 0 picks a free one)");
 DEFINE_int32(workers, 2, "Server worker threads, each owning one completion queue");
@@ -76,6 +78,7 @@ int main(int argc, char** argv) {
 
   EchoServiceImpl echo;
   rdmarpc::HealthCheckService health;
+  rdmarpc::reflection::ProtoServerReflection reflection;  // outlives the server
   rdmarpc::ServerOptions options;
   options.num_workers = FLAGS_workers;
   rdmarpc::Server server(options);
@@ -86,6 +89,12 @@ int main(int argc, char** argv) {
       LOG(ERROR) << "AddService(" << service->full_name() << "): " << status;
       return 1;
     }
+  }
+  // grpc.reflection.v1 and v1alpha, so tools (grpcurl-style clients) can
+  // list the services and fetch their .proto descriptors.
+  if (absl::Status added = reflection.AddToServer(&server); !added.ok()) {
+    LOG(ERROR) << "ProtoServerReflection::AddToServer: " << added;
+    return 1;
   }
   absl::Status status = server.Start(FLAGS_listen);
   if (!status.ok()) {

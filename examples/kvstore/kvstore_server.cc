@@ -1,5 +1,6 @@
-// kvstore_server: serves rdmarpc.examples.KvStore from memory until SIGINT or
-// SIGTERM.
+// kvstore_server: serves rdmarpc.examples.KvStore from memory (and
+// grpc.health.v1.Health and grpc.reflection's ServerReflection, v1 and
+// v1alpha) until SIGINT or SIGTERM.
 //
 //   kvstore_server --listen=127.0.0.1:7100 [--workers=2]
 //
@@ -26,6 +27,7 @@
 #include "kvstore.pb.h"
 #include "kvstore.rdmarpc.pb.h"
 #include "rdmarpc/rdmarpc.h"
+#include "reflection/proto_server_reflection.h"
 
 DEFINE_string(listen, "127.0.0.1:7100", "Address to listen on, HOST:PORT (port 0 picks a free one)");
 DEFINE_int32(workers, 2, "Server worker threads, each owning one completion queue");
@@ -198,6 +200,7 @@ int main(int argc, char** argv) {
 
   KvStoreImpl store;
   rdmarpc::HealthCheckService health;
+  rdmarpc::reflection::ProtoServerReflection reflection;  // outlives the server
   rdmarpc::ServerOptions options;
   options.num_workers = FLAGS_workers;
   options.max_message_bytes = kMaxMessageBytes;
@@ -209,6 +212,12 @@ int main(int argc, char** argv) {
       LOG(ERROR) << "AddService(" << service->full_name() << "): " << status;
       return 1;
     }
+  }
+  // grpc.reflection.v1 and v1alpha, so tools (grpcurl-style clients) can
+  // list the services and fetch their .proto descriptors.
+  if (absl::Status added = reflection.AddToServer(&server); !added.ok()) {
+    LOG(ERROR) << "ProtoServerReflection::AddToServer: " << added;
+    return 1;
   }
   absl::Status status = server.Start(FLAGS_listen);
   if (!status.ok()) {

@@ -21,6 +21,7 @@ Server::Server(const ServerOptions& options)
     : impl_(std::make_unique<internal::ServerImpl>(options)) {}
 Server::~Server() = default;
 absl::Status Server::AddService(Service* service) { return impl_->AddService(service); }
+std::vector<std::string> Server::GetServiceNames() const { return impl_->GetServiceNames(); }
 absl::Status Server::Start(absl::string_view listen_address) {
   return impl_->Start(listen_address);
 }
@@ -66,6 +67,13 @@ absl::Status ServerImpl::AddService(Service* service) {
   }
   for (const auto& m : service->methods()) methods_[m->full_name()] = m.get();
   return absl::OkStatus();
+}
+
+std::vector<std::string> ServerImpl::GetServiceNames() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> names(services_.begin(), services_.end());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 absl::Status ServerImpl::Start(absl::string_view listen_address) {

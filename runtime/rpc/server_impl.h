@@ -44,6 +44,8 @@ class ServerImpl final {
   ~ServerImpl();
 
   absl::Status AddService(Service* service);
+  // Sorted full names of the registered services.
+  std::vector<std::string> GetServiceNames() const;
   absl::Status Start(absl::string_view listen_address);
   int port() const { return port_; }
   void Shutdown(absl::Duration grace);
@@ -171,7 +173,7 @@ class ServerImpl final {
 
   const ServerOptions options_;
   absl::flat_hash_map<std::string, const MethodHandler*> methods_;
-  absl::flat_hash_set<std::string> services_;
+  absl::flat_hash_set<std::string> services_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<DeviceResources> device_;
   std::vector<std::unique_ptr<Worker>> workers_;
   // Accepts onto the workers' loops in turn (after Start).
@@ -187,7 +189,7 @@ class ServerImpl final {
   std::atomic<int> open_connections_{0};
   int port_ = 0;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kNew;
 };
 

@@ -17,12 +17,15 @@
 // as soon as its handler returns.
 //
 // Thread safety: AddService before Start, from one thread. Shutdown and Wait
-// may be called from any thread, once Start returned OK.
+// may be called from any thread, once Start returned OK; GetServiceNames
+// from any thread at any time.
 #ifndef RDMARPC_SERVER_H_
 #define RDMARPC_SERVER_H_
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -79,6 +82,13 @@ class RDMARPC_EXPORT Server {
   // Returns ALREADY_EXISTS for a second service of the same full name,
   // FAILED_PRECONDITION after Start.
   absl::Status AddService(Service* service);
+
+  // The full names ("package.Service") of every service registered so far,
+  // sorted, each once: what grpc.reflection's list_services answers, and
+  // what gRPC's ServerInitializer::GetServiceList gives its plugins. The
+  // set is fixed once Start returned. Any thread, at any time; takes the
+  // server's lock briefly, never blocks on calls.
+  std::vector<std::string> GetServiceNames() const;
 
   // Binds and listens on `listen_address` ("host:port"; port 0 picks a free
   // port, see port()) and starts the worker threads.
