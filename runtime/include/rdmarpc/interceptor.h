@@ -124,8 +124,11 @@ enum class InterceptionHookPoints {
   PRE_SEND_CLOSE,
   // Client: the server's initial metadata arrived (GetRecvInitialMetadata);
   // unary: right before POST_RECV_MESSAGE / POST_RECV_STATUS, on the thread
-  // that delivers the status; streams: on the thread polling the channel.
-  // Not run for a call the server never answered.
+  // that delivers the status, when the request went out (ClientContext::
+  // peer() is set); streams: on the thread polling the channel, when the
+  // server's headers arrive or, if none came, right before POST_RECV_STATUS
+  // when anything came from the server. Not run for a call that never
+  // reached a server.
   // Server: once, before the handler runs, on the thread that will run it
   // (a handler-pool thread, or the worker for a run_inline method).
   // GetRecvInitialMetadata is the client's metadata and may be changed (the
@@ -195,11 +198,22 @@ class RDMARPC_EXPORT InterceptorBatchMethods {
   // as if the server had answered it) and server POST_RECV_INITIAL_METADATA
   // (the handler does not run; the client gets `status` with the trailing
   // metadata added to the ServerContext, ServerRpcInfo::server_context()).
-  // Interceptors after this one see nothing of the call; this one and those
-  // before it then see POST_RECV_STATUS (client) / PRE_SEND_STATUS (server)
-  // with `status`, in reverse order. At any other hook point Fail is
-  // ignored (and logged at ERROR): a message or status already on its way
-  // cannot be recalled.
+  // Interceptors after this one see nothing of the call (they were made and
+  // are deleted unused); this one and those before it then see the call's
+  // remaining outward hooks in reverse order: POST_RECV_STATUS (client), or
+  // PRE_SEND_INITIAL_METADATA and PRE_SEND_STATUS (server), with `status`.
+  // At any other hook point Fail is ignored (and logged at ERROR): a message
+  // or status already on its way cannot be recalled.
+  //
+  // The code is the caller's to act on, so pick it as gRPC's auth and
+  // quota interceptors do: UNAUTHENTICATED (no or bad credentials: the
+  // caller fixes them, retrying as is fails again), PERMISSION_DENIED
+  // (known caller, not allowed: do not retry), RESOURCE_EXHAUSTED (a quota
+  // or rate limit: retry later, with backoff), INVALID_ARGUMENT (the
+  // request's metadata is malformed: do not retry), UNAVAILABLE (this
+  // server should not take the call now: safe to retry elsewhere, since
+  // nothing ran). The message reaches the caller unchanged; say what was
+  // refused and why ("missing x-token for /pkg.S/M").
   void Fail(absl::Status status);
 
  private:
@@ -222,8 +236,11 @@ class RDMARPC_EXPORT InterceptorBatchMethods {
 };
 
 // One interceptor of one call; made by a factory as the call starts and
-// deleted by the runtime after its last hook (client: POST_RECV_STATUS;
-// server: PRE_SEND_STATUS, or when the call ends without one).
+// deleted by the runtime after the call's last hook: a unary client call's
+// right after POST_RECV_STATUS (before the caller or OnDone hears the end);
+// a client stream's when the runtime lets go of the stream (after Finish or
+// OnDone, once the stream object is destroyed); a server call's after
+// PRE_SEND_STATUS (a callback call's: after its reactor's OnDone).
 class RDMARPC_EXPORT Interceptor {
  public:
   virtual ~Interceptor() = default;
@@ -252,7 +269,10 @@ class RDMARPC_EXPORT ClientRpcInfo {
   ClientContext* client_context() const { return context_; }
   // The server the call went to ("ip:port"): empty until the request was
   // handed to a connection, and still empty at POST_RECV_STATUS when it
-  // never was (refused, no connection). ClientContext::peer().
+  // never was (refused, no connection). ClientContext::peer(), which the
+  // thread polling the channel sets: read it at POST_RECV_* hooks (or in a
+  // blocking unary call's hooks), not at a stream's PRE_SEND_MESSAGE, where
+  // it may be being set.
   const std::string& peer() const;
   // When the call started (before its first hook) and ended (set right
   // before POST_RECV_STATUS; absl::InfinitePast() until then).
