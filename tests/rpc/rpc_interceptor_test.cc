@@ -591,6 +591,93 @@ TEST(Interceptor, ObservesTheFinalStatusOfEveryOutcome) {
   EXPECT_EQ(server.calls, 3);
 }
 
+TEST(Interceptor, ObservesCancelledAndExpiredStreams) {
+  StreamService sync;
+  CallbackStreams callback;
+  ProbeState client("client"), sync_server("sync"), callback_server("callback");
+  Ends a({&sync}, WithServer({&sync_server}), WithClient({&client}));
+  Ends b({&callback}, WithServer({&callback_server}), WithClient({&client}));
+  std::vector<absl::Status> returned;
+  {  // A blocking bidi stream the client cancels after one round trip.
+    ClientContext ctx;
+    ClientReaderWriter<EchoRequest, EchoResponse> stream(a.channel.get(), kChatMethod, &ctx);
+    ASSERT_TRUE(stream.Write(Text("m")));
+    EchoResponse resp;
+    ASSERT_TRUE(stream.Read(&resp));
+    ctx.TryCancel();
+    returned.push_back(stream.Finish());
+  }
+  {  // Connects b's channel, so that the next call's deadline runs out on
+     // the server, not while connecting.
+    ClientContext ctx;
+    ExpandClient c(b.channel.get(), &ctx, Text("none"), /*hold=*/false);
+    ASSERT_TRUE(c.done.Wait());
+    returned.push_back(c.done.status);
+  }
+  {  // A reactor's server stream whose deadline passes while the server hangs.
+    ClientContext ctx;
+    ctx.set_timeout(absl::Milliseconds(100));
+    ExpandClient c(b.channel.get(), &ctx, Text("hang"), /*hold=*/false);
+    ASSERT_TRUE(c.done.Wait());
+    returned.push_back(c.done.status);
+  }
+  ASSERT_EQ(returned.size(), 3u);
+  EXPECT_EQ(returned[0].code(), absl::StatusCode::kCancelled) << returned[0];
+  EXPECT_EQ(returned[1], absl::OkStatus());
+  EXPECT_EQ(returned[2].code(), absl::StatusCode::kDeadlineExceeded) << returned[2];
+  EXPECT_EQ(client.Statuses(), returned);
+  // Each server's interceptor saw its handler's status, with the call
+  // marked cancelled: the client was gone.
+  ASSERT_TRUE(WaitUntil([&] { return sync_server.Statuses().size() == 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return callback_server.Statuses().size() == 2; }));
+  EXPECT_EQ(sync_server.Statuses()[0], absl::OkStatus());
+  EXPECT_EQ(callback_server.Statuses(),
+            (std::vector<absl::Status>{absl::OkStatus(), absl::CancelledError("cancelled")}));
+  absl::MutexLock l1(&sync_server.mu);
+  EXPECT_EQ(sync_server.cancelled, std::vector<bool>{true});
+  absl::MutexLock l2(&callback_server.mu);
+  EXPECT_EQ(callback_server.cancelled, (std::vector<bool>{false, true}));
+}
+
+inline constexpr char kInlineCallbackMethod[] = "/rdmarpc.test.InlineCallback/Echo";
+
+// A callback unary method that runs on the worker (run_inline).
+class InlineCallbackEcho final : public rdmarpc::Service {
+ public:
+  InlineCallbackEcho() : Service("rdmarpc.test.InlineCallback") {
+    AddMethod(std::make_unique<
+              internal::CallbackUnaryMethodHandler<InlineCallbackEcho, EchoRequest, EchoResponse>>(
+        kInlineCallbackMethod, this, &InlineCallbackEcho::Echo, /*run_inline=*/true));
+  }
+  ServerUnaryReactor* Echo(CallbackServerContext* ctx, const EchoRequest* req,
+                           EchoResponse* resp) {
+    resp->set_text(req->text());
+    ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(absl::OkStatus());
+    return reactor;
+  }
+};
+
+TEST(InterceptorMessages, UnaryRunInlineSyncAndCallback) {
+  for (int api = 0; api < 2; ++api) {
+    SCOPED_TRACE(api);
+    CallModelService sync;
+    InlineCallbackEcho callback;
+    ProbeState client("client"), server("server");
+    Ends s({api == 0 ? static_cast<rdmarpc::Service*>(&sync) : &callback}, WithServer({&server}),
+           WithClient({&client}));
+    const char* method = api == 0 ? kInlineMethod : kInlineCallbackMethod;
+    ClientContext ctx;
+    const EchoRequest req = Text("hi");
+    EchoResponse resp;
+    absl::Status st = internal::BlockingUnaryCall(s.channel.get(), method, &ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(resp.text(), "hi");
+    ExpectMessages(&client, &server, Expect{1, req.ByteSizeLong(), 1, resp.ByteSizeLong()},
+                   RpcType::UNARY, method);
+  }
+}
+
 // ---- early failure -------------------------------------------------------------------
 
 TEST(Interceptor, ClientFailsACallEarlyAndNothingIsSent) {
