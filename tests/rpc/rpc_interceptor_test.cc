@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
 #include "runtime/softrdma/softrdma.h"
+#include "runtime/transport/transport_stats.h"
 #include "tests/rpc/call_model_service.h"
 #include "tests/rpc/callback_services.h"
 #include "tests/rpc/stream_service.h"
@@ -889,6 +890,58 @@ TEST(Interceptor, FactoryReturningNullptrStaysOut) {
       internal::BlockingUnaryCall(s.channel.get(), kEchoMethod, &ctx, Text("x"), &resp).ok());
   EXPECT_EQ(resp.text(), "x");
   EXPECT_EQ(factory->made.load(), 2);
+}
+
+// ---- cost ---------------------------------------------------------------------------------
+
+// An interceptor that does nothing: the runtime's own cost.
+class Nothing final : public Interceptor {
+ public:
+  void Intercept(InterceptorBatchMethods*) override {}
+};
+class NothingFactory final : public ClientInterceptorFactoryInterface,
+                             public ServerInterceptorFactoryInterface {
+ public:
+  Interceptor* CreateClientInterceptor(ClientRpcInfo*) override { return new Nothing; }
+  Interceptor* CreateServerInterceptor(ServerRpcInfo*) override { return new Nothing; }
+};
+
+// Interceptors cost CPU, never verbs: an intercepted small blocking call
+// posts exactly what rpc_hotpath_test's budget allows a plain one.
+TEST(InterceptorCost, InterceptedCallsKeepTheUnaryVerbsBudget) {
+  auto factory = std::make_shared<NothingFactory>();
+  ServerOptions so;
+  so.interceptor_creators = {factory, factory};
+  ChannelOptions co;
+  co.interceptor_creators = {factory, factory};
+  EchoService service;
+  Ends s({&service}, so, co);
+  EchoRequest req;
+  req.set_text(std::string(32, 'p'));
+  auto loop = [&](int calls) {
+    int failures = 0;
+    for (int i = 0; i < calls; ++i) {
+      ClientContext ctx;
+      EchoResponse resp;
+      absl::Status st = internal::BlockingUnaryCall(s.channel.get(), kEchoMethod, &ctx, req, &resp);
+      if (!st.ok() || resp.text() != req.text()) ++failures;
+    }
+    return failures;
+  };
+  ASSERT_EQ(loop(200), 0);
+  softrdma::ResetStats();
+  internal::ResetTransportStats();
+  constexpr uint64_t kCalls = 800;  // a multiple of the re-post batch (16)
+  ASSERT_EQ(loop(kCalls), 0);
+  const softrdma::Stats verbs = softrdma::GetStats();
+  const internal::TransportStats transport = internal::GetTransportStats();
+  EXPECT_EQ(verbs.send_with_imm, 2 * kCalls);
+  EXPECT_EQ(verbs.post_send_calls, 2 * kCalls);
+  EXPECT_EQ(transport.send_wrs, 2 * kCalls);
+  EXPECT_EQ(transport.inline_send_wrs, 2 * kCalls);
+  EXPECT_EQ(verbs.reg_mr, 0u);
+  EXPECT_EQ(transport.payload_bytes_copied, 0u);
+  EXPECT_EQ(verbs.rnr_retries, 0u);
 }
 
 }  // namespace
