@@ -55,11 +55,12 @@
 //   C B A PRE_SEND_INITIAL_METADATA, C B A PRE_SEND_MESSAGE,
 //   C B A PRE_SEND_STATUS.
 //
-// Threads. The hooks of one call never run at the same time, except that
-// a stream's sends (PRE_SEND_MESSAGE, PRE_SEND_CLOSE) run on the thread
-// that writes while its receives (POST_RECV_*) may run on the thread that
-// reads or polls, as the user's Read and Write may run on two threads: an
-// interceptor keeping state across both guards it. Which thread runs each
+// Threads. A unary call's hooks never run at the same time. A stream's
+// send-side hooks (PRE_SEND_*) run on the thread that writes, half-closes or
+// finishes, and its receive-side hooks (POST_RECV_*) on the thread that reads
+// or polls, so the two sides may run at once, as the user's Read and Write
+// may; hooks of one side never overlap. An interceptor keeping state across
+// both sides guards it (a mutex, or atomics for counters). Which thread runs each
 // hook is given with the hook below. Hooks on a thread polling a completion
 // queue (a channel engine thread, a server worker) must not block: every
 // call on that thread waits for them.
