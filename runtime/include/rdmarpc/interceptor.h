@@ -55,12 +55,14 @@
 //   C B A PRE_SEND_INITIAL_METADATA, C B A PRE_SEND_MESSAGE,
 //   C B A PRE_SEND_STATUS.
 //
-// Threads. A unary call's hooks never run at the same time. A stream's
-// send-side hooks (PRE_SEND_*) run on the thread that writes, half-closes or
-// finishes, and its receive-side hooks (POST_RECV_*) on the thread that reads
-// or polls, so the two sides may run at once, as the user's Read and Write
-// may; hooks of one side never overlap. An interceptor keeping state across
-// both sides guards it (a mutex, or atomics for counters). Which thread runs each
+// Threads. A unary call's hooks never run at the same time. A stream's may:
+// its send-side hooks (PRE_SEND_*) run on the thread that writes,
+// half-closes or finishes, its receive-side hooks (POST_RECV_*) on the
+// thread that reads and on the thread polling the channel (or the server's
+// worker), as the user's Read, Write and Finish run on several threads. Only
+// the first hook (client PRE_SEND_INITIAL_METADATA, server
+// POST_RECV_INITIAL_METADATA) runs before all others. An interceptor keeping
+// state across hooks guards it (a mutex, or atomics for counters). Which thread runs each
 // hook is given with the hook below. Hooks on a thread polling a completion
 // queue (a channel engine thread, a server worker) must not block: every
 // call on that thread waits for them.
