@@ -278,7 +278,8 @@ class RDMARPC_EXPORT ClientRpcInfo {
   // it may be being set.
   const std::string& peer() const;
   // When the call started (before its first hook) and ended (set right
-  // before POST_RECV_STATUS; absl::InfinitePast() until then).
+  // before POST_RECV_STATUS; absl::InfinitePast() until then: read it in
+  // that hook, where no other hook of the call writes it).
   absl::Time start_time() const { return start_time_; }
   absl::Time end_time() const { return end_time_; }
 
@@ -311,7 +312,8 @@ class RDMARPC_EXPORT ServerRpcInfo {
   // The client's address, "ip:port".
   const std::string& peer() const;
   // When the interceptors were made (right before the handler was to run)
-  // and when PRE_SEND_STATUS began (absl::InfinitePast() until then).
+  // and when PRE_SEND_STATUS began (absl::InfinitePast() until then: read
+  // it in that hook).
   absl::Time start_time() const { return start_time_; }
   absl::Time end_time() const { return end_time_; }
 
