@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -106,6 +107,7 @@ struct ProbeState {
   std::vector<std::string> peers ABSL_GUARDED_BY(mu);
   std::vector<bool> cancelled ABSL_GUARDED_BY(mu);
   bool times_ordered ABSL_GUARDED_BY(mu) = true;
+  std::vector<std::thread::id> threads ABSL_GUARDED_BY(mu);  // of each server hook
 
   int Calls() {
     absl::MutexLock lock(&mu);
@@ -135,6 +137,7 @@ class Probe final : public Interceptor {
     if (s_->log != nullptr) s_->log->Add(absl::StrCat(s_->name, ":", HookName(m->hook_point())));
     absl::MutexLock lock(&s_->mu);
     ++s_->hooks;
+    if (server_ != nullptr) s_->threads.push_back(std::this_thread::get_id());
     const bool first = !entered_;
     entered_ = true;
     if (first && !s_->fail.ok()) {
@@ -821,9 +824,12 @@ class SequencedService final : public rdmarpc::Service {
   }
   absl::Status Echo(ServerContext*, const EchoRequest& req, EchoResponse* resp) {
     log_->Add("handler");
+    handler_thread = std::this_thread::get_id();
     resp->set_text(req.text());
     return absl::OkStatus();
   }
+
+  std::thread::id handler_thread;
 
  private:
   EventLog* log_;
@@ -858,6 +864,9 @@ TEST(Interceptor, ChainsOfThreeRunInOrderAroundTheHandler) {
                             "C:POST_RECV_STATUS",           "B:POST_RECV_STATUS",
                             "A:POST_RECV_STATUS",
                         }));
+  // The server's hooks around a synchronous handler run on its thread.
+  absl::MutexLock lock(&x.mu);
+  EXPECT_EQ(x.threads, (std::vector<std::thread::id>(5, service.handler_thread)));
 }
 
 // A factory that returns nullptr stays out of the call; with no

@@ -55,6 +55,13 @@
 //   C B A PRE_SEND_INITIAL_METADATA, C B A PRE_SEND_MESSAGE,
 //   C B A PRE_SEND_STATUS.
 //
+// Around the handler. On the server, POST_RECV_INITIAL_METADATA (and a
+// unary call's POST_RECV_MESSAGE) run on the thread that then runs the
+// handler, right before it; for a synchronous handler PRE_SEND_STATUS runs
+// on the same thread right after it returned. So an interceptor may set
+// thread-local state (a trace span, a log context, a deadline budget) for
+// the handler's whole run and clear it in PRE_SEND_STATUS.
+//
 // Threads. A unary call's hooks never run at the same time. A stream's may:
 // its send-side hooks (PRE_SEND_*) run on the thread that writes,
 // half-closes or finishes, its receive-side hooks (POST_RECV_*) on the
