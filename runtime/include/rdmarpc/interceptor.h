@@ -68,11 +68,11 @@
 // thread that reads and on the thread polling the channel (or the server's
 // worker), as the user's Read, Write and Finish run on several threads. Only
 // the first hook (client PRE_SEND_INITIAL_METADATA, server
-// POST_RECV_INITIAL_METADATA) runs before all others. An interceptor keeping
-// state across hooks guards it (a mutex, or atomics for counters). Which thread runs each
-// hook is given with the hook below. Hooks on a thread polling a completion
-// queue (a channel engine thread, a server worker) must not block: every
-// call on that thread waits for them.
+// POST_RECV_INITIAL_METADATA) runs before all others. An interceptor
+// keeping state across hooks guards it (a mutex, or atomics for counters).
+// Which thread runs each hook is given with the hook below. Hooks on a
+// thread polling a completion queue (a channel engine thread, a server
+// worker) must not block: every call on that thread waits for them.
 //
 // Cost. A channel or server without interceptors runs the code it runs
 // without this API, plus one test of an empty vector per call (and of a null
@@ -109,7 +109,8 @@ namespace experimental {
 enum class InterceptionHookPoints {
   // Client: once, before anything is sent; on the thread that starts the
   // call (the caller of the blocking call, of async()->Method, of a
-  // stream's constructor or a reactor's stub method). GetSendInitialMetadata
+  // stream's constructor, of a streaming reactor's stub method, or of a
+  // unary reactor's StartCall). GetSendInitialMetadata
   // is the call's metadata and may be changed (gRPC's key and value rules
   // apply after the hook: a bad entry fails the call INTERNAL). Fail ends
   // the call here, with nothing sent.
@@ -161,7 +162,7 @@ enum class InterceptionHookPoints {
   // refusal before sending, an interceptor's Fail), on the thread that
   // delivers the status: the blocking caller, the thread running a unary
   // callback or reactor's OnDone, or the thread polling the channel for a
-  // stream (before Finish returns, OnDone runs).
+  // stream (before Finish returns or OnDone runs).
   POST_RECV_STATUS,
   NUM_INTERCEPTION_HOOKS
 };
