@@ -14,12 +14,27 @@
 namespace rdmarpc {
 namespace internal {
 
-ClientStreamState::ClientStreamState(ChannelImpl* channel, absl::string_view method,
+ClientStreamState::ClientStreamState(Channel* channel, absl::string_view method,
                                      ClientContext* context, RpcKind kind)
-    : channel_(channel), method_(method), context_(context), kind_(kind) {}
+    : channel_handle_(channel),
+      channel_(ChannelAccess::Impl(channel)),
+      method_(method),
+      context_(context),
+      kind_(kind) {}
 
 void ClientStreamState::Prepare(const google::protobuf::MessageLite* first) {
-  if (reactor_ == nullptr && channel_->OnLoopThread()) {
+  absl::Status intercepted;
+  if (!channel_->options().interceptor_creators.empty()) {
+    interceptors_ = InterceptorChain::ForClient(channel_->options().interceptor_creators,
+                                                channel_handle_, method_, kind_, context_);
+    if (interceptors_ != nullptr) {
+      intercepted =
+          interceptors_->ClientSendInitialMetadata(ClientContextAccess::MutableMetadata(context_));
+    }
+  }
+  if (!intercepted.ok()) {
+    refused_ = std::move(intercepted);  // nothing is sent
+  } else if (reactor_ == nullptr && channel_->OnLoopThread()) {
     refused_ = absl::FailedPreconditionError(absl::StrCat(
         "stream ", method_, " opened from a completion callback of the same channel would "
         "deadlock (its blocking reads and writes need that thread); use a reactor "
@@ -39,6 +54,10 @@ void ClientStreamState::Prepare(const google::protobuf::MessageLite* first) {
           absl::StrCat("request of ", size, " bytes exceeds max_message_bytes ",
                        channel_->options().max_message_bytes));
     } else {
+      if (interceptors_ != nullptr) {
+        interceptors_->ClientSendMessage(*first, size);
+        interceptors_->ClientSendClose();  // the request half-closes
+      }
       first->SerializeToString(&first_payload_);
     }
   }
@@ -60,6 +79,10 @@ void ClientStreamState::Start() {
   }
   if (!refused.ok()) {
     if (reactor_ == nullptr) {
+      if (interceptors_ != nullptr) {
+        interceptors_->ClientRecvStatus(&refused,
+                                        ClientContextAccess::ServerTrailingMetadata(context_));
+      }
       absl::MutexLock lock(&mu_);
       done_ = true;
       status_ = std::move(refused);
@@ -136,6 +159,9 @@ void ClientStreamState::OnStreamHeaders(absl::string_view meta) {
                                       /*trailing=*/nullptr);
   if (!s.ok()) meta_error_ = std::move(s);
   heard_from_server_ = true;
+  if (interceptors_ != nullptr) {
+    interceptors_->ClientRecvInitialMetadata(ClientContextAccess::ServerInitialMetadata(context_));
+  }
   MaybeReactInitialMetadata(true);
 }
 
@@ -234,6 +260,14 @@ void ClientStreamState::Deliver(absl::Status status) {
     status = absl::InternalError(
         absl::StrCat(method_, ": the server finished OK without sending its response"));
   }
+  if (interceptors_ != nullptr) {
+    if (heard_from_server_) {
+      interceptors_->ClientRecvInitialMetadata(
+          ClientContextAccess::ServerInitialMetadata(context_));
+    }
+    interceptors_->ClientRecvStatus(&status,
+                                    ClientContextAccess::ServerTrailingMetadata(context_));
+  }
   google::protobuf::MessageLite* read = nullptr;
   bool write = false;
   bool writes_done = false;
@@ -281,6 +315,13 @@ bool ClientStreamState::Write(const google::protobuf::MessageLite& message) {
                      channel_->options().max_message_bytes)));
     return false;
   }
+  if (interceptors_ != nullptr) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (done_ || writes_done_) return false;  // nothing to observe
+    }
+    interceptors_->ClientSendMessage(message, size);
+  }
   std::string payload;
   message.SerializeToString(&payload);
   {
@@ -303,14 +344,18 @@ bool ClientStreamState::Write(const google::protobuf::MessageLite& message) {
 }
 
 bool ClientStreamState::WritesDone() {
-  absl::MutexLock lock(&mu_);
-  if (done_ || writes_done_) return false;
-  writes_done_ = true;
-  loop_->Post([self = shared_from_this()] {
-    if (self->ended_ || self->handle_ == 0) return;
-    self->conn_->SendStreamMessage(self->handle_, std::string(), /*no_message=*/true,
-                                   /*end_stream=*/true);
-  });
+  {
+    absl::MutexLock lock(&mu_);
+    if (done_ || writes_done_) return false;
+    writes_done_ = true;
+    loop_->Post([self = shared_from_this()] {
+      if (self->ended_ || self->handle_ == 0) return;
+      self->conn_->SendStreamMessage(self->handle_, std::string(), /*no_message=*/true,
+                                     /*end_stream=*/true);
+    });
+  }
+  // Outside the lock: a hook may take its time.
+  if (interceptors_ != nullptr) interceptors_->ClientSendClose();
   return true;
 }
 
@@ -332,6 +377,7 @@ bool ClientStreamState::Read(google::protobuf::MessageLite* message) {
                                                   message->GetTypeName())));
     return false;
   }
+  if (interceptors_ != nullptr) interceptors_->ClientRecvMessage(message, payload.size());
   // Grant the window back in batches of half of it (one kWindow frame per
   // kStreamWindow / 2 messages read).
   if (++consumed_ >= kStreamWindow / 2) {
@@ -416,6 +462,17 @@ void ClientStreamState::StartWrite(const google::protobuf::MessageLite& message,
     });
     return;
   }
+  if (interceptors_ != nullptr) {
+    bool sends;
+    {
+      absl::MutexLock lock(&mu_);
+      sends = !done_ && !writes_done_ && refused_.ok();
+    }
+    if (sends) {
+      interceptors_->ClientSendMessage(message, size);
+      if (last) interceptors_->ClientSendClose();
+    }
+  }
   std::string payload;
   message.SerializeToString(&payload);
   absl::MutexLock lock(&mu_);
@@ -440,6 +497,14 @@ void ClientStreamState::StartWrite(const google::protobuf::MessageLite& message,
 
 void ClientStreamState::StartWritesDone() {
   gate_.Add();
+  if (interceptors_ != nullptr) {
+    bool closes;
+    {
+      absl::MutexLock lock(&mu_);
+      closes = !done_ && !writes_done_ && refused_.ok();
+    }
+    if (closes) interceptors_->ClientSendClose();
+  }
   absl::MutexLock lock(&mu_);
   if (done_ || writes_done_) {
     loop_->Post([self = shared_from_this()] { self->React(Reaction::kWritesDone, false); });
@@ -476,6 +541,7 @@ void ClientStreamState::OnReactorMessage(absl::string_view payload) {
       return;
     }
     got_response_ = true;
+    if (interceptors_ != nullptr) interceptors_->ClientRecvMessage(response_, payload.size());
     return;
   }
   google::protobuf::MessageLite* read = nullptr;
@@ -506,6 +572,7 @@ void ClientStreamState::CompleteRead(google::protobuf::MessageLite* message, boo
                                                   method_, " did not parse as ",
                                                   message->GetTypeName())));
   }
+  if (ok && interceptors_ != nullptr) interceptors_->ClientRecvMessage(message, payload.size());
   if (ok && ++consumed_ >= kStreamWindow / 2) {
     const uint32_t n = consumed_;
     consumed_ = 0;
@@ -597,7 +664,7 @@ void ClientCallbackStream::Bind(ClientReactorBase* reactor, Channel* channel,
                                 google::protobuf::MessageLite* response) {
   ClientCallbackStream* stream = ClientReactorAccess::Stream(reactor);
   stream->state_ =
-      std::make_shared<ClientStreamState>(ChannelAccess::Impl(channel), method, context, kind);
+      std::make_shared<ClientStreamState>(channel, method, context, kind);
   stream->state_->SetReactor(reactor, response);
   stream->state_->Prepare(first);
 }
@@ -617,8 +684,7 @@ void ClientCallbackStream::RemoveHold() { state_->RemoveHold(); }
 
 ClientStream::ClientStream(Channel* channel, absl::string_view method, ClientContext* context,
                            RpcKind kind, const google::protobuf::MessageLite* first)
-    : state_(std::make_shared<ClientStreamState>(ChannelAccess::Impl(channel), method, context,
-                                                 kind)) {
+    : state_(std::make_shared<ClientStreamState>(channel, method, context, kind)) {
   state_->Prepare(first);
   state_->Start();
 }

@@ -35,6 +35,7 @@
 #include "rdmarpc/impl/stream_call.h"
 #include "runtime/rpc/channel_impl.h"
 #include "runtime/rpc/context_access.h"
+#include "runtime/rpc/interceptor_chain.h"
 #include "runtime/rpc/reactor_gate.h"
 
 namespace rdmarpc {
@@ -44,7 +45,7 @@ class ClientStreamState final : public ResponseSink,
                                 public CallCanceller,
                                 public std::enable_shared_from_this<ClientStreamState> {
  public:
-  ClientStreamState(ChannelImpl* channel, absl::string_view method, ClientContext* context,
+  ClientStreamState(Channel* channel, absl::string_view method, ClientContext* context,
                     RpcKind kind);
 
   // User side (any thread but the channel's loops, unless a reactor is
@@ -116,6 +117,7 @@ class ClientStreamState final : public ResponseSink,
   void React(Reaction reaction, bool ok);
   void ReleaseGate();
   void ReactDone();
+  Channel* const channel_handle_;
   ChannelImpl* const channel_;
   const std::string method_;
   ClientContext* const context_;
@@ -124,6 +126,8 @@ class ClientStreamState final : public ResponseSink,
   const std::string* peer_ = nullptr;
 
   std::string meta_;  // the context's metadata, encoded
+  // The call's interceptors (nullptr: none); made by Prepare.
+  std::unique_ptr<InterceptorChain> interceptors_;
 
   // Set by Prepare, taken by Start.
   ChannelImpl::Route route_{};

@@ -32,6 +32,10 @@ class ClientContextAccess {
   static const std::multimap<std::string, std::string>& Metadata(const ClientContext* ctx) {
     return ctx->metadata_;
   }
+  // The metadata the call sends, for interceptors (rdmarpc/interceptor.h).
+  static std::multimap<std::string, std::string>* MutableMetadata(ClientContext* ctx) {
+    return &ctx->metadata_;
+  }
   static std::multimap<std::string, std::string>* ServerInitialMetadata(ClientContext* ctx) {
     return &ctx->server_initial_metadata_;
   }
@@ -78,6 +82,16 @@ class ServerContextAccess {
   static const std::multimap<std::string, std::string>& TrailingMetadata(
       const ServerContext* ctx) {
     return ctx->trailing_metadata_;
+  }
+  // The metadata the handler added, for interceptors (rdmarpc/interceptor.h).
+  // The context is the call's own (const only where the runtime holds it so).
+  static std::multimap<std::string, std::string>* MutableInitialMetadata(
+      const ServerContext* ctx) {
+    return &const_cast<ServerContext*>(ctx)->initial_metadata_;
+  }
+  static std::multimap<std::string, std::string>* MutableTrailingMetadata(
+      const ServerContext* ctx) {
+    return &const_cast<ServerContext*>(ctx)->trailing_metadata_;
   }
   // Marks the call cancelled and runs its on-cancel callbacks on this
   // thread. False when it was cancelled already.

@@ -334,7 +334,9 @@ void ServerImpl::RunInline(Worker* worker, Connection* conn, const IncomingReque
       SendReply(conn, req.token, std::move(md), nullptr);
     } else {
       running_handlers_.fetch_add(1, std::memory_order_relaxed);
-      absl::Status status = handler->Invoke(&context, *request, response);
+      absl::Status status = options_.interceptor_creators.empty()
+                                ? handler->Invoke(&context, *request, response)
+                                : InvokeUnary(handler, &context, request, response);
       running_handlers_.fetch_sub(1, std::memory_order_relaxed);
       SendReply(conn, req.token, std::move(status), response, &context);
     }
@@ -461,6 +463,26 @@ void ServerImpl::StartCallback(std::unique_ptr<PoolCall> call) {
     raw->callback->Finish(std::move(parsed));
     return;
   }
+  if (!options_.interceptor_creators.empty()) {
+    raw->interceptors = InterceptorChain::ForServer(options_.interceptor_creators,
+                                                    raw->handler->kind(), &raw->context);
+  }
+  if (raw->interceptors != nullptr) {
+    InterceptorChain* chain = raw->interceptors.get();
+    raw->callback->set_interceptors(chain, &raw->context);
+    if (raw->stream != nullptr) raw->stream->set_interceptors(chain);
+    absl::Status failed =
+        chain->ServerRecvInitialMetadata(ServerContextAccess::ClientMetadata(&raw->context));
+    if (!failed.ok()) {
+      running_handlers_.fetch_sub(1, std::memory_order_relaxed);
+      raw->callback->Finish(std::move(failed));
+      return;
+    }
+    // Unary and server streaming: the one request, parsed already.
+    if (raw->request != nullptr) {
+      chain->ServerRecvMessage(raw->request.get(), raw->request->ByteSizeLong());
+    }
+  }
   ServerReactorBase* reactor =
       raw->handler->InvokeCallback(&raw->context, raw->request.get(), raw->response.get());
   running_handlers_.fetch_sub(1, std::memory_order_relaxed);
@@ -485,11 +507,12 @@ void ServerImpl::RunOnPool(std::unique_ptr<PoolCall> call) {
     running_handlers_.fetch_add(1, std::memory_order_relaxed);
     call->started.store(true, std::memory_order_relaxed);
     if (call->stream != nullptr) {
-      ServerStream stream(call->stream.get());
-      status = call->handler->InvokeStream(&call->context, &stream);
-      if (absl::Status failure = call->stream->failure(); !failure.ok()) status = failure;
+      status = InvokeStream(call.get());
     } else if (status = ParseKeptRequest(call.get()); status.ok()) {
-      status = call->handler->Invoke(&call->context, *call->request, call->response.get());
+      status = options_.interceptor_creators.empty()
+                   ? call->handler->Invoke(&call->context, *call->request, call->response.get())
+                   : InvokeUnary(call->handler, &call->context, call->request.get(),
+                                 call->response.get());
       if (status.ok()) SerializeLargeResponse(call.get());
     }
     running_handlers_.fetch_sub(1, std::memory_order_relaxed);
@@ -503,6 +526,53 @@ void ServerImpl::RunOnPool(std::unique_ptr<PoolCall> call) {
   // Last: Shutdown waits for this count before it stops the workers, so
   // the task above is never posted to a stopped loop.
   pool_calls_.fetch_sub(1, std::memory_order_release);
+}
+
+absl::Status ServerImpl::InvokeUnary(const MethodHandler* handler, ServerContext* context,
+                                     google::protobuf::MessageLite* request,
+                                     google::protobuf::MessageLite* response) const {
+  std::unique_ptr<InterceptorChain> chain =
+      InterceptorChain::ForServer(options_.interceptor_creators, RpcKind::kUnary, context);
+  if (chain == nullptr) return handler->Invoke(context, *request, response);
+  absl::Status status =
+      chain->ServerRecvInitialMetadata(ServerContextAccess::ClientMetadata(context));
+  if (status.ok()) {
+    chain->ServerRecvMessage(request, request->ByteSizeLong());
+    status = handler->Invoke(context, *request, response);
+  }
+  chain->ServerSendInitialMetadata(ServerContextAccess::MutableInitialMetadata(context));
+  if (status.ok()) chain->ServerSendMessage(*response, response->ByteSizeLong());
+  chain->ServerSendStatus(&status, ServerContextAccess::MutableTrailingMetadata(context));
+  return status;
+}
+
+absl::Status ServerImpl::InvokeStream(PoolCall* call) const {
+  std::unique_ptr<InterceptorChain> chain;
+  if (!options_.interceptor_creators.empty()) {
+    chain = InterceptorChain::ForServer(options_.interceptor_creators, call->handler->kind(),
+                                        &call->context);
+  }
+  absl::Status status;
+  if (chain != nullptr) {
+    status = chain->ServerRecvInitialMetadata(ServerContextAccess::ClientMetadata(&call->context));
+    call->stream->set_interceptors(chain.get());
+  }
+  if (status.ok()) {
+    ServerStream stream(call->stream.get());
+    status = call->handler->InvokeStream(&call->context, &stream);
+    if (absl::Status failure = call->stream->failure(); !failure.ok()) status = failure;
+  }
+  if (chain != nullptr) {
+    // Initial metadata no message carried goes with the trailers.
+    if (!call->stream->headers_sent()) {
+      chain->ServerSendInitialMetadata(
+          ServerContextAccess::MutableInitialMetadata(&call->context));
+    }
+    chain->ServerSendStatus(&status,
+                            ServerContextAccess::MutableTrailingMetadata(&call->context));
+    call->stream->set_interceptors(nullptr);
+  }
+  return status;
 }
 
 void ServerImpl::FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status status) {

@@ -4,6 +4,8 @@
 
 #include <utility>
 
+#include "runtime/rpc/context_access.h"
+
 namespace rdmarpc {
 namespace internal {
 
@@ -154,6 +156,13 @@ void ServerCallbackCall::Finish(absl::Status status) {
     finished_ = true;
   }
   if (stream_ == nullptr) {
+    if (interceptors_ != nullptr) {
+      interceptors_->ServerSendInitialMetadata(
+          ServerContextAccess::MutableInitialMetadata(context_));
+      if (status.ok()) interceptors_->ServerSendMessage(*response_, response_->ByteSizeLong());
+      interceptors_->ServerSendStatus(&status,
+                                      ServerContextAccess::MutableTrailingMetadata(context_));
+    }
     if (status.ok() && prepare_ok_response_ != nullptr) prepare_ok_response_();
     loop_->Post([this, status = std::move(status)]() mutable {
       AnswerOnWorker(std::move(status));
@@ -163,6 +172,14 @@ void ServerCallbackCall::Finish(absl::Status status) {
   // A client-streaming call's response goes before its trailers.
   if (kind_ == RpcKind::kClientStreaming && status.ok()) {
     stream_->StartWrite(*response_, /*react=*/false);
+  }
+  if (interceptors_ != nullptr) {
+    if (!stream_->headers_sent()) {
+      interceptors_->ServerSendInitialMetadata(
+          ServerContextAccess::MutableInitialMetadata(context_));
+    }
+    interceptors_->ServerSendStatus(&status,
+                                    ServerContextAccess::MutableTrailingMetadata(context_));
   }
   stream_->FinishAfterWrites([this, status = std::move(status)]() mutable {
     AnswerOnWorker(std::move(status));

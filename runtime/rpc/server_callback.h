@@ -20,6 +20,7 @@
 #include "google/protobuf/message_lite.h"
 #include "rdmarpc/impl/callback_call.h"
 #include "rdmarpc/impl/stream_call.h"
+#include "runtime/rpc/interceptor_chain.h"
 #include "runtime/rpc/reactor_gate.h"
 #include "runtime/rpc/server_stream.h"
 #include "runtime/transport/event_loop.h"
@@ -63,6 +64,15 @@ class ServerCallbackCall final : public ServerStreamReactions {
   ServerCallbackCall(const ServerCallbackCall&) = delete;
   ServerCallbackCall& operator=(const ServerCallbackCall&) = delete;
 
+  // The call's interceptors and context (before Bind or Finish; not
+  // owned): Finish runs PRE_SEND_INITIAL_METADATA (when no message carried
+  // it), PRE_SEND_MESSAGE (a unary response) and PRE_SEND_STATUS on the
+  // thread calling it.
+  void set_interceptors(InterceptorChain* interceptors, ServerContext* context) {
+    interceptors_ = interceptors;
+    context_ = context;
+  }
+
   // Pool or worker thread, once: the service method returned `reactor`.
   // A method that returned nullptr gets Finish(UNIMPLEMENTED) instead.
   void Bind(ServerReactorBase* reactor);
@@ -104,6 +114,8 @@ class ServerCallbackCall final : public ServerStreamReactions {
   absl::AnyInvocable<void()> release_;
   absl::AnyInvocable<void()> prepare_ok_response_;
   ReactorGate gate_;
+  InterceptorChain* interceptors_ = nullptr;
+  ServerContext* context_ = nullptr;
   // Set by Bind before any operation is forwarded; read by reactions.
   ServerReactorBase* reactor_ = nullptr;
   bool finished_ = false;  // Finish was called (any thread; under mu_)

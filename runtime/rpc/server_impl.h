@@ -18,6 +18,7 @@
 #include "rdmarpc/server_callback.h"
 #include "rdmarpc/service.h"
 #include "runtime/rpc/handler_pool.h"
+#include "runtime/rpc/interceptor_chain.h"
 #include "runtime/rpc/server_callback.h"
 #include "runtime/rpc/server_stream.h"
 #include "runtime/transport/event_loop.h"
@@ -92,6 +93,9 @@ class ServerImpl final {
     size_t response_size = 0;
     // Callback methods: the reactor's side of the call.
     std::unique_ptr<ServerCallbackCall> callback;
+    // Callback methods on a server with interceptors: the call's chain,
+    // kept until the call is freed (after OnDone).
+    std::unique_ptr<InterceptorChain> interceptors;
   };
   // Per worker: its connections and the dispatch upcall.
   struct Worker final : ConnectionHandler {
@@ -136,6 +140,14 @@ class ServerImpl final {
   // Pool thread: runs the handler (unless Shutdown began before it started),
   // then hands the call back to its worker.
   void RunOnPool(std::unique_ptr<PoolCall> call);
+  // Runs a unary handler, through the interceptors when the server has
+  // any (the handler's thread).
+  absl::Status InvokeUnary(const MethodHandler* handler, ServerContext* context,
+                           google::protobuf::MessageLite* request,
+                           google::protobuf::MessageLite* response) const;
+  // Pool thread: runs a streaming handler over the call's stream, through
+  // the interceptors when the server has any.
+  absl::Status InvokeStream(PoolCall* call) const;
   // Worker: answers a pool call whose handler returned `status`.
   void FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status status);
   // Worker: a request pulled by rendezvous is kept in its registered buffer

@@ -31,6 +31,7 @@ bool ServerStreamState::Read(google::protobuf::MessageLite* message) {
                                                 message->GetTypeName()));
     return false;
   }
+  if (interceptors_ != nullptr) interceptors_->ServerRecvMessage(message, payload.size());
   if (++consumed_ >= kStreamWindow / 2) {
     const uint32_t n = consumed_;
     consumed_ = 0;
@@ -43,6 +44,9 @@ bool ServerStreamState::Read(google::protobuf::MessageLite* message) {
 
 bool ServerStreamState::SendHeadersOnce() {
   if (headers_sent_.exchange(true, std::memory_order_acq_rel)) return true;
+  if (interceptors_ != nullptr) {
+    interceptors_->ServerSendInitialMetadata(ServerContextAccess::MutableInitialMetadata(context_));
+  }
   const Metadata& initial = ServerContextAccess::InitialMetadata(context_);
   if (initial.empty()) return true;
   absl::Status md = ValidateMetadata(initial, ~size_t{0}, "server initial metadata");
@@ -73,9 +77,10 @@ bool ServerStreamState::Write(const google::protobuf::MessageLite& message) {
     }
     return false;
   }
+  if (!SendHeadersOnce()) return false;
+  if (interceptors_ != nullptr) interceptors_->ServerSendMessage(message, size);
   std::string payload;
   message.SerializeToString(&payload);
-  if (!SendHeadersOnce()) return false;
   {
     absl::MutexLock lock(&mu_);
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -202,7 +207,10 @@ void ServerStreamState::CompleteRead(google::protobuf::MessageLite* message, boo
                                                   message->GetTypeName()));
     }
   }
-  if (ok) CountRead();
+  if (ok) {
+    if (interceptors_ != nullptr) interceptors_->ServerRecvMessage(message, payload.size());
+    CountRead();
+  }
   reactions_->OnReadDone(ok);
 }
 
@@ -225,9 +233,10 @@ void ServerStreamState::StartWrite(const google::protobuf::MessageLite& message,
     ok = false;
   }
   std::string payload;
+  if (ok) ok = SendHeadersOnce();
   if (ok) {
+    if (interceptors_ != nullptr) interceptors_->ServerSendMessage(message, size);
     message.SerializeToString(&payload);
-    ok = SendHeadersOnce();
   }
   absl::MutexLock lock(&mu_);
   if (!ok || cancelled_ || !failure_.ok()) {

@@ -30,6 +30,7 @@
 #include "google/protobuf/message_lite.h"
 #include "rdmarpc/impl/stream_call.h"
 #include "rdmarpc/server_context.h"
+#include "runtime/rpc/interceptor_chain.h"
 #include "runtime/transport/event_loop.h"
 #include "runtime/transport/connection.h"
 
@@ -80,6 +81,11 @@ class ServerStreamState {
   // after the handler returned).
   bool headers_sent() const { return headers_sent_.load(std::memory_order_acquire); }
 
+  // The call's interceptors (nullptr: none), set before the handler runs
+  // and cleared after it returned; messages read and written and the
+  // initial metadata run their hooks. Not owned.
+  void set_interceptors(InterceptorChain* interceptors) { interceptors_ = interceptors; }
+
   // Callback side (any thread); completions call `reactions` on the
   // worker. SetReactions before any of the others.
   void SetReactions(ServerStreamReactions* reactions) { reactions_ = reactions; }
@@ -119,6 +125,7 @@ class ServerStreamState {
   void SendPendingWrite();
 
   uint32_t consumed_ = 0;  // handler thread (worker for a callback call)
+  InterceptorChain* interceptors_ = nullptr;
   std::atomic<bool> headers_sent_{false};
   ServerStreamReactions* reactions_ = nullptr;
 

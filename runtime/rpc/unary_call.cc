@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "runtime/rpc/channel_impl.h"
+#include "runtime/rpc/interceptor_chain.h"
 #include "runtime/rpc/metadata.h"
 
 namespace rdmarpc {
@@ -55,6 +56,43 @@ bool SerializeLargeIntoRegistered(ChannelImpl* impl, absl::string_view method, s
   return true;
 }
 
+// POST_RECV_INITIAL_METADATA (when the request went out), POST_RECV_MESSAGE
+// (when OK) and POST_RECV_STATUS of a unary call that ended with `*status`.
+void RunUnaryReceiveHooks(InterceptorChain* chain, ClientContext* context,
+                          google::protobuf::MessageLite* response, absl::Status* status) {
+  if (!context->peer().empty()) {
+    chain->ClientRecvInitialMetadata(ClientContextAccess::ServerInitialMetadata(context));
+  }
+  if (status->ok()) chain->ClientRecvMessage(response, response->ByteSizeLong());
+  chain->ClientRecvStatus(status, ClientContextAccess::ServerTrailingMetadata(context));
+}
+
+absl::Status PlainBlockingUnaryCall(ChannelImpl* impl, absl::string_view method,
+                                    ClientContext* context,
+                                    const google::protobuf::MessageLite& request,
+                                    google::protobuf::MessageLite* response);
+
+// A blocking call on a channel with interceptors: the hooks around the
+// plain call, all on the caller's thread.
+absl::Status InterceptedBlockingUnaryCall(Channel* channel, ChannelImpl* impl,
+                                          absl::string_view method, ClientContext* context,
+                                          const google::protobuf::MessageLite& request,
+                                          google::protobuf::MessageLite* response) {
+  std::unique_ptr<InterceptorChain> chain = InterceptorChain::ForClient(
+      impl->options().interceptor_creators, channel, method, RpcKind::kUnary, context);
+  if (chain == nullptr) return PlainBlockingUnaryCall(impl, method, context, request, response);
+  absl::Status status =
+      chain->ClientSendInitialMetadata(ClientContextAccess::MutableMetadata(context));
+  if (!status.ok()) {
+    chain->ClientRecvStatus(&status, ClientContextAccess::ServerTrailingMetadata(context));
+    return status;
+  }
+  chain->ClientSendMessage(request, request.ByteSizeLong());
+  status = PlainBlockingUnaryCall(impl, method, context, request, response);
+  RunUnaryReceiveHooks(chain.get(), context, response, &status);
+  return status;
+}
+
 }  // namespace
 
 namespace {
@@ -64,6 +102,36 @@ void StartAsyncUnaryCall(Channel* channel, absl::string_view method, ClientConte
                          google::protobuf::MessageLite* response,
                          absl::AnyInvocable<void(absl::Status) &&> done, bool refuse_inline) {
   ChannelImpl* impl = ChannelAccess::Impl(channel);
+  if (!impl->options().interceptor_creators.empty()) {
+    std::unique_ptr<InterceptorChain> chain = InterceptorChain::ForClient(
+        impl->options().interceptor_creators, channel, method, RpcKind::kUnary, context);
+    if (chain != nullptr) {
+      absl::Status failed =
+          chain->ClientSendInitialMetadata(ClientContextAccess::MutableMetadata(context));
+      if (!failed.ok()) {
+        // Nothing is sent: the call ends here, as a refused one does.
+        auto end = [chain = std::move(chain), context, done = std::move(done),
+                    status = std::move(failed)]() mutable {
+          chain->ClientRecvStatus(&status, ClientContextAccess::ServerTrailingMetadata(context));
+          chain.reset();
+          std::move(done)(std::move(status));
+        };
+        if (refuse_inline) {
+          end();
+        } else {
+          impl->PickRoute().loop->Post(std::move(end));
+        }
+        return;
+      }
+      chain->ClientSendMessage(request, request.ByteSizeLong());
+      done = [chain = std::move(chain), context, response,
+              done = std::move(done)](absl::Status status) mutable {
+        RunUnaryReceiveHooks(chain.get(), context, response, &status);
+        chain.reset();  // the interceptors go before the caller hears the end
+        std::move(done)(std::move(status));
+      };
+    }
+  }
   const size_t size = request.ByteSizeLong();
   if (absl::Status s = CheckCall(impl, method, size, context); !s.ok()) {
     if (refuse_inline) {
@@ -118,6 +186,18 @@ absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method, Clien
                                const google::protobuf::MessageLite& request,
                                google::protobuf::MessageLite* response) {
   ChannelImpl* impl = ChannelAccess::Impl(channel);
+  if (!impl->options().interceptor_creators.empty()) {
+    return InterceptedBlockingUnaryCall(channel, impl, method, context, request, response);
+  }
+  return PlainBlockingUnaryCall(impl, method, context, request, response);
+}
+
+namespace {
+
+absl::Status PlainBlockingUnaryCall(ChannelImpl* impl, absl::string_view method,
+                                    ClientContext* context,
+                                    const google::protobuf::MessageLite& request,
+                                    google::protobuf::MessageLite* response) {
   if (impl->OnLoopThread()) {
     // Inside a completion callback: this thread drives the loop that would
     // have to deliver the response, and the deadline timer runs here too.
@@ -155,6 +235,8 @@ absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method, Clien
   if (result.ok() && call.deferred_response) return call.ParseDeferredResponse();
   return result;
 }
+
+}  // namespace
 
 }  // namespace internal
 }  // namespace rdmarpc

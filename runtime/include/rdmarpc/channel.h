@@ -16,11 +16,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rdmarpc/export.h"
+#include "rdmarpc/interceptor.h"
 
 namespace rdmarpc {
 
@@ -57,6 +59,12 @@ struct RDMARPC_EXPORT ChannelOptions {
   // Largest metadata of one call (keys and values, each direction), in
   // bytes; larger fails RESOURCE_EXHAUSTED naming both sizes. gRPC's default.
   size_t max_metadata_bytes = 8 * 1024;
+  // Client interceptors (rdmarpc/interceptor.h), outermost first: each
+  // factory makes one interceptor per call, on the thread starting it.
+  // Shared, not owned: a factory lives while a channel made with it does.
+  // Empty (the default): calls run no interceptor code at all.
+  std::vector<std::shared_ptr<experimental::ClientInterceptorFactoryInterface>>
+      interceptor_creators;
 };
 
 class RDMARPC_EXPORT Channel {

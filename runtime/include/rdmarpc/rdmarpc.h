@@ -8,6 +8,7 @@
 #include "rdmarpc/channel.h"
 #include "rdmarpc/client_callback.h"
 #include "rdmarpc/client_context.h"
+#include "rdmarpc/interceptor.h"
 #include "rdmarpc/server.h"
 #include "rdmarpc/server_callback.h"
 #include "rdmarpc/server_context.h"

@@ -31,6 +31,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rdmarpc/export.h"
+#include "rdmarpc/interceptor.h"
 
 namespace rdmarpc {
 
@@ -69,6 +70,13 @@ struct RDMARPC_EXPORT ServerOptions {
   // Registered memory the server may hold for large messages, in bytes.
   // Start fails with RESOURCE_EXHAUSTED when it cannot be registered.
   size_t large_buffer_pool_bytes = 256 * 1024 * 1024;
+  // Server interceptors (rdmarpc/interceptor.h), outermost first: each
+  // factory makes one interceptor per call, right before its handler is to
+  // run (calls answered before that, such as an unknown method or one
+  // refused by Shutdown, make none). Shared: a factory lives while the
+  // server does. Empty (the default): calls run no interceptor code.
+  std::vector<std::shared_ptr<experimental::ServerInterceptorFactoryInterface>>
+      interceptor_creators;
 };
 
 class RDMARPC_EXPORT Server {
