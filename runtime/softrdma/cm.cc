@@ -36,7 +36,6 @@
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "glog/logging.h"
 #include "softrdma/progress_thread.h"
 #include "softrdma/faults.h"
@@ -98,11 +97,20 @@ absl::Mutex& RegistryMutex();  // below: the live ids and their unacked events
 
 // Events are queued per channel under the channel's own mutex; the poster
 // holds the id's mutex (which orders them per id, and against
-// rdma_migrate_id), rdma_get_cm_event only the channel's.
+// rdma_migrate_id), rdma_get_cm_event only the channel's. Owned by the channel
+// registry until rdma_destroy_event_channel, and by each rdma_get_cm_event in
+// progress on it: a thread still waiting on a destroyed channel (rping's cm
+// thread, while its main thread destroys the id and the channel) touches
+// live memory and an open fd, as the kernel keeps a file open for a system
+// call in progress, and it stays blocked as it would in the kernel.
 struct SoftEventChannel {
-  rdma_event_channel ch;  // first member; ch.fd is a semaphore eventfd
+  rdma_event_channel ch{-1};  // first member; ch.fd is a semaphore eventfd
   absl::Mutex mu;
   std::deque<SoftCmEvent*> events ABSL_GUARDED_BY(mu);
+  bool destroyed ABSL_GUARDED_BY(mu) = false;
+  ~SoftEventChannel() {
+    if (ch.fd >= 0) ::close(ch.fd);
+  }
 };
 
 // The fields that follow the rdma_cm_id in librdmacm's private struct
@@ -217,22 +225,27 @@ SoftCmId* CmIdOf(rdma_cm_id* id) { return reinterpret_cast<SoftCmId*>(id); }
 // are (LiveId): perftest 4.5 destroys its channel twice after a rejected
 // connect. Its own mutex: channels are not rdma_cm connection state.
 ABSL_CONST_INIT absl::Mutex g_channels_mu(absl::kConstInit);
-absl::flat_hash_set<const rdma_event_channel*>& LiveChannels()
+absl::flat_hash_map<const rdma_event_channel*, std::shared_ptr<SoftEventChannel>>& LiveChannels()
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_channels_mu) {
-  static auto* s = new absl::flat_hash_set<const rdma_event_channel*>();
-  return *s;
+  static auto* m =
+      new absl::flat_hash_map<const rdma_event_channel*, std::shared_ptr<SoftEventChannel>>();
+  return *m;
 }
 
-bool IsLiveChannel(const rdma_event_channel* ch) {
+// The live channel at `ch`, or nullptr (logged, errno EINVAL).
+std::shared_ptr<SoftEventChannel> LiveChannel(const rdma_event_channel* ch) {
   {
     absl::MutexLock l(&g_channels_mu);
-    if (ch != nullptr && LiveChannels().contains(ch)) return true;
+    auto it = ch != nullptr ? LiveChannels().find(ch) : LiveChannels().end();
+    if (it != LiveChannels().end()) return it->second;
   }
   LOG(ERROR) << "softrdma: " << static_cast<const void*>(ch)
              << " is not a live rdma_event_channel (destroyed, or never created); EINVAL";
   errno = EINVAL;
-  return false;
+  return nullptr;
 }
+
+bool IsLiveChannel(const rdma_event_channel* ch) { return LiveChannel(ch) != nullptr; }
 SoftEventChannel* ChannelOf(rdma_event_channel* c) {
   return reinterpret_cast<SoftEventChannel*>(c);
 }
@@ -894,37 +907,34 @@ using internal::SoftCmId;
 using internal::SoftEventChannel;
 
 rdma_event_channel* create_event_channel() {
-  auto* ch = new SoftEventChannel();
+  auto ch = std::make_shared<SoftEventChannel>();
   ch->ch.fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
-  if (ch->ch.fd < 0) {
-    int e = errno;
-    delete ch;
-    errno = e;
-    return nullptr;
-  }
+  if (ch->ch.fd < 0) return nullptr;  // errno from eventfd
   absl::MutexLock l(&internal::g_channels_mu);
-  internal::LiveChannels().insert(&ch->ch);
+  internal::LiveChannels()[&ch->ch] = ch;
   return &ch->ch;
 }
 
 void destroy_event_channel(rdma_event_channel* channel) {
   if (channel == nullptr) return;
+  std::shared_ptr<SoftEventChannel> ch;
   {
     absl::MutexLock l(&internal::g_channels_mu);
-    if (internal::LiveChannels().erase(channel) == 0) {
+    auto it = internal::LiveChannels().find(channel);
+    if (it == internal::LiveChannels().end()) {
       LOG(ERROR) << "softrdma: rdma_destroy_event_channel on " << static_cast<void*>(channel)
                  << ", which is not a live channel (destroyed twice?); ignored";
       return;
     }
+    ch = std::move(it->second);
+    internal::LiveChannels().erase(it);
   }
-  auto* ch = internal::ChannelOf(channel);
-  {
-    absl::MutexLock l(&ch->mu);
-    for (SoftCmEvent* e : ch->events) delete e;
-    ch->events.clear();
-  }
-  ::close(channel->fd);
-  delete ch;
+  absl::MutexLock l(&ch->mu);
+  for (SoftCmEvent* e : ch->events) delete e;
+  ch->events.clear();
+  ch->destroyed = true;
+  // The channel (and its fd) goes with the last reference: this one, or that
+  // of an rdma_get_cm_event still in progress on it.
 }
 
 int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
@@ -1663,12 +1673,16 @@ int disconnect(rdma_cm_id* id) {
 
 int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (channel == nullptr || event == nullptr) return internal::Fail(EINVAL);
-  if (!internal::IsLiveChannel(channel)) return -1;
-  SoftEventChannel* ch = internal::ChannelOf(channel);
+  std::shared_ptr<SoftEventChannel> ch = internal::LiveChannel(channel);
+  if (ch == nullptr) return -1;
   for (;;) {
-    if (internal::WaitEventFd(channel->fd) != 0) return -1;
+    if (internal::WaitEventFd(ch->ch.fd) != 0) return -1;
     absl::MutexLock l(&ch->mu);
-    if (ch->events.empty()) continue;  // its id was destroyed or migrated
+    // Its id was destroyed or migrated; or the channel was destroyed while
+    // this call waited, after which nothing is posted on it again: wait on
+    // (for good, on a blocking fd), as a thread in the kernel's
+    // rdma_get_cm_event stays blocked when another closes the channel.
+    if (ch->destroyed || ch->events.empty()) continue;
     SoftCmEvent* e = ch->events.front();
     ch->events.pop_front();
     {

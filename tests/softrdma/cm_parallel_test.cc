@@ -10,8 +10,12 @@
 //
 // And ids destroyed at every point of their handshake, while the progress
 // thread handles that handshake's frames for them, are all freed, and no
-// handler touches a freed id (the suite runs under AddressSanitizer).
+// handler touches a freed id (the suite runs under AddressSanitizer); an
+// event channel destroyed while another thread waits in rdma_get_cm_event on
+// it (rping's cm thread at exit) stays valid for that thread.
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/syscall.h>
@@ -37,14 +41,41 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Whether thread `tid` of this process is blocked in write(2) on `fd`
-// (/proc/<pid>/task/<tid>/syscall: the syscall number, then its arguments).
-bool BlockedInWrite(pid_t tid, int fd) {
+// Whether thread `tid` of this process is blocked in system call `nr` on
+// `fd` (/proc/<pid>/task/<tid>/syscall: the number, then the arguments).
+bool BlockedIn(long nr, pid_t tid, int fd) {
   std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/syscall");
-  long nr = -1;
+  long got = -1;
   std::string arg0;
-  if (!(f >> nr >> arg0)) return false;
-  return nr == SYS_write && std::stoul(arg0, nullptr, 16) == static_cast<unsigned long>(fd);
+  if (!(f >> got >> arg0)) return false;
+  return got == nr && std::stoul(arg0, nullptr, 16) == static_cast<unsigned long>(fd);
+}
+bool BlockedInWrite(pid_t tid, int fd) { return BlockedIn(SYS_write, tid, fd); }
+bool BlockedInRead(pid_t tid, int fd) { return BlockedIn(SYS_read, tid, fd); }
+
+// An eventfd's counter, read without consuming it (/proc/self/fdinfo: the
+// "eventfd-count:" line, in hex); -1 if unknown.
+long long EventFdCount(int fd) {
+  std::ifstream f("/proc/self/fdinfo/" + std::to_string(fd));
+  std::string key;
+  while (f >> key) {
+    if (key == "eventfd-count:") {
+      std::string v;
+      f >> v;
+      return std::stoll(v, nullptr, 16);
+    }
+  }
+  return -1;
+}
+
+// Waits up to 20 s for `pred`.
+template <typename Pred>
+bool Eventually(Pred pred) {
+  for (auto until = Clock::now() + std::chrono::seconds(20); Clock::now() < until;) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return pred();
 }
 
 sockaddr_in Loopback(uint16_t port_be) {
@@ -228,6 +259,40 @@ TEST(CmParallel, IdsDestroyedWhileTheirHandshakeIsInFlightAreAllFreed) {
   const Stats after = GetStats();
   EXPECT_EQ(after.live_cm_ids, before.live_cm_ids);
   EXPECT_EQ(after.live_qps, before.live_qps);
+}
+
+TEST(CmParallel, ChannelDestroyedUnderAWaitingThreadStaysValidForIt) {
+  rdma_event_channel* ch = create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  const int fd = ch->fd;
+  std::atomic<pid_t> tid{0};
+  std::atomic<int> rc{-100};
+  std::atomic<int> err{0};
+  rdma_cm_event* got = nullptr;
+  std::thread waiter([&] {
+    tid = static_cast<pid_t>(syscall(SYS_gettid));
+    rc = get_cm_event(ch, &got);
+    err = errno;
+  });
+  ASSERT_TRUE(Eventually([&] { return tid.load() != 0 && BlockedInRead(tid.load(), fd); }));
+  destroy_event_channel(ch);
+  // The fd stays open while the call is in progress (as a file stays open
+  // for a system call using it). A wake-up finds the channel destroyed: no
+  // event, and the call waits on.
+  const uint64_t one = 1;
+  ASSERT_EQ(write(fd, &one, sizeof(one)), static_cast<ssize_t>(sizeof(one)));
+  // The waiter took the wake-up (the count is back to 0) and blocks again.
+  ASSERT_TRUE(Eventually([&] { return EventFdCount(fd) == 0 && BlockedInRead(tid.load(), fd); }));
+  EXPECT_EQ(rc.load(), -100);
+  // Made non-blocking and woken, it returns EAGAIN; then the fd is closed.
+  ASSERT_EQ(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+  ASSERT_EQ(write(fd, &one, sizeof(one)), static_cast<ssize_t>(sizeof(one)));
+  waiter.join();
+  EXPECT_EQ(rc.load(), -1);
+  EXPECT_EQ(err.load(), EAGAIN);
+  EXPECT_EQ(got, nullptr);
+  EXPECT_EQ(fcntl(fd, F_GETFD), -1);
+  EXPECT_EQ(errno, EBADF);
 }
 
 }  // namespace
