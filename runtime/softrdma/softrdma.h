@@ -33,6 +33,10 @@
 //    handling of other ids' connections) run in parallel; calls and control
 //    frames on one id are serialised. A listener's lock is taken before its
 //    child ids' (a CONNECT_REQUEST is made under it). See cm.cc / internal.h.
+//    rdma_destroy_event_channel while another thread waits in
+//    rdma_get_cm_event on that channel: the waiter returns no event and waits
+//    on (EAGAIN on a non-blocking fd), as a thread in the kernel's
+//    rdma_get_cm_event does; the channel's fd closes once it has left.
 //  - post_send / post_recv are thread-safe per QP, poll_cq per CQ.
 //  - Buffers: as on hardware, the buffer of a SEND / WRITE must stay unchanged
 //    until its completion. On the TCP link softrdma copies it at post; on the
