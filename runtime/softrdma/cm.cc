@@ -1213,11 +1213,11 @@ int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
   modify_qp(qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   absl::MutexLock l(&s->mu);
   if (s->destroyed || id->qp != nullptr) {
-    // Destroyed, or given a QP, by another thread meanwhile.
-    const int e = s->destroyed ? EINVAL : EBUSY;
+    // Destroyed, or given a QP, by another thread meanwhile: EINVAL, as for
+    // an id found with a QP above.
+    const bool destroyed = s->destroyed;
     softrdma::destroy_qp(qp);
-    if (e == EINVAL) return internal::DeadIdError(id);
-    return internal::Fail(e);
+    return destroyed ? internal::DeadIdError(id) : internal::Fail(EINVAL);
   }
   id->qp = qp;
   id->pd = pd;
