@@ -8,7 +8,22 @@
 // passive side posts ESTABLISHED. rdma_reject answers REJECT. After that the
 // socket carries the QPs' frames and finally DISCONNECT.
 //
-// Only asynchronous ids are supported: rdma_create_id needs an event channel.
+// Locking: no process-wide lock. Each id has its own mutex (SoftCmId::mu),
+// taken by every rdma_cm call on it and by the progress thread for each of
+// its control frames and timers, so ids set up in parallel on different
+// threads, and the progress thread serving other ids, never wait for one
+// another. A listener's mutex comes before its child ids' (CONNECT_REQ makes
+// a child under the listener's lock; destroying a listener destroys the
+// children whose CONNECT_REQUEST it never delivered). An id's mutex comes
+// before its QP's, its event channel's and the registries'. The id registry
+// (live ids by address and by serial, and each id's count of unacked events)
+// is held only to look an id up, publish or erase it, or count an event; it
+// keeps the owning reference of every live id, so the "is this a live id"
+// check of every call never dereferences a dead or wild pointer. Everything
+// else (Conn, Listener, QP, timers) refers to an id through a weak_ptr, and
+// after locking it checks that it is not destroyed and still attached, so no
+// handler touches a freed id or one that moved on. See internal.h for the
+// whole order.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -21,7 +36,6 @@
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "glog/logging.h"
 #include "softrdma/progress_thread.h"
 #include "softrdma/faults.h"
@@ -79,12 +93,24 @@ struct SoftCmEvent {
   uint64_t id_serial = 0;  // SoftCmId::serial of ev.id, which may die first
 };
 
-absl::Mutex& IdsMutex();  // below: the live ids and their unacked events
+absl::Mutex& RegistryMutex();  // below: the live ids and their unacked events
 
+// Events are queued per channel under the channel's own mutex; the poster
+// holds the id's mutex (which orders them per id, and against
+// rdma_migrate_id), rdma_get_cm_event only the channel's. Owned by the channel
+// registry until rdma_destroy_event_channel, and by each rdma_get_cm_event in
+// progress on it: a thread still waiting on a destroyed channel (rping's cm
+// thread, while its main thread destroys the id and the channel) touches
+// live memory and an open fd, as the kernel keeps a file open for a system
+// call in progress, and it stays blocked as it would in the kernel.
 struct SoftEventChannel {
-  rdma_event_channel ch;  // first member; ch.fd is a semaphore eventfd
+  rdma_event_channel ch{-1};  // first member; ch.fd is a semaphore eventfd
   absl::Mutex mu;
   std::deque<SoftCmEvent*> events ABSL_GUARDED_BY(mu);
+  bool destroyed ABSL_GUARDED_BY(mu) = false;
+  ~SoftEventChannel() {
+    if (ch.fd >= 0) ::close(ch.fd);
+  }
 };
 
 // The fields that follow the rdma_cm_id in librdmacm's private struct
@@ -131,57 +157,62 @@ LibrdmacmDevice* FakeCmaDevice() {
   return d;
 }
 
+// Owned by the id registry from PublishId until rdma_destroy_id; everything
+// else holds weak_ptrs (`self`), or a shared_ptr for the length of a call, so
+// the memory outlives every handler that may still look at it.
 struct SoftCmId {
   rdma_cm_id id;  // first member
   LibrdmacmIdFields librdmacm{FakeCmaDevice(), nullptr, 0, 0, 0, 0};  // see above
+  // Set before the id is published; constant afterwards.
   uint64_t serial = 0;
+  std::weak_ptr<SoftCmId> self;
   // Synchronous id (created without an event channel, as rdma_create_ep
-  // does): operations wait for their outcome on a private channel. Set
-  // before the id is published; constant afterwards.
+  // does): operations wait for their outcome on a private channel.
   bool sync = false;
-  // rdma_create_ep on a passive id: get_request gives each new id a QP.
-  bool has_ep_qp_attr = false;
-  ibv_qp_init_attr ep_qp_attr = {};
-  ibv_pd* ep_pd = nullptr;
-  CmState state ABSL_GUARDED_BY(CmMutex()) = CmState::kIdle;
-  // The socket from rdma_bind_addr, until listen or connect takes it.
-  int bound_fd ABSL_GUARDED_BY(CmMutex()) = -1;
-  std::shared_ptr<Conn> conn ABSL_GUARDED_BY(CmMutex());
-  std::shared_ptr<Listener> listener ABSL_GUARDED_BY(CmMutex());
-  // Listener: accepted sockets whose CONNECT_REQ has not arrived yet.
-  std::vector<std::shared_ptr<Conn>> pending ABSL_GUARDED_BY(CmMutex());
-  int timeout_ms ABSL_GUARDED_BY(CmMutex()) = 2000;
-  bool tcp_connecting ABSL_GUARDED_BY(CmMutex()) = false;
-  bool disconnect_event_posted ABSL_GUARDED_BY(CmMutex()) = false;
-  // Passive side: the client vanished before accept / reject.
-  bool peer_gone ABSL_GUARDED_BY(CmMutex()) = false;
   bool passive = false;  // made by a listener for a CONNECT_REQ
+
+  // Guards the fields below and the rdma_cm_id fields softrdma writes once
+  // the id is published (channel, qp, pd, verbs, route.addr).
+  absl::Mutex mu;
+  // rdma_destroy_id ran: every call and handler that finds the id locked this
+  // way leaves it alone (calls fail with EINVAL).
+  bool destroyed ABSL_GUARDED_BY(mu) = false;
+  // rdma_create_ep on a passive id: get_request gives each new id a QP.
+  bool has_ep_qp_attr ABSL_GUARDED_BY(mu) = false;
+  ibv_qp_init_attr ep_qp_attr ABSL_GUARDED_BY(mu) = {};
+  ibv_pd* ep_pd ABSL_GUARDED_BY(mu) = nullptr;
+  CmState state ABSL_GUARDED_BY(mu) = CmState::kIdle;
+  // The socket from rdma_bind_addr, until listen or connect takes it.
+  int bound_fd ABSL_GUARDED_BY(mu) = -1;
+  std::shared_ptr<Conn> conn ABSL_GUARDED_BY(mu);
+  std::shared_ptr<Listener> listener ABSL_GUARDED_BY(mu);
+  // Listener: accepted sockets whose CONNECT_REQ has not arrived yet.
+  std::vector<std::shared_ptr<Conn>> pending ABSL_GUARDED_BY(mu);
+  int timeout_ms ABSL_GUARDED_BY(mu) = 2000;
+  bool tcp_connecting ABSL_GUARDED_BY(mu) = false;
+  bool disconnect_event_posted ABSL_GUARDED_BY(mu) = false;
+  // Passive side: the client vanished before accept / reject.
+  bool peer_gone ABSL_GUARDED_BY(mu) = false;
   // Events of this id that get_cm_event returned and ack_cm_event has not
   // taken back. librdmacm's rdma_destroy_id blocks until this is 0.
-  int unacked_events ABSL_GUARDED_BY(IdsMutex()) = 0;
-  ConnParams local ABSL_GUARDED_BY(CmMutex());
-  ConnParams remote ABSL_GUARDED_BY(CmMutex());
-  ShmState shm_state ABSL_GUARDED_BY(CmMutex()) = ShmState::kNone;
-  std::shared_ptr<ShmLink> shm ABSL_GUARDED_BY(CmMutex());
+  int unacked_events ABSL_GUARDED_BY(RegistryMutex()) = 0;
+  ConnParams local ABSL_GUARDED_BY(mu);
+  ConnParams remote ABSL_GUARDED_BY(mu);
+  ShmState shm_state ABSL_GUARDED_BY(mu) = ShmState::kNone;
+  std::shared_ptr<ShmLink> shm ABSL_GUARDED_BY(mu);
   // A QP the application created itself (id.qp stays NULL, as librdmacm
   // leaves it) and named in rdma_conn_param.qp_num; it moves the QP through
   // INIT / RTR / RTS itself, with rdma_init_qp_attr.
-  std::shared_ptr<SoftQp> user_qp ABSL_GUARDED_BY(CmMutex());
+  std::shared_ptr<SoftQp> user_qp ABSL_GUARDED_BY(mu);
 };
 
 static_assert(offsetof(SoftCmId, librdmacm) == sizeof(rdma_cm_id),
               "librdmacm's fields must follow the rdma_cm_id, as in cma_id_private");
 
-absl::Mutex& CmMutex() {
-  static absl::Mutex* mu = new absl::Mutex();
-  return *mu;
-}
-
-// The registry of live ids and every id's count of unacked events: what
-// rdma_get_cm_event / rdma_ack_cm_event touch, so that neither waits for
-// CmMutex() (held by connection set-up and the progress thread's control
-// frames). Inner to CmMutex(); outer to SoftEventChannel::mu.
-absl::Mutex& IdsMutex() {
+// The registry of live ids and every id's count of unacked events: held only
+// for a lookup, an insert or erase, or an event count; innermost of the cm
+// locks (after SoftCmId::mu and SoftEventChannel::mu).
+absl::Mutex& RegistryMutex() {
   static absl::Mutex* mu = new absl::Mutex();
   return *mu;
 }
@@ -191,78 +222,117 @@ namespace {
 SoftCmId* CmIdOf(rdma_cm_id* id) { return reinterpret_cast<SoftCmId*>(id); }
 
 // Event channels this process created and has not destroyed, checked as ids
-// are (IsLiveId): perftest 4.5 destroys its channel twice after a rejected
+// are (LiveId): perftest 4.5 destroys its channel twice after a rejected
 // connect. Its own mutex: channels are not rdma_cm connection state.
 ABSL_CONST_INIT absl::Mutex g_channels_mu(absl::kConstInit);
-absl::flat_hash_set<const rdma_event_channel*>& LiveChannels()
+absl::flat_hash_map<const rdma_event_channel*, std::shared_ptr<SoftEventChannel>>& LiveChannels()
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_channels_mu) {
-  static auto* s = new absl::flat_hash_set<const rdma_event_channel*>();
-  return *s;
+  static auto* m =
+      new absl::flat_hash_map<const rdma_event_channel*, std::shared_ptr<SoftEventChannel>>();
+  return *m;
 }
 
-bool IsLiveChannel(const rdma_event_channel* ch) {
+// The live channel at `ch`, or nullptr (logged, errno EINVAL).
+std::shared_ptr<SoftEventChannel> LiveChannel(const rdma_event_channel* ch) {
   {
     absl::MutexLock l(&g_channels_mu);
-    if (ch != nullptr && LiveChannels().contains(ch)) return true;
+    auto it = ch != nullptr ? LiveChannels().find(ch) : LiveChannels().end();
+    if (it != LiveChannels().end()) return it->second;
   }
   LOG(ERROR) << "softrdma: " << static_cast<const void*>(ch)
              << " is not a live rdma_event_channel (destroyed, or never created); EINVAL";
   errno = EINVAL;
-  return false;
+  return nullptr;
 }
+
+bool IsLiveChannel(const rdma_event_channel* ch) { return LiveChannel(ch) != nullptr; }
 SoftEventChannel* ChannelOf(rdma_event_channel* c) {
   return reinterpret_cast<SoftEventChannel*>(c);
 }
 
-// Live ids by serial, so timers can tell whether their id still exists.
-absl::flat_hash_map<uint64_t, SoftCmId*>& LiveIds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(IdsMutex()) {
+// Live ids by serial, so an event (which may outlive its id) finds its id's
+// count of unacked events.
+absl::flat_hash_map<uint64_t, SoftCmId*>& LiveIds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(RegistryMutex()) {
   static auto* m = new absl::flat_hash_map<uint64_t, SoftCmId*>();
   return *m;
 }
-uint64_t g_next_serial ABSL_GUARDED_BY(IdsMutex()) = 1;
+uint64_t g_next_serial ABSL_GUARDED_BY(RegistryMutex()) = 1;
 
-// The same ids by address. Every rdma_cm call checks the id it is handed
-// against it before touching the id: a caller passing a destroyed id (or one
+// The same ids by address, owning them. Every rdma_cm call looks the id it is
+// handed up here before touching it: a caller passing a destroyed id (or one
 // read from freed memory, as perftest 4.5's rdma_cm retry does) gets EINVAL
 // instead of softrdma dereferencing a wild pointer.
-absl::flat_hash_set<const rdma_cm_id*>& LiveIdAddrs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(IdsMutex()) {
-  static auto* s = new absl::flat_hash_set<const rdma_cm_id*>();
-  return *s;
+absl::flat_hash_map<const rdma_cm_id*, std::shared_ptr<SoftCmId>>& LiveIdAddrs()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(RegistryMutex()) {
+  static auto* m = new absl::flat_hash_map<const rdma_cm_id*, std::shared_ptr<SoftCmId>>();
+  return *m;
 }
 
-void PublishId(SoftCmId* s) {
-  absl::MutexLock l(&IdsMutex());
+// A new, unpublished id (zeroed rdma_cm_id).
+std::shared_ptr<SoftCmId> NewId() {
+  auto s = std::make_shared<SoftCmId>();
+  std::memset(&s->id, 0, sizeof(s->id));
+  s->self = s;
+  return s;
+}
+
+void PublishId(const std::shared_ptr<SoftCmId>& s) {
+  absl::MutexLock l(&RegistryMutex());
   s->serial = g_next_serial++;
-  LiveIds()[s->serial] = s;
-  LiveIdAddrs().insert(&s->id);
+  LiveIds()[s->serial] = s.get();
+  LiveIdAddrs()[&s->id] = s;
+  Stat().live_cm_ids++;
 }
 
-// The live id numbered `serial`, or nullptr. An id is destroyed only under
-// CmMutex(), so a caller holding it may use the result.
-SoftCmId* FindLiveId(uint64_t serial) {
-  absl::MutexLock l(&IdsMutex());
-  auto it = LiveIds().find(serial);
-  return it == LiveIds().end() ? nullptr : it->second;
-}
-
-// True when `id` is a live id of this process; otherwise logs and sets errno
-// to EINVAL.
-bool IsLiveId(const rdma_cm_id* id) {
+// Erases a destroyed id from the registry. The caller holds its own
+// reference, so the id is not freed here (under its lock).
+void UnpublishId(SoftCmId* s) {
+  std::shared_ptr<SoftCmId> owner;
   {
-    absl::MutexLock l(&IdsMutex());
-    if (id != nullptr && LiveIdAddrs().contains(id)) return true;
+    absl::MutexLock l(&RegistryMutex());
+    LiveIds().erase(s->serial);
+    auto it = LiveIdAddrs().find(&s->id);
+    if (it == LiveIdAddrs().end()) return;
+    owner = std::move(it->second);
+    LiveIdAddrs().erase(it);
   }
+  Stat().live_cm_ids--;
+}
+
+int DeadIdError(const rdma_cm_id* id) {
   LOG(ERROR) << "softrdma: rdma_cm call on " << static_cast<const void*>(id)
              << ", which is not a live rdma_cm_id (destroyed, or never created); EINVAL";
   errno = EINVAL;
-  return false;
+  return -1;
 }
 
-// Queues an event for `id` on its channel (or on `on`'s channel, for a
-// CONNECT_REQUEST that belongs on the listener's channel).
-void PostEvent(SoftCmId* id, rdma_cm_event_type type, int status,
-               const ConnParams* params = nullptr, SoftCmId* listen_id = nullptr,
-               rdma_cm_id* on = nullptr) {
+// The live id at `id`, or nullptr (logged, errno EINVAL) when `id` is not a
+// live id of this process. The caller then locks it and checks `destroyed`:
+// another thread may destroy it in between.
+std::shared_ptr<SoftCmId> LiveId(const rdma_cm_id* id) {
+  {
+    absl::MutexLock l(&RegistryMutex());
+    auto it = id != nullptr ? LiveIdAddrs().find(id) : LiveIdAddrs().end();
+    if (it != LiveIdAddrs().end()) return it->second;
+  }
+  DeadIdError(id);
+  return nullptr;
+}
+
+// The live id numbered `serial`, or nullptr.
+std::shared_ptr<SoftCmId> IdBySerial(uint64_t serial) {
+  absl::MutexLock l(&RegistryMutex());
+  auto it = LiveIds().find(serial);
+  if (it == LiveIds().end()) return nullptr;
+  return it->second->self.lock();
+}
+
+// Queues an event for `id` on `ch`, with `listen_id` (a CONNECT_REQUEST,
+// which goes on the listener's channel; the caller then holds the listener's
+// mutex too).
+void PostEventOn(SoftEventChannel* ch, SoftCmId* id, rdma_cm_event_type type, int status,
+                 const ConnParams* params, SoftCmId* listen_id)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(id->mu) {
   auto* e = new SoftCmEvent();
   std::memset(&e->ev, 0, sizeof(e->ev));
   e->ev.id = &id->id;
@@ -281,12 +351,17 @@ void PostEvent(SoftCmId* id, rdma_cm_event_type type, int status,
     c.rnr_retry_count = params->rnr_retry_count;
     c.qp_num = params->qp_num;
   }
-  SoftEventChannel* ch = ChannelOf(on != nullptr ? on->channel : id->id.channel);
   {
     absl::MutexLock l(&ch->mu);
     ch->events.push_back(e);
   }
   SignalEventFd(ch->ch.fd);
+}
+
+// Queues an event for `id` on its own channel.
+void PostEvent(SoftCmId* id, rdma_cm_event_type type, int status,
+               const ConnParams* params = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(id->mu) {
+  PostEventOn(ChannelOf(id->id.channel), id, type, status, params, nullptr);
 }
 
 void FillParams(const rdma_conn_param* p, uint32_t qp_num, ConnParams* out) {
@@ -335,7 +410,7 @@ void SendControl(Conn* conn, FrameType type, const std::vector<uint8_t>& payload
 // Connects the id's QP (if any) to its connection; the QP goes to RTS. The
 // peer's rnr_retry_count governs our sends (rdma_cm(7): "the maximum number of
 // times that a send operation from the remote peer should be retried").
-void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   if (s->user_qp != nullptr && s->conn != nullptr) {
     // The application's own QP: only the link. The passive side holds its
     // sends until RTU, when the active side's QP is known to be in RTR (a NIC
@@ -367,15 +442,15 @@ void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   s->conn->set_qp(q->self.lock());
 }
 
-void DropShm(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+void DropShm(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   s->shm_state = ShmState::kNone;
   s->shm.reset();  // unlinks the name if nobody did; the QP may keep a mapping
 }
 
-void DetachConn(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+void DetachConn(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   DropShm(s);
   if (s->conn == nullptr) return;
-  s->conn->id = nullptr;
+  s->conn->set_cm_id({});
   s->conn->set_qp(nullptr);
   s->conn->Close();
   s->conn.reset();
@@ -383,7 +458,7 @@ void DetachConn(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
 
 // The connection ended (either side disconnected, or the peer vanished):
 // flush the QP and post DISCONNECTED once.
-void EndConnection(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+void EndConnection(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   s->state = CmState::kDisconnected;
   if (s->conn != nullptr) s->conn->set_qp(nullptr);
   if (s->id.qp != nullptr) QpFlushToError(internal::ToSoft(s->id.qp));
@@ -394,7 +469,7 @@ void EndConnection(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   }
 }
 
-void FailConnect(SoftCmId* s, int err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+void FailConnect(SoftCmId* s, int err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   DetachConn(s);
   s->tcp_connecting = false;
   if (err == ECONNREFUSED) {
@@ -407,54 +482,65 @@ void FailConnect(SoftCmId* s, int err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) 
   }
 }
 
-void RemoveEventsFor(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
+void RemoveEventsFor(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
 
-void DestroyIdLocked(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+// Unlinks the id from its QP, if the QP still names it.
+void UnlinkQp(SoftQp* q, SoftCmId* s) {
+  absl::MutexLock l(&q->mu);
+  if (q->cm_id.lock().get() == s) q->cm_id.reset();
+}
+
+// rdma_destroy_id's work, and that of a listener's undelivered children: the
+// id is marked destroyed, let go of everything, and erased from the registry.
+// The caller holds a reference to it (it is freed when the last one goes).
+void DestroyIdLocked(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+  s->destroyed = true;
   if (s->listener != nullptr) {
     s->listener->Close();
     s->listener.reset();
   }
   for (auto& c : s->pending) {
-    c->listen_id = nullptr;
+    c->set_listen_id({});
     c->Close();
   }
   s->pending.clear();
   if (s->bound_fd >= 0) ::close(s->bound_fd);
+  s->bound_fd = -1;
   DetachConn(s);
   DropShm(s);
-  if (s->id.qp != nullptr) internal::ToSoft(s->id.qp)->cm_id = nullptr;
+  if (s->id.qp != nullptr) UnlinkQp(internal::ToSoft(s->id.qp), s);
   if (s->user_qp != nullptr) {
-    if (s->user_qp->cm_id == s) s->user_qp->cm_id = nullptr;
+    UnlinkQp(s->user_qp.get(), s);
     s->user_qp.reset();
   }
   RemoveEventsFor(s);
-  {
-    absl::MutexLock l(&IdsMutex());
-    LiveIds().erase(s->serial);
-    LiveIdAddrs().erase(&s->id);
-  }
+  UnpublishId(s);
   if (s->sync) softrdma::destroy_event_channel(s->id.channel);
-  delete s;
-  Stat().live_cm_ids--;
 }
 
 // Drops undelivered events of a dying id; a CONNECT_REQUEST a dying listener
-// never delivered takes its new id along.
-void RemoveEventsFor(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+// never delivered takes its new id along (the child's mutex after the
+// listener's: the lock order).
+void RemoveEventsFor(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   SoftEventChannel* ch = ChannelOf(s->id.channel);
-  std::vector<SoftCmId*> orphans;
+  std::vector<uint64_t> orphans;
   {
     absl::MutexLock l(&ch->mu);
     auto keep = std::remove_if(ch->events.begin(), ch->events.end(), [&](SoftCmEvent* e) {
       const bool mine = e->ev.id == &s->id || e->ev.listen_id == &s->id;
       if (!mine) return false;
-      if (e->ev.listen_id == &s->id && e->ev.id != &s->id) orphans.push_back(CmIdOf(e->ev.id));
+      if (e->ev.listen_id == &s->id && e->ev.id != &s->id) orphans.push_back(e->id_serial);
       delete e;
       return true;
     });
     ch->events.erase(keep, ch->events.end());
   }
-  for (SoftCmId* o : orphans) DestroyIdLocked(o);
+  for (uint64_t serial : orphans) {
+    std::shared_ptr<SoftCmId> o = IdBySerial(serial);
+    if (o == nullptr) continue;
+    absl::MutexLock l(&o->mu);
+    if (!o->destroyed) DestroyIdLocked(o.get());
+  }
 }
 
 bool GoodFamily(const sockaddr* a) {
@@ -478,30 +564,44 @@ int Fail(int err) {
 
 }  // namespace
 
-void CmOnIncoming(SoftCmId* listen_id, std::shared_ptr<Conn> conn) {
-  listen_id->pending.push_back(std::move(conn));
+namespace {
+
+// Whether `s`, locked after following a Conn's weak reference, is alive and
+// still owns that connection (DetachConn hands it back, e.g. after REJECT).
+bool StillOwns(SoftCmId* s, Conn* conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+  return !s->destroyed && s->conn.get() == conn;
+}
+
+}  // namespace
+
+void CmOnIncoming(const std::weak_ptr<SoftCmId>& listen_id, std::shared_ptr<Conn> conn) {
+  std::shared_ptr<SoftCmId> l = listen_id.lock();
+  if (l != nullptr) {
+    absl::MutexLock lock(&l->mu);
+    if (!l->destroyed && l->state == CmState::kListen) {
+      conn->set_listen_id(l);
+      l->pending.push_back(std::move(conn));
+      return;
+    }
+  }
+  conn->Close();  // the listener was destroyed meanwhile
 }
 
 void CmOnConnectDone(Conn* conn, int error) {
-  SoftCmId* s = conn->id;
-  if (s == nullptr || !s->tcp_connecting) return;
-  if (error != 0) return FailConnect(s, error);
+  std::shared_ptr<SoftCmId> s = conn->cm_id();
+  if (s == nullptr) return;
+  absl::MutexLock l(&s->mu);
+  if (!StillOwns(s.get(), conn) || !s->tcp_connecting) return;
+  if (error != 0) return FailConnect(s.get(), error);
   s->tcp_connecting = false;
   socklen_t len = sizeof(s->id.route.addr.src_storage);
   ::getsockname(conn->fd(), &s->id.route.addr.src_addr, &len);
   SendControl(conn, FrameType::kConnectReq, EncodeConnParams(s->local));
 }
 
-void CmOnClosed(Conn* conn) {
-  if (SoftCmId* l = conn->listen_id) {
-    auto& p = l->pending;
-    p.erase(std::remove_if(p.begin(), p.end(),
-                           [conn](const std::shared_ptr<Conn>& c) { return c.get() == conn; }),
-            p.end());
-    conn->listen_id = nullptr;
-  }
-  SoftCmId* s = conn->id;
-  if (s == nullptr) return;
+namespace {
+
+void OnClosedLocked(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   switch (s->state) {
     case CmState::kEstablished:
     case CmState::kConnectResponse:
@@ -529,6 +629,23 @@ void CmOnClosed(Conn* conn) {
     default:
       break;
   }
+}
+
+}  // namespace
+
+void CmOnClosed(Conn* conn) {
+  if (std::shared_ptr<SoftCmId> l = conn->listen_id()) {
+    absl::MutexLock lock(&l->mu);
+    auto& p = l->pending;
+    p.erase(std::remove_if(p.begin(), p.end(),
+                           [conn](const std::shared_ptr<Conn>& c) { return c.get() == conn; }),
+            p.end());
+    conn->set_listen_id({});
+  }
+  if (std::shared_ptr<SoftCmId> s = conn->cm_id()) {
+    absl::MutexLock l(&s->mu);
+    if (StillOwns(s.get(), conn)) OnClosedLocked(s.get());
+  }
   conn->set_qp(nullptr);
 }
 
@@ -536,7 +653,7 @@ namespace {
 
 // The passive side's half of the same-host link decision for a CONNECT_REQ:
 // the permission probe and the segment's mapping (system calls, made before
-// CmMutex() is taken). `link` stays null when the offer is declined.
+// any cm lock is taken). `link` stays null when the offer is declined.
 struct ShmOfferAnswer {
   bool offered = false;  // the peer offered and is on this host
   std::shared_ptr<ShmLink> link;
@@ -553,11 +670,14 @@ ShmOfferAnswer AnswerShmOffer(const ConnParams& p) {
 }
 
 // A listener's connection sent CONNECT_REQ: a new passive id, and
-// RDMA_CM_EVENT_CONNECT_REQUEST on the listener's channel.
-void OnConnectReqLocked(Conn* conn, const ConnParams& p, ShmOfferAnswer shm)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
-  SoftCmId* l = conn->listen_id;
+// RDMA_CM_EVENT_CONNECT_REQUEST on the listener's channel. The new id is
+// filled in under the listener's mutex and its own, and published before
+// either is released, so neither a call nor a frame sees it half made.
+void OnConnectReq(Conn* conn, const ConnParams& p, ShmOfferAnswer shm) {
+  std::shared_ptr<SoftCmId> l = conn->listen_id();
   if (l == nullptr) return;
+  absl::MutexLock ll(&l->mu);
+  if (l->destroyed) return;
   std::shared_ptr<Conn> keep;
   auto& pend = l->pending;
   for (auto it = pend.begin(); it != pend.end(); ++it) {
@@ -568,17 +688,15 @@ void OnConnectReqLocked(Conn* conn, const ConnParams& p, ShmOfferAnswer shm)
     }
   }
   if (keep == nullptr) return;
-  auto* s = new SoftCmId();
-  std::memset(&s->id, 0, sizeof(s->id));
+  std::shared_ptr<SoftCmId> s = NewId();
   s->passive = true;
-  PublishId(s);
-  Stat().live_cm_ids++;
+  s->sync = l->sync;
+  absl::MutexLock sl(&s->mu);
   s->id.verbs = l->id.verbs != nullptr ? l->id.verbs : CmContext();
   s->id.channel = l->id.channel;
   if (l->sync) {
     // The CONNECT_REQUEST goes to the listener's channel (get_request
     // takes it); the new id's own events go to its own private channel.
-    s->sync = true;
     s->librdmacm.sync = 1;
     s->id.channel = softrdma::create_event_channel();
   }
@@ -591,8 +709,6 @@ void OnConnectReqLocked(Conn* conn, const ConnParams& p, ShmOfferAnswer shm)
   len = sizeof(s->id.route.addr.dst_storage);
   ::getpeername(conn->fd(), &s->id.route.addr.dst_addr, &len);
   s->conn = std::move(keep);
-  conn->id = s;
-  conn->listen_id = nullptr;
   s->remote = p;
   if (shm.link != nullptr) {
     s->shm = std::move(shm.link);
@@ -601,17 +717,17 @@ void OnConnectReqLocked(Conn* conn, const ConnParams& p, ShmOfferAnswer shm)
     Stat().shm_fallbacks++;
   }
   s->state = CmState::kConnectReqRcvd;
-  PostEvent(s, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &p, l, &l->id);
+  PublishId(s);
+  conn->set_cm_id(s);
+  conn->set_listen_id({});
+  PostEventOn(ChannelOf(l->id.channel), s.get(), RDMA_CM_EVENT_CONNECT_REQUEST, 0, &p, l.get());
 }
 
-}  // namespace
-
-// Control frames other than CONNECT_REQ (CmDispatchFrame handles that one).
-void CmOnFrame(Conn* conn, Frame& f) {
+// Control frames other than CONNECT_REQ, for the id that owns `conn`.
+void OnControlFrameLocked(SoftCmId* s, Conn* conn, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   switch (f.h.type) {
     case FrameType::kAccept: {
-      SoftCmId* s = conn->id;
-      if (s == nullptr || s->state != CmState::kConnecting) return;
+      if (s->state != CmState::kConnecting) return;
       if (!DecodeConnParams(f.payload.get(), f.h.length, &s->remote)) {
         LOG(WARNING) << "softrdma: malformed ACCEPT; closing";
         s->state = CmState::kError;
@@ -646,8 +762,7 @@ void CmOnFrame(Conn* conn, Frame& f) {
       return;
     }
     case FrameType::kReject: {
-      SoftCmId* s = conn->id;
-      if (s == nullptr || s->state != CmState::kConnecting) return;
+      if (s->state != CmState::kConnecting) return;
       ConnParams p;
       p.private_data_len = static_cast<uint8_t>(std::min<uint32_t>(f.h.length, 255));
       if (p.private_data_len > 0) std::memcpy(p.private_data, f.payload.get(), p.private_data_len);
@@ -657,8 +772,7 @@ void CmOnFrame(Conn* conn, Frame& f) {
       return;
     }
     case FrameType::kRtu: {
-      SoftCmId* s = conn->id;
-      if (s == nullptr || s->state != CmState::kAccepting) return;
+      if (s->state != CmState::kAccepting) return;
       if (s->shm_state == ShmState::kPendingRtu) {
         const bool use = f.h.length >= 1 && f.data()[0] == 1;
         if (use) {
@@ -676,11 +790,8 @@ void CmOnFrame(Conn* conn, Frame& f) {
       return;
     }
     case FrameType::kDisconnect: {
-      SoftCmId* s = conn->id;
-      if (s != nullptr && (s->state == CmState::kEstablished ||
-                           s->state == CmState::kAccepting ||
-                           s->state == CmState::kConnectResponse ||
-                           s->state == CmState::kDisconnected)) {
+      if (s->state == CmState::kEstablished || s->state == CmState::kAccepting ||
+          s->state == CmState::kConnectResponse || s->state == CmState::kDisconnected) {
         EndConnection(s);
       } else if (std::shared_ptr<SoftQp> q = conn->qp()) {
         QpFlushToError(q.get());
@@ -689,10 +800,29 @@ void CmOnFrame(Conn* conn, Frame& f) {
       return;
     }
     default:
-      if (std::shared_ptr<SoftQp> q = conn->qp()) QpOnFrame(q.get(), f);
       return;
   }
 }
+
+// A control frame: handled under the mutex of the id that owns `conn`. With
+// no such id (destroyed, or detached) only a DISCONNECT still matters, to
+// the QP the connection carries.
+void OnControlFrame(Conn* conn, Frame& f) {
+  if (std::shared_ptr<SoftCmId> s = conn->cm_id()) {
+    absl::MutexLock l(&s->mu);
+    if (StillOwns(s.get(), conn)) {
+      OnControlFrameLocked(s.get(), conn, f);
+      return;
+    }
+  }
+  if (f.h.type != FrameType::kDisconnect) return;
+  if (std::shared_ptr<SoftQp> q = conn->qp()) {
+    QpFlushToError(q.get());
+    conn->set_qp(nullptr);
+  }
+}
+
+}  // namespace
 
 void CmDispatchFrame(Conn* conn, Frame& f) {
   switch (f.h.type) {
@@ -703,19 +833,16 @@ void CmDispatchFrame(Conn* conn, Frame& f) {
         conn->Close();
         return;
       }
-      ShmOfferAnswer shm = AnswerShmOffer(p);  // system calls: before the lock
-      absl::MutexLock l(&CmMutex());
-      OnConnectReqLocked(conn, p, std::move(shm));
+      ShmOfferAnswer shm = AnswerShmOffer(p);  // system calls: before any lock
+      OnConnectReq(conn, p, std::move(shm));
       return;
     }
     case FrameType::kAccept:
     case FrameType::kReject:
     case FrameType::kRtu:
-    case FrameType::kDisconnect: {
-      absl::MutexLock l(&CmMutex());
-      CmOnFrame(conn, f);
+    case FrameType::kDisconnect:
+      OnControlFrame(conn, f);
       return;
-    }
     default:
       // Data frames: the QP's own mutex orders them; no cm state is touched.
       if (std::shared_ptr<SoftQp> q = conn->qp()) QpOnFrame(q.get(), f);
@@ -723,9 +850,17 @@ void CmDispatchFrame(Conn* conn, Frame& f) {
   }
 }
 
-void CmOnQpDestroyed(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
-  SoftCmId* s = q->cm_id;
+void CmOnQpDestroyed(SoftQp* q) {
+  std::shared_ptr<SoftCmId> s;
+  {
+    absl::MutexLock l(&q->mu);
+    s = q->cm_id.lock();
+  }
   if (s == nullptr) return;
+  absl::MutexLock l(&s->mu);
+  // Re-checked under the id's lock: the id may have been destroyed, or have
+  // let go of this QP, since.
+  if (s->destroyed || (s->id.qp != &q->qp && s->user_qp.get() != q)) return;
   if (s->conn != nullptr && s->conn->qp().get() == q) s->conn->set_qp(nullptr);
   if ((s->state == CmState::kEstablished || s->state == CmState::kAccepting ||
        s->state == CmState::kConnectResponse) &&
@@ -736,64 +871,75 @@ void CmOnQpDestroyed(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
   }
   if (s->user_qp.get() == q) s->user_qp.reset();
   if (s->id.qp == &q->qp) s->id.qp = nullptr;
-  q->cm_id = nullptr;
+  UnlinkQp(q, s.get());
 }
 
 // rdma_connect / rdma_accept on an id without a QP of rdma_cm's: takes the
 // application's QP named by conn_param.qp_num (none named, or no QP of that
-// number: the connection carries no QP, and the peer's requests go
+// number: the connection carries none, and the peer's requests go
 // unanswered, as on a NIC). EINVAL when that QP is in use by another id or
-// belongs to another device context.
-bool TakeUserQp(SoftCmId* s, uint32_t qp_num) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex()) {
+// belongs to another device context. The check and the claim are one step
+// under the QP's mutex, so two ids cannot both take it.
+bool TakeUserQp(SoftCmId* s, uint32_t qp_num) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   if (s->id.qp != nullptr || qp_num == 0) return true;
   std::shared_ptr<SoftQp> q = FindQp(qp_num);
   if (q == nullptr) return true;
-  if (q->cm_id != nullptr || q->qp.context != s->id.verbs) return false;
-  q->cm_id = s;
+  if (q->qp.context != s->id.verbs) return false;
+  {
+    absl::MutexLock l(&q->mu);
+    if (!q->cm_id.expired()) return false;
+    q->cm_id = s->self;
+  }
   s->user_qp = std::move(q);
   return true;
 }
 
+void LockCmRegistriesForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  g_channels_mu.Lock();
+  RegistryMutex().Lock();
+}
+
+void UnlockCmRegistriesForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  RegistryMutex().Unlock();
+  g_channels_mu.Unlock();
+}
+
 }  // namespace internal
 
-using internal::CmMutex;
 using internal::CmState;
 using internal::SoftCmEvent;
 using internal::SoftCmId;
 using internal::SoftEventChannel;
 
 rdma_event_channel* create_event_channel() {
-  auto* ch = new SoftEventChannel();
+  auto ch = std::make_shared<SoftEventChannel>();
   ch->ch.fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
-  if (ch->ch.fd < 0) {
-    int e = errno;
-    delete ch;
-    errno = e;
-    return nullptr;
-  }
+  if (ch->ch.fd < 0) return nullptr;  // errno from eventfd
   absl::MutexLock l(&internal::g_channels_mu);
-  internal::LiveChannels().insert(&ch->ch);
+  internal::LiveChannels()[&ch->ch] = ch;
   return &ch->ch;
 }
 
 void destroy_event_channel(rdma_event_channel* channel) {
   if (channel == nullptr) return;
+  std::shared_ptr<SoftEventChannel> ch;
   {
     absl::MutexLock l(&internal::g_channels_mu);
-    if (internal::LiveChannels().erase(channel) == 0) {
+    auto it = internal::LiveChannels().find(channel);
+    if (it == internal::LiveChannels().end()) {
       LOG(ERROR) << "softrdma: rdma_destroy_event_channel on " << static_cast<void*>(channel)
                  << ", which is not a live channel (destroyed twice?); ignored";
       return;
     }
+    ch = std::move(it->second);
+    internal::LiveChannels().erase(it);
   }
-  auto* ch = internal::ChannelOf(channel);
-  {
-    absl::MutexLock l(&ch->mu);
-    for (SoftCmEvent* e : ch->events) delete e;
-    ch->events.clear();
-  }
-  ::close(channel->fd);
-  delete ch;
+  absl::MutexLock l(&ch->mu);
+  for (SoftCmEvent* e : ch->events) delete e;
+  ch->events.clear();
+  ch->destroyed = true;
+  // The channel (and its fd) goes with the last reference: this one, or that
+  // of an rdma_get_cm_event still in progress on it.
 }
 
 int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
@@ -806,41 +952,43 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
     channel = create_event_channel();
     if (channel == nullptr) return -1;
   }
-  auto* s = new SoftCmId();
-  std::memset(&s->id, 0, sizeof(s->id));
+  std::shared_ptr<SoftCmId> s = internal::NewId();
   s->sync = sync;
-  s->librdmacm.sync = sync ? 1 : 0;
-  s->id.channel = channel;
-  s->id.context = context;
-  s->id.ps = ps;
-  s->id.qp_type = IBV_QPT_RC;
+  {
+    absl::MutexLock l(&s->mu);  // not published yet: for the annotations
+    s->librdmacm.sync = sync ? 1 : 0;
+    s->id.channel = channel;
+    s->id.context = context;
+    s->id.ps = ps;
+    s->id.qp_type = IBV_QPT_RC;
+  }
   internal::PublishId(s);
-  internal::Stat().live_cm_ids++;
   *id = &s->id;
   return 0;
 }
 
 int destroy_id(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
-  if (!internal::IsLiveId(id)) return -1;
+  std::shared_ptr<SoftCmId> s = internal::LiveId(id);
+  if (s == nullptr) return -1;
   // A synchronous id's last event (librdmacm keeps it in id->event).
   if (id->event != nullptr) {
     ack_cm_event(id->event);
     id->event = nullptr;
   }
-  SoftCmId* s = internal::CmIdOf(id);
   // librdmacm's rdma_destroy_id waits until every event it returned for the
   // id has been acked, which another thread (e.g. rping's cm thread) may
-  // still be about to do. Wait the same way (holding only the ids' mutex,
-  // which the acks take), but not forever: when nobody acks, rdma-core would
-  // hang here for good, so fail loudly (fatal in debug builds, where the
-  // tests run) instead of letting such code pass.
+  // still be about to do. Wait the same way (holding only the registry,
+  // which Await releases while it waits and the acks take), but not forever:
+  // when nobody acks, rdma-core would hang here for good, so fail loudly
+  // (fatal in debug builds, where the tests run) instead of letting such
+  // code pass.
   {
-    absl::MutexLock ids(&internal::IdsMutex());
-    const bool acked = internal::IdsMutex().AwaitWithTimeout(
+    absl::MutexLock reg(&internal::RegistryMutex());
+    const bool acked = internal::RegistryMutex().AwaitWithTimeout(
         absl::Condition(
             +[](SoftCmId* id) ABSL_NO_THREAD_SAFETY_ANALYSIS { return id->unacked_events == 0; },
-            s),
+            s.get()),
         internal::kDestroyIdAckWait);
     if (!acked) {
       LOG(DFATAL) << "softrdma: rdma_destroy_id on an id with " << s->unacked_events
@@ -848,17 +996,19 @@ int destroy_id(rdma_cm_id* id) {
                   << internal::kDestroyIdAckWait << "; rdma-core would block here forever";
     }
   }
-  absl::MutexLock l(&CmMutex());
-  if (!internal::IsLiveId(id)) return -1;  // destroyed meanwhile by another thread
-  internal::DestroyIdLocked(s);
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed) return internal::DeadIdError(id);  // by another thread meanwhile
+  internal::DestroyIdLocked(s.get());
   return 0;
 }
 
 int bind_addr(rdma_cm_id* id, sockaddr* addr) {
   if (id == nullptr || !internal::GoodFamily(addr)) return internal::Fail(EINVAL);
-  absl::MutexLock l(&CmMutex());
-  if (!internal::IsLiveId(id)) return -1;
-  SoftCmId* s = internal::CmIdOf(id);
+  std::shared_ptr<SoftCmId> held = internal::LiveId(id);
+  if (held == nullptr) return -1;
+  SoftCmId* s = held.get();
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed) return internal::DeadIdError(id);
   if (s->state != CmState::kIdle) return internal::Fail(EINVAL);
   int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
@@ -880,9 +1030,11 @@ int bind_addr(rdma_cm_id* id, sockaddr* addr) {
 
 int listen(rdma_cm_id* id, int backlog) {
   if (id == nullptr) return internal::Fail(EINVAL);
-  absl::MutexLock l(&CmMutex());
-  if (!internal::IsLiveId(id)) return -1;
-  SoftCmId* s = internal::CmIdOf(id);
+  std::shared_ptr<SoftCmId> held = internal::LiveId(id);
+  if (held == nullptr) return -1;
+  SoftCmId* s = held.get();
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed) return internal::DeadIdError(id);
   if (s->state != CmState::kBound) return internal::Fail(EINVAL);
   // The IB CM queues every REQ whatever the backlog (it only matters to
   // iWARP), so the socket's backlog is the kernel's maximum: a smaller one
@@ -890,7 +1042,7 @@ int listen(rdma_cm_id* id, int backlog) {
   // TCP's 1 s SYN retransmission.
   (void)backlog;
   if (::listen(s->bound_fd, SOMAXCONN) != 0) return -1;
-  s->listener = internal::MakeListener(s->bound_fd, s);
+  s->listener = internal::MakeListener(s->bound_fd, s->self);
   s->bound_fd = -1;  // the listener owns it now
   s->listener->Start();
   s->state = CmState::kListen;
@@ -900,8 +1052,9 @@ int listen(rdma_cm_id* id, int backlog) {
 static int ResolveAddrStart(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr,
                             int timeout_ms) {
   if (id == nullptr || dst_addr == nullptr) return internal::Fail(EINVAL);
-  if (!internal::IsLiveId(id)) return -1;
-  // Ask the kernel for a route, before taking CmMutex(): a connected UDP
+  std::shared_ptr<SoftCmId> held = internal::LiveId(id);
+  if (held == nullptr) return -1;
+  // Ask the kernel for a route, before taking the id's lock: a connected UDP
   // socket needs one and tells us the source address it would use. No
   // packet is sent.
   const bool good = internal::GoodFamily(dst_addr);
@@ -918,8 +1071,9 @@ static int ResolveAddrStart(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_ad
       ::close(probe);
     }
   }
-  absl::MutexLock l(&CmMutex());
-  SoftCmId* s = internal::CmIdOf(id);
+  SoftCmId* s = held.get();
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed) return internal::DeadIdError(id);
   if (s->state != CmState::kIdle && s->state != CmState::kBound) return internal::Fail(EINVAL);
   if (timeout_ms > 0) s->timeout_ms = timeout_ms;
   id->verbs = internal::CmContext();
@@ -949,9 +1103,11 @@ static int ResolveAddrStart(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_ad
 
 static int ResolveRouteStart(rdma_cm_id* id, int timeout_ms) {
   if (id == nullptr) return internal::Fail(EINVAL);
-  absl::MutexLock l(&CmMutex());
-  if (!internal::IsLiveId(id)) return -1;
-  SoftCmId* s = internal::CmIdOf(id);
+  std::shared_ptr<SoftCmId> held = internal::LiveId(id);
+  if (held == nullptr) return -1;
+  SoftCmId* s = held.get();
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed) return internal::DeadIdError(id);
   if (s->state != CmState::kAddrResolved) return internal::Fail(EINVAL);
   if (timeout_ms > 0) s->timeout_ms = timeout_ms;
   s->state = CmState::kRouteResolved;
@@ -989,8 +1145,15 @@ void DestroyIdCqs(rdma_cm_id* id) {
 int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
                ibv_qp_init_attr_ex* ex) {
   if (id == nullptr || qp_init_attr == nullptr) return internal::Fail(EINVAL);
-  if (!internal::IsLiveId(id)) return -1;
-  if (id->verbs == nullptr || id->qp != nullptr) return internal::Fail(EINVAL);
+  std::shared_ptr<SoftCmId> held = internal::LiveId(id);
+  if (held == nullptr) return -1;
+  SoftCmId* s = held.get();
+  {
+    absl::MutexLock l(&s->mu);
+    if (id->verbs == nullptr || id->qp != nullptr) return internal::Fail(EINVAL);
+  }
+  // The QP and its CQs are made without the id's lock (the caller serialises
+  // its own calls on one id, as with librdmacm).
   if (pd == nullptr) {
     internal::SoftContext* c = internal::ToSoft(id->verbs);
     absl::MutexLock l(&c->mu);
@@ -1053,12 +1216,21 @@ int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
   init.port_num = 1;
   init.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   modify_qp(qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  absl::MutexLock l(&CmMutex());
-  if (!internal::IsLiveId(id)) return -1;
-  SoftCmId* s = internal::CmIdOf(id);
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed || id->qp != nullptr) {
+    // Destroyed, or given a QP, by another thread meanwhile: EINVAL, as for
+    // an id found with a QP above.
+    const bool destroyed = s->destroyed;
+    softrdma::destroy_qp(qp);
+    return destroyed ? internal::DeadIdError(id) : internal::Fail(EINVAL);
+  }
   id->qp = qp;
   id->pd = pd;
-  internal::ToSoft(qp)->cm_id = s;
+  {
+    internal::SoftQp* q = internal::ToSoft(qp);
+    absl::MutexLock ql(&q->mu);
+    q->cm_id = s->self;
+  }
   if (s->state == CmState::kEstablished || s->state == CmState::kAccepting) {
     internal::AttachQp(s);
   }
@@ -1081,10 +1253,21 @@ int create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr_ex) {
 
 void destroy_qp(rdma_cm_id* id) {
   if (id == nullptr) return;
-  if (!internal::IsLiveId(id)) return;
-  if (id->qp == nullptr) return;
-  softrdma::destroy_qp(id->qp);  // detaches from the id and tells the peer
-  id->qp = nullptr;
+  std::shared_ptr<SoftCmId> s = internal::LiveId(id);
+  if (s == nullptr) return;
+  ibv_qp* qp;
+  {
+    absl::MutexLock l(&s->mu);
+    qp = id->qp;
+  }
+  if (qp == nullptr) return;
+  // Without the id's lock: destroy_qp detaches the QP from the id under it
+  // (clearing id->qp) and tells the peer.
+  softrdma::destroy_qp(qp);
+  {
+    absl::MutexLock l(&s->mu);
+    if (id->qp == qp) id->qp = nullptr;
+  }
   DestroyIdCqs(id);  // as librdmacm: the CQs the id names go with the QP
 }
 
@@ -1096,19 +1279,29 @@ static int ConnectStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
        !internal::ValidRdAtomic(*conn_param))) {
     return internal::Fail(EINVAL);
   }
-  if (!internal::IsLiveId(id)) return -1;
+  std::shared_ptr<SoftCmId> held = internal::LiveId(id);
+  if (held == nullptr) return -1;
+  SoftCmId* s = held.get();
   // The system calls of the set-up (a shared-memory segment, a socket) come
-  // before CmMutex(), which other ids' set-up and the progress thread need.
+  // before the id's lock, which the progress thread needs for its frames.
   std::shared_ptr<internal::ShmLink> link =
       internal::ShmEnabled() ? internal::ShmLink::Create() : nullptr;
-  sockaddr* dst = &id->route.addr.dst_addr;
+  sockaddr_storage dst_storage;
+  {
+    absl::MutexLock l(&s->mu);
+    dst_storage = id->route.addr.dst_storage;
+  }
+  const sockaddr* dst = reinterpret_cast<const sockaddr*>(&dst_storage);
   int fresh_fd = ::socket(dst->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  absl::MutexLock l(&CmMutex());
-  SoftCmId* s = internal::CmIdOf(id);
+  absl::MutexLock l(&s->mu);
   auto fail = [fresh_fd](int err) {
     if (fresh_fd >= 0) ::close(fresh_fd);
     return internal::Fail(err);
   };
+  if (s->destroyed) {
+    if (fresh_fd >= 0) ::close(fresh_fd);
+    return internal::DeadIdError(id);
+  }
   if (s->state != CmState::kRouteResolved) return fail(EINVAL);
   internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
   if (!internal::TakeUserQp(s, s->local.qp_num)) return fail(EINVAL);
@@ -1133,16 +1326,18 @@ static int ConnectStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
     internal::FailConnect(s, e);
     return 0;  // the outcome is the event, as with librdmacm
   }
-  s->conn = internal::Conn::Create(fd, /*connecting=*/true);
-  s->conn->id = s;
+  // The progress thread reports the connect's outcome under the id's lock,
+  // so after this call has set the state.
+  s->conn = internal::Conn::Create(fd, /*connecting=*/true, s->self);
   s->tcp_connecting = true;
   s->state = CmState::kConnecting;
-  const uint64_t serial = s->serial;
-  internal::ProgressThread::Get().RunAfter(absl::Milliseconds(s->timeout_ms), [serial] {
-    absl::MutexLock l(&CmMutex());
-    SoftCmId* live = internal::FindLiveId(serial);
-    if (live == nullptr || !live->tcp_connecting) return;
-    internal::FailConnect(live, ETIMEDOUT);  // the host did not answer
+  std::weak_ptr<SoftCmId> weak = s->self;
+  internal::ProgressThread::Get().RunAfter(absl::Milliseconds(s->timeout_ms), [weak] {
+    std::shared_ptr<SoftCmId> live = weak.lock();
+    if (live == nullptr) return;
+    absl::MutexLock l(&live->mu);
+    if (live->destroyed || !live->tcp_connecting) return;
+    internal::FailConnect(live.get(), ETIMEDOUT);  // the host did not answer
   });
   return 0;
 }
@@ -1155,9 +1350,11 @@ static int AcceptStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
        !internal::ValidRdAtomic(*conn_param))) {
     return internal::Fail(EINVAL);
   }
-  absl::MutexLock l(&CmMutex());
-  if (!internal::IsLiveId(id)) return -1;
-  SoftCmId* s = internal::CmIdOf(id);
+  std::shared_ptr<SoftCmId> held = internal::LiveId(id);
+  if (held == nullptr) return -1;
+  SoftCmId* s = held.get();
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed) return internal::DeadIdError(id);
   if (s->state != CmState::kConnectReqRcvd || s->conn == nullptr) return internal::Fail(EINVAL);
   if (s->peer_gone) {
     // The active side went away after its CONNECT_REQ: the accept cannot
@@ -1247,8 +1444,9 @@ int accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
 
 int get_request(rdma_cm_id* listen, rdma_cm_id** id) {
   if (listen == nullptr || id == nullptr) return internal::Fail(EINVAL);
-  if (!internal::IsLiveId(listen)) return -1;
-  if (!IsSync(listen)) return internal::Fail(EINVAL);
+  std::shared_ptr<SoftCmId> ls = internal::LiveId(listen);
+  if (ls == nullptr) return -1;
+  if (!ls->sync) return internal::Fail(EINVAL);
   // As librdmacm: the listener's last event is acked now; the request's event
   // stays in the new id's `event` (or the listener's, on failure).
   if (listen->event != nullptr) {
@@ -1266,8 +1464,7 @@ int get_request(rdma_cm_id* listen, rdma_cm_id** id) {
   ibv_qp_init_attr attr;
   ibv_pd* pd;
   {
-    absl::MutexLock l(&CmMutex());
-    SoftCmId* ls = internal::CmIdOf(listen);
+    absl::MutexLock l(&ls->mu);
     make_qp = ls->has_ep_qp_attr;
     attr = ls->ep_qp_attr;
     pd = ls->ep_pd;
@@ -1297,8 +1494,8 @@ int create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd, ibv_qp_init_attr*
     rc = bind_addr(cm, res->ai_src_addr);
     if (rc == 0 && qp_init_attr != nullptr) {
       // librdmacm keeps the attributes for the QPs of accepted ids.
-      absl::MutexLock l(&CmMutex());
-      SoftCmId* s = internal::CmIdOf(cm);
+      SoftCmId* s = internal::CmIdOf(cm);  // alive: this thread made it
+      absl::MutexLock l(&s->mu);
       s->has_ep_qp_attr = true;
       s->ep_qp_attr = *qp_init_attr;
       s->ep_pd = pd;
@@ -1328,9 +1525,11 @@ int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
       (private_data_len > 0 && private_data == nullptr)) {
     return internal::Fail(EINVAL);
   }
-  absl::MutexLock l(&CmMutex());
-  if (!internal::IsLiveId(id)) return -1;
-  SoftCmId* s = internal::CmIdOf(id);
+  std::shared_ptr<SoftCmId> held = internal::LiveId(id);
+  if (held == nullptr) return -1;
+  SoftCmId* s = held.get();
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed) return internal::DeadIdError(id);
   if (s->state != CmState::kConnectReqRcvd || s->conn == nullptr) return internal::Fail(EINVAL);
   std::vector<uint8_t> pd(static_cast<const uint8_t*>(private_data),
                           static_cast<const uint8_t*>(private_data) + private_data_len);
@@ -1344,9 +1543,11 @@ int init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
   if (id == nullptr || qp_attr == nullptr || qp_attr_mask == nullptr) {
     return internal::Fail(EINVAL);
   }
-  absl::MutexLock l(&CmMutex());
-  if (!internal::IsLiveId(id)) return -1;
-  SoftCmId* s = internal::CmIdOf(id);
+  std::shared_ptr<SoftCmId> held = internal::LiveId(id);
+  if (held == nullptr) return -1;
+  SoftCmId* s = held.get();
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed) return internal::DeadIdError(id);
   if (id->verbs == nullptr) return internal::Fail(EINVAL);  // no device yet
   const CmState st = s->state;
   // The peer's parameters are known on the passive side from CONNECT_REQUEST
@@ -1435,9 +1636,11 @@ int init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
 
 int establish(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
-  absl::MutexLock l(&CmMutex());
-  if (!internal::IsLiveId(id)) return -1;
-  SoftCmId* s = internal::CmIdOf(id);
+  std::shared_ptr<SoftCmId> held = internal::LiveId(id);
+  if (held == nullptr) return -1;
+  SoftCmId* s = held.get();
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed) return internal::DeadIdError(id);
   // librdmacm: only for an id without a QP of its own, after CONNECT_RESPONSE.
   if (id->qp != nullptr || s->state != CmState::kConnectResponse || s->conn == nullptr) {
     return internal::Fail(EINVAL);
@@ -1451,9 +1654,11 @@ int establish(rdma_cm_id* id) {
 
 int disconnect(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
-  absl::MutexLock l(&CmMutex());
-  if (!internal::IsLiveId(id)) return -1;
-  SoftCmId* s = internal::CmIdOf(id);
+  std::shared_ptr<SoftCmId> held = internal::LiveId(id);
+  if (held == nullptr) return -1;
+  SoftCmId* s = held.get();
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed) return internal::DeadIdError(id);
   switch (s->state) {
     case CmState::kEstablished:
     case CmState::kAccepting:
@@ -1473,17 +1678,26 @@ int disconnect(rdma_cm_id* id) {
 
 int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (channel == nullptr || event == nullptr) return internal::Fail(EINVAL);
-  if (!internal::IsLiveChannel(channel)) return -1;
-  SoftEventChannel* ch = internal::ChannelOf(channel);
+  std::shared_ptr<SoftEventChannel> ch = internal::LiveChannel(channel);
+  if (ch == nullptr) return -1;
   for (;;) {
-    if (internal::WaitEventFd(channel->fd) != 0) return -1;
-    absl::MutexLock ids(&internal::IdsMutex());  // for the id's unacked_events
+    if (internal::WaitEventFd(ch->ch.fd) != 0) return -1;
     absl::MutexLock l(&ch->mu);
-    if (ch->events.empty()) continue;  // its id was destroyed or migrated
+    // Its id was destroyed or migrated; or the channel was destroyed while
+    // this call waited, after which nothing is posted on it again: wait on
+    // (for good, on a blocking fd), as a thread in the kernel's
+    // rdma_get_cm_event stays blocked when another closes the channel.
+    if (ch->destroyed || ch->events.empty()) continue;
     SoftCmEvent* e = ch->events.front();
     ch->events.pop_front();
-    auto it = internal::LiveIds().find(e->id_serial);
-    if (it != internal::LiveIds().end()) it->second->unacked_events++;
+    {
+      // Counted before the channel's lock goes, so rdma_destroy_id (which
+      // drops the id's queued events under it) either finds the event still
+      // queued or counted.
+      absl::MutexLock reg(&internal::RegistryMutex());
+      auto it = internal::LiveIds().find(e->id_serial);
+      if (it != internal::LiveIds().end()) it->second->unacked_events++;
+    }
     *event = &e->ev;
     return 0;
   }
@@ -1493,7 +1707,7 @@ int ack_cm_event(rdma_cm_event* event) {
   if (event == nullptr) return internal::Fail(EINVAL);
   auto* e = reinterpret_cast<SoftCmEvent*>(event);
   {
-    absl::MutexLock ids(&internal::IdsMutex());
+    absl::MutexLock reg(&internal::RegistryMutex());
     auto it = internal::LiveIds().find(e->id_serial);
     if (it != internal::LiveIds().end() && it->second->unacked_events > 0) {
       it->second->unacked_events--;
@@ -1506,16 +1720,23 @@ int ack_cm_event(rdma_cm_event* event) {
 int migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
   if (id == nullptr || channel == nullptr) return internal::Fail(EINVAL);
   if (!internal::IsLiveChannel(channel)) return -1;
-  absl::MutexLock l(&CmMutex());
-  if (!internal::IsLiveId(id)) return -1;
+  std::shared_ptr<SoftCmId> held = internal::LiveId(id);
+  if (held == nullptr) return -1;
+  SoftCmId* s = held.get();
+  // Under the id's lock no event of it is posted meanwhile (posters hold it),
+  // so none is left behind on the old channel.
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed) return internal::DeadIdError(id);
   SoftEventChannel* from = internal::ChannelOf(id->channel);
   SoftEventChannel* to = internal::ChannelOf(channel);
   if (from == to) return 0;
+  // The id's events, and a listener's undelivered CONNECT_REQUESTs, move
+  // (as the kernel's ucma_migrate_id moves the events of the id's context).
   std::vector<SoftCmEvent*> moved;
   {
     absl::MutexLock fl(&from->mu);
     auto keep = std::remove_if(from->events.begin(), from->events.end(), [&](SoftCmEvent* e) {
-      if (e->ev.id != id) return false;
+      if (e->ev.id != id && e->ev.listen_id != id) return false;
       moved.push_back(e);
       return true;
     });
@@ -1532,9 +1753,11 @@ int migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
 
 int DropConnection(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
-  absl::MutexLock l(&CmMutex());
-  if (!internal::IsLiveId(id)) return -1;
-  SoftCmId* s = internal::CmIdOf(id);
+  std::shared_ptr<SoftCmId> held = internal::LiveId(id);
+  if (held == nullptr) return -1;
+  SoftCmId* s = held.get();
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed) return internal::DeadIdError(id);
   if (s->conn == nullptr) return internal::Fail(EINVAL);
   // Both directions end at once; the progress thread then sees EOF on this
   // end and the peer's sees EOF on the other, and each handles a dead peer.
@@ -1544,9 +1767,11 @@ int DropConnection(rdma_cm_id* id) {
 
 int VanishPeer(rdma_cm_id* id) {
   if (id == nullptr) return internal::Fail(EINVAL);
-  absl::MutexLock l(&CmMutex());
-  if (!internal::IsLiveId(id)) return -1;
-  SoftCmId* s = internal::CmIdOf(id);
+  std::shared_ptr<SoftCmId> held = internal::LiveId(id);
+  if (held == nullptr) return -1;
+  SoftCmId* s = held.get();
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed) return internal::DeadIdError(id);
   if (s->conn == nullptr) return internal::Fail(EINVAL);
   s->conn->Vanish();
   return 0;

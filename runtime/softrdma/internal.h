@@ -5,21 +5,26 @@
 // converts back with a reinterpret_cast (container_of at offset 0).
 //
 // Locking order (outer to inner):
-//   CmMutex()  ->  SoftQp::mu  ->  { SoftSrq::mu, SoftCq::mu -> SoftCompChannel::mu,
-//                                    Conn::write_mu_, key table mutex,
-//                                    SoftContext::mu, SoftEventChannel::mu }
+//   a listening id's SoftCmId::mu  ->  its child id's SoftCmId::mu  ->
+//   SoftQp::mu  ->  { SoftSrq::mu, SoftCq::mu -> SoftCompChannel::mu,
+//                     Conn::write_mu_, key table mutex, SoftContext::mu }
+//   SoftCmId::mu  ->  { SoftEventChannel::mu -> cm id registry,
+//                       event channel registry, Conn's attachment mutex,
+//                       ProgressThread::mu_ }
 // The key table mutex is innermost: it is held (shared, ScopedMrAccess) across
 // an access check and the copy it vouches for, with no other lock taken inside.
-// The fork handlers take CmMutex() and then the key table.
-// CmMutex() guards rdma_cm connection state and the Conn -> id attachments;
-// the progress thread holds it while it handles a control frame (CONNECT_REQ,
-// ACCEPT, REJECT, RTU, DISCONNECT), never across blocking work (socket and
-// shared-memory set-up happen before it is taken). Data frames go to the QP
-// under the Conn's own qp mutex and the QP's, in arrival order per
-// connection. IdsMutex() (cm.cc, inner to CmMutex()) guards the registry of
-// live ids and their unacked events, so rdma_get_cm_event, rdma_ack_cm_event
-// and rdma_create_id never wait for CmMutex(). The data path of the user
-// (post_send, post_recv, poll_cq) takes neither.
+// rdma_cm has no process-wide lock (cm.cc): each id's connection state is
+// guarded by its own SoftCmId::mu, which the calls on that id and the progress
+// thread's control frames for it (CONNECT_REQ, ACCEPT, REJECT, RTU,
+// DISCONNECT) take, never across blocking work (socket and shared-memory
+// set-up happen before it is taken). Ids, QPs and connections refer to each
+// other through weak_ptrs: whoever follows one locks the id and re-checks that
+// it is alive and still attached. The cm id registry (live ids by address and
+// serial, and their unacked events) and the event channel registry are held
+// only for a lookup, insert or erase. Data frames go to the QP under the
+// Conn's attachment mutex and the QP's own, in arrival order per connection.
+// The fork handlers take the two registries and then the key table. The data
+// path of the user (post_send, post_recv, poll_cq) takes no cm lock.
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_INTERNAL_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_INTERNAL_H_
 
@@ -64,8 +69,6 @@ inline int64_t RnrTimerMicros(uint8_t code) {
       2048,  3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152};
   return int64_t{kTenMicros[code & 31]} * 10;
 }
-
-absl::Mutex& CmMutex();
 
 // ---- counters ---------------------------------------------------------------
 struct Counters {
@@ -464,7 +467,9 @@ struct SoftQp {
   uint32_t ack_held_psn ABSL_GUARDED_BY(mu) = 0;
   bool ack_hold_timer ABSL_GUARDED_BY(mu) = false;
 
-  SoftCmId* cm_id ABSL_GUARDED_BY(CmMutex()) = nullptr;
+  // The rdma_cm id whose QP this is (rdma_create_qp, or the application's own
+  // QP named in rdma_connect / rdma_accept); expired when none.
+  std::weak_ptr<SoftCmId> cm_id ABSL_GUARDED_BY(mu);
   // A passive (accepted) QP that has not yet received a request: the first
   // one raises IBV_EVENT_COMM_EST.
   bool awaiting_first_request ABSL_GUARDED_BY(mu) = false;
@@ -513,17 +518,24 @@ void QpFlushToError(SoftQp* qp);
 // Handles a data frame (SEND, WRITE, READ_REQ, READ_RESP, ACK, NAK).
 void QpOnFrame(SoftQp* qp, Frame& frame);
 
-// ---- rdma_cm glue called by Conn (progress thread, CmMutex() held) ---------------
-absl::Mutex& CmMutex();
-void CmOnFrame(Conn* conn, Frame& frame) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
+// ---- rdma_cm glue called by Conn and Listener (progress thread) -------------------
+// Each locks the cm id concerned itself (see the lock order above); call them
+// with no cm lock held.
 // The progress thread's entry for every frame read from a connection: control
-// frames under CmMutex() (CmOnFrame), data frames straight to the QP without it.
+// frames under the id's mutex, data frames straight to the QP without it.
 void CmDispatchFrame(Conn* conn, Frame& frame);
-void CmOnConnectDone(Conn* conn, int error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
-void CmOnClosed(Conn* conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
-// A listener accepted a TCP connection; CONNECT_REQ will follow on it.
-void CmOnIncoming(SoftCmId* listen_id, std::shared_ptr<Conn> conn)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
+void CmOnConnectDone(Conn* conn, int error);
+void CmOnClosed(Conn* conn);
+// A listener accepted a TCP connection; CONNECT_REQ will follow on it. The
+// connection is closed when `listen_id` no longer listens.
+void CmOnIncoming(const std::weak_ptr<SoftCmId>& listen_id, std::shared_ptr<Conn> conn);
+// destroy_qp, before it tears the QP down: detaches it from its cm id and, on
+// an established connection, tells the peer (DISCONNECT).
+void CmOnQpDestroyed(SoftQp* qp);
+// For the fork handlers: a child must not inherit the registries of cm ids
+// and event channels locked by a thread that does not exist in it.
+void LockCmRegistriesForFork();
+void UnlockCmRegistriesForFork();
 
 // Writes everything to an fd that may have O_NONBLOCK set by the user: used for
 // the eventfds behind completion / event channels.

@@ -55,18 +55,20 @@ std::atomic<ProgressThread*> g_progress_thread{nullptr};
 ABSL_CONST_INIT absl::Mutex g_progress_thread_mu(absl::kConstInit);
 
 void AtForkPrepare() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  // No frame is half-dispatched while the address space is copied, and no
-  // thread is inside a ScopedMrAccess (CmMutex first: the lock order).
-  CmMutex().Lock();
+  // The child must not inherit the registries of cm ids and event channels
+  // (which its first rdma_cm call takes) or the key table locked by a thread
+  // it does not have, e.g. one inside a ScopedMrAccess (the key table last:
+  // the lock order).
+  LockCmRegistriesForFork();
   LockKeyTableForFork();
 }
 void AtForkParent() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   UnlockKeyTableForFork();
-  CmMutex().Unlock();
+  UnlockCmRegistriesForFork();
 }
 void AtForkChild() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   UnlockKeyTableForFork();
-  CmMutex().Unlock();
+  UnlockCmRegistriesForFork();
   g_progress_thread.store(nullptr);
 }
 
@@ -201,8 +203,9 @@ void ProgressThread::Loop() {
 
 // ---- connections ---------------------------------------------------------------
 
-std::shared_ptr<Conn> Conn::Create(int fd, bool connecting) {
+std::shared_ptr<Conn> Conn::Create(int fd, bool connecting, std::weak_ptr<SoftCmId> owner) {
   std::shared_ptr<Conn> c(new Conn(fd, connecting));
+  c->set_cm_id(std::move(owner));  // before the progress thread can see the socket
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   uint32_t events = EPOLLIN | EPOLLRDHUP | (connecting ? uint32_t{EPOLLOUT} : 0u);
@@ -308,10 +311,7 @@ void Conn::OnEvents(uint32_t events) {
       // drops it once the queue is empty.
       out_armed_ = true;
     }
-    {
-      absl::MutexLock l(&CmMutex());
-      CmOnConnectDone(this, err);
-    }
+    CmOnConnectDone(this, err);
     if (err != 0 || closed_.load()) return;
     HandleWritable();  // anything queued while connecting
     return;
@@ -332,10 +332,7 @@ void Conn::Lost() {
     broken_ = true;
     wq_.clear();
   }
-  {
-    absl::MutexLock l(&CmMutex());
-    CmOnClosed(this);
-  }
+  CmOnClosed(this);
   Close();
 }
 
@@ -431,8 +428,8 @@ void Conn::HandleReadable() {
 
 // ---- listeners -------------------------------------------------------------------
 
-std::shared_ptr<Listener> MakeListener(int fd, SoftCmId* id) {
-  auto l = std::make_shared<Listener>(fd, id);
+std::shared_ptr<Listener> MakeListener(int fd, std::weak_ptr<SoftCmId> id) {
+  auto l = std::make_shared<Listener>(fd, std::move(id));
   l->self_ = l;
   return l;
 }
@@ -444,10 +441,7 @@ void Listener::Start() {
 }
 
 void Listener::Close() {
-  // CmMutex() held by the caller.
-  if (closed_) return;
-  closed_ = true;
-  id_ = nullptr;
+  if (closed_.exchange(true)) return;
   ProgressThread::Get().Unregister(token_, fd_);
 }
 
@@ -461,14 +455,11 @@ void Listener::OnEvents(uint32_t) {
       }
       return;
     }
-    absl::MutexLock l(&CmMutex());
-    if (closed_ || id_ == nullptr) {
+    if (closed_.load()) {
       ::close(fd);
       return;
     }
-    auto conn = Conn::Create(fd, /*connecting=*/false);
-    conn->listen_id = id_;
-    CmOnIncoming(id_, std::move(conn));
+    CmOnIncoming(id_, Conn::Create(fd, /*connecting=*/false));
   }
 }
 

@@ -13,6 +13,7 @@
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_PROGRESS_THREAD_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_PROGRESS_THREAD_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -68,8 +69,11 @@ class ProgressThread {
 class Conn : public Pollable, public std::enable_shared_from_this<Conn> {
  public:
   // Takes ownership of a non-blocking socket. `connecting`: a non-blocking
-  // connect() is in progress; CmOnConnectDone reports its outcome.
-  static std::shared_ptr<Conn> Create(int fd, bool connecting);
+  // connect() is in progress; CmOnConnectDone reports its outcome. `owner`:
+  // the cm id it belongs to (cm_id()), attached before the progress thread
+  // watches the socket, so no event of it finds the Conn without its id.
+  static std::shared_ptr<Conn> Create(int fd, bool connecting,
+                                      std::weak_ptr<SoftCmId> owner = {});
   ~Conn() override;
 
   // Queues a whole frame (header included) for sending; thread-safe. Frames
@@ -100,17 +104,35 @@ class Conn : public Pollable, public std::enable_shared_from_this<Conn> {
   // them as signs of a live peer (a NIC restarts it on every ACK).
   uint64_t io_progress() const { return io_progress_.load(std::memory_order_relaxed); }
 
-  // Attachments.
-  SoftCmId* id ABSL_GUARDED_BY(CmMutex()) = nullptr;  // the cm id this belongs to
-  SoftCmId* listen_id ABSL_GUARDED_BY(CmMutex()) = nullptr;  // passive, before CONNECT_REQ
-  // Where data frames go. Its own mutex, not CmMutex(): the progress thread
-  // dispatches data frames without the cm lock (CmDispatchFrame).
+  // Attachments, each read and written under the Conn's own mutex (a leaf:
+  // no other lock is taken inside it). The cm id this connection belongs to,
+  // and on the passive side before CONNECT_REQ the listener's id; weak, so a
+  // frame handler never touches a destroyed id: it locks the id (its
+  // SoftCmId::mu) and checks that the id still owns this Conn.
+  std::shared_ptr<SoftCmId> cm_id() const {
+    absl::MutexLock l(&attach_mu_);
+    return id_.lock();
+  }
+  void set_cm_id(std::weak_ptr<SoftCmId> id) {
+    absl::MutexLock l(&attach_mu_);
+    id_ = std::move(id);
+  }
+  std::shared_ptr<SoftCmId> listen_id() const {
+    absl::MutexLock l(&attach_mu_);
+    return listen_id_.lock();
+  }
+  void set_listen_id(std::weak_ptr<SoftCmId> id) {
+    absl::MutexLock l(&attach_mu_);
+    listen_id_ = std::move(id);
+  }
+  // Where data frames go: the progress thread dispatches data frames with no
+  // cm lock (CmDispatchFrame).
   std::shared_ptr<SoftQp> qp() const {
-    absl::MutexLock l(&qp_mu_);
+    absl::MutexLock l(&attach_mu_);
     return qp_;
   }
   void set_qp(std::shared_ptr<SoftQp> qp) {
-    absl::MutexLock l(&qp_mu_);
+    absl::MutexLock l(&attach_mu_);
     qp_ = std::move(qp);
   }
 
@@ -132,8 +154,10 @@ class Conn : public Pollable, public std::enable_shared_from_this<Conn> {
   bool connecting_;  // progress thread only (after Create)
   bool lost_reported_ = false;
 
-  mutable absl::Mutex qp_mu_;
-  std::shared_ptr<SoftQp> qp_ ABSL_GUARDED_BY(qp_mu_);
+  mutable absl::Mutex attach_mu_;
+  std::weak_ptr<SoftCmId> id_ ABSL_GUARDED_BY(attach_mu_);
+  std::weak_ptr<SoftCmId> listen_id_ ABSL_GUARDED_BY(attach_mu_);
+  std::shared_ptr<SoftQp> qp_ ABSL_GUARDED_BY(attach_mu_);
 
   absl::Mutex write_mu_;
   struct Chunk {
@@ -152,25 +176,28 @@ class Conn : public Pollable, public std::enable_shared_from_this<Conn> {
   std::vector<uint8_t> stage_;
 };
 
-// A listening TCP socket for an rdma_cm id in rdma_listen.
+// A listening TCP socket for an rdma_cm id in rdma_listen. Each accepted
+// socket goes to CmOnIncoming, which locks the listening id and checks that it
+// still listens.
 class Listener : public Pollable {
  public:
-  Listener(int fd, SoftCmId* id) : fd_(fd), id_(id) {}
+  Listener(int fd, std::weak_ptr<SoftCmId> id) : fd_(fd), id_(std::move(id)) {}
   ~Listener() override;
   void Start();
-  void Close() ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
+  // Stops accepting; idempotent, any thread.
+  void Close();
   void OnEvents(uint32_t events) override;
   int fd() const { return fd_; }
 
  private:
   const int fd_;
-  SoftCmId* id_ ABSL_GUARDED_BY(CmMutex());  // nulled on Close
+  const std::weak_ptr<SoftCmId> id_;
   uint64_t token_ = 0;
-  bool closed_ ABSL_GUARDED_BY(CmMutex()) = false;
+  std::atomic<bool> closed_{false};
   std::weak_ptr<Listener> self_;
-  friend std::shared_ptr<Listener> MakeListener(int fd, SoftCmId* id);
+  friend std::shared_ptr<Listener> MakeListener(int fd, std::weak_ptr<SoftCmId> id);
 };
-std::shared_ptr<Listener> MakeListener(int fd, SoftCmId* id);
+std::shared_ptr<Listener> MakeListener(int fd, std::weak_ptr<SoftCmId> id);
 
 }  // namespace internal
 }  // namespace softrdma

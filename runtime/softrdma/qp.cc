@@ -30,8 +30,6 @@
 namespace softrdma {
 namespace internal {
 
-void CmOnQpDestroyed(SoftQp* qp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(CmMutex());
-
 namespace {
 
 // Owning references of live QPs; the Conn and timers hold extra ones.
@@ -1663,11 +1661,8 @@ bool QpUsesShm(ibv_qp* qp) {
 int destroy_qp(ibv_qp* qp) {
   if (qp == nullptr) return EINVAL;
   SoftQp* q = internal::ToSoft(qp);
-  {
-    // Detach from rdma_cm and the connection; the peer is told (DISCONNECT).
-    absl::MutexLock l(&internal::CmMutex());
-    internal::CmOnQpDestroyed(q);
-  }
+  // Detach from rdma_cm and the connection; the peer is told (DISCONNECT).
+  internal::CmOnQpDestroyed(q);
   {
     // Like hardware, destroying a QP discards its WRs without completions:
     // a CQ shared with other QPs must not receive CQEs naming freed wr_ids.

@@ -27,6 +27,16 @@
 //    share one context (id->verbs), opened on first use and never closed.
 //  - Threads: one progress thread per process, started by the first
 //    listen/connect; nothing runs in a process that only links softrdma.
+//  - rdma_cm locking: each rdma_cm_id has its own lock and each event channel
+//    its own event queue, with no process-wide lock and none held across
+//    blocking work: calls on different ids (and the progress thread's
+//    handling of other ids' connections) run in parallel; calls and control
+//    frames on one id are serialised. A listener's lock is taken before its
+//    child ids' (a CONNECT_REQUEST is made under it). See cm.cc / internal.h.
+//    rdma_destroy_event_channel while another thread waits in
+//    rdma_get_cm_event on that channel: the waiter returns no event and waits
+//    on (EAGAIN on a non-blocking fd), as a thread in the kernel's
+//    rdma_get_cm_event does; the channel's fd closes once it has left.
 //  - post_send / post_recv are thread-safe per QP, poll_cq per CQ.
 //  - Buffers: as on hardware, the buffer of a SEND / WRITE must stay unchanged
 //    until its completion. On the TCP link softrdma copies it at post; on the
