@@ -2,8 +2,10 @@
 # cli_e2e.sh: rdmarpc_cli's ls, describe, call and health against the
 # example servers, comparing stdout, stderr and the exit status exactly.
 #
-#   cli_e2e.sh echo|kvstore SERVER_BINARY RDMARPC_CLI_BINARY
+#   cli_e2e.sh echo|kvstore|health SERVER_BINARY RDMARPC_CLI_BINARY
 #
+# health runs `health` (and `ls` without reflection) against
+# tests/integration/health_test_server.
 # In the expected text, "ADDR" stands for the server's HOST:PORT.
 source "${BASH_SOURCE[0]%/*}/lib.sh" || { echo "FAIL: cannot load lib.sh"; exit 1; }
 
@@ -19,7 +21,9 @@ CASES=0
 # WANT
 # Runs rdmarpc_cli ARG... (standard input from FILE, else empty) and
 # compares its exit status, stdout and stderr with what the here-document
-# says (a part left out must be empty).
+# says (a part left out must be empty). Give the expected text as a
+# here-document or here-string, never as `... | expect`: a pipe would run
+# expect in a subshell, where a failure does not end the test.
 expect() {
   local name="$1" want_exit="$2"
   shift 2
@@ -43,6 +47,21 @@ expect() {
   CASES=$((CASES + 1))
 }
 
+if [[ "$EXAMPLE" == health ]]; then
+  # health_test_server: grpc.health.v1 and no reflection.
+  start_server server "$SERVER" --serving=a.Up --not_serving=a.Down
+  A="$SERVER_ADDR"
+  expect health 0 health "$A" <<<'SERVING'
+  expect health_up 0 health "$A" a.Up <<<'SERVING'
+  expect health_down 4 health "$A" a.Down <<<'NOT_SERVING'
+  expect ls_no_reflection 2 ls "$A" <<'WANT'
+--- stderr
+UNIMPLEMENTED: method /grpc.reflection.v1.ServerReflection/ServerReflectionInfo is not implemented by this server
+WANT
+  stop_server
+  pass "rdmarpc_cli health against health_test_server: $CASES cases"
+fi
+
 start_server server "$SERVER"
 A="$SERVER_ADDR"
 
@@ -53,13 +72,17 @@ case "$EXAMPLE" in
   *) fail "unknown example '$EXAMPLE'" ;;
 esac
 
-printf '%s\n' grpc.health.v1.Health grpc.reflection.v1.ServerReflection \
-  grpc.reflection.v1alpha.ServerReflection "$SERVICE" | expect ls 0 ls "$A"
+expect ls 0 ls "$A" <<WANT
+grpc.health.v1.Health
+grpc.reflection.v1.ServerReflection
+grpc.reflection.v1alpha.ServerReflection
+$SERVICE
+WANT
 
 expect health 0 health "$A" <<'WANT'
 SERVING
 WANT
-echo SERVING | expect health_service 0 health "$A" "$SERVICE"
+expect health_service 0 health "$A" "$SERVICE" <<<'SERVING'
 expect health_unknown 2 health "$A" no.such.Service <<'WANT'
 --- stderr
 NOT_FOUND: unknown service 'no.such.Service'
@@ -72,8 +95,10 @@ expect ls_unknown 2 ls "$A" no.such.Service <<'WANT'
 --- stderr
 NOT_FOUND: Symbol not found: no.such.Service
 WANT
-echo "--- stderr
-NOT_FOUND: service $SERVICE has no method Nope" | expect call_no_method 2 call "$A" "$SERVICE/Nope" ''
+expect call_no_method 2 call "$A" "$SERVICE/Nope" '' <<WANT
+--- stderr
+NOT_FOUND: service $SERVICE has no method Nope
+WANT
 expect call_bad_name 1 call "$A" Nope '' <<'WANT'
 --- stderr
 INVALID_ARGUMENT: method "Nope": want SERVICE/METHOD, e.g. pkg.Service/Method
@@ -128,6 +153,13 @@ WANT
 --- stderr
 INVALID_ARGUMENT: cannot parse request: 1:5: Message type "rdmarpc.examples.EchoRequest" has no field named "nope".
 WANT
+    # A bidi-streaming method: the server's own reflection, one request a line.
+    printf '%s\n' 'list_services: ""' 'file_containing_symbol: "no.such.Symbol"' >"$SCRATCH/bidi.in"
+    expect call_bidi 0 --stdin "$SCRATCH/bidi.in" \
+      call "$A" grpc.reflection.v1.ServerReflection/ServerReflectionInfo <<'WANT'
+original_request { list_services: "" } list_services_response { service { name: "grpc.health.v1.Health" } service { name: "grpc.reflection.v1.ServerReflection" } service { name: "grpc.reflection.v1alpha.ServerReflection" } service { name: "rdmarpc.examples.EchoService" } }
+original_request { file_containing_symbol: "no.such.Symbol" } error_response { error_code: 5 error_message: "Symbol not found: no.such.Symbol" }
+WANT
     expect call_deadline 2 call "$A" rdmarpc.examples.EchoService/Echo 'server_delay_ms: 2000' \
       --timeout_ms 100 <<'WANT'
 --- stderr
@@ -153,7 +185,7 @@ message GetChunk {
 }
 WANT
     # Fields at their default (replaced: false) are not printed: an empty line.
-    printf '\n' | expect put 0 call "$A" rdmarpc.examples.KvStore/Put 'key: "a" value: "hello"'
+    expect put 0 call "$A" rdmarpc.examples.KvStore/Put 'key: "a" value: "hello"' <<<''
     expect put_again 0 call "$A" rdmarpc.examples.KvStore/Put 'key: "a" value: "hello"' <<'WANT'
 replaced: true
 WANT
@@ -169,7 +201,7 @@ data: "ll" total_bytes: 5
 data: "o" total_bytes: 5
 WANT
     printf '%s\n' 'key: "b" data: "xy" total_bytes: 3' 'data: "z"' >"$SCRATCH/chunks.in"
-    printf '\n' | expect put_stream 0 --stdin "$SCRATCH/chunks.in" call "$A" rdmarpc.examples.KvStore/PutStream
+    expect put_stream 0 --stdin "$SCRATCH/chunks.in" call "$A" rdmarpc.examples.KvStore/PutStream <<<''
     expect list 0 call "$A" rdmarpc.examples.KvStore/List '' <<'WANT'
 keys: "a" keys: "b"
 WANT
@@ -181,7 +213,7 @@ WANT
 --- stderr
 INVALID_ARGUMENT: cannot parse request: 2:7: Expected string, got: nope
 WANT
-    printf '\n' | expect delete 0 call "$A" rdmarpc.examples.KvStore/Delete 'key: "a"'
+    expect delete 0 call "$A" rdmarpc.examples.KvStore/Delete 'key: "a"' <<<''
     expect get_missing 2 call "$A" rdmarpc.examples.KvStore/Get 'key: "a"' <<'WANT'
 --- stderr
 NOT_FOUND: key "a" not found
