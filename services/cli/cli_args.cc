@@ -13,7 +13,8 @@ namespace cli {
 std::string Usage() {
   return "usage: rdmarpc_cli COMMAND ARGS [flags]\n"
          "  ls HOST:PORT [SERVICE] [-l]     the services (or SERVICE's methods), sorted\n"
-         "  describe HOST:PORT SYMBOL       a service, method, message or enum's definition\n"
+         "  describe HOST:PORT SYMBOL       the definition of a service, method, message,\n"
+         "                                  enum, field or enum value\n"
          "  call HOST:PORT SERVICE/METHOD [REQUEST] [--json] [--metadata k=v]...\n"
          "                                  calls METHOD; without REQUEST reads requests\n"
          "                                  from stdin, one a line\n"

@@ -193,6 +193,8 @@ int RunLs(Session& session, const CliArgs& args) {
 
 // ---- describe ---------------------------------------------------------------
 
+// A service, method, message, enum, field, extension or enum value, by full
+// name, as its descriptor's DebugString: the definition in .proto text.
 int RunDescribe(Session& session, const CliArgs& args) {
   const std::string& symbol = args.positional[1];
   const pb::DescriptorPool& pool = session.pool();
@@ -207,6 +209,12 @@ int RunDescribe(Session& session, const CliArgs& args) {
     text = message->DebugString();
   } else if (const auto* enum_type = pool.FindEnumTypeByName(symbol)) {
     text = enum_type->DebugString();
+  } else if (const auto* field = pool.FindFieldByName(symbol)) {
+    text = field->DebugString();
+  } else if (const auto* extension = pool.FindExtensionByName(symbol)) {
+    text = extension->DebugString();
+  } else if (const auto* value = pool.FindEnumValueByName(symbol)) {
+    text = value->DebugString();
   } else {
     return Fail(LookupError(session.db(), "symbol", symbol), kExitRpcFailure);
   }

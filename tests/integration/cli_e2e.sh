@@ -184,6 +184,18 @@ message GetChunk {
   uint64 total_bytes = 2;
 }
 WANT
+    expect describe_field 0 describe "$A" rdmarpc.examples.GetChunk.total_bytes <<'WANT'
+uint64 total_bytes = 2;
+WANT
+    expect describe_enum 0 describe "$A" grpc.health.v1.HealthCheckResponse.ServingStatus <<'WANT'
+enum ServingStatus {
+  UNKNOWN = 0;
+  SERVING = 1;
+  NOT_SERVING = 2;
+  SERVICE_UNKNOWN = 3;
+}
+WANT
+    expect describe_enum_value 0 describe "$A" grpc.health.v1.HealthCheckResponse.SERVING <<<'SERVING = 1;'
     # Fields at their default (replaced: false) are not printed: an empty line.
     expect put 0 call "$A" rdmarpc.examples.KvStore/Put 'key: "a" value: "hello"' <<<''
     expect put_again 0 call "$A" rdmarpc.examples.KvStore/Put 'key: "a" value: "hello"' <<'WANT'
