@@ -81,6 +81,15 @@ TEST_F(GenericStubTest, UnknownMethodIsUnimplemented) {
             absl::StatusCode::kUnimplemented);
 }
 
+TEST_F(GenericStubTest, UnaryCallToAStreamingMethodIsInternal) {
+  auto request = Make(request_type_, "tag: 1");
+  auto response = Make(response_type_);
+  ClientContext context;
+  EXPECT_EQ(stub_->UnaryCall(&context, kExpandMethod, *request, response.get()),
+            absl::InternalError("/rdmarpc.test.Streams/Expand is a streaming method on this "
+                                "server but was called as a unary call"));
+}
+
 TEST_F(GenericStubTest, ServerStreamingCallReadsEveryMessage) {
   auto request = Make(request_type_, "tag: 3");
   ClientContext context;

@@ -14,10 +14,14 @@
 //   absl::Status s = stub.UnaryCall(&ctx, "/pkg.Service/Method", *request, response.get());
 //
 // The caller must choose the call kind that matches the method's definition
-// (rpc M(stream A) returns (B) is ClientStreamingCall, ...): the server
-// dispatches on the name and answers a call of the wrong kind as it answers
-// a generated stub's, usually with INTERNAL or UNIMPLEMENTED. Messages that do not parse
-// as the type given end the call with INTERNAL.
+// (rpc M(stream A) returns (B) is ClientStreamingCall, ...), as a generated
+// stub does. A unary call to a streaming method, or a stream to a unary one,
+// fails INTERNAL ("... is a streaming method on this server but was called
+// as a unary call"); between the three streaming kinds the server does not
+// check, so a stream of the wrong one sees the handler's reads and writes
+// as they come (a client-streaming handler called as server-streaming reads
+// the one request and then the end). Messages that do not parse as the
+// type given end the call with INTERNAL.
 //
 // Thread safety: a GenericStub may be used from many threads at once, as a
 // generated stub; each call has its own ClientContext.
