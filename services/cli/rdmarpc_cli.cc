@@ -173,7 +173,10 @@ int RunLs(Session& session, const CliArgs& args) {
       if (service == nullptr) {
         return Fail(LookupError(session.db(), "service", name), kExitRpcFailure);
       }
-      fputs(service->DebugString().c_str(), stdout);
+      // grpc_cli ls -l's header: the short name alone may repeat (v1 and
+      // v1alpha both have a ServerReflection).
+      printf("filename: %s\npackage: %s;\n%s", service->file()->name().c_str(),
+             service->file()->package().c_str(), service->DebugString().c_str());
     }
     return kExitOk;
   }

@@ -117,6 +117,30 @@ case "$EXAMPLE" in
     expect ls_service 0 ls "$A" rdmarpc.examples.EchoService <<'WANT'
 Echo
 WANT
+    expect ls_long_all 0 ls -l "$A" <<'WANT'
+filename: grpc/health/v1/health.proto
+package: grpc.health.v1;
+service Health {
+  rpc Check(.grpc.health.v1.HealthCheckRequest) returns (.grpc.health.v1.HealthCheckResponse);
+  rpc List(.grpc.health.v1.HealthListRequest) returns (.grpc.health.v1.HealthListResponse);
+  rpc Watch(.grpc.health.v1.HealthCheckRequest) returns (stream .grpc.health.v1.HealthCheckResponse);
+}
+filename: grpc/reflection/v1/reflection.proto
+package: grpc.reflection.v1;
+service ServerReflection {
+  rpc ServerReflectionInfo(stream .grpc.reflection.v1.ServerReflectionRequest) returns (stream .grpc.reflection.v1.ServerReflectionResponse);
+}
+filename: grpc/reflection/v1alpha/reflection.proto
+package: grpc.reflection.v1alpha;
+service ServerReflection {
+  rpc ServerReflectionInfo(stream .grpc.reflection.v1alpha.ServerReflectionRequest) returns (stream .grpc.reflection.v1alpha.ServerReflectionResponse);
+}
+filename: echo.proto
+package: rdmarpc.examples;
+service EchoService {
+  rpc Echo(.rdmarpc.examples.EchoRequest) returns (.rdmarpc.examples.EchoResponse);
+}
+WANT
     expect ls_long 0 ls -l "$A" rdmarpc.examples.EchoService <<'WANT'
 rpc Echo(.rdmarpc.examples.EchoRequest) returns (.rdmarpc.examples.EchoResponse);
 WANT
