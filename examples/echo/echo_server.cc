@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -23,11 +24,15 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "health/health_check_service.h"
+#include "rdmarpc/access_log.h"
 #include "rdmarpc/rdmarpc.h"
 #include "reflection/proto_server_reflection.h"
 
 DEFINE_string(listen, "127.0.0.1:7000", "Address to listen on, HOST:PORT (port 0 picks a free one)");
 DEFINE_int32(workers, 2, "Server worker threads, each owning one completion queue");
+DEFINE_bool(access_log, false,
+            "Log every call (method, peer, status, duration, sizes) at INFO "
+            "(rdmarpc/access_log.h)");
 
 namespace {
 
@@ -81,6 +86,10 @@ int main(int argc, char** argv) {
   rdmarpc::reflection::ProtoServerReflection reflection;  // outlives the server
   rdmarpc::ServerOptions options;
   options.num_workers = FLAGS_workers;
+  if (FLAGS_access_log) {
+    options.interceptor_creators.push_back(
+        std::make_shared<rdmarpc::experimental::ServerAccessLogFactory>());
+  }
   rdmarpc::Server server(options);
   for (rdmarpc::Service* service : {static_cast<rdmarpc::Service*>(&echo),
                                     static_cast<rdmarpc::Service*>(&health)}) {
