@@ -554,7 +554,10 @@ TEST_F(Faults, VanishAfterWrsSilencesThePeerFromTheNextPost) {
   Buffer cbuf(p.client_pd, 4096, kAll);
   for (int i = 0; i < 4; ++i) ASSERT_EQ(PostRecv(p.server->qp, 100 + i, sbuf, 0, 512), 0);
   ibv_qp_attr a{};
-  a.timeout = 8;
+  // 16.8 ms x 3 without progress fails a WR: long enough that a loaded host
+  // descheduling the peer's progress thread does not fail the first two
+  // (at 1 ms x 3 it did, under ctest -j2 beside other builds).
+  a.timeout = 12;
   a.retry_cnt = 2;
   ASSERT_EQ(modify_qp(p.client->qp, &a, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT), 0);
   VanishAfterWrs(2);
