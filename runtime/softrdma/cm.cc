@@ -390,15 +390,25 @@ bool ValidRdAtomic(const rdma_conn_param& p) {
   return ok(p.responder_resources) && ok(p.initiator_depth);
 }
 
-void CompleteLocalParams(const rdma_conn_param* p, ConnParams* local) {
+// `req`: on the passive side, the CONNECT_REQ's parameters. There, as
+// librdmacm's rdma_accept does, "as many as possible" (no conn_param, or
+// RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH) means what the request offered:
+// our responder resources up to its initiator depth, our initiator depth up
+// to its responder resources (and the device's maximum).
+void CompleteLocalParams(const rdma_conn_param* p, ConnParams* local,
+                         const ConnParams* req = nullptr) {
   if (p == nullptr) {
     local->rnr_retry_count = 7;
     local->retry_count = 7;
-    local->responder_resources = kMaxRdAtom;
-    local->initiator_depth = kMaxRdAtom;
+    local->responder_resources = 0xFF;
+    local->initiator_depth = 0xFF;
   }
-  if (local->responder_resources == 0xFF) local->responder_resources = kMaxRdAtom;
-  if (local->initiator_depth == 0xFF) local->initiator_depth = kMaxRdAtom;
+  const uint8_t max_resp = req != nullptr ? std::min<uint8_t>(req->initiator_depth, kMaxRdAtom)
+                                          : kMaxRdAtom;
+  const uint8_t max_init = req != nullptr ? std::min<uint8_t>(req->responder_resources, kMaxRdAtom)
+                                          : kMaxRdAtom;
+  if (local->responder_resources == 0xFF) local->responder_resources = max_resp;
+  if (local->initiator_depth == 0xFF) local->initiator_depth = max_init;
 }
 
 void SendControl(Conn* conn, FrameType type, const std::vector<uint8_t>& payload) {
@@ -1365,7 +1375,7 @@ static int AcceptStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
   }
   internal::FillParams(conn_param, id->qp != nullptr ? id->qp->qp_num : 0, &s->local);
   if (!internal::TakeUserQp(s, s->local.qp_num)) return internal::Fail(EINVAL);
-  internal::CompleteLocalParams(conn_param, &s->local);
+  internal::CompleteLocalParams(conn_param, &s->local, &s->remote);
   if (s->shm_state == internal::ShmState::kPendingRtu) {
     internal::FillHello("", &s->local.shm);
     s->local.shm.accept = 1;

@@ -346,6 +346,8 @@ struct SendWqe {
   bool sent = false;
   // Checked at post and not gone out since: its lkeys need no second look.
   bool checked_now = false;
+  // Has gone out at least once (VanishAfterWrs counts first transmissions).
+  bool ever_sent = false;
   uint32_t psn = 0;
   uint32_t byte_len = 0;
   ibv_wc_status local_error = IBV_WC_SUCCESS;  // found at post; completes in order

@@ -225,9 +225,10 @@ void UpdateMax(std::atomic<uint64_t>& m, uint64_t v) {
   }
 }
 
-bool CanTransmitLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
-  return q->state == IBV_QPS_RTS && q->conn != nullptr && !q->rnr_wait && !q->sq_blocked &&
-         !q->link_hold;
+// Whether the send queue may move on: local operations need only this;
+// WRs that send need the transport too (q->conn).
+bool SqMayAdvanceLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  return q->state == IBV_QPS_RTS && !q->rnr_wait && !q->sq_blocked && !q->link_hold;
 }
 
 // ---- the link: the only place that knows TCP from shared memory -------------
@@ -379,9 +380,10 @@ void RewindSqLocked(SoftQp* q, size_t idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
 // WRs after it are flushed. Then completes what is done at the head.
 void AdvanceSqLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   bool sent_any = false;
-  while (CanTransmitLocked(q) && q->sq_sent < q->sq.size()) {
+  while (SqMayAdvanceLocked(q) && q->sq_sent < q->sq.size()) {
     SendWqe& w = q->sq[q->sq_sent];
     if (w.local_error != IBV_WC_SUCCESS) break;  // fails at the head
+    if (!w.local_op && q->conn == nullptr) break;
     if (w.local_op && w.sent) {  // carried out before an RNR rewind
       q->sq_sent++;
       continue;
@@ -409,6 +411,9 @@ void AdvanceSqLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
       break;
     }
     w.checked_now = false;
+    // VanishAfterWrs (faults.h) counts WRs as they first go out.
+    if (!w.ever_sent && CountPostedSendForVanish()) q->conn->Vanish();
+    w.ever_sent = true;
     LinkSendLocked(q, w.frame);
     w.sent = true;
     q->sq_sent++;
@@ -424,7 +429,8 @@ void AdvanceSqLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
 
 // Starts the transport timer if sent WRs wait for answers and it is idle.
 void ArmAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
-  if (q->ack_timer_armed || q->timeout == 0 || q->sq.empty() || q->conn == nullptr) return;
+  // Only WRs that went out wait for answers (not those waiting in the SQ).
+  if (q->ack_timer_armed || q->timeout == 0 || q->sq_sent == 0 || q->conn == nullptr) return;
   q->ack_timer_armed = true;
   q->timeouts = 0;
   q->seen_progress = LinkProgressLocked(q);
@@ -444,7 +450,7 @@ void ArmAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
 void OnAckTimer(SoftQp* q) {
   absl::MutexLock l(&q->mu);
   q->ack_timer_armed = false;
-  if ((q->state != IBV_QPS_RTS && q->state != IBV_QPS_SQD) || q->sq.empty() ||
+  if ((q->state != IBV_QPS_RTS && q->state != IBV_QPS_SQD) || q->sq_sent == 0 ||
       q->conn == nullptr || q->timeout == 0) {
     return;
   }
@@ -738,10 +744,6 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
   }
   w.checked_now = true;
   q->sq.push_back(std::move(w));
-  // VanishAfterWrs counts the WRs that would go out now.
-  if (CanTransmitLocked(q) && q->sq_sent + 1 == q->sq.size() && CountPostedSendForVanish()) {
-    q->conn->Vanish();
-  }
   AdvanceSqLocked(q);
   if (!q->sq.empty() && q->sq.back().sent) {
     // A held ACK rides behind our own request, as a NIC piggybacks it.
@@ -1325,7 +1327,11 @@ bool QpBindLink(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> 
     q->link_hold = hold;
   }
   if (shm != nullptr && !hold) RegisterWithCqs(q, shm);
-  if (!hold) (shm != nullptr ? Stat().qps_on_shm : Stat().qps_on_tcp)++;
+  if (!hold) {
+    (shm != nullptr ? Stat().qps_on_shm : Stat().qps_on_tcp)++;
+    absl::MutexLock l(&q->mu);
+    AdvanceSqLocked(q);  // what was posted before the link (local operations)
+  }
   return true;
 }
 
@@ -1614,6 +1620,8 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
       q->state = IBV_QPS_RESET;
     } else {
       q->state = next;
+      // Back in RTS (from SQD): what waited in the SQ moves on.
+      if (next == IBV_QPS_RTS) internal::AdvanceSqLocked(q);
     }
     qp->state = q->state;
   }

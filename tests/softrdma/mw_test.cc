@@ -2,6 +2,7 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "softrdma/softrdma.h"
 #include "test_util.h"
@@ -571,6 +572,103 @@ TEST(MemoryWindow, MrDeregisteredBeforeTheBindsTurnFailsTheBind) {
   ASSERT_TRUE(PollOne(p.client_cq, &wc));
   EXPECT_EQ(wc.wr_id, 101u);
   EXPECT_EQ(wc.status, IBV_WC_MW_BIND_ERR);
+  EXPECT_EQ(ibv_dealloc_mw(mw), 0);
+}
+
+// A bind on an RTS QP that no connection backs (moved to RTS by hand) needs
+// no transport: it completes.
+TEST(MemoryWindow, BindOnAnRtsQpWithoutATransportCompletes) {
+  ibv_device** list = get_device_list(nullptr);
+  ibv_context* ctx = open_device(list[0]);
+  free_device_list(list);
+  ASSERT_NE(ctx, nullptr);
+  ibv_pd* pd = alloc_pd(ctx);
+  ibv_cq* cq = create_cq(ctx, 64, nullptr, nullptr, 0);
+  ibv_qp_init_attr qa{};
+  qa.qp_type = IBV_QPT_RC;
+  qa.send_cq = cq;
+  qa.recv_cq = cq;
+  qa.cap.max_send_wr = 8;
+  qa.cap.max_recv_wr = 8;
+  qa.cap.max_send_sge = 1;
+  qa.cap.max_recv_sge = 1;
+  ibv_qp* qp = create_qp(pd, &qa);
+  ASSERT_NE(qp, nullptr);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  ASSERT_EQ(modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_4096;
+  a.dest_qp_num = 1;
+  a.ah_attr.port_num = 1;
+  ASSERT_EQ(modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+            0);
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 1;
+  ASSERT_EQ(modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                  IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC),
+            0);
+  {
+    Buffer target(pd, 256, kMwMr);
+    ibv_mw* mw = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+    ASSERT_NE(mw, nullptr);
+    ASSERT_EQ(BindType1(qp, mw, Info(target.mr, target.addr(), 64, IBV_ACCESS_REMOTE_WRITE), 7), 0);
+    ibv_wc wc{};
+    EXPECT_TRUE(PollOne(cq, &wc, 1000)) << "the bind never completed";
+    destroy_qp(qp);
+    EXPECT_EQ(ibv_dealloc_mw(mw), 0);
+  }
+  destroy_cq(cq);
+  dealloc_pd(pd);
+  close_device(ctx);
+}
+
+// RNR rewind over a READ, a carried-out bind and a READ that
+// waits for the one slot; all complete in order, the bind once.
+TEST(MemoryWindow, RnrRewindOverReadsAndABind) {
+  PairOptions opt;
+  opt.server_responder_resources = 1;  // the client's max_rd_atomic
+  ConnectedPair p(opt);
+  ASSERT_TRUE(p.ok());
+  Buffer target(p.client_pd, 128, kMwMr);
+  Buffer sbuf(p.client_pd, 64, kAll);
+  Buffer local(p.client_pd, 256, kAll);
+  Buffer remote(p.server_pd, 256, kAll);
+  Buffer rbuf(p.server_pd, 64, kAll);
+  for (int i = 0; i < 256; ++i) remote.data[i] = static_cast<uint8_t>(i);
+  ibv_mw* mw = ibv_alloc_mw(p.client_pd, IBV_MW_TYPE_2);
+  const uint32_t rkey = ibv_inc_rkey(mw->rkey);
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_EQ(PostSend(p.client->qp, IBV_WR_SEND, 100, sbuf, 0, 8), 0);  // RNR NAK
+    ASSERT_EQ(PostSend(p.client->qp, IBV_WR_RDMA_READ, 101, local, 0, 64, 0, remote.addr(),
+                       remote.mr->rkey), 0);
+    if (round == 0) {
+      ASSERT_EQ(PostBindType2(p.client->qp, mw, rkey,
+                              Info(target.mr, target.addr(), 64, IBV_ACCESS_REMOTE_READ), 102), 0);
+    } else {
+      ASSERT_EQ(PostLocalInv(p.client->qp, rkey, 102), 0);
+    }
+    ASSERT_EQ(PostSend(p.client->qp, IBV_WR_RDMA_READ, 103, local, 64, 64, 0, remote.addr() + 64,
+                       remote.mr->rkey), 0);
+    absl::SleepFor(absl::Milliseconds(5));
+    ASSERT_EQ(PostRecv(p.server->qp, 1, rbuf, 0, 64), 0);
+    ibv_wc wc{};
+    for (uint64_t id : {100u, 101u, 102u, 103u}) {
+      ASSERT_TRUE(PollOne(p.client_cq, &wc)) << id;
+      EXPECT_EQ(wc.wr_id, id);
+      EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << id << " round " << round;
+    }
+    ASSERT_TRUE(PollOne(p.server_cq, &wc));
+    EXPECT_EQ(std::memcmp(local.data.data(), remote.data.data(), 128), 0);
+  }
   EXPECT_EQ(ibv_dealloc_mw(mw), 0);
 }
 

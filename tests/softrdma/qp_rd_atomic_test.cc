@@ -144,6 +144,46 @@ TEST(QpRdAtomic, RequesterKeepsNoMoreThanItsMaxRdAtomicOut) {
   EXPECT_EQ(recv.byte_len, 8u);
 }
 
+// WRs waiting for a READ slot when the QP is drained
+// (SQD) must go out once it is back in RTS.
+TEST(QpRdAtomic, WaitingReadGoesOutAfterSqdToRts) {
+  ConnectedPair p;  // client max_rd_atomic 4
+  ASSERT_TRUE(p.ok());
+  constexpr int kReads = 5;
+  Buffer remote(p.server_pd, kReads * 64, kAll);
+  Buffer local(p.client_pd, kReads * 64, kAll);
+  std::vector<ibv_sge> sges(kReads);
+  std::vector<ibv_send_wr> wrs(kReads);
+  for (int i = 0; i < kReads; ++i) {
+    ibv_send_wr& wr = wrs[i];
+    sges[i] = {local.addr() + i * 64, 64, local.mr->lkey};
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sges[i];
+    wr.num_sge = 1;
+    wr.next = i + 1 < kReads ? &wrs[i + 1] : nullptr;
+    wr.wr_id = 10 + i;
+    wr.opcode = IBV_WR_RDMA_READ;
+    wr.wr.rdma.remote_addr = remote.addr() + i * 64;
+    wr.wr.rdma.rkey = remote.mr->rkey;
+  }
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(p.client->qp, wrs.data(), &bad), 0);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_SQD;
+  ASSERT_EQ(modify_qp(p.client->qp, &a, IBV_QP_STATE), 0);
+  ibv_wc wc;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(PollOne(p.client_cq, &wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  }
+  if (PollOne(p.client_cq, &wc, 300)) GTEST_SKIP() << "5th READ went out before SQD";
+  a.qp_state = IBV_QPS_RTS;
+  ASSERT_EQ(modify_qp(p.client->qp, &a, IBV_QP_STATE), 0);
+  ASSERT_TRUE(PollOne(p.client_cq, &wc, 3000)) << "the waiting READ never went out";
+  EXPECT_EQ(wc.wr_id, 14u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace softrdma
