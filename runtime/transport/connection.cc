@@ -313,16 +313,16 @@ void Connection::LogClose(ConnState before, const absl::Status& reason) const {
   const bool setting_up = before == ConnState::kResolvingAddr ||
                           before == ConnState::kResolvingRoute ||
                           before == ConnState::kConnecting || before == ConnState::kAccepting;
-  const bool lost = before == ConnState::kEstablished && (is_client_ || !peer_disconnected_);
-  if (local_close_ || (!setting_up && !lost)) {
+  const bool lost = before == ConnState::kEstablished;
+  // A client going away (in order, even before its connection was fully
+  // accepted) is no news on a server.
+  const bool client_left = !is_client_ && peer_disconnected_;
+  if (local_close_ || client_left || (!setting_up && !lost)) {
     VLOG(1) << "closing connection to " << peer_name_ << ": " << reason;
     return;
   }
-  uint64_t held_back = 0;
-  if (!ConnectionLogLimiter().Allow(peer_name_, absl::Now(), &held_back)) return;
-  LOG(WARNING) << "rdmarpc: connection " << (is_client_ ? "to " : "from ") << peer_name_
-               << (setting_up ? " failed: " : " lost: ") << reason
-               << SuppressedSuffix(held_back);
+  LogConnectionEvent(peer_name_, setting_up ? "connection set-up failed: " : "connection lost: ",
+                     reason);
 }
 
 void Connection::Shutdown(absl::Status reason) {
@@ -386,6 +386,7 @@ void Connection::MaybeFinishClose() {
 }
 
 void Connection::ForceDestroy() {
+  local_close_ = true;  // the loop is stopping: this process's decision
   if (usable()) {
     Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
                                               " closed: loop stopping")));

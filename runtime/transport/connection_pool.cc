@@ -1,9 +1,6 @@
 // connection_pool.cc: see connection_pool.h.
 #include "runtime/transport/connection_pool.h"
 
-#include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "glog/logging.h"
 #include "runtime/transport/log_limiter.h"
 
 namespace rdmarpc {
@@ -27,20 +24,23 @@ int ConnectionPool::PickSlot() {
 absl::StatusOr<Connection*> ConnectionPool::Get(int slot) {
   Slot& s = *slots_[slot];
   if (s.conn != nullptr && s.conn->usable()) return s.conn;
-  if (s.lost) {
-    s.lost = false;
-    uint64_t held_back = 0;
-    if (ConnectionLogLimiter().Allow(absl::StrCat(name_, " reconnect"), absl::Now(), &held_back)) {
-      LOG(WARNING) << "rdmarpc: reconnecting to " << name_ << " (slot " << slot
-                   << "; the last connection ended: " << s.lost_reason << ")"
-                   << SuppressedSuffix(held_back);
-    }
-  }
   absl::StatusOr<Connection*> c =
       Connection::Connect(s.loop, device_, address_, name_, options_, &s);
-  if (!c.ok()) return c.status();
+  if (!c.ok()) {
+    // Failed before any rdma_cm event (the connection never existed).
+    LogConnectionEvent(name_, "connection set-up failed: ", c.status());
+    s.lost = true;
+    s.lost_reason = c.status();
+    return c.status();
+  }
   s.conn = *c;
   return s.conn;
+}
+
+void ConnectionPool::Slot::OnEstablished(Connection* c) {
+  if (conn != c || !lost) return;
+  lost = false;
+  LogConnectionEvent(c->peer(), "reconnected; the last connection ended: ", lost_reason);
 }
 
 void ConnectionPool::CloseConnectionsOf(EventLoop* loop, const absl::Status& reason) {

@@ -41,8 +41,9 @@ class ConnectionPool {
   struct Slot final : ConnectionHandler {
     EventLoop* loop = nullptr;
     Connection* conn = nullptr;  // loop thread only
-    // Its connection was lost or failed (not shut down): the next Get is a
-    // reconnect, logged at WARNING (rate-limited per peer).
+    // Its connection was lost or failed (not shut down): the next one to be
+    // established is a reconnect, logged at WARNING (rate-limited per peer;
+    // the failures in between are logged by the connections).
     bool lost = false;
     absl::Status lost_reason;
     void OnClosed(Connection* c, const absl::Status& reason) override {
@@ -51,6 +52,7 @@ class ConnectionPool {
       lost = true;
       lost_reason = reason;
     }
+    void OnEstablished(Connection* c) override;
   };
   const sockaddr_in address_;
   const std::string name_;

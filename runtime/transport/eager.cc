@@ -384,10 +384,9 @@ void Connection::OnSendCompletion(const ibv_wc& wc) {
     OnChunkDone(piece, &wc);
   }
   if (wc.status != IBV_WC_SUCCESS && wc.status != IBV_WC_WR_FLUSH_ERR) {
-    // Logged: the peer sees only "peer disconnected", so this side's log is
-    // the one place that names the cause (e.g. a transport timeout).
-    LOG_IF(WARNING, usable()) << "connection to " << peer_name_ << ": send WR "
-                              << ibv_wc_status_str(wc.status) << "; closing it";
+    // Close logs the cause at WARNING: the peer sees only "peer
+    // disconnected", so this side's log is the one place that names it (e.g.
+    // a transport timeout).
     Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_, " failed: ",
                                               ibv_wc_status_str(wc.status))));
   }
@@ -415,8 +414,6 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
   const int idx = ReceiveRing::BufferIndex(wc.wr_id);
   if (wc.status != IBV_WC_SUCCESS) {
     if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-      LOG_IF(WARNING, usable()) << "connection to " << peer_name_ << ": receive "
-                                << ibv_wc_status_str(wc.status) << "; closing it";
       Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
                                                 " failed on receive: ",
                                                 ibv_wc_status_str(wc.status))));

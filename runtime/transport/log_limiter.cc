@@ -1,7 +1,12 @@
 // log_limiter.cc: see log_limiter.h.
 #include "runtime/transport/log_limiter.h"
 
+#include <chrono>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "glog/logging.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -38,6 +43,20 @@ LogLimiter& ConnectionLogLimiter() {
 std::string SuppressedSuffix(uint64_t held_back) {
   if (held_back == 0) return "";
   return absl::StrCat(" (", held_back, " more for this peer suppressed since the last line)");
+}
+
+void LogConnectionEvent(const std::string& peer, absl::string_view what,
+                        const absl::Status& reason) {
+  // A steady clock, so a step of the wall clock neither silences nor floods.
+  const absl::Time now = absl::FromUnixNanos(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+  uint64_t held_back = 0;
+  if (!ConnectionLogLimiter().Allow(peer, now, &held_back)) return;
+  std::string line = absl::StrCat("rdmarpc: ", what, reason.ToString());
+  if (!absl::StrContains(reason.message(), peer)) absl::StrAppend(&line, " (peer ", peer, ")");
+  LOG(WARNING) << line << SuppressedSuffix(held_back);
 }
 
 }  // namespace internal

@@ -7,11 +7,12 @@
 // second, and the next line it is allowed says how many it stood for.
 //
 // Usage:
-//   uint64_t held_back = 0;
-//   if (ConnectionLogLimiter().Allow(peer, absl::Now(), &held_back)) {
-//     LOG(WARNING) << "connection to " << peer << " failed: " << why
-//                  << SuppressedSuffix(held_back);
-//   }
+//   LogConnectionEvent(peer, "connection lost: ", reason);
+//
+// Every line held back for a key is counted into that key's next allowed
+// line; the count of lines held back after a key's last allowed line is
+// never written, nor is it when the key is forgotten (max_keys) -- and a
+// flood of new keys past max_keys writes nothing for them.
 //
 // Threads: any; Allow takes a mutex (logging is not on the hot path).
 #ifndef RDMARPC_RUNTIME_TRANSPORT_LOG_LIMITER_H_
@@ -23,6 +24,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -59,6 +61,12 @@ LogLimiter& ConnectionLogLimiter();
 
 // "" for 0; else " (N more for this peer suppressed since the last line)".
 std::string SuppressedSuffix(uint64_t held_back);
+
+// Writes "rdmarpc: <what><reason>" at WARNING unless ConnectionLogLimiter()
+// holds it back for `peer` (steady clock); names the peer when `reason`'s
+// message does not.
+void LogConnectionEvent(const std::string& peer, absl::string_view what,
+                        const absl::Status& reason);
 
 }  // namespace internal
 }  // namespace rdmarpc
