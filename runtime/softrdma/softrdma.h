@@ -221,6 +221,9 @@
 //    to 16 KiB on the same-host link) and sends that copy, retransmissions
 //    included: a buffer changed after post goes unnoticed. (Its lkeys are
 //    checked when the WR goes out, at post or later; see above.)
+//  - IBV_SEND_FENCE is accepted and ignored: a fenced WR does not wait for
+//    the READs / atomics before it to complete (with the payload copied at
+//    post, above, waiting would not give it their data anyway).
 //  - The responder refuses READs / atomics only when its max_dest_rd_atomic
 //    is 0; a requester of another make that sends more than that many at once
 //    is served (as rxe serves it, recycling its responder resources).
