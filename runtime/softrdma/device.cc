@@ -147,6 +147,12 @@ uint32_t NewMwRkey() {
   }
 }
 
+void MwSetHandleRkey(SoftMw* mw, uint32_t rkey) {
+  KeyTable& t = Keys();
+  absl::MutexLock l(&t.mu);
+  mw->mw.rkey = rkey;
+}
+
 void MwRegister(SoftMw* mw) {
   KeyTable& t = Keys();
   absl::MutexLock l(&t.mu);

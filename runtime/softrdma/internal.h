@@ -215,6 +215,9 @@ void UnlockKeyTableForFork();
 uint32_t NewMwRkey();
 // A window allocated by alloc_mw becomes findable by its handle.
 void MwRegister(SoftMw* mw);
+// Sets the handle's rkey (the bind verb, at post) under the key table's lock,
+// where MwBind reads it.
+void MwSetHandleRkey(SoftMw* mw, uint32_t rkey);
 // Binds or unbinds a window as a bind work request asks (MwBindRequest, kept
 // in the SQ until its turn). Returns IBV_WC_SUCCESS or the completion status
 // a NIC reports for the failed bind (IBV_WC_MW_BIND_ERR): also when the

@@ -1398,7 +1398,7 @@ int BindMwVerb(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
   const int err = PostOneSendLocked(q, &wr, /*bind_verb=*/true);
   // The handle shows the new rkey once the bind is posted (mlx5, rxe); the
   // window answers to it once the bind's turn in the SQ came.
-  if (err == 0) mw->rkey = wr.bind_mw.rkey;
+  if (err == 0) MwSetHandleRkey(ToSoft(mw), wr.bind_mw.rkey);
   return err;
 }
 
