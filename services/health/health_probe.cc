@@ -32,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -55,8 +56,11 @@ int Probe(const probe::ProbeFlags& flags) {
   const absl::Time start = absl::Now();
   rdmarpc::ChannelOptions options;
   options.connect_timeout = flags.connect_timeout;
+  // ":PORT", as grpc_health_probe takes it (Go's dialer): this machine.
+  const std::string target = absl::StartsWith(flags.addr, ":") ? "127.0.0.1" + flags.addr
+                                                                : flags.addr;
   absl::StatusOr<std::shared_ptr<rdmarpc::Channel>> channel =
-      rdmarpc::CreateChannel(flags.addr, options);
+      rdmarpc::CreateChannel(target, options);
   if (!channel.ok()) {
     if (channel.status().code() == absl::StatusCode::kInvalidArgument) {
       fprintf(stderr, "error: -addr \"%s\": %s\n", flags.addr.c_str(),

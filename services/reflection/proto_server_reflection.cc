@@ -130,12 +130,13 @@ class InfoService final : public Service {
   explicit InfoService(const ReflectionBackend* backend)
       : Service(Request::descriptor()->file()->service(0)->full_name()), backend_(backend) {
     const google::protobuf::MethodDescriptor* method = Request::descriptor()->file()->service(0)->method(0);
-    // The method only makes the reactor, so the handler pool lends it a
-    // thread for a moment; the stream then holds none.
+    // The method only makes the reactor: it runs on the worker (no pool
+    // thread, so a new stream is answered while every handler thread is
+    // busy), and the stream then holds no thread.
     AddMethod(std::make_unique<
               internal::CallbackBidiStreamingMethodHandler<InfoService, Request, Response>>(
         absl::StrCat("/", full_name(), "/", method->name()), this,
-        &InfoService::ServerReflectionInfo));
+        &InfoService::ServerReflectionInfo, /*run_inline=*/true));
   }
 
  private:

@@ -38,13 +38,20 @@ struct AccessLogRecord {
   bool server = false;       // true: recorded by a server; false: by a channel
   std::string method;        // "/package.Service/Method"
   RpcType type = RpcType::UNARY;
-  std::string peer;          // the other side, "ip:port"; empty when no server was reached
-  absl::Status status;       // the call's final status
+  // The other side, "ip:port"; empty (written "-" in the line) when no
+  // server was reached.
+  std::string peer;
+  // Server: the status the handler (or an interceptor) produced, even when
+  // the client was gone by then (it may have seen DEADLINE_EXCEEDED or
+  // CANCELLED). Client: the status the caller got.
+  absl::Status status;
   absl::Time start;          // when the call started (server: its handler was about to run)
   absl::Duration duration;   // start to final status
   uint64_t recv_messages = 0;  // messages received (server: requests; client: responses)
   uint64_t recv_bytes = 0;
-  uint64_t sent_messages = 0;  // messages sent (server: responses; client: requests)
+  // Messages handed to the call for sending (server: responses; client:
+  // requests), whether or not the peer received them.
+  uint64_t sent_messages = 0;
   uint64_t sent_bytes = 0;
 };
 

@@ -5,9 +5,11 @@
 #ifndef RDMARPC_RDMARPC_H_
 #define RDMARPC_RDMARPC_H_
 
+#include "rdmarpc/access_log.h"
 #include "rdmarpc/channel.h"
 #include "rdmarpc/client_callback.h"
 #include "rdmarpc/client_context.h"
+#include "rdmarpc/generic_stub.h"
 #include "rdmarpc/interceptor.h"
 #include "rdmarpc/server.h"
 #include "rdmarpc/server_callback.h"

@@ -188,9 +188,11 @@ template <class ServiceT, class Req, class Resp>
 class CallbackBidiStreamingMethodHandler final : public CallbackMethodHandler {
  public:
   using Method = ServerBidiReactor<Req, Resp>* (ServiceT::*)(CallbackServerContext*);
-  CallbackBidiStreamingMethodHandler(std::string full_name, ServiceT* service, Method method)
-      : CallbackMethodHandler(std::move(full_name), /*run_inline=*/false,
-                              RpcKind::kBidiStreaming),
+  // `run_inline`: the method (which only makes the reactor) runs on the
+  // worker. Generated code passes false; services/reflection passes true.
+  CallbackBidiStreamingMethodHandler(std::string full_name, ServiceT* service, Method method,
+                                     bool run_inline = false)
+      : CallbackMethodHandler(std::move(full_name), run_inline, RpcKind::kBidiStreaming),
         service_(service),
         method_(method) {}
   ServerReactorBase* InvokeCallback(CallbackServerContext* context,
