@@ -351,57 +351,89 @@ TEST(RdmaCm, SynchronousEndpointsConnectAndTalk) {
   destroy_ep(lonely);
 }
 
-TEST(RdmaCm, CreateQpWithoutPdOrCqsMakesThem) {
-  rdma_event_channel* sch = create_event_channel();
-  rdma_event_channel* cch = create_event_channel();
-  SetNonBlocking(sch->fd);
-  SetNonBlocking(cch->fd);
-  const Stats before = GetStats();
+// A listener on 127.0.0.1 and a client id resolved to it (address and
+// route), each on its own non-blocking channel. ConnectAndAccept connects the
+// client with `cp` and accepts with a QP made by rdma_create_qp without a PD
+// (`qa`) and no conn_param. Close (or the destructor) destroys what is left.
+struct ResolvedPair {
+  void SetUp() {
+    sch = create_event_channel();
+    cch = create_event_channel();
+    SetNonBlocking(sch->fd);
+    SetNonBlocking(cch->fd);
+    ASSERT_EQ(create_id(sch, &listener, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)), 0);
+    ASSERT_EQ(softrdma::listen(listener, 4), 0);
+    addr.sin_port = get_src_port(listener);
+    ASSERT_EQ(create_id(cch, &client, nullptr, RDMA_PS_TCP), 0);
+    ASSERT_EQ(resolve_addr(client, nullptr, reinterpret_cast<sockaddr*>(&addr), 1000), 0);
+    ASSERT_EQ(ExpectEvent(cch, RDMA_CM_EVENT_ADDR_RESOLVED), 0);
+    ASSERT_EQ(resolve_route(client, 1000), 0);
+    ASSERT_EQ(ExpectEvent(cch, RDMA_CM_EVENT_ROUTE_RESOLVED), 0);
+  }
+  void ConnectAndAccept(ibv_qp_init_attr* qa, rdma_conn_param* cp) {
+    ASSERT_EQ(softrdma::connect(client, cp), 0);
+    rdma_cm_event* e = NextEvent(sch);
+    ASSERT_NE(e, nullptr);
+    ASSERT_EQ(e->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+    child = e->id;
+    ack_cm_event(e);
+    ASSERT_EQ(create_qp(child, nullptr, qa), 0);
+    ASSERT_EQ(softrdma::accept(child, nullptr), 0);
+    EXPECT_EQ(ExpectEvent(cch, RDMA_CM_EVENT_ESTABLISHED), 0);
+    EXPECT_EQ(ExpectEvent(sch, RDMA_CM_EVENT_ESTABLISHED), 0);
+  }
+  void Close() {
+    for (rdma_cm_id** id : {&client, &child, &listener}) {
+      if (*id == nullptr) continue;
+      if ((*id)->qp != nullptr) destroy_qp(*id);
+      destroy_id(*id);
+      *id = nullptr;
+    }
+    for (rdma_event_channel** ch : {&sch, &cch}) {
+      if (*ch != nullptr) destroy_event_channel(*ch);
+      *ch = nullptr;
+    }
+  }
+  ~ResolvedPair() { Close(); }
+
+  rdma_event_channel* sch = nullptr;
+  rdma_event_channel* cch = nullptr;
   rdma_cm_id* listener = nullptr;
   rdma_cm_id* client = nullptr;
-  ASSERT_EQ(create_id(sch, &listener, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)), 0);
-  ASSERT_EQ(softrdma::listen(listener, 4), 0);
-  addr.sin_port = get_src_port(listener);
-  ASSERT_EQ(create_id(cch, &client, nullptr, RDMA_PS_TCP), 0);
-  ASSERT_EQ(resolve_addr(client, nullptr, reinterpret_cast<sockaddr*>(&addr), 1000), 0);
-  ASSERT_EQ(ExpectEvent(cch, RDMA_CM_EVENT_ADDR_RESOLVED), 0);
-  ASSERT_EQ(resolve_route(client, 1000), 0);
-  ASSERT_EQ(ExpectEvent(cch, RDMA_CM_EVENT_ROUTE_RESOLVED), 0);
+  rdma_cm_id* child = nullptr;
+};
+
+ibv_qp_init_attr SmallRcQp() {
   ibv_qp_init_attr qa{};
   qa.qp_type = IBV_QPT_RC;
   qa.cap.max_send_wr = 4;
   qa.cap.max_recv_wr = 4;
   qa.cap.max_send_sge = 1;
   qa.cap.max_recv_sge = 1;
-  ASSERT_EQ(create_qp(client, nullptr, &qa), 0);
-  ASSERT_NE(client->qp, nullptr);
-  ASSERT_NE(client->send_cq, nullptr);
-  ASSERT_NE(client->recv_cq, nullptr);
-  ASSERT_NE(client->pd, nullptr);
-  EXPECT_EQ(client->qp->state, IBV_QPS_INIT);
-  ASSERT_EQ(softrdma::connect(client, nullptr), 0);
-  rdma_cm_event* e = NextEvent(sch);
-  ASSERT_NE(e, nullptr);
-  ASSERT_EQ(e->event, RDMA_CM_EVENT_CONNECT_REQUEST);
-  rdma_cm_id* child = e->id;
-  ack_cm_event(e);
-  ASSERT_EQ(create_qp(child, nullptr, &qa), 0);
-  ASSERT_EQ(softrdma::accept(child, nullptr), 0);
-  EXPECT_EQ(ExpectEvent(cch, RDMA_CM_EVENT_ESTABLISHED), 0);
-  EXPECT_EQ(ExpectEvent(sch, RDMA_CM_EVENT_ESTABLISHED), 0);
-  EXPECT_EQ(client->qp->state, IBV_QPS_RTS);
-  destroy_qp(client);
-  destroy_qp(child);
-  EXPECT_EQ(client->qp, nullptr);
-  destroy_id(client);
-  destroy_id(child);
-  destroy_id(listener);
-  destroy_event_channel(sch);
-  destroy_event_channel(cch);
+  return qa;
+}
+
+TEST(RdmaCm, CreateQpWithoutPdOrCqsMakesThem) {
+  const Stats before = GetStats();
+  ResolvedPair p;
+  ASSERT_NO_FATAL_FAILURE(p.SetUp());
+  ibv_qp_init_attr qa = SmallRcQp();
+  ASSERT_EQ(create_qp(p.client, nullptr, &qa), 0);
+  ASSERT_NE(p.client->qp, nullptr);
+  ASSERT_NE(p.client->send_cq, nullptr);
+  ASSERT_NE(p.client->recv_cq, nullptr);
+  ASSERT_NE(p.client->pd, nullptr);
+  EXPECT_EQ(p.client->qp->state, IBV_QPS_INIT);
+  ASSERT_NO_FATAL_FAILURE(p.ConnectAndAccept(&qa, nullptr));
+  EXPECT_EQ(p.client->qp->state, IBV_QPS_RTS);
+  destroy_qp(p.client);
+  destroy_qp(p.child);
+  EXPECT_EQ(p.client->qp, nullptr);
+  p.Close();
   const Stats after = GetStats();
   EXPECT_EQ(after.live_cm_ids, before.live_cm_ids);
   EXPECT_EQ(after.live_qps, before.live_qps);
@@ -412,61 +444,24 @@ TEST(RdmaCm, CreateQpWithoutPdOrCqsMakesThem) {
 // librdmacm's REQ-derived depths, min(offer, device max): a client that
 // offered initiator_depth / responder_resources 1 gets 1 both ways.
 TEST(RdmaCm, AcceptWithoutParamsKeepsTheRequestersDepths) {
-  rdma_event_channel* sch = create_event_channel();
-  rdma_event_channel* cch = create_event_channel();
-  SetNonBlocking(sch->fd);
-  SetNonBlocking(cch->fd);
-  rdma_cm_id* listener = nullptr;
-  rdma_cm_id* client = nullptr;
-  ASSERT_EQ(create_id(sch, &listener, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)), 0);
-  ASSERT_EQ(softrdma::listen(listener, 4), 0);
-  addr.sin_port = get_src_port(listener);
-  ASSERT_EQ(create_id(cch, &client, nullptr, RDMA_PS_TCP), 0);
-  ASSERT_EQ(resolve_addr(client, nullptr, reinterpret_cast<sockaddr*>(&addr), 1000), 0);
-  ASSERT_EQ(ExpectEvent(cch, RDMA_CM_EVENT_ADDR_RESOLVED), 0);
-  ASSERT_EQ(resolve_route(client, 1000), 0);
-  ASSERT_EQ(ExpectEvent(cch, RDMA_CM_EVENT_ROUTE_RESOLVED), 0);
-  ibv_qp_init_attr qa{};
-  qa.qp_type = IBV_QPT_RC;
-  qa.cap.max_send_wr = 4;
-  qa.cap.max_recv_wr = 4;
-  qa.cap.max_send_sge = 1;
-  qa.cap.max_recv_sge = 1;
-  ASSERT_EQ(create_qp(client, nullptr, &qa), 0);
+  ResolvedPair p;
+  ASSERT_NO_FATAL_FAILURE(p.SetUp());
+  ibv_qp_init_attr qa = SmallRcQp();
+  ASSERT_EQ(create_qp(p.client, nullptr, &qa), 0);
   rdma_conn_param cp{};
   cp.responder_resources = 1;
   cp.initiator_depth = 1;
   cp.retry_count = 7;
   cp.rnr_retry_count = 7;
-  ASSERT_EQ(softrdma::connect(client, &cp), 0);
-  rdma_cm_event* e = NextEvent(sch);
-  ASSERT_NE(e, nullptr);
-  ASSERT_EQ(e->event, RDMA_CM_EVENT_CONNECT_REQUEST);
-  rdma_cm_id* child = e->id;
-  ack_cm_event(e);
-  ASSERT_EQ(create_qp(child, nullptr, &qa), 0);
-  ASSERT_EQ(softrdma::accept(child, nullptr), 0);
-  EXPECT_EQ(ExpectEvent(cch, RDMA_CM_EVENT_ESTABLISHED), 0);
-  EXPECT_EQ(ExpectEvent(sch, RDMA_CM_EVENT_ESTABLISHED), 0);
+  ASSERT_NO_FATAL_FAILURE(p.ConnectAndAccept(&qa, &cp));
   ibv_qp_attr at{};
   ibv_qp_init_attr init{};
-  ASSERT_EQ(query_qp(client->qp, &at, 0, &init), 0);
+  ASSERT_EQ(query_qp(p.client->qp, &at, 0, &init), 0);
   EXPECT_EQ(at.max_rd_atomic, 1) << "client";
   EXPECT_EQ(at.max_dest_rd_atomic, 1) << "client";
-  ASSERT_EQ(query_qp(child->qp, &at, 0, &init), 0);
+  ASSERT_EQ(query_qp(p.child->qp, &at, 0, &init), 0);
   EXPECT_EQ(at.max_rd_atomic, 1) << "server";
   EXPECT_EQ(at.max_dest_rd_atomic, 1) << "server";
-  destroy_qp(client);
-  destroy_qp(child);
-  destroy_id(client);
-  destroy_id(child);
-  destroy_id(listener);
-  destroy_event_channel(sch);
-  destroy_event_channel(cch);
 }
 
 }  // namespace
