@@ -1,6 +1,7 @@
 // buffer_pool.cc: see buffer_pool.h.
 #include "runtime/transport/buffer_pool.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -60,18 +61,41 @@ int BufferSlab::Get() {
 
 void BufferSlab::Put(int index) { free_.push_back(index); }
 
+namespace {
+// The sum over every LargeBufferPool, for the metrics.
+std::atomic<int64_t> g_large_registered{0};
+std::atomic<int64_t> g_large_cached{0};
+std::atomic<int64_t> g_large_in_use{0};
+void MirrorLarge(int64_t registered, int64_t cached, int64_t in_use) {
+  g_large_registered.fetch_add(registered, std::memory_order_relaxed);
+  g_large_cached.fetch_add(cached, std::memory_order_relaxed);
+  g_large_in_use.fetch_add(in_use, std::memory_order_relaxed);
+}
+int64_t Signed(size_t n) { return static_cast<int64_t>(n); }
+}  // namespace
+
+LargeBufferPoolTotals GetLargeBufferPoolTotals() {
+  return {g_large_registered.load(std::memory_order_relaxed),
+          g_large_cached.load(std::memory_order_relaxed),
+          g_large_in_use.load(std::memory_order_relaxed)};
+}
+
 LargeBufferPool::LargeBufferPool(ibv_pd* pd, size_t limit_bytes, size_t keep_bytes)
     : pd_(pd), limit_bytes_(limit_bytes), keep_bytes_(keep_bytes) {}
 
 LargeBufferPool::~LargeBufferPool() {
   absl::MutexLock lock(&mu_);
   LOG_IF(ERROR, outstanding_ != 0) << outstanding_ << " large buffers still in use at pool exit";
-  for (auto& [size, b] : free_) FreeLocked(b);
+  for (auto& [size, b] : free_) {
+    MirrorLarge(0, -Signed(b->capacity), 0);
+    FreeLocked(b);
+  }
   free_.clear();
 }
 
 void LargeBufferPool::FreeLocked(LargeBuffer* b) {
   registered_bytes_ -= b->capacity;
+  MirrorLarge(-Signed(b->capacity), 0, 0);
   b->mr.reset();
   std::free(b->data);
   delete b;
@@ -87,12 +111,14 @@ absl::StatusOr<LargeBuffer*> LargeBufferPool::Get(size_t bytes) {
     free_bytes_ -= b->capacity;
     free_.erase(it);
     ++outstanding_;
+    MirrorLarge(0, -Signed(b->capacity), Signed(b->capacity));
     return b;
   }
   // Make room under the limit by dropping cached buffers that did not fit.
   while (limit_bytes_ != 0 && registered_bytes_ + want > limit_bytes_ && !free_.empty()) {
     auto victim = free_.begin();
     free_bytes_ -= victim->second->capacity;
+    MirrorLarge(0, -Signed(victim->second->capacity), 0);
     FreeLocked(victim->second);
     free_.erase(victim);
   }
@@ -116,6 +142,7 @@ absl::StatusOr<LargeBuffer*> LargeBufferPool::Get(size_t bytes) {
   b->mr = std::move(*mr);
   registered_bytes_ += want;
   ++outstanding_;
+  MirrorLarge(Signed(want), 0, Signed(want));
   return b;
 }
 
@@ -123,11 +150,13 @@ void LargeBufferPool::Put(LargeBuffer* b) {
   if (b == nullptr) return;
   absl::MutexLock lock(&mu_);
   --outstanding_;
+  MirrorLarge(0, 0, -Signed(b->capacity));
   if (free_bytes_ + b->capacity > keep_bytes_) {
     FreeLocked(b);
     return;
   }
   free_bytes_ += b->capacity;
+  MirrorLarge(0, Signed(b->capacity), 0);
   free_.emplace(b->capacity, b);
 }
 
@@ -138,6 +167,7 @@ absl::Status LargeBufferPool::Rekey(LargeBuffer* b) {
   if (!mr.ok()) {
     absl::MutexLock lock(&mu_);
     --outstanding_;
+    MirrorLarge(0, 0, -Signed(b->capacity));
     FreeLocked(b);
     return mr.status();
   }

@@ -101,6 +101,15 @@ class LargeBufferPool {
   size_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// Rendezvous buffers over every LargeBufferPool of the process, in bytes:
+// registered now, of those cached free for reuse, and on loan. Any thread.
+struct LargeBufferPoolTotals {
+  int64_t registered_bytes = 0;
+  int64_t cached_bytes = 0;
+  int64_t in_use_bytes = 0;
+};
+LargeBufferPoolTotals GetLargeBufferPoolTotals();
+
 // Owns one LargeBuffer on loan from a pool; returns it on destruction (no
 // rekey: only for buffers never exposed, or whose exposure ended normally).
 class PooledBuffer {

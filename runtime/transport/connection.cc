@@ -53,7 +53,70 @@ Connection::Connection(EventLoop* loop, DeviceResources* device, const Connectio
       is_client_(is_client),
       state_(ConnState::kResolvingAddr),
       pacer_({options.rendezvous_chunk_bytes, options.rendezvous_chunks_in_flight},
-             {options.rendezvous_bulk_chunk_bytes, options.rendezvous_bulk_chunks_in_flight}) {}
+             {options.rendezvous_bulk_chunk_bytes, options.rendezvous_bulk_chunks_in_flight}) {
+  send_queue_.set_stats(&loop->stats());
+  receive_ring_.set_stats(&loop->stats());
+  loop->stats().connections_in_state[static_cast<int>(state_)].Add();
+}
+
+ConnectionStatus Connection::Describe() const {
+  ConnectionStatus c;
+  c.engine = loop_->name();
+  c.peer = peer_name_;
+  c.is_client = is_client_;
+  c.state = ConnStateName(state_);
+  c.device = "-";
+  if (id_ != nullptr && id_->verbs != nullptr && id_->verbs->device != nullptr) {
+    c.device = absl::StrCat(id_->verbs->device->name, " port ", id_->port_num);
+  }
+  c.qp_num = qp_num_;
+  c.qp_state = "-";
+  if (qp_) {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    if (Verbs().query_qp(qp_.get(), &attr, IBV_QP_STATE, &init) == 0) {
+      static constexpr const char* kQpStates[] = {"RESET", "INIT", "RTR", "RTS",
+                                                  "SQD",   "SQE",  "ERR"};
+      c.qp_state = attr.qp_state <= IBV_QPS_ERR ? kQpStates[attr.qp_state] : "UNKNOWN";
+    } else {
+      c.qp_state = "query failed";
+    }
+  }
+  if (credits_.has_value()) {
+    c.send_credits = credits_->available();
+    c.credits_owed = credits_->owed();
+  }
+  c.peer_recv_depth = peer_.recv_depth;
+  c.local_recv_depth = options_.recv_depth;
+  c.streams_in_flight = streams_.busy();
+  c.queued_frames = out_queue_.size();
+  c.rendezvous_in_flight = reads_.size() + pushes_.size() + delayed_reads_.size();
+  c.exposed_buffers = exposed_.size();
+  c.messages_sent = messages_sent_;
+  c.messages_received = recvs_seen_;
+  c.bytes_sent = bytes_sent_;
+  c.bytes_received = bytes_received_;
+  c.credit_stall_us = credit_stall_.total_ns(absl::ToUnixNanos(absl::Now())) / 1000;
+  c.wc_errors = wc_errors_;
+  if (!first_wc_error_.empty()) {
+    c.last_error = first_wc_error_;
+  } else if (!close_reason_.ok()) {
+    c.last_error = close_reason_.ToString();
+  }
+  return c;
+}
+
+void Connection::SetState(ConnState next) {
+  static_assert(static_cast<int>(ConnState::kClosed) == kNumCountedConnStates,
+                "every state but kClosed is counted");
+  if (next == state_) return;
+  EngineStats& stats = loop_->stats();
+  if (state_ != ConnState::kClosed) stats.connections_in_state[static_cast<int>(state_)].Add(-1);
+  if (next != ConnState::kClosed) stats.connections_in_state[static_cast<int>(next)].Add();
+  if (next == ConnState::kEstablished) stats.connections_established.Add();
+  if (next == ConnState::kClosed) stats.connections_closed.Add();
+  state_ = next;
+}
 
 Connection::~Connection() {
   for (EventLoop::TimerId t : timers_) loop_->CancelTimer(t);
@@ -104,7 +167,7 @@ absl::StatusOr<Connection*> Connection::Accept(EventLoop* loop, DeviceResources*
       new Connection(loop, device, options, handler, peer_name, /*is_client=*/false));
   c->id_.reset(id);
   id->context = static_cast<CmEventHandler*>(c.get());
-  c->state_ = ConnState::kAccepting;
+  c->SetState(ConnState::kAccepting);
   c->peer_ = peer;
   absl::Status s = c->SetupQp();
   if (s.ok()) s = c->receive_ring_.PostAll(c->qp_.get());
@@ -176,7 +239,7 @@ void Connection::OnCmEvent(const CmEvent& ev) {
   switch (ev.type) {
     case RDMA_CM_EVENT_ADDR_RESOLVED:
       if (state_ != ConnState::kResolvingAddr) return;
-      state_ = ConnState::kResolvingRoute;
+      SetState(ConnState::kResolvingRoute);
       if (Verbs().resolve_route(id_.get(), ToMs(options_.connect_timeout)) != 0) {
         Close(absl::UnavailableError(absl::StrCat(
             "connecting to ", peer_name_, ": ",
@@ -201,7 +264,7 @@ void Connection::OnCmEvent(const CmEvent& ev) {
       param.initiator_depth = 4;
       param.retry_count = 7;
       param.rnr_retry_count = 7;
-      state_ = ConnState::kConnecting;
+      SetState(ConnState::kConnecting);
       if (Verbs().connect(id_.get(), &param) != 0) {
         Close(absl::UnavailableError(absl::StrCat(
             "connecting to ", peer_name_, ": ", ErrnoToStatus("rdma_connect", errno).message())));
@@ -240,7 +303,7 @@ void Connection::OnCmEvent(const CmEvent& ev) {
 
 void Connection::OnEstablished(const std::string& private_data) {
   if (state_ == ConnState::kAccepting) {
-    state_ = ConnState::kEstablished;
+    SetState(ConnState::kEstablished);
     Flush();
     return;
   }
@@ -252,7 +315,7 @@ void Connection::OnEstablished(const std::string& private_data) {
   }
   peer_ = *h;
   credits_.emplace(peer_.recv_depth, options_.recv_depth);
-  state_ = ConnState::kEstablished;
+  SetState(ConnState::kEstablished);
   if (connect_timer_ != 0) {
     loop_->CancelTimer(connect_timer_);
     connect_timer_ = 0;
@@ -271,7 +334,7 @@ void Connection::Close(absl::Status reason) {
       state_ == ConnState::kEstablished || state_ == ConnState::kAccepting ||
       state_ == ConnState::kConnecting;
   const ConnState state_before_close = state_;
-  state_ = ConnState::kClosing;
+  SetState(ConnState::kClosing);
   close_reason_ = reason;
   LogClose(state_before_close, reason);
   if (connect_timer_ != 0) {
@@ -396,7 +459,8 @@ void Connection::ForceDestroy() {
 
 void Connection::Destroy() {
   if (state_ == ConnState::kClosed) return;
-  state_ = ConnState::kClosed;
+  SetState(ConnState::kClosed);
+  NoteCreditStall();  // a stall ends with the connection
   for (EventLoop::TimerId t : timers_) loop_->CancelTimer(t);
   timers_.clear();
   if (keepalive_timer_ != 0) loop_->CancelTimer(keepalive_timer_);

@@ -100,6 +100,33 @@ enum class ConnState {
 };
 const char* ConnStateName(ConnState s);
 
+// One connection as /statusz shows it (Connection::Describe): a copy taken
+// on its loop, plain values.
+struct ConnectionStatus {
+  std::string engine;        // the loop's name
+  std::string peer;          // host:port
+  bool is_client = false;
+  std::string state;         // ConnStateName
+  std::string device;        // "<device> port <n>", or "-" before the route
+  uint32_t qp_num = 0;
+  std::string qp_state;      // from ibv_query_qp: RESET, INIT, RTR, RTS, SQD, SQE, ERR; "-" without a QP
+  int send_credits = 0;      // credits this side may still spend
+  int credits_owed = 0;      // receives re-posted, not yet returned to the peer
+  int peer_recv_depth = 0;   // credits the peer granted at the handshake
+  int local_recv_depth = 0;  // credits this side granted
+  size_t streams_in_flight = 0;
+  size_t queued_frames = 0;         // waiting for a credit or a send buffer
+  size_t rendezvous_in_flight = 0;  // READ pulls and WRITE pushes not ended
+  size_t exposed_buffers = 0;       // registered buffers the peer may read
+  uint64_t messages_sent = 0;       // SEND_WITH_IMM messages posted
+  uint64_t messages_received = 0;   // receive completions
+  uint64_t bytes_sent = 0;          // of those messages, and rendezvous pushes, in bytes
+  uint64_t bytes_received = 0;      // likewise, and rendezvous pulls
+  int64_t credit_stall_us = 0;      // time spent waiting for credits, in µs
+  uint64_t wc_errors = 0;           // completions in error (flushes excluded)
+  std::string last_error;           // the first error completion's status, or the close reason
+};
+
 // What a server needs to answer one request.
 struct RequestToken {
   uint16_t slot = 0;
@@ -251,6 +278,8 @@ class Connection final : public CmEventHandler, public LoopClient {
   // The rdma_cm id (for fault injection in tests); nullptr once destroyed.
   rdma_cm_id* cm_id() const { return id_.get(); }
   size_t calls_in_flight() const { return streams_.busy(); }
+  // A snapshot for /statusz. Loop thread only.
+  ConnectionStatus Describe() const;
 
   // EventLoop upcalls (LoopClient's data-path members forward here).
   void OnCmEvent(const CmEvent& event) override;
@@ -322,6 +351,12 @@ class Connection final : public CmEventHandler, public LoopClient {
 
   Connection(EventLoop* loop, DeviceResources* device, const ConnectionOptions& options,
              ConnectionHandler* handler, std::string peer_name, bool is_client);
+  // Moves to `next`, keeping the engine's connections-by-state gauge.
+  void SetState(ConnState next);
+  // Credit stalls: Flush calls this after sending what it could.
+  void NoteCreditStall();
+  // An error completion (not a flush), for Describe.
+  void NoteWcError(const ibv_wc& wc);
 
   // Handshake (connection.cc).
   absl::Status SetupQp();
@@ -478,6 +513,14 @@ class Connection final : public CmEventHandler, public LoopClient {
   uint64_t drain_marker_seq_ = 0;
   bool probe_posted_ = false;         // a keepalive probe was ever posted
   uint64_t probe_seq_ = 0;            // the last probe's SQ sequence number
+
+  // For Describe (loop thread only).
+  uint64_t messages_sent_ = 0;
+  uint64_t bytes_sent_ = 0;
+  uint64_t bytes_received_ = 0;
+  uint64_t wc_errors_ = 0;
+  std::string first_wc_error_;
+  CreditStallTimer credit_stall_;
 };
 
 }  // namespace internal

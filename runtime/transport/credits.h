@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "runtime/transport/engine_stats.h"
+
 namespace rdmarpc {
 namespace internal {
 
@@ -42,6 +44,36 @@ class CreditWindow {
   int credits_;
   int owed_ = 0;
   int threshold_;
+};
+
+// Times a sender's waits for credits (messages queued, no credit to send
+// them): Update at each point where that may have changed; a stall runs from
+// the first Update(true) to the next Update(false). Counts each stall and
+// its length in `stats` (EngineStats::credit_stalls, credit_stall_ns) as it
+// begins and ends. Times are ns since the epoch (absl::Now). One loop thread.
+class CreditStallTimer {
+ public:
+  void Update(bool stalled, int64_t now_ns, EngineStats* stats) {
+    if (stalled == (since_ns_ != 0)) return;
+    if (stalled) {
+      since_ns_ = now_ns;
+      stats->credit_stalls.Add();
+      return;
+    }
+    const int64_t waited = now_ns > since_ns_ ? now_ns - since_ns_ : 0;
+    since_ns_ = 0;
+    total_ns_ += waited;
+    stats->credit_stall_ns.Add(waited);
+  }
+  bool stalled() const { return since_ns_ != 0; }
+  // Time stalled so far, the stall going on included, in ns.
+  int64_t total_ns(int64_t now_ns) const {
+    return total_ns_ + (since_ns_ != 0 && now_ns > since_ns_ ? now_ns - since_ns_ : 0);
+  }
+
+ private:
+  int64_t since_ns_ = 0;  // 0: not stalled
+  int64_t total_ns_ = 0;  // stalls that ended
 };
 
 }  // namespace internal

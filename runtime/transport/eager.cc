@@ -80,6 +80,7 @@ void Connection::Flush() {
     if (!SendOne(out_queue_.front())) break;
     out_queue_.pop_front();
   }
+  if (!out_queue_.empty() || credit_stall_.stalled()) NoteCreditStall();
   Doorbell();
   if (close_when_sent_) MaybeFinishCloseWhenSent();
 }
@@ -187,7 +188,7 @@ bool Connection::SendRequest(uint32_t handle) {
       r.write(r.source, req->data);  // serialisation, not a copy
     } else {
       std::memcpy(req->data, r.payload.data(), payload_size);
-      CountPayloadCopy(payload_size);
+      loop_->stats().payload_bytes_copied.Add(payload_size);
     }
   }
   RemoteBuffer rb;
@@ -240,7 +241,7 @@ bool Connection::SendResponseItem(OutItem& item) {
     // Too large for the eager prefix: the metadata leads the payload.
     if (item.registered) {
       item.payload.assign(item.registered->data + kRegisteredResponseOffset, item.registered_len);
-      CountPayloadCopy(item.registered_len);
+      loop_->stats().payload_bytes_copied.Add(item.registered_len);
       item.registered.reset();
     }
     item.payload.insert(0, item.meta);
@@ -338,7 +339,7 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
     payload_size = payload.size();
     if (payload_size > 0) {
       std::memcpy(out + prefix, payload.data(), payload_size);
-      CountPayloadCopy(payload_size);
+      loop_->stats().payload_bytes_copied.Add(payload_size);
     }
   }
   const size_t len = prefix + payload_size;
@@ -354,6 +355,19 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
   SqEntry e;
   e.send_buffer = buf;
   send_queue_.PostWr(&wr, e, /*force_signal=*/false);
+  ++messages_sent_;
+  bytes_sent_ += len;
+}
+
+void Connection::NoteCreditStall() {
+  const bool stalled = state_ != ConnState::kClosed && !out_queue_.empty() &&
+                       credits_.has_value() && !credits_->CanSendMessage();
+  credit_stall_.Update(stalled, absl::ToUnixNanos(absl::Now()), &loop_->stats());
+}
+
+void Connection::NoteWcError(const ibv_wc& wc) {
+  ++wc_errors_;
+  if (first_wc_error_.empty()) first_wc_error_ = ibv_wc_status_str(wc.status);
 }
 
 void Connection::Doorbell() {
@@ -384,6 +398,7 @@ void Connection::OnSendCompletion(const ibv_wc& wc) {
     OnChunkDone(piece, &wc);
   }
   if (wc.status != IBV_WC_SUCCESS && wc.status != IBV_WC_WR_FLUSH_ERR) {
+    NoteWcError(wc);
     // Close logs the cause at WARNING: the peer sees only "peer
     // disconnected", so this side's log is the one place that names it (e.g.
     // a transport timeout).
@@ -414,6 +429,7 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
   const int idx = ReceiveRing::BufferIndex(wc.wr_id);
   if (wc.status != IBV_WC_SUCCESS) {
     if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+      NoteWcError(wc);
       Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
                                                 " failed on receive: ",
                                                 ibv_wc_status_str(wc.status))));
@@ -426,6 +442,7 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
     return;
   }
   receive_ring_.Consumed(idx);
+  bytes_received_ += wc.byte_len;
   if (!(wc.wc_flags & IBV_WC_WITH_IMM)) {
     Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_,
                                               ": message without imm_data")));
@@ -437,7 +454,7 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
                                               imm.status().message())));
     return;
   }
-  if (state_ == ConnState::kAccepting) state_ = ConnState::kEstablished;
+  if (state_ == ConnState::kAccepting) SetState(ConnState::kEstablished);
   absl::string_view bytes;
   if (imm->kind == MsgKind::kResponseWritten) {
     Slot* s = streams_.Live(imm->slot, imm->generation);

@@ -60,6 +60,16 @@ void ApplyMutexDeadlockCheckFlag() {
   (void)applied;
 }
 
+// Loops that ForEachLiveLoop visits.
+struct LiveLoops {
+  absl::Mutex mu;
+  std::vector<EventLoop*> loops ABSL_GUARDED_BY(mu);
+};
+LiveLoops& GetLiveLoops() {
+  static LiveLoops* const live = new LiveLoops;  // never destroyed: loops may outlive main
+  return *live;
+}
+
 absl::Status SetNonBlocking(int fd, absl::string_view what) {
   const int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
@@ -81,6 +91,13 @@ EventLoop::EventLoop(std::string name)
       cq_free_(kCqDepth),
       cq_depth_(kCqDepth) {
   ApplyMutexDeadlockCheckFlag();
+  RegisterEngineStats(&stats_);
+}
+
+void EventLoop::ForEachLiveLoop(absl::FunctionRef<void(EventLoop*)> fn) {
+  LiveLoops& live = GetLiveLoops();
+  absl::MutexLock lock(&live.mu);
+  for (EventLoop* loop : live.loops) fn(loop);
 }
 
 absl::Status EventLoop::ReserveCqEntries(int n) {
@@ -93,7 +110,15 @@ absl::Status EventLoop::ReserveCqEntries(int n) {
   return absl::OkStatus();
 }
 
-EventLoop::~EventLoop() { Stop(); }
+EventLoop::~EventLoop() {
+  if (registered_) {
+    LiveLoops& live = GetLiveLoops();
+    absl::MutexLock lock(&live.mu);
+    live.loops.erase(std::find(live.loops.begin(), live.loops.end(), this));
+  }
+  Stop();
+  UnregisterEngineStats(&stats_);
+}
 
 absl::Status EventLoop::Start() {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -119,6 +144,12 @@ absl::Status EventLoop::Start() {
     return ErrnoToStatus("epoll_ctl(cm channel)", errno);
   }
   thread_ = std::thread([this] { Loop(); });
+  {
+    LiveLoops& live = GetLiveLoops();
+    absl::MutexLock lock(&live.mu);
+    live.loops.push_back(this);
+    registered_ = true;
+  }
   started_.store(true);
   return absl::OkStatus();
 }
@@ -408,6 +439,14 @@ int EventLoop::PollCq() {
     return 0;
   }
   for (int i = 0; i < n; ++i) {
+    if (wcs[i].opcode & IBV_WC_RECV) {
+      stats_.recv_completions.Add();
+    } else {
+      stats_.send_completions.Add();
+    }
+    if (wcs[i].status != IBV_WC_SUCCESS) {
+      stats_.wc_errors[std::min<int>(wcs[i].status, kNumWcStatus - 1)].Add();
+    }
     auto it = qp_map_.find(wcs[i].qp_num);
     if (it == qp_map_.end()) continue;  // a connection already destroyed
     LoopClient* c = it->second;

@@ -44,10 +44,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "runtime/transport/engine_stats.h"
 #include "runtime/transport/spin_pause.h"
 #include "runtime/transport/task_queue.h"
 #include "runtime/verbs/verbs.h"
@@ -217,6 +219,11 @@ class EventLoop {
   // a NIC). RESOURCE_EXHAUSTED names the numbers.
   absl::Status ReserveCqEntries(int n);
   void ReleaseCqEntries(int n) { cq_free_ += n; }
+  // Every connection the loop owns now (not the retired ones), in no
+  // particular order.
+  void ForEachClient(absl::FunctionRef<void(LoopClient*)> fn) {
+    for (auto& [raw, owned] : conns_) fn(raw);
+  }
   void MapQp(uint32_t qp_num, LoopClient* conn) { qp_map_[qp_num] = conn; }
   void UnmapQp(uint32_t qp_num) { qp_map_.erase(qp_num); }
   // Asks for conn->RunEndOfStep() (re-post receives, send what is queued,
@@ -232,6 +239,14 @@ class EventLoop {
   // CmEventHandler in id->context. Returns false when none was ready.
   static bool DispatchOneCmEvent(rdma_event_channel* channel);
   const std::string& name() const { return name_; }
+  // This engine's device counters (engine_stats.h): bumped by the poller
+  // holder, read from any thread.
+  EngineStats& stats() { return stats_; }
+
+  // Any thread: calls `fn` with every loop started and not yet being
+  // destroyed, under a registry lock (so `fn` must not block, and may only
+  // Post to the loop: the loop stays alive until the lock is released).
+  static void ForEachLiveLoop(absl::FunctionRef<void(EventLoop*)> fn);
 
  private:
   void Loop();
@@ -250,6 +265,8 @@ class EventLoop {
   void RunScheduledEndOfSteps();
 
   const std::string name_;
+  EngineStats stats_;
+  bool registered_ = false;  // in the live-loop registry (Start to ~EventLoop)
   std::thread thread_;
   std::thread::id thread_id_;
   int epoll_fd_ = -1;

@@ -46,6 +46,7 @@ void Connection::OnKeepaliveTimer() {
     wr.num_sge = 0;
     wr.opcode = IBV_WR_RDMA_WRITE;
     probe_posted_ = true;
+    loop_->stats().keepalive_probes.Add();
     probe_seq_ = send_queue_.PostWr(&wr, SqEntry{}, /*force_signal=*/true);
     Doorbell();
   }

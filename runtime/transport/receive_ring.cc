@@ -40,6 +40,16 @@ absl::StatusOr<int> ReceiveRing::PostPending(ibv_qp* qp) {
   }
   ibv_recv_wr* bad = nullptr;
   const int rc = ibv_post_recv(qp, wrs_.data(), &bad);
+  if (stats_ != nullptr) {
+    stats_->recv_doorbells.Add();
+    // On a failure the WRs from `bad` on were not posted.
+    size_t posted = n;
+    if (rc != 0) {
+      posted = 0;
+      while (posted < n && &wrs_[posted] != bad) ++posted;
+    }
+    stats_->wrs_posted[static_cast<int>(WrOpcode::kRecv)].Add(static_cast<int64_t>(posted));
+  }
   to_repost_.clear();
   force_repost_ = false;
   if (rc != 0) return ErrnoToStatus("ibv_post_recv", rc);

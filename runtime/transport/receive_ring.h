@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "runtime/transport/buffer_pool.h"
+#include "runtime/transport/engine_stats.h"
 #include "runtime/verbs/verbs.h"
 
 namespace rdmarpc {
@@ -40,6 +41,9 @@ class ReceiveRing {
 
   // Registers `depth` buffers of `buffer_bytes` (local write access).
   absl::Status Create(ibv_pd* pd, int depth, size_t buffer_bytes);
+  // The engine whose counters this ring's posts count in (engine_stats.h);
+  // set before the first post. Outlives the ring.
+  void set_stats(EngineStats* stats) { stats_ = stats; }
   // Posts every buffer (set-up): one chained ibv_post_recv.
   absl::Status PostAll(ibv_qp* qp);
 
@@ -84,6 +88,7 @@ class ReceiveRing {
   bool force_repost_ = false;
   std::vector<ibv_recv_wr> wrs_;  // scratch for PostPending, depth long
   std::vector<ibv_sge> sges_;
+  EngineStats* stats_ = nullptr;
 };
 
 }  // namespace internal

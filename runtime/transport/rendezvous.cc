@@ -161,6 +161,10 @@ void Connection::StartResponsePull(uint32_t handle, const ParsedMessage& m) {
 void Connection::PostRead(ReadCtx ctx) {
   const uint64_t id = next_transfer_id_++;
   ctx.progress.length = ctx.remote.length;
+  EngineStats& stats = loop_->stats();
+  stats.rendezvous_transfers[static_cast<int>(RendezvousDirection::kRead)].Add();
+  stats.rendezvous_bytes[static_cast<int>(RendezvousDirection::kRead)].Add(ctx.remote.length);
+  bytes_received_ += ctx.remote.length;
   reads_.emplace(id, std::move(ctx));
   transfer_queue_.push_back({id, /*read=*/true});
   PostRendezvousChunks();
@@ -177,6 +181,10 @@ void Connection::StartPush(PooledBuffer buffer, uint32_t total, const RemoteBuff
   ctx.first_len = static_cast<uint32_t>(std::min<size_t>(
       total, std::max(pacer_.small_chunk_bytes(), EagerLimit())));
   ctx.progress.length = total;
+  EngineStats& stats = loop_->stats();
+  stats.rendezvous_transfers[static_cast<int>(RendezvousDirection::kWrite)].Add();
+  stats.rendezvous_bytes[static_cast<int>(RendezvousDirection::kWrite)].Add(total);
+  bytes_sent_ += total;
   ctx.buffer = buffer.release();
   pushes_.emplace(id, ctx);
   transfer_queue_.push_back({id, /*read=*/false});

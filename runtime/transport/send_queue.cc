@@ -1,7 +1,6 @@
 // send_queue.cc: SendQueue (see send_queue.h).
 #include "runtime/transport/send_queue.h"
 
-#include "runtime/transport/transport_stats.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -10,9 +9,35 @@ absl::Status SendQueue::CreateSendSlab(ibv_pd* pd, size_t buffer_bytes) {
   absl::StatusOr<std::unique_ptr<BufferSlab>> slab =
       BufferSlab::Create(pd, kDepth, buffer_bytes, kLocalAccess);
   if (!slab.ok()) return slab.status();
+  DropSendSlab();
   send_slab_ = std::move(*slab);
+  if (stats_ != nullptr) stats_->send_buffers_capacity.Add(kDepth);
   return absl::OkStatus();
 }
+
+void SendQueue::DropSendSlab() {
+  if (send_slab_ == nullptr) return;
+  if (stats_ != nullptr) {
+    // Buffers still out (the QP was destroyed with them posted) go with it.
+    const int out = kDepth - send_slab_->free_count();
+    stats_->send_buffers_returned.Add(out);
+    stats_->send_buffers_capacity.Add(-kDepth);
+  }
+  send_slab_.reset();
+}
+
+namespace {
+WrOpcode CountedOpcode(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_SEND: return WrOpcode::kSend;
+    case IBV_WR_SEND_WITH_IMM: return WrOpcode::kSendWithImm;
+    case IBV_WR_RDMA_WRITE: return WrOpcode::kRdmaWrite;
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return WrOpcode::kRdmaWriteWithImm;
+    case IBV_WR_RDMA_READ: return WrOpcode::kRdmaRead;
+    default: return WrOpcode::kSend;  // the transport posts no other opcode
+  }
+}
+}  // namespace
 
 uint64_t SendQueue::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
   const uint64_t seq = head_++;
@@ -25,8 +50,12 @@ uint64_t SendQueue::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
     unsignalled_run_ = 0;
   }
   wr->wr_id = seq;
-  CountSendWr((wr->send_flags & IBV_SEND_SIGNALED) != 0,
-              (wr->send_flags & IBV_SEND_INLINE) != 0);
+  if (stats_ != nullptr) {
+    stats_->wrs_posted[static_cast<int>(CountedOpcode(wr->opcode))].Add();
+    if (wr->send_flags & IBV_SEND_SIGNALED) stats_->signalled_send_wrs.Add();
+    if (wr->send_flags & IBV_SEND_INLINE) stats_->inline_send_wrs.Add();
+    if (entry.send_buffer >= 0) stats_->send_buffers_taken.Add();
+  }
   ring_[seq % kDepth] = entry;
   // Queued for the next doorbell: WRs made ready together go to the device
   // in one ibv_post_send chain.
@@ -51,6 +80,7 @@ int SendQueue::Doorbell(absl::FunctionRef<void(uint64_t seq, const SqEntry& entr
   }
   ibv_send_wr* bad = nullptr;
   const int rc = ibv_post_send(qp_, &batch_[0].wr, &bad);
+  if (stats_ != nullptr) stats_->send_doorbells.Add();
   if (rc != 0) {
     // WRs from `bad` on never entered the queue: undo their accounting.
     size_t first_bad = 0;
@@ -58,7 +88,13 @@ int SendQueue::Doorbell(absl::FunctionRef<void(uint64_t seq, const SqEntry& entr
     for (size_t i = n; i > first_bad; --i) {
       const uint64_t seq = --head_;
       SqEntry& e = ring_[seq % kDepth];
-      if (e.send_buffer >= 0 && send_slab_ != nullptr) send_slab_->Put(e.send_buffer);
+      if (stats_ != nullptr) {
+        const ibv_send_wr& wr = batch_[i - 1].wr;
+        stats_->wrs_posted[static_cast<int>(CountedOpcode(wr.opcode))].Add(-1);
+        if (wr.send_flags & IBV_SEND_SIGNALED) stats_->signalled_send_wrs.Add(-1);
+        if (wr.send_flags & IBV_SEND_INLINE) stats_->inline_send_wrs.Add(-1);
+      }
+      if (e.send_buffer >= 0 && send_slab_ != nullptr) PutSendBuffer(e.send_buffer);
       const SqEntry undone = e;
       e = SqEntry{};
       unposted(seq, undone);
@@ -77,7 +113,13 @@ bool SendQueue::PostDrainMarker() {
   wr.num_sge = 0;
   wr.send_flags = IBV_SEND_SIGNALED;
   ibv_send_wr* bad = nullptr;
-  if (ibv_post_send(qp_, &wr, &bad) != 0) return false;
+  const int rc = ibv_post_send(qp_, &wr, &bad);
+  if (stats_ != nullptr) stats_->send_doorbells.Add();
+  if (rc != 0) return false;
+  if (stats_ != nullptr) {
+    stats_->wrs_posted[static_cast<int>(WrOpcode::kSend)].Add();
+    stats_->signalled_send_wrs.Add();
+  }
   ring_[seq % kDepth] = SqEntry{};
   ++head_;
   unsignalled_run_ = 0;

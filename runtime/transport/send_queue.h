@@ -29,6 +29,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "runtime/transport/buffer_pool.h"
+#include "runtime/transport/engine_stats.h"
 #include "runtime/transport/transport.h"
 #include "runtime/verbs/verbs.h"
 
@@ -55,6 +56,7 @@ class SendQueue {
   static_assert(kSignalEvery >= 1, "signal at least every WR");
 
   SendQueue() : ring_(kDepth) {}
+  ~SendQueue() { DropSendSlab(); }
   SendQueue(const SendQueue&) = delete;
   SendQueue& operator=(const SendQueue&) = delete;
 
@@ -63,6 +65,9 @@ class SendQueue {
   // The QP the doorbell posts to; nullptr once it is destroyed (queued WRs
   // are then dropped by Doorbell).
   void set_qp(ibv_qp* qp) { qp_ = qp; }
+  // The engine whose counters this queue's posts and buffers count in
+  // (engine_stats.h); set before the first post. Outlives the queue.
+  void set_stats(EngineStats* stats) { stats_ = stats; }
 
   // True while a WR may still be queued (the ring is not full).
   bool has_room() const { return head_ - tail_ < static_cast<uint64_t>(kDepth); }
@@ -107,7 +112,7 @@ class SendQueue {
     // In-order SQ completion: this one retires every WR up to it.
     for (; tail_ <= seq; ++tail_) {
       SqEntry& e = ring_[tail_ % kDepth];
-      if (e.send_buffer >= 0 && send_slab_ != nullptr) send_slab_->Put(e.send_buffer);
+      if (e.send_buffer >= 0 && send_slab_ != nullptr) PutSendBuffer(e.send_buffer);
       const SqEntry done = e;
       e = SqEntry{};
       retired(done);
@@ -126,13 +131,21 @@ class SendQueue {
     qp_ = nullptr;
     for (SqEntry& e : ring_) {
       const SqEntry held = e;
+      if (held.send_buffer >= 0 && send_slab_ != nullptr) PutSendBuffer(held.send_buffer);
       e = SqEntry{};
       dropped(held);
     }
-    send_slab_.reset();
+    DropSendSlab();
   }
 
  private:
+  void PutSendBuffer(int index) {
+    send_slab_->Put(index);
+    if (stats_ != nullptr) stats_->send_buffers_returned.Add();
+  }
+  // Frees the slab, taking its buffers out of the engine's capacity gauge.
+  void DropSendSlab();
+
   struct PendingWr {
     ibv_send_wr wr;
     ibv_sge sge;
@@ -144,6 +157,7 @@ class SendQueue {
   std::vector<PendingWr> batch_;  // WRs waiting for the doorbell
   std::unique_ptr<BufferSlab> send_slab_;
   ibv_qp* qp_ = nullptr;
+  EngineStats* stats_ = nullptr;
 };
 
 }  // namespace internal

@@ -100,7 +100,7 @@ struct OutgoingRequest {
   //    the call is live (a synchronous caller's own message);
   //  * already in registered memory: `registered` bytes [0, registered_len)
   //    (a large request, saves a copy);
-  //  * in `payload` (copied into the send buffer: counted by CountPayloadCopy).
+  //  * in `payload` (copied into the send buffer: counted in EngineStats::payload_bytes_copied).
   PayloadWriteFn write = nullptr;
   const void* source = nullptr;
   size_t source_size = 0;

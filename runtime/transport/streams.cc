@@ -133,7 +133,7 @@ bool Connection::SendStreamItem(OutItem& item) {
     return true;
   }
   std::memcpy((*got)->data, item.payload.data(), item.payload.size());
-  CountPayloadCopy(item.payload.size());
+  loop_->stats().payload_bytes_copied.Add(item.payload.size());
   const uint32_t ref = next_ref_++;
   exposed_[ref] = *got;
   h.flags |= kFlagPayloadRemote;

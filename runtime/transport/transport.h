@@ -75,7 +75,7 @@
 // synchronous request is serialised straight into the registered send
 // buffer when posted, a small response likewise (TrySendResponseInPlace),
 // and both are parsed straight from the receive buffer. What remains is
-// counted by CountPayloadCopy: an asynchronous request (serialised before
+// counted in EngineStats::payload_bytes_copied: an asynchronous request (serialised before
 // AsyncUnaryCall returns, copied when posted) and a response that had to
 // queue behind others or wait for a credit.
 //

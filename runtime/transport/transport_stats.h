@@ -2,8 +2,9 @@
 // call that the verbs counters cannot see, read by bench/rpc_bench for the
 // per-call budget ("bytes the runtime copied, serialisation aside").
 //
-// Counters are relaxed atomics, safe to read and bump from any thread; a read
-// is a snapshot, not a consistent cut across counters.
+// Read off the engines' own counters (engine_stats.h), summed over every
+// engine; safe to read from any thread. A read is a snapshot, not a
+// consistent cut across counters.
 #ifndef RDMARPC_RUNTIME_TRANSPORT_TRANSPORT_STATS_H_
 #define RDMARPC_RUNTIME_TRANSPORT_TRANSPORT_STATS_H_
 
@@ -29,14 +30,10 @@ struct TransportStats {
   uint64_t inline_send_wrs = 0;
 };
 
-// Snapshot of the counters since process start or the last Reset.
+// Snapshot of the counters since process start or the last Reset. Any
+// thread.
 TransportStats GetTransportStats();
 void ResetTransportStats();
-
-// Records `bytes` of payload copied by the runtime. Any thread.
-void CountPayloadCopy(size_t bytes);
-// Records one send WR posted, signalled or not, inline or not. Any thread.
-void CountSendWr(bool signalled, bool is_inline);
 
 }  // namespace rdmarpc::internal
 

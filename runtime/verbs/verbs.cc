@@ -3,6 +3,7 @@
 
 #include <sys/resource.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -224,7 +225,25 @@ std::string MemlockLimitText() {
 void PdDeleter::operator()(ibv_pd* p) const {
   if (int rc = Verbs().dealloc_pd(p); rc != 0) LOG(ERROR) << ErrnoToStatus("ibv_dealloc_pd", rc);
 }
+namespace {
+// Memory registered through RegisterMemory and not yet deregistered.
+std::atomic<int64_t> g_registered_bytes{0};
+std::atomic<int64_t> g_registered_regions{0};
+}  // namespace
+
+RegisteredMemory GetRegisteredMemory() {
+  return {g_registered_bytes.load(std::memory_order_relaxed),
+          g_registered_regions.load(std::memory_order_relaxed)};
+}
+
+int64_t ProviderRnrRetries() {
+  if (std::strcmp(Verbs().provider_name, "soft") != 0) return -1;
+  return static_cast<int64_t>(softrdma::GetStats().rnr_retries);
+}
+
 void MrDeleter::operator()(ibv_mr* p) const {
+  g_registered_bytes.fetch_sub(static_cast<int64_t>(p->length), std::memory_order_relaxed);
+  g_registered_regions.fetch_sub(1, std::memory_order_relaxed);
   if (int rc = Verbs().dereg_mr(p); rc != 0) LOG(ERROR) << ErrnoToStatus("ibv_dereg_mr", rc);
 }
 void CqDeleter::operator()(ibv_cq* p) const {
@@ -274,6 +293,8 @@ absl::StatusOr<MrPtr> RegisterMemory(ibv_pd* pd, void* addr, size_t length, int 
     }
     return s;
   }
+  g_registered_bytes.fetch_add(static_cast<int64_t>(mr->length), std::memory_order_relaxed);
+  g_registered_regions.fetch_add(1, std::memory_order_relaxed);
   return MrPtr(mr);
 }
 

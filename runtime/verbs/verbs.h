@@ -152,6 +152,19 @@ class QpOwner {
 absl::StatusOr<PdPtr> AllocPd(ibv_context* context);
 // ENOMEM/EPERM add the RLIMIT_MEMLOCK in force to the message, the usual cause.
 absl::StatusOr<MrPtr> RegisterMemory(ibv_pd* pd, void* addr, size_t length, int access);
+// Memory this process holds registered through RegisterMemory now (MRs not
+// yet deregistered): bytes and regions. Any thread; registration is the
+// control plane, so these are plain shared atomics.
+struct RegisteredMemory {
+  int64_t bytes = 0;
+  int64_t regions = 0;
+};
+RegisteredMemory GetRegisteredMemory();
+// RNR retries the provider counts for this process (softrdma: a SEND that
+// found no receive posted), or -1 where it keeps no such count (rdma-core:
+// the NIC retries in hardware; its port counters are per device, not per
+// process).
+int64_t ProviderRnrRetries();
 absl::StatusOr<CompChannelPtr> CreateCompChannel(ibv_context* context);
 absl::StatusOr<CqPtr> CreateCq(ibv_context* context, int cqe, ibv_comp_channel* channel);
 absl::StatusOr<EventChannelPtr> CreateEventChannel();

@@ -1,5 +1,6 @@
 // CreditWindow: a send never goes without a credit; credits come back.
 #include "runtime/transport/credits.h"
+#include "runtime/transport/engine_stats.h"
 
 #include "gtest/gtest.h"
 #include "runtime/transport/transport.h"
@@ -79,6 +80,25 @@ TEST(CreditWindow, BlockedPeerAlwaysGetsItsCreditsBack) {
   CreditWindow two(2, 2);
   two.OnReposted(1);
   EXPECT_FALSE(two.ShouldSendCreditMessage());  // why kMinRecvDepth is 3
+}
+
+TEST(CreditStallTimer, CountsEachStallOnceAndItsLength) {
+  EngineStats stats;
+  CreditStallTimer t;
+  t.Update(false, 100, &stats);  // not stalled: nothing
+  EXPECT_FALSE(t.stalled());
+  t.Update(true, 1'000, &stats);
+  t.Update(true, 1'500, &stats);  // the same stall
+  EXPECT_TRUE(t.stalled());
+  EXPECT_EQ(stats.credit_stalls.Get(), 1);
+  EXPECT_EQ(t.total_ns(1'700), 700);  // the stall going on counts
+  t.Update(false, 4'000, &stats);
+  EXPECT_EQ(stats.credit_stall_ns.Get(), 3'000);
+  t.Update(true, 10'000, &stats);
+  t.Update(false, 10'250, &stats);
+  EXPECT_EQ(stats.credit_stalls.Get(), 2);
+  EXPECT_EQ(stats.credit_stall_ns.Get(), 3'250);
+  EXPECT_EQ(t.total_ns(99'999), 3'250);
 }
 
 }  // namespace
