@@ -8,6 +8,7 @@ find_package(glog REQUIRED CONFIG)         # glog::glog
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(IBVERBS REQUIRED IMPORTED_TARGET libibverbs)
 pkg_check_modules(RDMACM REQUIRED IMPORTED_TARGET librdmacm)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # the admin endpoint (rdmarpc/admin.h)
 if(RDMARPC_BUILD_TESTS)
   find_package(GTest REQUIRED CONFIG)      # GTest::gtest, GTest::gtest_main, GTest::gmock
 endif()

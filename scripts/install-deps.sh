@@ -21,6 +21,7 @@ packages=(
   libprotobuf-dev libprotoc-dev protobuf-compiler
   libabsl-dev libgflags-dev libgoogle-glog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libcpp-httplib-dev prometheus
   iproute2 procps
 )
 if ((bench)); then

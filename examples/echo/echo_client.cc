@@ -270,6 +270,15 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // --rdmarpc_admin_listen=HOST:PORT serves /metrics, /statusz and /healthz
+  // while the client runs (rdmarpc/admin.h).
+  absl::StatusOr<std::unique_ptr<rdmarpc::AdminServer>> admin =
+      rdmarpc::AdminServer::StartFromFlags();
+  if (!admin.ok()) {
+    fprintf(stderr, "%s: %s\n", argv[0], admin.status().ToString().c_str());
+    return 2;
+  }
+
   rdmarpc::ChannelOptions options;
   options.connect_timeout = absl::Milliseconds(FLAGS_connect_timeout_ms);
   // Room for the largest payload plus the protobuf framing around it.

@@ -176,6 +176,15 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // --rdmarpc_admin_listen=HOST:PORT serves /metrics, /statusz and /healthz
+  // while the client runs (rdmarpc/admin.h).
+  absl::StatusOr<std::unique_ptr<rdmarpc::AdminServer>> admin =
+      rdmarpc::AdminServer::StartFromFlags();
+  if (!admin.ok()) {
+    fprintf(stderr, "%s: %s\n", argv[0], admin.status().ToString().c_str());
+    return 2;
+  }
+
   absl::StatusOr<std::shared_ptr<rdmarpc::Channel>> channel =
       rdmarpc::CreateChannel(FLAGS_server, rdmarpc::ChannelOptions());
   absl::Status status = channel.status();

@@ -5,6 +5,8 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "runtime/rpc/address.h"
+#include "rdmarpc/metrics.h"
+#include "runtime/rpc/admin_endpoint.h"
 #include "runtime/rpc/channel_impl.h"
 #include "runtime/rpc/metadata.h"
 #include "runtime/rpc/status_payloads.h"
@@ -120,7 +122,12 @@ void ClientCall::Deliver(absl::Status status) {
 }
 
 ChannelImpl::ChannelImpl(std::string target, const ChannelOptions& options)
-    : target_(std::move(target)), options_(options) {}
+    : target_(std::move(target)), options_(options) {
+  if (options_.enable_metrics || AnyAdminEndpointRunning()) {
+    options_.interceptor_creators.insert(options_.interceptor_creators.begin(),
+                                         ClientMetricsInterceptorFactory());
+  }
+}
 
 absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_view target,
                                                                  const ChannelOptions& options) {

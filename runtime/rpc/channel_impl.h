@@ -148,7 +148,8 @@ class ChannelImpl {
   void StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot);
 
   const std::string target_;
-  const ChannelOptions options_;
+  // As given, plus the metrics interceptor first when metrics are on.
+  ChannelOptions options_;
   std::unique_ptr<DeviceResources> device_;
   std::vector<std::unique_ptr<EventLoop>> loops_;
   std::vector<std::unique_ptr<ConnectionPool>> pools_;

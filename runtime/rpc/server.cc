@@ -5,11 +5,14 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "runtime/rpc/address.h"
 #include "runtime/rpc/context_access.h"
 #include "runtime/rpc/metadata.h"
+#include "runtime/rpc/metrics.h"
+#include "rdmarpc/metrics.h"
 #include "runtime/rpc/server_impl.h"
 #include "runtime/rpc/status_payloads.h"
 #include "runtime/rpc/server_hooks.h"
@@ -51,8 +54,42 @@ constexpr int kDefaultMaxHandlerThreads = 256;
 ServerImpl::ServerImpl(const ServerOptions& options) : options_(options) {}
 
 ServerImpl::~ServerImpl() {
+  if (status_registered_) RemoveServerStatusSource(this);
   Shutdown(absl::Seconds(5));
   Wait();
+}
+
+bool ServerImpl::Serving() const {
+  absl::MutexLock lock(&mu_);
+  return state_ == State::kRunning;
+}
+
+std::string ServerImpl::Address() const { return address_; }
+
+std::string ServerImpl::DescribeForStatusz() const {
+  const char* state = "new";
+  std::vector<std::string> services;
+  {
+    absl::MutexLock lock(&mu_);
+    switch (state_) {
+      case State::kNew: state = "new"; break;
+      case State::kRunning: state = "serving"; break;
+      case State::kStopping: state = "shutting down"; break;
+      case State::kStopped: state = "stopped"; break;
+    }
+    services.assign(services_.begin(), services_.end());
+  }
+  std::sort(services.begin(), services.end());
+  return absl::StrCat(
+      "  server ", address_, ": ", state, ", ", open_connections_.load(),
+      " open connections, ", running_handlers_.load(), " handlers running, ",
+      pool_calls_.load(), " calls on the handler pool\n", "    services: ",
+      services.empty() ? "(none)" : absl::StrJoin(services, ", "), "\n", "    workers ",
+      options_.num_workers, ", recv_depth ", options_.recv_depth, " x ",
+      options_.recv_buffer_bytes, " bytes, eager_limit ", options_.eager_limit_bytes,
+      " bytes, max_message ", options_.max_message_bytes, " bytes, large buffer pool ",
+      options_.large_buffer_pool_bytes, " bytes, ", options_.interceptor_creators.size(),
+      " interceptors\n");
 }
 
 absl::Status ServerImpl::AddService(Service* service) {
@@ -97,6 +134,20 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
   }
   absl::StatusOr<ResolvedAddress> addr = ParseHostPort(listen_address, /*allow_port_zero=*/true);
   if (!addr.ok()) return addr.status();
+  const std::string admin_listen =
+      options_.admin_listen.empty() ? AdminListenFlag() : options_.admin_listen;
+  if (!admin_listen.empty()) {
+    absl::StatusOr<std::shared_ptr<AdminEndpoint>> admin = AdminEndpoint::Acquire(admin_listen);
+    if (!admin.ok()) return admin.status();
+    admin_ = std::move(*admin);
+  }
+  if (options_.enable_metrics || admin_ != nullptr || AnyAdminEndpointRunning()) {
+    options_.interceptor_creators.insert(options_.interceptor_creators.begin(),
+                                         ServerMetricsInterceptorFactory());
+    for (const auto& [name, handler] : methods_) {
+      InitializeServerMethodMetrics(name, handler->kind());
+    }
+  }
   ChooseProvider();
   device_ = std::make_unique<DeviceResources>(options_.large_buffer_pool_bytes,
                                               options_.large_buffer_pool_bytes);
@@ -161,11 +212,14 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
     return s;
   }
   port_ = listener_->port();
-  absl::MutexLock lock(&mu_);
-  state_ = State::kRunning;
   // The address bound: with port 0 in `listen_address`, the port chosen.
   const absl::string_view host =
       absl::string_view(addr->name).substr(0, addr->name.rfind(':'));
+  address_ = absl::StrCat(host, ":", port_);
+  AddServerStatusSource(this);
+  status_registered_ = true;
+  absl::MutexLock lock(&mu_);
+  state_ = State::kRunning;
   LOG(INFO) << "rdmarpc server listening on " << host << ":" << port_ << " (asked for "
             << addr->name << ", " << ProviderName() << ")";
   return absl::OkStatus();
@@ -704,7 +758,7 @@ void ServerImpl::SendReply(Connection* conn, const RequestToken& token, absl::St
     }
   }
   // Queued behind others or out of credits: serialised now, copied into
-  // the send buffer later (counted by CountPayloadCopy).
+  // the send buffer later (counted in EngineStats::payload_bytes_copied).
   std::string payload;
   response->SerializeToString(&payload);
   conn->SendResponse(token, absl::StatusCode::kOk, std::string(), std::move(payload));

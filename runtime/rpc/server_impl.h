@@ -17,6 +17,7 @@
 #include "rdmarpc/server.h"
 #include "rdmarpc/server_callback.h"
 #include "rdmarpc/service.h"
+#include "runtime/rpc/admin_endpoint.h"
 #include "runtime/rpc/handler_pool.h"
 #include "runtime/rpc/interceptor_chain.h"
 #include "runtime/rpc/server_callback.h"
@@ -39,10 +40,10 @@ namespace internal {
 // framing) stay inline.
 inline constexpr size_t kMaxInlineRequestBytes = (1 << 20) + (64 << 10);  // with its framing
 
-class ServerImpl final {
+class ServerImpl final : public ServerStatusSource {
  public:
   explicit ServerImpl(const ServerOptions& options);
-  ~ServerImpl();
+  ~ServerImpl() override;
 
   absl::Status AddService(Service* service);
   // Sorted full names of the registered services.
@@ -51,6 +52,11 @@ class ServerImpl final {
   int port() const { return port_; }
   void Shutdown(absl::Duration grace);
   void Wait();
+
+  // ServerStatusSource (admin_endpoint.h): any thread.
+  bool Serving() const override;
+  std::string Address() const override;
+  std::string DescribeForStatusz() const override;
 
  private:
   struct Worker;
@@ -183,7 +189,13 @@ class ServerImpl final {
   // on-cancel callbacks.
   static void CancelPoolCall(PoolCall* call);
 
-  const ServerOptions options_;
+  // As given, plus the metrics interceptor first when metrics are on; not
+  // changed after Start.
+  ServerOptions options_;
+  // The admin endpoint this server serves (rdmarpc/admin.h), or nullptr.
+  std::shared_ptr<AdminEndpoint> admin_;
+  bool status_registered_ = false;  // AddServerStatusSource was called
+  std::string address_;             // "host:port" bound
   absl::flat_hash_map<std::string, const MethodHandler*> methods_;
   absl::flat_hash_set<std::string> services_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<DeviceResources> device_;

@@ -65,6 +65,11 @@ struct RDMARPC_EXPORT ChannelOptions {
   // Empty (the default): calls run no interceptor code at all.
   std::vector<std::shared_ptr<experimental::ClientInterceptorFactoryInterface>>
       interceptor_creators;
+  // Count call metrics (rdmarpc/metrics.h): the channel runs the metrics
+  // interceptor first, before interceptor_creators. On by itself for a
+  // channel made while the process serves an admin endpoint
+  // (rdmarpc/admin.h).
+  bool enable_metrics = false;
 };
 
 class RDMARPC_EXPORT Channel {

@@ -6,11 +6,13 @@
 #define RDMARPC_RDMARPC_H_
 
 #include "rdmarpc/access_log.h"
+#include "rdmarpc/admin.h"
 #include "rdmarpc/channel.h"
 #include "rdmarpc/client_callback.h"
 #include "rdmarpc/client_context.h"
 #include "rdmarpc/generic_stub.h"
 #include "rdmarpc/interceptor.h"
+#include "rdmarpc/metrics.h"
 #include "rdmarpc/server.h"
 #include "rdmarpc/server_callback.h"
 #include "rdmarpc/server_context.h"

@@ -77,6 +77,16 @@ struct RDMARPC_EXPORT ServerOptions {
   // server does. Empty (the default): calls run no interceptor code.
   std::vector<std::shared_ptr<experimental::ServerInterceptorFactoryInterface>>
       interceptor_creators;
+  // Count call metrics (rdmarpc/metrics.h): Start puts the metrics
+  // interceptor first in interceptor_creators. On by itself when the server
+  // serves an admin endpoint, or one runs in the process.
+  bool enable_metrics = false;
+  // HOST:PORT of the admin HTTP endpoint to serve (rdmarpc/admin.h): GET
+  // /metrics, /statusz, /healthz. Empty (the default): the value of
+  // --rdmarpc_admin_listen, and none when that is empty too. Start fails
+  // INVALID_ARGUMENT when it does not parse, UNAVAILABLE when it cannot be
+  // bound.
+  std::string admin_listen;
 };
 
 class RDMARPC_EXPORT Server {
