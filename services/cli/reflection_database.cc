@@ -13,6 +13,9 @@ namespace {
 using grpc::reflection::v1::ServerReflectionRequest;
 using grpc::reflection::v1::ServerReflectionResponse;
 
+constexpr char kV1Method[] = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
+constexpr char kV1AlphaMethod[] = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
+
 // The server's error_response as a Status of the code it sent.
 absl::Status ErrorOf(const ServerReflectionResponse& response) {
   return absl::Status(static_cast<absl::StatusCode>(response.error_response().error_code()),
@@ -22,8 +25,7 @@ absl::Status ErrorOf(const ServerReflectionResponse& response) {
 }  // namespace
 
 ReflectionDatabase::ReflectionDatabase(std::shared_ptr<Channel> channel, absl::Duration timeout)
-    : stub_(grpc::reflection::v1::ServerReflection::NewStub(std::move(channel))),
-      timeout_(timeout) {}
+    : channel_(std::move(channel)), timeout_(timeout) {}
 
 ReflectionDatabase::~ReflectionDatabase() {
   if (stream_ != nullptr && stream_status_.ok()) {
@@ -35,16 +37,27 @@ ReflectionDatabase::~ReflectionDatabase() {
 absl::StatusOr<ServerReflectionResponse> ReflectionDatabase::Ask(
     const ServerReflectionRequest& request) {
   if (!stream_status_.ok()) return stream_status_;
-  if (stream_ == nullptr) {
+  const bool first = stream_ == nullptr;
+  if (first) {
     context_ = std::make_unique<ClientContext>();
     if (timeout_ != absl::InfiniteDuration()) context_->set_timeout(timeout_);
-    stream_ = stub_->ServerReflectionInfo(context_.get());
+    // v1 and v1alpha are the same messages under two service names.
+    stream_ = std::make_unique<ClientReaderWriter<ServerReflectionRequest, ServerReflectionResponse>>(
+        channel_.get(), use_v1alpha_ ? kV1AlphaMethod : kV1Method, context_.get());
   }
   ServerReflectionResponse response;
   if (stream_->Write(request) && stream_->Read(&response)) return response;
   stream_status_ = stream_->Finish();
   if (stream_status_.ok()) {
     stream_status_ = absl::InternalError("grpc.reflection stream ended without an answer");
+  }
+  if (first && !use_v1alpha_ && stream_status_.code() == absl::StatusCode::kUnimplemented) {
+    // A server older than gRPC's v1 (as grpc_cli and grpcurl do): ask again
+    // under v1alpha. The deadline starts over with the new stream.
+    use_v1alpha_ = true;
+    stream_.reset();
+    stream_status_ = absl::OkStatus();
+    return Ask(request);
   }
   return stream_status_;
 }

@@ -11,7 +11,9 @@
 //   if (s == nullptr) ... db.last_error() says why (NOT_FOUND, UNAVAILABLE, ...)
 //
 // All requests go over one ServerReflectionInfo stream, opened by the first
-// and closed by the destructor. Thread safety: none; one thread uses it (a
+// and closed by the destructor. A server that answers v1 with UNIMPLEMENTED
+// is asked again under grpc.reflection.v1alpha (the same messages), as
+// grpc_cli and grpcurl do for servers older than v1. Thread safety: none; one thread uses it (a
 // DescriptorPool calls it under its own mutex).
 #ifndef RDMARPC_SERVICES_CLI_REFLECTION_DATABASE_H_
 #define RDMARPC_SERVICES_CLI_REFLECTION_DATABASE_H_
@@ -44,8 +46,8 @@ class ReflectionDatabase final : public google::protobuf::DescriptorDatabase {
 
   // The services the server lists, sorted by full name. Errors: the
   // stream's status (UNAVAILABLE, DEADLINE_EXCEEDED, UNIMPLEMENTED when the
-  // server does not serve grpc.reflection.v1), or the server's
-  // error_response as a Status of its code.
+  // server serves neither grpc.reflection.v1 nor, asked next, v1alpha), or
+  // the server's error_response as a Status of its code.
   absl::StatusOr<std::vector<std::string>> ListServices();
 
   // google::protobuf::DescriptorDatabase. False when the server does not
@@ -73,8 +75,10 @@ class ReflectionDatabase final : public google::protobuf::DescriptorDatabase {
   bool TakeFiles(const absl::StatusOr<grpc::reflection::v1::ServerReflectionResponse>& response,
                  google::protobuf::FileDescriptorProto* output);
 
-  std::unique_ptr<grpc::reflection::v1::ServerReflection::Stub> stub_;
+  std::shared_ptr<Channel> channel_;
   absl::Duration timeout_;
+  // The server answered v1 with UNIMPLEMENTED: the stream is v1alpha's.
+  bool use_v1alpha_ = false;
   std::unique_ptr<ClientContext> context_;
   std::unique_ptr<ClientReaderWriterInterface<grpc::reflection::v1::ServerReflectionRequest,
                                               grpc::reflection::v1::ServerReflectionResponse>>

@@ -160,7 +160,13 @@ ProtoServerReflection::ProtoServerReflection(const google::protobuf::DescriptorP
 
 ProtoServerReflection::~ProtoServerReflection() = default;
 
-absl::Status ProtoServerReflection::AddToServer(Server* server) {
+absl::Status ProtoServerReflection::AddToServer(Server* server) { return Add(server, true); }
+
+absl::Status ProtoServerReflection::AddV1AlphaOnlyToServer(Server* server) {
+  return Add(server, false);
+}
+
+absl::Status ProtoServerReflection::Add(Server* server, bool with_v1) {
   if (added_) {
     return absl::FailedPreconditionError("ProtoServerReflection was added to a server already");
   }
@@ -172,7 +178,7 @@ absl::Status ProtoServerReflection::AddToServer(Server* server) {
   backend_.set_server(server);
   // Server::AddService fails here only after Start (FAILED_PRECONDITION),
   // and then for both alike: the first failure leaves neither added.
-  absl::Status status = server->AddService(v1_.get());
+  absl::Status status = with_v1 ? server->AddService(v1_.get()) : absl::OkStatus();
   if (!status.ok()) return status;
   status = server->AddService(v1alpha_.get());
   if (!status.ok()) return status;

@@ -91,8 +91,12 @@ class ProtoServerReflection final {
   // already or `server` has started, ALREADY_EXISTS when `server` has a
   // service of either name (then neither is added).
   absl::Status AddToServer(Server* server);
+  // As AddToServer, registering grpc.reflection.v1alpha only: a server that
+  // looks like one from before gRPC added v1 (for testing clients' fallback).
+  absl::Status AddV1AlphaOnlyToServer(Server* server);
 
  private:
+  absl::Status Add(Server* server, bool with_v1);
   ReflectionBackend backend_;
   std::unique_ptr<Service> v1_;
   std::unique_ptr<Service> v1alpha_;

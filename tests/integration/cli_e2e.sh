@@ -54,9 +54,24 @@ if [[ "$EXAMPLE" == health ]]; then
   expect health 0 health "$A" <<<'SERVING'
   expect health_up 0 health "$A" a.Up <<<'SERVING'
   expect health_down 4 health "$A" a.Down <<<'NOT_SERVING'
+  # v1 first, then v1alpha: the error is the second's.
   expect ls_no_reflection 2 ls "$A" <<'WANT'
 --- stderr
-UNIMPLEMENTED: method /grpc.reflection.v1.ServerReflection/ServerReflectionInfo is not implemented by this server
+UNIMPLEMENTED: method /grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo is not implemented by this server
+WANT
+  stop_server
+  # A server with only grpc.reflection.v1alpha (older gRPC): ls and
+  # describe fall back to it.
+  start_server server "$SERVER" --serving=a.Up --v1alpha_reflection
+  A="$SERVER_ADDR"
+  expect ls_v1alpha 0 ls "$A" <<'WANT'
+grpc.health.v1.Health
+grpc.reflection.v1alpha.ServerReflection
+WANT
+  expect ls_v1alpha_service 0 ls "$A" grpc.health.v1.Health <<'WANT'
+Check
+List
+Watch
 WANT
   stop_server
   pass "rdmarpc_cli health against health_test_server: $CASES cases"

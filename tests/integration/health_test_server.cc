@@ -18,12 +18,16 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "health/health_check_service.h"
+#include "reflection/proto_server_reflection.h"
 #include "rdmarpc/rdmarpc.h"
 
 DEFINE_string(listen, "127.0.0.1:0", "Address to listen on, HOST:PORT");
 DEFINE_string(serving, "", "Comma-separated service names to report SERVING");
 DEFINE_string(not_serving, "", "Comma-separated service names to report NOT_SERVING");
 DEFINE_bool(serve_health, true, "Register the health service (false: a server with no service)");
+DEFINE_bool(v1alpha_reflection, false,
+            "Also register grpc.reflection.v1alpha.ServerReflection, and not v1: a server "
+            "from before gRPC's reflection v1");
 
 int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
@@ -44,7 +48,9 @@ int main(int argc, char** argv) {
     health.SetServingStatus(name, false);
   }
   rdmarpc::Server server;
+  rdmarpc::reflection::ProtoServerReflection reflection;
   absl::Status status = FLAGS_serve_health ? server.AddService(&health) : absl::OkStatus();
+  if (status.ok() && FLAGS_v1alpha_reflection) status = reflection.AddV1AlphaOnlyToServer(&server);
   if (status.ok()) status = server.Start(FLAGS_listen);
   if (!status.ok()) {
     fprintf(stderr, "health_test_server: %s\n", status.ToString().c_str());
