@@ -92,6 +92,11 @@ Registry& GetRegistry() {
 
 std::atomic<uint32_t> g_next_shard{0};
 
+// Distinct methods counted per side; calls of further methods are counted
+// under kOverflowMethod.
+constexpr size_t kMaxMethodsPerSide = 4096;
+constexpr char kOverflowMethod[] = "/rdmarpc.metrics.Overflow/other";
+
 // Label values escaped as the exposition format asks (\\, \", \n).
 std::string EscapeLabel(absl::string_view v) {
   std::string out;
@@ -358,6 +363,26 @@ void RenderTransportMetrics(std::string* out) {
          Sample("rdmarpc_engines", "", t.engines));
 }
 
+// The registry entry of (side, full_name), made on first use.
+MethodMetrics* FindOrMake(MetricsSide side, absl::string_view full_name,
+                          experimental::RpcType type) {
+  Registry& r = GetRegistry();
+  const int s = static_cast<int>(side);
+  absl::MutexLock lock(&r.mu);
+  if (r.methods[s].size() >= kMaxMethodsPerSide && !r.methods[s].contains(full_name)) {
+    // A client calling ever new method names (a generic stub fed user
+    // input) must not grow the registry and every scrape without bound.
+    full_name = kOverflowMethod;
+    type = experimental::RpcType::UNARY;
+  }
+  std::unique_ptr<MethodMetrics>& slot = r.methods[s][std::string(full_name)];
+  if (slot == nullptr) {
+    auto [service, method] = SplitMethod(full_name);
+    slot = std::make_unique<MethodMetrics>(side, std::move(service), std::move(method), type);
+  }
+  return slot.get();
+}
+
 }  // namespace
 
 void MethodMetrics::Handled(int code, absl::Duration elapsed) {
@@ -395,21 +420,16 @@ MethodMetrics::Totals MethodMetrics::Read() const {
 
 MethodMetrics* GetMethodMetrics(MetricsSide side, absl::string_view full_name,
                                 experimental::RpcType type) {
-  Registry& r = GetRegistry();
   const int s = static_cast<int>(side);
-  {
-    absl::ReaderMutexLock lock(&r.mu);
-    auto it = r.methods[s].find(full_name);
-    if (it != r.methods[s].end()) return it->second.get();
-  }
-  absl::MutexLock lock(&r.mu);
-  std::unique_ptr<MethodMetrics>& slot = r.methods[s][std::string(full_name)];
-  if (slot == nullptr) {
-    auto [service, method] = SplitMethod(full_name);
-    slot = std::make_unique<MethodMetrics>(side, std::move(service), std::move(method), type);
-  }
-  return slot.get();
+  // Each thread keeps what it looked up (entries never die): a call costs a
+  // hash of its method name, not the registry's lock.
+  thread_local absl::flat_hash_map<std::string, MethodMetrics*> cache[2];
+  if (auto it = cache[s].find(full_name); it != cache[s].end()) return it->second;
+  MethodMetrics* found = FindOrMake(side, full_name, type);
+  if (cache[s].size() < kMaxMethodsPerSide) cache[s].emplace(std::string(full_name), found);
+  return found;
 }
+
 
 void InitializeServerMethodMetrics(absl::string_view full_name, RpcKind kind) {
   GetMethodMetrics(MetricsSide::kServer, full_name, TypeOfKind(kind));

@@ -101,6 +101,32 @@ TEST(HotPath, SmallBlockingCallsMeetTheVerbsBudgetAtConcurrencyOne) {
   EXPECT_EQ(c.verbs.rnr_retries, 0u);
 }
 
+// Call metrics (an interceptor on each side) change no verb: the same
+// messages, doorbells and registrations as without.
+TEST(HotPath, CallMetricsKeepTheVerbsBudget) {
+  SpinForTheTest spin;
+  ServerOptions so;
+  so.enable_metrics = true;
+  ChannelOptions co;
+  co.enable_metrics = true;
+  EchoFixture f(so, co);
+  std::atomic<int> failures{0};
+  EchoLoop(f.channel.get(), kWarmUp, &failures);
+  ResetCounters();
+  EchoLoop(f.channel.get(), kCalls, &failures);
+  const Counts c = Snapshot();
+  ASSERT_EQ(failures.load(), 0);
+  EXPECT_EQ(c.verbs.send_with_imm, 2u * kCalls);
+  EXPECT_EQ(c.transport.send_wrs, 2u * kCalls);
+  EXPECT_EQ(c.transport.inline_send_wrs, 2u * kCalls);
+  EXPECT_EQ(c.verbs.post_send_calls, 2u * kCalls);
+  EXPECT_LE(c.verbs.post_recv_calls, 2u * kCalls / 16 + 2);
+  EXPECT_LE(c.transport.signalled_send_wrs, 2u * kCalls / 16 + 2);
+  EXPECT_EQ(c.verbs.reg_mr, 0u);
+  EXPECT_EQ(c.transport.payload_bytes_copied, 0u);
+  EXPECT_EQ(c.verbs.rnr_retries, 0u);
+}
+
 TEST(HotPath, ThirtyTwoBlockingCallersMeetTheVerbsBudget) {
   SpinForTheTest spin;
   EchoFixture f;

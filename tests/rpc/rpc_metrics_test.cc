@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "rdmarpc/metrics.h"
 #include "rdmarpc/rdmarpc.h"
+#include "runtime/rpc/metrics.h"
 #include "tests/rpc/metrics_text.h"
 #include "tests/rpc/stream_service.h"
 #include "tests/rpc/test_service.h"
@@ -296,6 +297,31 @@ TEST(MetricsText, EveryFamilyHasHelpAndTypeBeforeItsSamples) {
   }
   EXPECT_TRUE(absl::StrContains(text, "# TYPE grpc_server_handling_seconds histogram\n"));
   EXPECT_TRUE(absl::StrContains(text, "# TYPE rdmarpc_connections gauge\n"));
+}
+
+// Last in the file: it fills the client registry for the rest of the process.
+TEST(CallMetricsCap, MethodsPastTheCapCountUnderOverflow) {
+  // Fill the client side's registry with made-up names, then count one more.
+  for (int i = 0; i < 4096; ++i) {
+    internal::GetMethodMetrics(internal::MetricsSide::kClient, absl::StrCat("/cap.S/M", i),
+                               experimental::RpcType::UNARY);
+  }
+  internal::MethodMetrics* late = internal::GetMethodMetrics(
+      internal::MetricsSide::kClient, "/cap.S/OneTooMany", experimental::RpcType::UNARY);
+  EXPECT_EQ(late->service(), "rdmarpc.metrics.Overflow");
+  EXPECT_EQ(late->method(), "other");
+  late->Started();
+  const std::string text = RenderMetricsText();
+  EXPECT_FALSE(absl::StrContains(text, "OneTooMany"));
+  EXPECT_GE(MetricValue(text, "grpc_client_started_total",
+                        CallLabels("rdmarpc.metrics.Overflow", "other", "unary"))
+                .value_or(0),
+            1);
+  // A name counted before the cap keeps its own series.
+  EXPECT_EQ(internal::GetMethodMetrics(internal::MetricsSide::kClient, "/cap.S/M7",
+                                       experimental::RpcType::UNARY)
+                ->method(),
+            "M7");
 }
 
 }  // namespace

@@ -32,7 +32,10 @@
 // 0.0005 0.001 0.0025 then Prometheus' default buckets 0.005 ... 10 (so a
 // query on any default `le` works), and +Inf; a server's handling time runs
 // from the handler's start to its status, a client's from the call's start
-// to its status.
+// to its status. At most 4096 methods are counted per side (a client of a
+// GenericStub fed user input could name any number); calls of any further
+// method count under grpc_service="rdmarpc.metrics.Overflow",
+// grpc_method="other".
 //
 // Calls are counted by an interceptor (rdmarpc/interceptor.h) that a
 // server or channel runs first (outermost, so it sees the final status of
