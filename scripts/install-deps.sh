@@ -22,6 +22,7 @@ packages=(
   libabsl-dev libgflags-dev libgoogle-glog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev prometheus
+  clang libfuzzer-14-dev
   iproute2 procps
 )
 if ((bench)); then

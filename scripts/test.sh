@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs missing packages, builds everything with AddressSanitizer and
-# UndefinedBehaviorSanitizer into build/asan, and runs the whole suite.
+# UndefinedBehaviorSanitizer into build/asan, runs the whole suite, then
+# runs the fuzz targets for a bounded number of executions (scripts/fuzz.sh).
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,5 +20,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # No machine here has an RDMA NIC: run on softrdma.
 export RDMARPC_PROVIDER=${RDMARPC_PROVIDER:-soft}
 
-cd "$build_dir"
-ctest --output-on-failure -j "$jobs" --timeout 300
+(cd "$build_dir" && ctest --output-on-failure -j "$jobs" --timeout 300)
+
+# The fuzz targets for a bounded number of executions each (clang build).
+scripts/fuzz.sh

@@ -2,6 +2,7 @@
 #include "runtime/rpc/metadata.h"
 
 #include <cstdint>
+#include <iterator>
 #include <utility>
 
 #include "absl/base/internal/endian.h"
@@ -96,24 +97,32 @@ bool DecodeMetadata(absl::string_view bytes, Metadata* md) {
 
 absl::Status TakeServerMetadata(absl::string_view bytes, absl::string_view peer, size_t limit,
                                 Metadata* initial, Metadata* trailing) {
-  const bool decoded = trailing != nullptr ? DecodeResponseMetadata(bytes, initial, trailing)
-                                           : DecodeMetadata(bytes, initial);
+  // Decoded aside: a list that fails (to decode, or the limit) must leave
+  // nothing behind, not the entries before the fault.
+  Metadata got_initial, got_trailing;
+  const bool decoded = trailing != nullptr
+                           ? DecodeResponseMetadata(bytes, &got_initial, &got_trailing)
+                           : DecodeMetadata(bytes, &got_initial);
   if (!decoded) {
     return absl::InternalError(absl::StrCat(trailing != nullptr ? "" : "initial ",
                                             "metadata of ", bytes.size(), " bytes from ", peer,
                                             " did not decode"));
   }
-  for (const auto& [what, md] : {std::pair<const char*, const Metadata*>{"initial", initial},
-                                 {"trailing", trailing}}) {
-    if (md != nullptr && MetadataBytes(*md) > limit) {
-      absl::Status refused = absl::ResourceExhaustedError(absl::StrCat(
-          "server ", what, " metadata of ", MetadataBytes(*md),
-          " bytes exceeds max_metadata_bytes ", limit));
+  for (const auto& [what, md] :
+       {std::pair<const char*, const Metadata*>{"initial", &got_initial},
+        {"trailing", &got_trailing}}) {
+    if (MetadataBytes(*md) > limit) {
       // Refused metadata is not shown to the caller.
-      initial->clear();
-      if (trailing != nullptr) trailing->clear();
-      return refused;
+      return absl::ResourceExhaustedError(absl::StrCat("server ", what, " metadata of ",
+                                                       MetadataBytes(*md),
+                                                       " bytes exceeds max_metadata_bytes ", limit));
     }
+  }
+  initial->insert(std::make_move_iterator(got_initial.begin()),
+                  std::make_move_iterator(got_initial.end()));
+  if (trailing != nullptr) {
+    trailing->insert(std::make_move_iterator(got_trailing.begin()),
+                     std::make_move_iterator(got_trailing.end()));
   }
   return absl::OkStatus();
 }

@@ -37,11 +37,11 @@ std::string EncodeMetadata(const Metadata& md);
 // Adds the entries encoded in `bytes` to `*md`; false when malformed.
 bool DecodeMetadata(absl::string_view bytes, Metadata* md);
 
-// A response's metadata (`bytes`, from `peer`) into `*initial` and
+// A response's metadata (`bytes`, from `peer`) added to `*initial` and
 // `*trailing` (`trailing` nullptr: a stream's headers, one list). INTERNAL
 // when it does not decode, RESOURCE_EXHAUSTED naming both sizes when a list
 // holds more than `limit` bytes (each list on its own, as gRPC bounds each
-// header block); both lists are then left empty.
+// header block); on either error nothing is added to either list.
 absl::Status TakeServerMetadata(absl::string_view bytes, absl::string_view peer, size_t limit,
                                 Metadata* initial, Metadata* trailing);
 
