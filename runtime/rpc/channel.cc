@@ -135,12 +135,17 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
   if (!servers.ok()) return servers.status();
   if (options.pool_size < 1 || options.engine_threads < 1 || options.recv_depth < 2 ||
       options.recv_depth > 65535 || options.eager_limit_bytes < 256 ||
-      options.max_message_bytes == 0 || options.max_message_bytes > 0xFFFFFF00u) {
+      options.max_message_bytes == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ChannelOptions: pool_size ", options.pool_size, " (>= 1), engine_threads ",
         options.engine_threads, " (>= 1), recv_depth ", options.recv_depth,
         " (2..65535), eager_limit_bytes ", options.eager_limit_bytes, " (>= 256), max_message_bytes ",
-        options.max_message_bytes, " (1..4 GiB)"));
+        options.max_message_bytes, " (>= 1)"));
+  }
+  if (options.max_message_bytes > kMaxProtobufMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ChannelOptions: max_message_bytes ", options.max_message_bytes, " exceeds ",
+        kMaxProtobufMessageBytes, ", the largest message protobuf serialises"));
   }
   if (options.connect_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(

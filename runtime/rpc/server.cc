@@ -125,12 +125,17 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
   }
   if (options_.num_workers < 1 || options_.recv_depth < 2 || options_.recv_depth > 65535 ||
       options_.recv_buffer_bytes < 256 || options_.eager_limit_bytes < 256 ||
-      options_.max_message_bytes == 0 || options_.max_message_bytes > 0xFFFFFF00u) {
+      options_.max_message_bytes == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ServerOptions: num_workers ", options_.num_workers, " (>= 1), recv_depth ",
         options_.recv_depth, " (2..65535), recv_buffer_bytes ", options_.recv_buffer_bytes,
         " (>= 256), eager_limit_bytes ", options_.eager_limit_bytes, " (>= 256), max_message_bytes ",
-        options_.max_message_bytes, " (1..4 GiB)"));
+        options_.max_message_bytes, " (>= 1)"));
+  }
+  if (options_.max_message_bytes > kMaxProtobufMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServerOptions: max_message_bytes ", options_.max_message_bytes, " exceeds ",
+        kMaxProtobufMessageBytes, ", the largest message protobuf serialises"));
   }
   absl::StatusOr<ResolvedAddress> addr = ParseHostPort(listen_address, /*allow_port_zero=*/true);
   if (!addr.ok()) return addr.status();

@@ -174,6 +174,26 @@ TEST(MaxMessageBytes, RequestAtTheLimitPassesAndOneByteMoreIsRefusedNamingSizes)
   EXPECT_EQ(f.service.calls(), 1);
 }
 
+TEST(MaxMessageBytes, AboveWhatProtobufSerialisesIsRefusedNamingBothValues) {
+  ChannelOptions co;
+  co.max_message_bytes = kMaxProtobufMessageBytes;
+  EXPECT_TRUE(CreateChannel("127.0.0.1:9", co).ok());
+  co.max_message_bytes = kMaxProtobufMessageBytes + 1;
+  auto ch = CreateChannel("127.0.0.1:9", co);
+  EXPECT_EQ(ch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ch.status().message(),
+            "ChannelOptions: max_message_bytes 2147483648 exceeds 2147483647, the largest "
+            "message protobuf serialises");
+  ServerOptions so;
+  so.max_message_bytes = size_t{4} << 30;
+  Server server(so);
+  absl::Status s = server.Start("127.0.0.1:0");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "ServerOptions: max_message_bytes 4294967296 exceeds 2147483647, the largest "
+            "message protobuf serialises");
+}
+
 TEST(MaxMessageBytes, ServerRefusesItsOwnResponseOneByteAboveItsLimit) {
   constexpr size_t kMax = 300000;
   ServerOptions so;

@@ -26,6 +26,10 @@
 
 namespace rdmarpc {
 
+// The largest max_message_bytes a Channel or Server accepts: 2^31 - 1 bytes,
+// the largest message protobuf serialises (its sizes are ints).
+inline constexpr size_t kMaxProtobufMessageBytes = 2147483647;
+
 class Channel;
 struct ChannelOptions;
 namespace internal {
@@ -43,7 +47,8 @@ struct RDMARPC_EXPORT ChannelOptions {
   // The limit actually used is min(this, the server's receive-buffer size).
   size_t eager_limit_bytes = 8 * 1024;
   // Largest request or response accepted, in bytes. A larger request fails
-  // with RESOURCE_EXHAUSTED before anything is sent.
+  // with RESOURCE_EXHAUSTED before anything is sent. At most
+  // kMaxProtobufMessageBytes (CreateChannel: INVALID_ARGUMENT above).
   size_t max_message_bytes = 64 * 1024 * 1024;
   // Receive buffers pre-posted per connection = initial credits granted to
   // the server. Accepted range 2..65535; 2 is raised to 3, because one

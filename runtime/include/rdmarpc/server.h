@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "rdmarpc/channel.h"
 #include "rdmarpc/export.h"
 #include "rdmarpc/interceptor.h"
 
@@ -53,6 +54,8 @@ struct RDMARPC_EXPORT ServerOptions {
   // client). Accepted range 2..65535; 2 is raised to 3 (see ChannelOptions).
   int recv_depth = 64;
   // Largest request or response, in bytes; larger fail RESOURCE_EXHAUSTED.
+  // At most kMaxProtobufMessageBytes (rdmarpc/channel.h; Start:
+  // INVALID_ARGUMENT above).
   size_t max_message_bytes = 64 * 1024 * 1024;
   // Largest client metadata of one call (keys and values), in bytes; a call
   // with more fails RESOURCE_EXHAUSTED naming both sizes. gRPC's default.
