@@ -362,7 +362,15 @@ void Connection::Close(absl::Status reason) {
   if (h != nullptr) h->OnClosed(this, reason);
   const bool was_established = state_before_close == ConnState::kEstablished;
   if (was_connected && id_ != nullptr) Verbs().disconnect(id_.get());
-  if (!had_qp) {
+  // A client connection that never got established posted no send, and
+  // nothing could have completed on its receives (the server sends only in
+  // answer): destroying the QP discards them, so there is nothing to wait
+  // for. Holding it for kFlushWait instead kept the QP, its buffers and its
+  // CQ entries of every refused attempt, and a channel hammering an address
+  // with no listener ran the CQ out of room (RESOURCE_EXHAUSTED).
+  const bool never_established =
+      is_client_ && state_before_close != ConnState::kEstablished && send_queue_.empty();
+  if (!had_qp || never_established) {
     Destroy();
     return;
   }

@@ -2,12 +2,14 @@
 // RESOURCE_EXHAUSTED, INTERNAL, and the server's own codes.
 #include <dirent.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
@@ -291,6 +293,53 @@ TEST(Unavailable, NoListenerFailsBeforeDeadlineAndLeavesNothingBehind) {
   EXPECT_EQ(after.live_mrs, before.live_mrs);
   EXPECT_EQ(after.live_pds, before.live_pds);
   EXPECT_EQ(CountOpenFds(), fds_before);
+}
+
+TEST(Unavailable, ThousandsOfCallsToNoListenerAllFailUnavailableAndLeaveNothing) {
+  int port = 0;
+  {
+    Server probe;
+    ASSERT_TRUE(probe.Start("127.0.0.1:0").ok());
+    port = probe.port();
+    probe.Shutdown(absl::ZeroDuration());
+    probe.Wait();
+  }
+  const softrdma::Stats before = softrdma::GetStats();
+  {
+    auto ch = CreateChannel(absl::StrCat("127.0.0.1:", port));
+    ASSERT_TRUE(ch.ok()) << ch.status();
+    // Each call finds no connection and makes one, which is refused: the
+    // refused ones must give their QP and CQ entries back at once, or the
+    // CQ's room runs out (RESOURCE_EXHAUSTED) long before the calls do.
+    constexpr int kThreads = 8;
+    constexpr int kCallsPerThread = 150;
+    constexpr int kCalls = kThreads * kCallsPerThread;
+    absl::Mutex mu;
+    std::map<absl::StatusCode, int> codes;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&] {
+        for (int i = 0; i < kCallsPerThread; ++i) {
+          EchoRequest req;
+          EchoResponse resp;
+          ClientContext ctx;
+          ctx.set_timeout(absl::Seconds(3));
+          const absl::StatusCode code = Echo(ch->get(), &ctx, req, &resp).code();
+          absl::MutexLock lock(&mu);
+          ++codes[code];
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(codes[absl::StatusCode::kUnavailable], kCalls);
+    EXPECT_EQ(codes.size(), 1u);
+    // What a connection holds while it dies is bounded: softrdma counts live QPs.
+    EXPECT_LE(softrdma::GetStats().live_qps - before.live_qps, 4);
+  }
+  const softrdma::Stats after = softrdma::GetStats();
+  EXPECT_EQ(after.live_cm_ids, before.live_cm_ids);
+  EXPECT_EQ(after.live_qps, before.live_qps);
+  EXPECT_EQ(after.live_mrs, before.live_mrs);
 }
 
 TEST(Unavailable, UnreachableAddressFailsWithinConnectTimeout) {
