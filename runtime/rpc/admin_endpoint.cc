@@ -46,8 +46,10 @@ namespace {
 // How long /statusz waits for each engine's list of connections.
 constexpr absl::Duration kSnapshotTimeout = absl::Seconds(1);
 // Threads answering HTTP requests, per endpoint (cpp-httplib's default is
-// one per core, at least 8).
-constexpr size_t kHttpThreads = 2;
+// one per core, at least 8), besides the one that accepts.
+constexpr size_t kHttpThreads = 8;
+// How long a request may take to arrive, or its answer to be taken, in s.
+constexpr time_t kHttpSocketTimeoutSeconds = 1;
 
 const absl::Time g_process_start = absl::Now();
 
@@ -160,6 +162,9 @@ std::string StatuszText() {
 struct AdminEndpoint::Http {
   httplib::Server server;
   std::thread thread;
+  // listen_after_bind returned (cpp-httplib's is_running() is false again
+  // then, so waiting for it alone could wait forever).
+  std::atomic<bool> exited{false};
 };
 
 absl::StatusOr<std::shared_ptr<AdminEndpoint>> AdminEndpoint::Acquire(absl::string_view host_port) {
@@ -189,6 +194,12 @@ absl::StatusOr<std::shared_ptr<AdminEndpoint>> AdminEndpoint::Acquire(absl::stri
   endpoint->http_ = std::make_unique<Http>();
   httplib::Server& svr = endpoint->http_->server;
   svr.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
+  // One request per connection and short socket timeouts: an idle or slow
+  // client must not hold one of the few threads for cpp-httplib's default
+  // 5 s, or a probe with a 1 s timeout would fail behind it.
+  svr.set_keep_alive_max_count(1);
+  svr.set_read_timeout(kHttpSocketTimeoutSeconds, 0);
+  svr.set_write_timeout(kHttpSocketTimeoutSeconds, 0);
   // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which
   // two processes given the same port would both bind it and share its
   // scrapes between them.
@@ -230,18 +241,28 @@ absl::StatusOr<std::shared_ptr<AdminEndpoint>> AdminEndpoint::Acquire(absl::stri
   }
   if (port < 0) {
     return absl::UnavailableError(absl::StrCat(
-        "admin endpoint: cannot listen on ", ip, ":", want_port, " (", strerror(errno),
-        ": in use, or not an address of this host)"));
+        "admin endpoint: cannot listen on ", ip, ":", want_port, ": ", strerror(errno)));
   }
   endpoint->port_ = port;
   endpoint->address_ = absl::StrCat(ip, ":", port);
-  endpoint->http_->thread = std::thread([&svr] { svr.listen_after_bind(); });
+  Http* http = endpoint->http_.get();
+  http->thread = std::thread([http] {
+    http->server.listen_after_bind();
+    http->exited.store(true);
+  });
   // stop() only reaches a server that is running: wait for it to be (it
   // sets is_running before it accepts).
   const absl::Time until = absl::Now() + absl::Seconds(5);
-  while (!svr.is_running() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(1));
+  while (!svr.is_running() && !http->exited.load() && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  if (!svr.is_running()) {
+    return absl::UnavailableError(absl::StrCat("admin endpoint on ", ip, ":", port,
+                                               " did not start accepting within 5 s"));
+  }
   d.endpoints[endpoint->address_] = endpoint;
   g_running_endpoints.fetch_add(1);
+  endpoint->counted_ = true;
   LOG(INFO) << "rdmarpc admin endpoint on http://" << ip << ":" << port
             << "/ (metrics, statusz, healthz)";
   return endpoint;
@@ -255,12 +276,15 @@ AdminEndpoint::~AdminEndpoint() {
     if (it != d.endpoints.end() && it->second.expired()) d.endpoints.erase(it);
   }
   if (http_ != nullptr && http_->thread.joinable()) {
-    // Until it runs, stop() would not reach it.
-    while (!http_->server.is_running()) absl::SleepFor(absl::Milliseconds(1));
+    // Until it runs, stop() would not reach it; once it returned by
+    // itself there is nothing to stop.
+    while (!http_->server.is_running() && !http_->exited.load()) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
     http_->server.stop();
     http_->thread.join();
-    g_running_endpoints.fetch_sub(1);
   }
+  if (counted_) g_running_endpoints.fetch_sub(1);
 }
 
 bool AnyAdminEndpointRunning() { return g_running_endpoints.load() > 0; }

@@ -31,6 +31,7 @@ class AdminEndpoint {
   std::string address_;  // "ip:port" bound: the key of the endpoint registry
   int port_ = 0;
   std::unique_ptr<Http> http_;
+  bool counted_ = false;  // in AnyAdminEndpointRunning's count
 };
 
 // True while any admin endpoint of the process runs (metrics then count

@@ -345,9 +345,8 @@ void RenderTransportMetrics(std::string* out) {
          Sample("rdmarpc_memory_regions", "", mem.regions));
   const LargeBufferPoolTotals large = GetLargeBufferPoolTotals();
   Family(out, "rdmarpc_buffer_pool_bytes", "gauge",
-         "Registered buffer pools, in bytes: rendezvous buffers (pool=large) on loan "
-         "(state=in_use), cached for reuse (state=free); eager send buffers (pool=send) of "
-         "every connection, in use and free.",
+         "Rendezvous buffers (pool=large), in bytes: on loan (state=in_use) and cached "
+         "for reuse (state=free).",
          Sample("rdmarpc_buffer_pool_bytes", "pool=\"large\",state=\"in_use\"",
                 large.in_use_bytes) +
              Sample("rdmarpc_buffer_pool_bytes", "pool=\"large\",state=\"free\"",

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -54,9 +55,11 @@ constexpr int kDefaultMaxHandlerThreads = 256;
 ServerImpl::ServerImpl(const ServerOptions& options) : options_(options) {}
 
 ServerImpl::~ServerImpl() {
-  if (status_registered_) RemoveServerStatusSource(this);
+  // Shut down first: /healthz says 503 while this drains, as while any
+  // Shutdown does.
   Shutdown(absl::Seconds(5));
   Wait();
+  if (status_registered_) RemoveServerStatusSource(this);
 }
 
 bool ServerImpl::Serving() const {
@@ -81,15 +84,16 @@ std::string ServerImpl::DescribeForStatusz() const {
   }
   std::sort(services.begin(), services.end());
   return absl::StrCat(
-      "  server ", address_, ": ", state, ", ", open_connections_.load(),
-      " open connections, ", running_handlers_.load(), " handlers running, ",
-      pool_calls_.load(), " calls on the handler pool\n", "    services: ",
+      "  server ", address_, ": ", state, ", open connections ", open_connections_.load(),
+      ", handlers running ", running_handlers_.load(), ", calls on the handler pool ",
+      pool_calls_.load(), "\n", "    services: ",
       services.empty() ? "(none)" : absl::StrJoin(services, ", "), "\n", "    workers ",
       options_.num_workers, ", recv_depth ", options_.recv_depth, " x ",
       options_.recv_buffer_bytes, " bytes, eager_limit ", options_.eager_limit_bytes,
       " bytes, max_message ", options_.max_message_bytes, " bytes, large buffer pool ",
-      options_.large_buffer_pool_bytes, " bytes, ", options_.interceptor_creators.size(),
-      " interceptors\n");
+      options_.large_buffer_pool_bytes, " bytes, call metrics ", metrics_installed_ ? "on" : "off",
+      ", ", options_.interceptor_creators.size() - (metrics_installed_ ? 1 : 0),
+      " other interceptors\n");
 }
 
 absl::Status ServerImpl::AddService(Service* service) {
@@ -146,9 +150,14 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
     if (!admin.ok()) return admin.status();
     admin_ = std::move(*admin);
   }
-  if (options_.enable_metrics || admin_ != nullptr || AnyAdminEndpointRunning()) {
+  // A Start that fails below lets go of the endpoint (a later Start asks
+  // again).
+  auto release_admin = absl::MakeCleanup([this] { admin_.reset(); });
+  if (!metrics_installed_ &&
+      (options_.enable_metrics || admin_ != nullptr || AnyAdminEndpointRunning())) {
     options_.interceptor_creators.insert(options_.interceptor_creators.begin(),
                                          ServerMetricsInterceptorFactory());
+    metrics_installed_ = true;
     for (const auto& [name, handler] : methods_) {
       InitializeServerMethodMetrics(name, handler->kind());
     }
@@ -221,6 +230,7 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
   const absl::string_view host =
       absl::string_view(addr->name).substr(0, addr->name.rfind(':'));
   address_ = absl::StrCat(host, ":", port_);
+  std::move(release_admin).Cancel();
   AddServerStatusSource(this);
   status_registered_ = true;
   absl::MutexLock lock(&mu_);

@@ -195,6 +195,7 @@ class ServerImpl final : public ServerStatusSource {
   // The admin endpoint this server serves (rdmarpc/admin.h), or nullptr.
   std::shared_ptr<AdminEndpoint> admin_;
   bool status_registered_ = false;  // AddServerStatusSource was called
+  bool metrics_installed_ = false;  // the metrics interceptor leads interceptor_creators
   std::string address_;             // "host:port" bound
   absl::flat_hash_map<std::string, const MethodHandler*> methods_;
   absl::flat_hash_set<std::string> services_ ABSL_GUARDED_BY(mu_);

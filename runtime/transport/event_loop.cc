@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
+#include "runtime/transport/receive_ring.h"
 #include "runtime/transport/transport.h"
 
 DEFINE_int64(rdmarpc_spin_us, absl::ToInt64Microseconds(rdmarpc::internal::kDefaultSpin),
@@ -111,13 +112,16 @@ absl::Status EventLoop::ReserveCqEntries(int n) {
 }
 
 EventLoop::~EventLoop() {
-  if (registered_) {
-    LiveLoops& live = GetLiveLoops();
-    absl::MutexLock lock(&live.mu);
-    live.loops.erase(std::find(live.loops.begin(), live.loops.end(), this));
-  }
   Stop();
   UnregisterEngineStats(&stats_);
+}
+
+void EventLoop::LeaveLiveLoops() {
+  if (!registered_) return;
+  LiveLoops& live = GetLiveLoops();
+  absl::MutexLock lock(&live.mu);
+  live.loops.erase(std::find(live.loops.begin(), live.loops.end(), this));
+  registered_ = false;
 }
 
 absl::Status EventLoop::Start() {
@@ -160,6 +164,9 @@ void EventLoop::Stop(absl::AnyInvocable<void()> before_exit) {
   CHECK(!thread_.joinable() || !InLoopThread())
       << name_ << ": a Channel or Server must not be destroyed on its own loop thread "
       << "(from a call's callback or a handler)";
+  // A stopping loop runs no more posted tasks: ForEachLiveLoop must not
+  // offer it (a snapshot would wait for it in vain).
+  LeaveLiveLoops();
   if (!thread_.joinable()) {
     // Never started (or already stopped): release what Start made.
     if (!stopped_) Teardown();
@@ -439,7 +446,9 @@ int EventLoop::PollCq() {
     return 0;
   }
   for (int i = 0; i < n; ++i) {
-    if (wcs[i].opcode & IBV_WC_RECV) {
+    // By wr_id, as Connection::OnCompletion does: an error completion's
+    // opcode is undefined.
+    if (ReceiveRing::IsReceive(wcs[i].wr_id)) {
       stats_.recv_completions.Add();
     } else {
       stats_.send_completions.Add();

@@ -250,6 +250,8 @@ class EventLoop {
 
  private:
   void Loop();
+  // Leaves the registry ForEachLiveLoop walks (Stop, any thread).
+  void LeaveLiveLoops();
   bool TryAcquire(int who);
   void AcquireForLoopThread();
   void Park();
@@ -266,7 +268,7 @@ class EventLoop {
 
   const std::string name_;
   EngineStats stats_;
-  bool registered_ = false;  // in the live-loop registry (Start to ~EventLoop)
+  bool registered_ = false;  // in the live-loop registry (Start to Stop)
   std::thread thread_;
   std::thread::id thread_id_;
   int epoll_fd_ = -1;

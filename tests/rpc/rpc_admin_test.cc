@@ -8,9 +8,12 @@
 
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gflags/gflags.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -111,6 +114,65 @@ TEST(AdminEndpoint, HealthzIs200WhileServingAnd503OnceShutDown) {
   EXPECT_EQ(r.status, 200);
 }
 
+TEST(AdminEndpoint, HealthzIs503WhileAServerDrainsInItsDestructor) {
+  AdminFixture f;
+  std::thread slow_call([&f] {
+    EchoRequest req;
+    req.set_sleep_ms(1500);
+    EchoResponse resp;
+    ClientContext ctx;
+    ctx.set_timeout(absl::Seconds(30));
+    Echo(f.channel.get(), &ctx, req, &resp).IgnoreError();
+  });
+  while (f.echo.calls() == 0) absl::SleepFor(absl::Milliseconds(5));
+  std::thread destroy([&f] { f.server.reset(); });  // waits for the slow call
+  absl::SleepFor(absl::Milliseconds(300));
+  const Reply r = Get(f.admin->port(), "/healthz");
+  destroy.join();
+  slow_call.join();
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(Get(f.admin->port(), "/healthz").status, 200);  // no server left
+}
+
+TEST(AdminEndpoint, IdleConnectionsDoNotHoldUpAProbe) {
+  AdminFixture f;
+  // Idle TCP connections (a client that connected and sent nothing) hold a
+  // thread each until their 1 s socket timeout; a probe meanwhile gets
+  // one of the others.
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sin.sin_port = htons(static_cast<uint16_t>(f.admin->port()));
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0);
+    idle.push_back(fd);
+  }
+  httplib::Client client("127.0.0.1", f.admin->port());
+  client.set_read_timeout(1);  // a kubelet's probe timeout, by default
+  auto res = client.Get("/healthz");
+  for (int fd : idle) close(fd);
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  // One request per connection: the endpoint closes it after answering.
+  EXPECT_EQ(res->get_header_value("Connection"), "close");
+}
+
+TEST(AdminEndpoint, StatuszAfterShutdownListsNoStoppedEngine) {
+  AdminFixture f;
+  ASSERT_TRUE(f.Call("hi").ok());
+  f.server->Shutdown();
+  const Reply r = Get(f.admin->port(), "/statusz");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_FALSE(absl::StrContains(r.body, "did not answer")) << r.body;
+  EXPECT_FALSE(absl::StrContains(r.body, "rdmarpc-worker-")) << r.body;
+  EXPECT_TRUE(absl::StrContains(r.body, ": shutting down, ") ||
+              absl::StrContains(r.body, ": stopped, "))
+      << r.body;
+}
+
 TEST(AdminEndpoint, StatuszShowsServersConnectionsMemoryAndFlags) {
   const int64_t spin = FLAGS_rdmarpc_spin_us;
   FLAGS_rdmarpc_spin_us = 7;  // shows as changed, with its default
@@ -122,9 +184,10 @@ TEST(AdminEndpoint, StatuszShowsServersConnectionsMemoryAndFlags) {
   EXPECT_EQ(r.content_type, "text/plain; charset=utf-8");
   const std::string& s = r.body;
   EXPECT_TRUE(absl::StrContains(
-      s, absl::StrCat("  server 127.0.0.1:", f.server->port(), ": serving, 1 open connections")))
+      s, absl::StrCat("  server 127.0.0.1:", f.server->port(), ": serving, open connections 1,")))
       << s;
   EXPECT_TRUE(absl::StrContains(s, "    services: rdmarpc.test.EchoService\n")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "call metrics on, 0 other interceptors\n")) << s;
   // Both ends of the one connection, each on its own engine.
   EXPECT_TRUE(absl::StrContains(s, "(client) state established")) << s;
   EXPECT_TRUE(absl::StrContains(s, "(server) state established")) << s;

@@ -14,9 +14,11 @@
 #include "absl/synchronization/notification.h"
 #include "gflags/gflags.h"
 #include "gtest/gtest.h"
+#include "rdmarpc/metrics.h"
 #include "rdmarpc/rdmarpc.h"
 #include "runtime/softrdma/softrdma.h"
 #include "runtime/transport/transport_stats.h"
+#include "tests/rpc/metrics_text.h"
 #include "tests/rpc/rpc_fixture.h"
 #include "tests/rpc/test_service.h"
 
@@ -112,10 +114,17 @@ TEST(HotPath, CallMetricsKeepTheVerbsBudget) {
   EchoFixture f(so, co);
   std::atomic<int> failures{0};
   EchoLoop(f.channel.get(), kWarmUp, &failures);
+  const Labels ok = With(CallLabels("rdmarpc.test.EchoService", "Echo", "unary"), "grpc_code", "OK");
+  const double handled_before =
+      MetricValue(RenderMetricsText(), "grpc_server_handled_total", ok).value_or(-1);
   ResetCounters();
   EchoLoop(f.channel.get(), kCalls, &failures);
   const Counts c = Snapshot();
   ASSERT_EQ(failures.load(), 0);
+  // The metrics did run: every call counted.
+  EXPECT_EQ(MetricValue(RenderMetricsText(), "grpc_server_handled_total", ok).value_or(-1) -
+                handled_before,
+            kCalls);
   EXPECT_EQ(c.verbs.send_with_imm, 2u * kCalls);
   EXPECT_EQ(c.transport.send_wrs, 2u * kCalls);
   EXPECT_EQ(c.transport.inline_send_wrs, 2u * kCalls);

@@ -34,11 +34,13 @@
 // endpoint runs, channels and servers made in the process count call
 // metrics (enable_metrics) by themselves.
 //
-// HTTP is served by cpp-httplib (Debian's libcpp-httplib-dev) on two
-// threads of its own; /statusz asks each engine for its connections on the
-// engine's own thread and waits up to 1 s (an engine that does not answer
-// in time is listed as such). Plain HTTP, no authentication: bind it to
-// loopback or a management network.
+// HTTP is served by cpp-httplib (Debian's libcpp-httplib-dev) on threads
+// of its own: one accepts, 8 answer, one request per connection, and a
+// client that sends nothing is dropped after 1 s (so 8 such clients at once
+// delay the others by up to 1 s). /statusz asks each engine for its
+// connections on the engine's own thread and waits up to 1 s (an engine
+// that does not answer in time is listed as such). Plain HTTP, no
+// authentication: bind it to loopback or a management network.
 #ifndef RDMARPC_ADMIN_H_
 #define RDMARPC_ADMIN_H_
 
@@ -68,7 +70,8 @@ class RDMARPC_EXPORT AdminServer {
   static absl::StatusOr<std::unique_ptr<AdminServer>> StartFromFlags();
 
   // Stops serving once no other holder (a Server or AdminServer on the same
-  // address) uses the endpoint; waits for requests being answered.
+  // address) uses the endpoint; waits for requests being answered (up to
+  // about 1 s for a /statusz). Not from a request handler of the endpoint.
   ~AdminServer();
   AdminServer(const AdminServer&) = delete;
   AdminServer& operator=(const AdminServer&) = delete;
