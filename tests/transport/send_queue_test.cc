@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/transport/engine_stats.h"
 #include "runtime/softrdma/softrdma.h"
 #include "tests/softrdma/test_util.h"
 
@@ -184,6 +185,47 @@ TEST(SendQueue, DrainMarkerRetiresUnsignalledWrs) {
   EXPECT_EQ(last, marker);
   q.RetireThrough(last, [](const SqEntry&) {});
   EXPECT_TRUE(q.empty());
+}
+
+// The engine's counters follow every path: posted, undone by a refused
+// doorbell, retired, released with the QP.
+TEST(SendQueue, CountsWrsDoorbellsAndBuffersAndUndoesARefusedPost) {
+  softrdma::testing::PairOptions opt;
+  opt.max_send_wr = 2;  // the third WR of a chain is refused
+  softrdma::testing::ConnectedPair pair(opt);
+  ASSERT_TRUE(pair.ok());
+  EngineStats stats;
+  {
+    SendQueue q;
+    q.set_stats(&stats);
+    ASSERT_TRUE(q.CreateSendSlab(pair.client_pd, 64).ok());
+    q.set_qp(pair.client->qp);
+    EXPECT_EQ(stats.send_buffers_capacity.Get(), SendQueue::kDepth);
+    for (int i = 0; i < 3; ++i) {
+      ibv_sge sge;
+      ibv_send_wr wr = ZeroLengthWrite(&sge);
+      SqEntry e;
+      e.send_buffer = q.send_slab()->Get();
+      q.PostWr(&wr, e, /*force_signal=*/i == 1);
+    }
+    const int kWrite = static_cast<int>(WrOpcode::kRdmaWrite);
+    EXPECT_EQ(stats.wrs_posted[kWrite].Get(), 3);
+    EXPECT_EQ(stats.send_buffers_taken.Get(), 3);
+    int unposted = 0;
+    EXPECT_NE(q.Doorbell([&](uint64_t, const SqEntry&) { ++unposted; }), 0);
+    EXPECT_EQ(unposted, 1);
+    EXPECT_EQ(stats.send_doorbells.Get(), 1);
+    // The refused WR is not counted, and its buffer came back.
+    EXPECT_EQ(stats.wrs_posted[kWrite].Get(), 2);
+    EXPECT_EQ(stats.signalled_send_wrs.Get(), 1);
+    EXPECT_EQ(stats.send_buffers_returned.Get(), 1);
+    // The QP goes away with two WRs outstanding: their buffers count as
+    // returned and the slab leaves the capacity.
+    q.Release([](const SqEntry&) {});
+    EXPECT_EQ(stats.send_buffers_returned.Get(), stats.send_buffers_taken.Get());
+    EXPECT_EQ(stats.send_buffers_capacity.Get(), 0);
+  }
+  EXPECT_EQ(stats.send_buffers_capacity.Get(), 0);  // the destructor counts nothing twice
 }
 
 }  // namespace
