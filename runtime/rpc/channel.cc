@@ -176,6 +176,9 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
   for (const ResolvedAddress& a : *servers) {
     impl->pools_.push_back(std::make_unique<ConnectionPool>(a.addr, a.name, options.pool_size,
                                                             loops, impl->device_.get(), copts));
+    // With somewhere else to send calls, a server whose connections fail is
+    // skipped and reconnected in the background (connection_pool.h).
+    if (servers->size() > 1) impl->pools_.back()->EnableBackgroundReconnect();
   }
   return impl;
 }
@@ -198,8 +201,15 @@ ChannelImpl::~ChannelImpl() {
 }
 
 ChannelImpl::Route ChannelImpl::PickRoute() {
-  ConnectionPool* pool =
-      pools_[next_server_.fetch_add(1, std::memory_order_relaxed) % pools_.size()].get();
+  // Round robin over the servers whose connections are not failing (all of
+  // them when every one is: the call then tries its pick).
+  const size_t n = pools_.size();
+  const uint32_t start = next_server_.fetch_add(1, std::memory_order_relaxed);
+  ConnectionPool* pool = pools_[start % n].get();
+  for (size_t i = 0; i < n && pool->failing(); ++i) {
+    ConnectionPool* next = pools_[(start + 1 + i) % n].get();
+    if (!next->failing()) pool = next;
+  }
   const int slot = pool->PickSlot();
   return Route{pool, slot, pool->loop_of(slot), &pool->name()};
 }

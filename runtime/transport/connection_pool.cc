@@ -1,6 +1,8 @@
 // connection_pool.cc: see connection_pool.h.
 #include "runtime/transport/connection_pool.h"
 
+#include "absl/random/distributions.h"
+#include "absl/time/clock.h"
 #include "runtime/transport/log_limiter.h"
 
 namespace rdmarpc {
@@ -12,13 +14,23 @@ ConnectionPool::ConnectionPool(sockaddr_in address, std::string name, int size,
     : address_(address), name_(std::move(name)), device_(device), options_(options) {
   for (int i = 0; i < size; ++i) {
     auto slot = std::make_unique<Slot>();
+    slot->pool = this;
+    slot->index = i;
     slot->loop = loops[static_cast<size_t>(i) % loops.size()];
     slots_.push_back(std::move(slot));
   }
 }
 
 int ConnectionPool::PickSlot() {
-  return static_cast<int>(next_.fetch_add(1, std::memory_order_relaxed) % slots_.size());
+  const uint32_t start = next_.fetch_add(1, std::memory_order_relaxed);
+  const size_t n = slots_.size();
+  if (failing_slots_.load(std::memory_order_relaxed) > 0) {
+    for (size_t i = 0; i < n; ++i) {
+      const size_t slot = (start + i) % n;
+      if (!slots_[slot]->failing.load(std::memory_order_relaxed)) return static_cast<int>(slot);
+    }
+  }
+  return static_cast<int>(start % n);
 }
 
 absl::StatusOr<Connection*> ConnectionPool::Get(int slot) {
@@ -31,6 +43,7 @@ absl::StatusOr<Connection*> ConnectionPool::Get(int slot) {
     LogConnectionEvent(name_, "connection set-up failed: ", c.status());
     s.lost = true;
     s.lost_reason = c.status();
+    s.Fail(s.backoff.NextDelay(absl::Uniform(s.jitter, 0.0, 1.0)));
     return c.status();
   }
   s.conn = *c;
@@ -38,14 +51,54 @@ absl::StatusOr<Connection*> ConnectionPool::Get(int slot) {
 }
 
 void ConnectionPool::Slot::OnEstablished(Connection* c) {
-  if (conn != c || !lost) return;
+  if (conn != c) return;
+  established = c;
+  backoff.Reset();
+  if (failing.exchange(false)) pool->failing_slots_.fetch_sub(1);
+  if (!lost) return;
   lost = false;
   LogConnectionEvent(c->peer(), "reconnected; the last connection ended: ", lost_reason);
 }
 
+void ConnectionPool::Slot::OnClosed(Connection* c, const absl::Status& reason) {
+  if (conn != c) return;
+  conn = nullptr;
+  lost = true;
+  lost_reason = reason;
+  const bool was_established = established == c;
+  established = nullptr;
+  // A lost connection is tried again at once; a failed attempt after the
+  // backoff.
+  Fail(was_established ? absl::ZeroDuration()
+                       : backoff.NextDelay(absl::Uniform(jitter, 0.0, 1.0)));
+}
+
+void ConnectionPool::Slot::Fail(absl::Duration delay) {
+  if (!pool->background_reconnect_ || closed) return;
+  if (!failing.exchange(true)) pool->failing_slots_.fetch_add(1);
+  if (reconnect_timer != 0) return;
+  // A timer, not a call from here: this runs inside the connection's Close.
+  reconnect_timer = loop->AddTimer(absl::Now() + delay, [this] {
+    reconnect_timer = 0;
+    Reconnect();
+  }, /*needs_completions=*/false);
+}
+
+void ConnectionPool::Slot::Reconnect() {
+  if (closed || conn != nullptr) return;  // a call connected meanwhile
+  // A failure schedules the next attempt (Get calls Fail).
+  pool->Get(index).IgnoreError();
+}
+
 void ConnectionPool::CloseConnectionsOf(EventLoop* loop, const absl::Status& reason) {
   for (auto& s : slots_) {
-    if (s->loop != loop || s->conn == nullptr) continue;
+    if (s->loop != loop) continue;
+    s->closed = true;
+    if (s->reconnect_timer != 0) {
+      loop->CancelTimer(s->reconnect_timer);
+      s->reconnect_timer = 0;
+    }
+    if (s->conn == nullptr) continue;
     Connection* c = s->conn;
     s->conn = nullptr;
     c->Shutdown(reason);

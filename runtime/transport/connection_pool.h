@@ -3,6 +3,12 @@
 // `size` slots; slot i belongs to loop i % loops and is only touched on
 // that loop's thread. A slot's connection is made on the first call that
 // picks it and replaced on demand after it fails.
+//
+// With background reconnects on (a channel to several addresses), a slot
+// whose connection failed to set up or was lost is *failing* until a new one
+// is established: the channel sends calls to other addresses meanwhile
+// (PickSlot, failing()), and the slot reconnects by itself, at once after a
+// loss and then after gRPC's connection backoff (connection_backoff.h).
 #ifndef RDMARPC_RUNTIME_TRANSPORT_CONNECTION_POOL_H_
 #define RDMARPC_RUNTIME_TRANSPORT_CONNECTION_POOL_H_
 
@@ -13,8 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "runtime/transport/connection.h"
+#include "runtime/transport/connection_backoff.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -27,8 +35,15 @@ class ConnectionPool {
 
   const std::string& name() const { return name_; }
   int size() const { return static_cast<int>(slots_.size()); }
-  // Any thread: picks the next slot round robin.
+  // Any thread: picks the next slot round robin, skipping failing slots
+  // unless all are.
   int PickSlot();
+  // Any thread: every slot is failing (see above); always false without
+  // background reconnects.
+  bool failing() const { return failing_slots_.load(std::memory_order_relaxed) == size(); }
+  // Before any call: failed slots reconnect by themselves and count as
+  // failing until they do.
+  void EnableBackgroundReconnect() { background_reconnect_ = true; }
   EventLoop* loop_of(int slot) const { return slots_[slot]->loop; }
   // Loop thread of `slot`: its connection, connecting a new one when there
   // is none or it failed. Status says why a connection could not be started.
@@ -39,6 +54,8 @@ class ConnectionPool {
 
  private:
   struct Slot final : ConnectionHandler {
+    ConnectionPool* pool = nullptr;
+    int index = 0;  // in pool->slots_
     EventLoop* loop = nullptr;
     Connection* conn = nullptr;  // loop thread only
     // Its connection was lost or failed (not shut down): the next one to be
@@ -46,13 +63,19 @@ class ConnectionPool {
     // the failures in between are logged by the connections).
     bool lost = false;
     absl::Status lost_reason;
-    void OnClosed(Connection* c, const absl::Status& reason) override {
-      if (conn != c) return;
-      conn = nullptr;
-      lost = true;
-      lost_reason = reason;
-    }
+    // Background reconnects (loop thread, but `failing` is read by any).
+    std::atomic<bool> failing{false};
+    Connection* established = nullptr;  // `conn`, once it was established
+    ConnectionBackoff backoff;
+    absl::BitGen jitter;
+    EventLoop::TimerId reconnect_timer = 0;
+    bool closed = false;  // CloseConnectionsOf: no reconnect any more
+    void OnClosed(Connection* c, const absl::Status& reason) override;
     void OnEstablished(Connection* c) override;
+    // The connection attempt failed or the connection was lost: failing,
+    // and a reconnect after `delay`.
+    void Fail(absl::Duration delay);
+    void Reconnect();
   };
   const sockaddr_in address_;
   const std::string name_;
@@ -60,6 +83,8 @@ class ConnectionPool {
   const ConnectionOptions options_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::atomic<uint32_t> next_{0};
+  bool background_reconnect_ = false;
+  std::atomic<int> failing_slots_{0};
 };
 
 }  // namespace internal

@@ -101,7 +101,12 @@ class RDMARPC_EXPORT Channel {
 
 // Creates a channel to `target`: "host:port", or several comma-separated
 // ("10.0.0.7:7000,10.0.0.8:7000") to spread calls round robin. Connections are
-// made lazily, on the first call to each server.
+// made lazily, on the first call to each server. With several servers, one
+// whose connection failed to set up or was lost is skipped until it is back
+// (unless every one is failing), and is reconnected in the background: at
+// once after a loss, then after gRPC's connection backoff (1 s growing 1.6
+// times per failed attempt up to 120 s, ±20 % jitter). A call already sent
+// to a server that goes away fails UNAVAILABLE; it is not retried.
 //
 // Returns INVALID_ARGUMENT when `target` or `options` is malformed (the message
 // names the bad part), UNAVAILABLE when no RDMA provider can be opened.
