@@ -298,8 +298,12 @@ void RenderTransportMetrics(std::string* out) {
   }
   Family(out, "rdmarpc_work_completion_errors_total", "counter",
          "Work completions with an error status, by ibv_wc_status without its IBV_WC_ prefix "
-         "(WR_FLUSH_ERR: work requests flushed by a connection's teardown).",
+         "(flushes apart).",
          body);
+  Family(out, "rdmarpc_work_completions_flushed_total", "counter",
+         "Work requests flushed (IBV_WC_WR_FLUSH_ERR) when a connection was torn down, as every "
+         "close does to the receives it had posted.",
+         Sample("rdmarpc_work_completions_flushed_total", "", t.wc_flushed));
   const int64_t rnr = ProviderRnrRetries();
   if (rnr >= 0) {
     Family(out, "rdmarpc_rnr_retries_total", "counter",

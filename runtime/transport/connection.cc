@@ -88,7 +88,7 @@ ConnectionStatus Connection::Describe() const {
   }
   c.peer_recv_depth = peer_.recv_depth;
   c.local_recv_depth = options_.recv_depth;
-  c.streams_in_flight = streams_.busy();
+  c.streams_in_flight = streams_.busy() + streams_.server_streams();
   c.queued_frames = out_queue_.size();
   c.rendezvous_in_flight = reads_.size() + pushes_.size() + delayed_reads_.size();
   c.exposed_buffers = exposed_.size();

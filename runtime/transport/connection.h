@@ -114,14 +114,15 @@ struct ConnectionStatus {
   int credits_owed = 0;      // receives re-posted, not yet returned to the peer
   int peer_recv_depth = 0;   // credits the peer granted at the handshake
   int local_recv_depth = 0;  // credits this side granted
-  size_t streams_in_flight = 0;
+  size_t streams_in_flight = 0;     // calls (client) or streams (server) open
   size_t queued_frames = 0;         // waiting for a credit or a send buffer
   size_t rendezvous_in_flight = 0;  // READ pulls and WRITE pushes not ended
   size_t exposed_buffers = 0;       // registered buffers the peer may read
   uint64_t messages_sent = 0;       // SEND_WITH_IMM messages posted
   uint64_t messages_received = 0;   // receive completions
-  uint64_t bytes_sent = 0;          // of those messages, and rendezvous pushes, in bytes
-  uint64_t bytes_received = 0;      // likewise, and rendezvous pulls
+  uint64_t bytes_sent = 0;          // those messages, rendezvous pushes and buffers exposed
+                                    // for the peer to pull, in bytes
+  uint64_t bytes_received = 0;      // messages received and rendezvous pulls, in bytes
   int64_t credit_stall_us = 0;      // time spent waiting for credits, in µs
   uint64_t wc_errors = 0;           // completions in error (flushes excluded)
   std::string last_error;           // the first error completion's status, or the close reason

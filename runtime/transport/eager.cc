@@ -311,6 +311,7 @@ bool Connection::SendResponseItem(OutItem& item) {
   exposed_[ref] = exposed;
   h.flags |= kFlagPayloadRemote;
   h.ref = ref;
+  bytes_sent_ += h.payload_len;  // the peer pulls them
   RemoteBuffer pr{exposed->addr() + kWireHeaderBytes + head, exposed->rkey(), h.payload_len};
   PostEager(MsgKind::kResponse, item.token.slot, item.token.generation, h, item.message, pr, {},
             {}, nullptr, nullptr, 0, item.meta);

@@ -31,6 +31,7 @@ void AddCounters(const EngineStats& s, EngineTotals* t) {
   t->send_completions += s.send_completions.Get();
   t->recv_completions += s.recv_completions.Get();
   for (int i = 0; i < kNumWcStatus; ++i) t->wc_errors[i] += s.wc_errors[i].Get();
+  t->wc_flushed += s.wc_flushed.Get();
   t->credit_stalls += s.credit_stalls.Get();
   t->credit_stall_ns += s.credit_stall_ns.Get();
   for (int i = 0; i < static_cast<int>(RendezvousDirection::kCount); ++i) {
@@ -61,6 +62,7 @@ void SubtractCounters(const EngineTotals& base, EngineTotals* t) {
   t->send_completions -= base.send_completions;
   t->recv_completions -= base.recv_completions;
   for (int i = 0; i < kNumWcStatus; ++i) t->wc_errors[i] -= base.wc_errors[i];
+  t->wc_flushed -= base.wc_flushed;
   t->credit_stalls -= base.credit_stalls;
   t->credit_stall_ns -= base.credit_stall_ns;
   for (int i = 0; i < static_cast<int>(RendezvousDirection::kCount); ++i) {

@@ -72,9 +72,10 @@ struct EngineStats {
   EngineCounter recv_doorbells;      // ibv_post_recv calls
   EngineCounter send_completions;    // work completions polled, send queue
   EngineCounter recv_completions;    // work completions polled, receive queue
-  // Completions polled with a status other than IBV_WC_SUCCESS, by status
-  // (IBV_WC_WR_FLUSH_ERR included: a connection's teardown flushes).
+  // Completions polled with an error status, by status; IBV_WC_WR_FLUSH_ERR
+  // apart (a connection's teardown flushes what was posted: not a fault).
   EngineCounter wc_errors[kNumWcStatus];
+  EngineCounter wc_flushed;
   // Times a connection had messages queued and no credit to send them, and
   // the time it waited until a returned credit let it send again (or it
   // closed), in nanoseconds.
@@ -106,6 +107,7 @@ struct EngineTotals {
   int64_t send_completions = 0;
   int64_t recv_completions = 0;
   int64_t wc_errors[kNumWcStatus] = {};
+  int64_t wc_flushed = 0;
   int64_t credit_stalls = 0;
   int64_t credit_stall_ns = 0;
   int64_t rendezvous_transfers[static_cast<int>(RendezvousDirection::kCount)] = {};

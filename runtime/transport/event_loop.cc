@@ -453,7 +453,9 @@ int EventLoop::PollCq() {
     } else {
       stats_.send_completions.Add();
     }
-    if (wcs[i].status != IBV_WC_SUCCESS) {
+    if (wcs[i].status == IBV_WC_WR_FLUSH_ERR) {
+      stats_.wc_flushed.Add();
+    } else if (wcs[i].status != IBV_WC_SUCCESS) {
       stats_.wc_errors[std::min<int>(wcs[i].status, kNumWcStatus - 1)].Add();
     }
     auto it = qp_map_.find(wcs[i].qp_num);

@@ -234,6 +234,8 @@ class StreamTable {
   StreamIn& ServerStream(uint32_t handle) { return server_streams_[handle]; }
   void EraseServerStream(uint32_t handle) { server_streams_.erase(handle); }
   void ClearServerStreams() { server_streams_.clear(); }
+  // Server streams open now (the client's calls are busy()).
+  size_t server_streams() const { return server_streams_.size(); }
 
  private:
   const size_t max_slots_;

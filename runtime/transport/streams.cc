@@ -138,6 +138,7 @@ bool Connection::SendStreamItem(OutItem& item) {
   exposed_[ref] = *got;
   h.flags |= kFlagPayloadRemote;
   h.ref = ref;
+  bytes_sent_ += h.payload_len;  // the peer pulls them
   RemoteBuffer pr{(*got)->addr(), (*got)->rkey(), h.payload_len};
   PostEager(kind, item.slot, item.generation, h, {}, pr, {}, {});
   return true;

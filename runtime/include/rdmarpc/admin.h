@@ -23,7 +23,8 @@
 //   GET /healthz   200 "ok" while every rdmarpc::Server of the process is
 //                  serving (and in a process with none); 503 naming the
 //                  servers that are not (shutting down).
-//   anything else  404; a method other than GET or HEAD, 405.
+//   anything else  404; POST, PUT, DELETE or PATCH on those paths, 405; a
+//                  malformed request (a POST without Content-Length), 400.
 //
 // A Server serves it when --rdmarpc_admin_listen=HOST:PORT is set (or
 // ServerOptions::admin_listen): it starts with the server's Start (which

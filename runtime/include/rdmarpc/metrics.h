@@ -60,7 +60,9 @@
 //       ibv_post_recv (recv) calls
 //   rdmarpc_completions_total{queue}            work completions polled
 //   rdmarpc_work_completion_errors_total{status}  by ibv_wc_status without
-//       IBV_WC_ (RETRY_EXC_ERR, WR_FLUSH_ERR, ...); only statuses seen
+//       IBV_WC_ (RETRY_EXC_ERR, REM_ACCESS_ERR, ...); only statuses seen
+//   rdmarpc_work_completions_flushed_total      IBV_WC_WR_FLUSH_ERR: what every
+//       close flushes (the receives it had posted), not a fault
 //   rdmarpc_rnr_retries_total                   softrdma only (a NIC retries
 //       RNR in hardware, out of rdmarpc's sight)
 //   rdmarpc_credit_stalls_total, rdmarpc_credit_stall_seconds_total
