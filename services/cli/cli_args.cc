@@ -1,5 +1,6 @@
 #include "cli/cli_args.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -23,7 +24,8 @@ std::string Usage() {
          "  -l               ls: each method's (or service's) definition\n"
          "  --json           requests and responses in JSON, not protobuf text format\n"
          "  --metadata k=v   client metadata for the call (repeatable)\n"
-         "  --timeout_ms N   deadline of each call, in milliseconds (default: none)\n"
+         "  --timeout_ms N   deadline of each call, in milliseconds (default: none);\n"
+         "                   reflection lookups get max(N, 10000)\n"
          "exit: 0 ok, 1 bad command line or request, 2 call failed, 4 health: not SERVING\n";
 }
 
@@ -83,6 +85,10 @@ absl::StatusOr<CliArgs> ParseCliArgs(int argc, const char* const* argv) {
   }
   if (args.command.empty()) args.help = true;
   return args;
+}
+
+absl::Duration ReflectionTimeout(const CliArgs& args) {
+  return std::max(args.timeout, absl::Seconds(10));
 }
 
 }  // namespace cli

@@ -37,10 +37,14 @@ struct CliArgs {
   bool long_listing = false;            // -l
   bool help = false;                    // -h, --help, or no command
   std::vector<std::pair<std::string, std::string>> metadata;  // --metadata k=v, in order
-  // --timeout_ms N: each call's (and the reflection stream's) deadline
-  // from its start; absl::InfiniteDuration() when not given.
+  // --timeout_ms N: each call's deadline from its start;
+  // absl::InfiniteDuration() when not given. (The reflection stream gets
+  // ReflectionTimeout(*this).)
   absl::Duration timeout = absl::InfiniteDuration();
 };
+
+// The reflection stream's deadline: 10 s, or args.timeout when longer.
+absl::Duration ReflectionTimeout(const CliArgs& args);
 
 // Parses argv[1..argc). INVALID_ARGUMENT names the bad flag or value
 // (an unknown flag, a missing value, --metadata without '=', a timeout

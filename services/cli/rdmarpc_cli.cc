@@ -95,7 +95,7 @@ class Session {
   Session(std::shared_ptr<Channel> channel, const CliArgs& args)
       : channel_(std::move(channel)),
         args_(args),
-        db_(channel_, args.timeout),
+        db_(channel_, ReflectionTimeout(args)),
         pool_(&db_),
         factory_(&pool_) {}
 
