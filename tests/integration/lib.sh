@@ -20,11 +20,18 @@ CLEANUP_HOOKS=()
 # host with a real NIC still runs the counters these tests check.
 export RDMARPC_PROVIDER="${RDMARPC_PROVIDER:-soft}"
 
+# SERVER_PID is timeout(1)'s: SIGKILL reaches only it, so kill the server
+# it runs first, or the server is left behind, orphaned.
+kill_server_tree() {
+  pkill -KILL -P "$SERVER_PID" 2>/dev/null
+  kill -KILL "$SERVER_PID" 2>/dev/null
+  wait "$SERVER_PID" 2>/dev/null
+}
+
 _cleanup() {
   local status=$?
   if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill -KILL "$SERVER_PID" 2>/dev/null
-    wait "$SERVER_PID" 2>/dev/null
+    kill_server_tree
   fi
   local hook
   for hook in "${CLEANUP_HOOKS[@]+"${CLEANUP_HOOKS[@]}"}"; do
@@ -109,8 +116,7 @@ stop_server() {
     sleep 0.05
   done
   if kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill -KILL "$SERVER_PID" 2>/dev/null
-    wait "$SERVER_PID" 2>/dev/null
+    kill_server_tree
     SERVER_PID=""
     fail "server did not exit within 20 s of SIG$signal"
   fi
