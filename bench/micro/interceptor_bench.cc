@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench_echo.rdmarpc.pb.h"
 #include "benchmark/benchmark.h"
+#include "echo_loop.h"
 #include "rdmarpc/rdmarpc.h"
 #include "runtime/rpc/interceptor_chain.h"
 
@@ -111,14 +112,6 @@ void BM_ServerInterceptorHooks(benchmark::State& state) {
 }
 BENCHMARK(BM_ServerInterceptorHooks)->Arg(0)->Arg(1)->Arg(3);
 
-class EchoImpl final : public BenchEcho::Service {
- public:
-  absl::Status Echo(ServerContext*, const EchoRequest& request, EchoResponse* response) override {
-    response->set_payload(request.payload());
-    return absl::OkStatus();
-  }
-};
-
 void BM_EchoWithInterceptors(benchmark::State& state) {
   const size_t n = static_cast<size_t>(state.range(0));
   auto factory = std::make_shared<CountingFactory>();
@@ -128,39 +121,7 @@ void BM_EchoWithInterceptors(benchmark::State& state) {
     so.interceptor_creators.push_back(factory);
     co.interceptor_creators.push_back(factory);
   }
-  EchoImpl service;
-  Server server(so);
-  absl::Status status = server.AddService(&service);
-  if (status.ok()) status = server.Start("127.0.0.1:0");
-  if (!status.ok()) {
-    state.SkipWithError(status.ToString().c_str());
-    return;
-  }
-  absl::StatusOr<std::shared_ptr<Channel>> channel =
-      CreateChannel(absl::StrCat("127.0.0.1:", server.port()), co);
-  if (!channel.ok()) {
-    state.SkipWithError(channel.status().ToString().c_str());
-    return;
-  }
-  std::unique_ptr<BenchEcho::Stub> stub = BenchEcho::NewStub(*channel);
-  EchoRequest request;
-  request.set_payload(std::string(32, 'e'));
-  EchoResponse response;
-  {
-    ClientContext context;  // untimed: connects
-    status = stub->Echo(&context, request, &response);
-  }
-  for (auto _ : state) {
-    if (!status.ok()) break;
-    ClientContext context;
-    status = stub->Echo(&context, request, &response);
-  }
-  if (!status.ok()) state.SkipWithError(status.ToString().c_str());
-  state.SetItemsProcessed(state.iterations());
-  stub.reset();
-  channel->reset();
-  server.Shutdown();
-  server.Wait();
+  RunEchoLoop(state, so, co);
 }
 BENCHMARK(BM_EchoWithInterceptors)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
 

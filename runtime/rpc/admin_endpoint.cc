@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <atomic>
 #include <map>
 #include <thread>
 #include <vector>
@@ -61,7 +61,8 @@ struct Directory {
 };
 
 Directory& GetDirectory() {
-  static Directory* const directory = new Directory;  // never destroyed: HTTP threads may outlive main
+  static Directory* const directory =
+      new Directory;  // never destroyed: HTTP threads may outlive main
   return *directory;
 }
 
@@ -102,10 +103,10 @@ std::string FlagsText() {
 }
 
 std::string StatuszText() {
-  std::string out = absl::StrCat(
-      "rdmarpc status\n", "  pid ", getpid(), ", up ",
-      absl::StrFormat("%.1f", absl::ToDoubleSeconds(absl::Now() - g_process_start)),
-      " s, provider ", ProviderName(), "\n\n");
+  std::string out =
+      absl::StrCat("rdmarpc status\n", "  pid ", getpid(), ", up ",
+                   absl::StrFormat("%.1f", absl::ToDoubleSeconds(absl::Now() - g_process_start)),
+                   " s, provider ", ProviderName(), "\n\n");
 
   out += "servers\n";
   {
@@ -137,8 +138,8 @@ std::string StatuszText() {
                       c.queued_frames, ", rendezvous in flight ", c.rendezvous_in_flight,
                       ", buffers exposed ", c.exposed_buffers, "\n");
       absl::StrAppend(&out, "      sent ", c.messages_sent, " messages / ", c.bytes_sent,
-                      " bytes, received ", c.messages_received, " messages / ",
-                      c.bytes_received, " bytes\n");
+                      " bytes, received ", c.messages_received, " messages / ", c.bytes_received,
+                      " bytes\n");
       absl::StrAppend(&out, "      error completions ", c.wc_errors,
                       c.last_error.empty() ? "" : absl::StrCat(", last error: ", c.last_error),
                       "\n");
@@ -149,10 +150,10 @@ std::string StatuszText() {
   const RegisteredMemory mem = GetRegisteredMemory();
   const LargeBufferPoolTotals large = GetLargeBufferPoolTotals();
   absl::StrAppend(&out, "\nmemory\n", "  registered: ", mem.bytes, " bytes in ", mem.regions,
-                  " regions\n", "  rendezvous buffers: ", large.in_use_bytes,
-                  " bytes in use, ", large.cached_bytes, " bytes cached, ",
-                  large.registered_bytes, " bytes registered\n", "  eager send buffers: ",
-                  t.send_buffers_in_use, " in use of ", t.send_buffers_capacity, "\n");
+                  " regions\n", "  rendezvous buffers: ", large.in_use_bytes, " bytes in use, ",
+                  large.cached_bytes, " bytes cached, ", large.registered_bytes,
+                  " bytes registered\n", "  eager send buffers: ", t.send_buffers_in_use,
+                  " in use of ", t.send_buffers_capacity, "\n");
   absl::StrAppend(&out, "\nflags\n", FlagsText());
   return out;
 }
@@ -240,8 +241,8 @@ absl::StatusOr<std::shared_ptr<AdminEndpoint>> AdminEndpoint::Acquire(absl::stri
     port = -1;
   }
   if (port < 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "admin endpoint: cannot listen on ", ip, ":", want_port, ": ", strerror(errno)));
+    return absl::UnavailableError(absl::StrCat("admin endpoint: cannot listen on ", ip, ":",
+                                               want_port, ": ", strerror(errno)));
   }
   endpoint->port_ = port;
   endpoint->address_ = absl::StrCat(ip, ":", port);
@@ -257,8 +258,8 @@ absl::StatusOr<std::shared_ptr<AdminEndpoint>> AdminEndpoint::Acquire(absl::stri
     absl::SleepFor(absl::Milliseconds(1));
   }
   if (!svr.is_running()) {
-    return absl::UnavailableError(absl::StrCat("admin endpoint on ", ip, ":", port,
-                                               " did not start accepting within 5 s"));
+    return absl::UnavailableError(
+        absl::StrCat("admin endpoint on ", ip, ":", port, " did not start accepting within 5 s"));
   }
   d.endpoints[endpoint->address_] = endpoint;
   g_running_endpoints.fetch_add(1);

@@ -114,8 +114,8 @@ absl::Status TakeServerMetadata(absl::string_view bytes, absl::string_view peer,
     if (MetadataBytes(*md) > limit) {
       // Refused metadata is not shown to the caller.
       return absl::ResourceExhaustedError(absl::StrCat("server ", what, " metadata of ",
-                                                       MetadataBytes(*md),
-                                                       " bytes exceeds max_metadata_bytes ", limit));
+                                                       MetadataBytes(*md), " bytes exceeds ",
+                                                       "max_metadata_bytes ", limit));
     }
   }
   initial->insert(std::make_move_iterator(got_initial.begin()),

@@ -31,39 +31,44 @@ struct Bucket {
   const char* le;
 };
 constexpr Bucket kBuckets[kNumLatencyBuckets] = {
-    {10'000, "1e-05"},           {25'000, "2.5e-05"},        {50'000, "5e-05"},
-    {100'000, "0.0001"},         {250'000, "0.00025"},       {500'000, "0.0005"},
-    {1'000'000, "0.001"},        {2'500'000, "0.0025"},      {5'000'000, "0.005"},
-    {10'000'000, "0.01"},        {25'000'000, "0.025"},      {50'000'000, "0.05"},
-    {100'000'000, "0.1"},        {250'000'000, "0.25"},      {500'000'000, "0.5"},
-    {1'000'000'000, "1"},        {2'500'000'000, "2.5"},     {5'000'000'000, "5"},
-    {10'000'000'000, "10"},
+    {10'000, "1e-05"},      {25'000, "2.5e-05"},   {50'000, "5e-05"},      {100'000, "0.0001"},
+    {250'000, "0.00025"},   {500'000, "0.0005"},   {1'000'000, "0.001"},   {2'500'000, "0.0025"},
+    {5'000'000, "0.005"},   {10'000'000, "0.01"},  {25'000'000, "0.025"},  {50'000'000, "0.05"},
+    {100'000'000, "0.1"},   {250'000'000, "0.25"}, {500'000'000, "0.5"},   {1'000'000'000, "1"},
+    {2'500'000'000, "2.5"}, {5'000'000'000, "5"},  {10'000'000'000, "10"},
 };
 
 // gRPC-Go's codes.Code.String(), which go-grpc-prometheus puts in grpc_code.
 constexpr const char* kCodeNames[kNumStatusCodes] = {
-    "OK",               "Canceled",         "Unknown",           "InvalidArgument",
-    "DeadlineExceeded", "NotFound",         "AlreadyExists",     "PermissionDenied",
-    "ResourceExhausted", "FailedPrecondition", "Aborted",        "OutOfRange",
-    "Unimplemented",    "Internal",         "Unavailable",       "DataLoss",
-    "Unauthenticated"};
+    "OK",       "Canceled",       "Unknown",          "InvalidArgument",   "DeadlineExceeded",
+    "NotFound", "AlreadyExists",  "PermissionDenied", "ResourceExhausted", "FailedPrecondition",
+    "Aborted",  "OutOfRange",     "Unimplemented",    "Internal",          "Unavailable",
+    "DataLoss", "Unauthenticated"};
 
 const char* TypeLabel(experimental::RpcType type) {
   switch (type) {
-    case experimental::RpcType::UNARY: return "unary";
-    case experimental::RpcType::CLIENT_STREAMING: return "client_stream";
-    case experimental::RpcType::SERVER_STREAMING: return "server_stream";
-    case experimental::RpcType::BIDI_STREAMING: return "bidi_stream";
+    case experimental::RpcType::UNARY:
+      return "unary";
+    case experimental::RpcType::CLIENT_STREAMING:
+      return "client_stream";
+    case experimental::RpcType::SERVER_STREAMING:
+      return "server_stream";
+    case experimental::RpcType::BIDI_STREAMING:
+      return "bidi_stream";
   }
   return "unary";
 }
 
 experimental::RpcType TypeOfKind(RpcKind kind) {
   switch (kind) {
-    case RpcKind::kUnary: return experimental::RpcType::UNARY;
-    case RpcKind::kClientStreaming: return experimental::RpcType::CLIENT_STREAMING;
-    case RpcKind::kServerStreaming: return experimental::RpcType::SERVER_STREAMING;
-    case RpcKind::kBidiStreaming: return experimental::RpcType::BIDI_STREAMING;
+    case RpcKind::kUnary:
+      return experimental::RpcType::UNARY;
+    case RpcKind::kClientStreaming:
+      return experimental::RpcType::CLIENT_STREAMING;
+    case RpcKind::kServerStreaming:
+      return experimental::RpcType::SERVER_STREAMING;
+    case RpcKind::kBidiStreaming:
+      return experimental::RpcType::BIDI_STREAMING;
   }
   return experimental::RpcType::UNARY;
 }
@@ -81,8 +86,7 @@ struct Registry {
   absl::Mutex mu;
   // By side, then full name (looked up by string_view: no allocation per
   // call); the values never move or die.
-  absl::flat_hash_map<std::string, std::unique_ptr<MethodMetrics>> methods[2]
-      ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<std::string, std::unique_ptr<MethodMetrics>> methods[2] ABSL_GUARDED_BY(mu);
 };
 
 Registry& GetRegistry() {
@@ -204,8 +208,7 @@ void RenderCallMetrics(std::string* out) {
           absl::StrCat("grpc_method=\"", EscapeLabel(m->method()), "\",grpc_service=\"",
                        EscapeLabel(m->service()), "\",grpc_type=\"", TypeLabel(m->type()), "\"");
       absl::StrAppend(&started, prefix, "started_total{", labels, "} ", t.started, "\n");
-      absl::StrAppend(&received, prefix, "msg_received_total{", labels, "} ", t.msg_received,
-                      "\n");
+      absl::StrAppend(&received, prefix, "msg_received_total{", labels, "} ", t.msg_received, "\n");
       absl::StrAppend(&sent, prefix, "msg_sent_total{", labels, "} ", t.msg_sent, "\n");
       for (int code = 0; code < kNumStatusCodes; ++code) {
         // A server shows every code of its methods from the start; a
@@ -229,8 +232,8 @@ void RenderCallMetrics(std::string* out) {
                       "\n");
     }
     const char* where = server ? "on the server" : "by the client";
-    Family(out, prefix + "started_total", "counter",
-           absl::StrCat("RPCs started ", where, "."), started);
+    Family(out, prefix + "started_total", "counter", absl::StrCat("RPCs started ", where, "."),
+           started);
     Family(out, prefix + "handled_total", "counter",
            absl::StrCat("RPCs completed ", where, ", by status code."), handled);
     Family(out, prefix + "msg_received_total", "counter",
@@ -317,8 +320,7 @@ void RenderTransportMetrics(std::string* out) {
   Family(out, "rdmarpc_credit_stall_seconds_total", "counter",
          "Time connections spent with messages queued waiting for credits.",
          absl::StrCat("rdmarpc_credit_stall_seconds_total ",
-                      absl::StrFormat("%.9f", static_cast<double>(t.credit_stall_ns) / 1e9),
-                      "\n"));
+                      absl::StrFormat("%.9f", static_cast<double>(t.credit_stall_ns) / 1e9), "\n"));
   const int kRead = static_cast<int>(RendezvousDirection::kRead);
   const int kWrite = static_cast<int>(RendezvousDirection::kWrite);
   Family(out, "rdmarpc_rendezvous_transfers_total", "counter",
@@ -330,8 +332,7 @@ void RenderTransportMetrics(std::string* out) {
                     t.rendezvous_transfers[kWrite]));
   Family(out, "rdmarpc_rendezvous_bytes_total", "counter",
          "Bytes of large messages moved by rendezvous, by direction.",
-         Sample("rdmarpc_rendezvous_bytes_total", "direction=\"read\"",
-                t.rendezvous_bytes[kRead]) +
+         Sample("rdmarpc_rendezvous_bytes_total", "direction=\"read\"", t.rendezvous_bytes[kRead]) +
              Sample("rdmarpc_rendezvous_bytes_total", "direction=\"write\"",
                     t.rendezvous_bytes[kWrite]));
   Family(out, "rdmarpc_payload_bytes_copied_total", "counter",
@@ -348,13 +349,12 @@ void RenderTransportMetrics(std::string* out) {
   Family(out, "rdmarpc_memory_regions", "gauge", "Memory regions registered now.",
          Sample("rdmarpc_memory_regions", "", mem.regions));
   const LargeBufferPoolTotals large = GetLargeBufferPoolTotals();
-  Family(out, "rdmarpc_buffer_pool_bytes", "gauge",
-         "Rendezvous buffers (pool=large), in bytes: on loan (state=in_use) and cached "
-         "for reuse (state=free).",
-         Sample("rdmarpc_buffer_pool_bytes", "pool=\"large\",state=\"in_use\"",
-                large.in_use_bytes) +
-             Sample("rdmarpc_buffer_pool_bytes", "pool=\"large\",state=\"free\"",
-                    large.cached_bytes));
+  Family(
+      out, "rdmarpc_buffer_pool_bytes", "gauge",
+      "Rendezvous buffers (pool=large), in bytes: on loan (state=in_use) and cached "
+      "for reuse (state=free).",
+      Sample("rdmarpc_buffer_pool_bytes", "pool=\"large\",state=\"in_use\"", large.in_use_bytes) +
+          Sample("rdmarpc_buffer_pool_bytes", "pool=\"large\",state=\"free\"", large.cached_bytes));
   Family(out, "rdmarpc_send_buffers", "gauge",
          "Eager send buffers of every connection: taken by a posted send (state=in_use) or "
          "free.",
@@ -433,7 +433,6 @@ MethodMetrics* GetMethodMetrics(MetricsSide side, absl::string_view full_name,
   return found;
 }
 
-
 void InitializeServerMethodMetrics(absl::string_view full_name, RpcKind kind) {
   GetMethodMetrics(MetricsSide::kServer, full_name, TypeOfKind(kind));
 }
@@ -447,17 +446,15 @@ std::string RenderMetricsText() {
   return out;
 }
 
-std::shared_ptr<experimental::ServerInterceptorFactoryInterface>
-ServerMetricsInterceptorFactory() {
-  static auto* const factory = new std::shared_ptr<internal::ServerFactory>(
-      std::make_shared<internal::ServerFactory>());
+std::shared_ptr<experimental::ServerInterceptorFactoryInterface> ServerMetricsInterceptorFactory() {
+  static auto* const factory =
+      new std::shared_ptr<internal::ServerFactory>(std::make_shared<internal::ServerFactory>());
   return *factory;
 }
 
-std::shared_ptr<experimental::ClientInterceptorFactoryInterface>
-ClientMetricsInterceptorFactory() {
-  static auto* const factory = new std::shared_ptr<internal::ClientFactory>(
-      std::make_shared<internal::ClientFactory>());
+std::shared_ptr<experimental::ClientInterceptorFactoryInterface> ClientMetricsInterceptorFactory() {
+  static auto* const factory =
+      new std::shared_ptr<internal::ClientFactory>(std::make_shared<internal::ClientFactory>());
   return *factory;
 }
 

@@ -109,7 +109,8 @@ struct ConnectionStatus {
   std::string state;         // ConnStateName
   std::string device;        // "<device> port <n>", or "-" before the route
   uint32_t qp_num = 0;
-  std::string qp_state;      // from ibv_query_qp: RESET, INIT, RTR, RTS, SQD, SQE, ERR; "-" without a QP
+  // From ibv_query_qp: RESET, INIT, RTR, RTS, SQD, SQE, ERR; "-" without a QP.
+  std::string qp_state;
   int send_credits = 0;      // credits this side may still spend
   int credits_owed = 0;      // receives re-posted, not yet returned to the peer
   int peer_recv_depth = 0;   // credits the peer granted at the handshake

@@ -23,7 +23,8 @@ Registry& GetRegistry() {
 
 // Adds the counters (not the gauges) of `s` to `t`.
 void AddCounters(const EngineStats& s, EngineTotals* t) {
-  for (int i = 0; i < static_cast<int>(WrOpcode::kCount); ++i) t->wrs_posted[i] += s.wrs_posted[i].Get();
+  for (int i = 0; i < static_cast<int>(WrOpcode::kCount); ++i)
+    t->wrs_posted[i] += s.wrs_posted[i].Get();
   t->signalled_send_wrs += s.signalled_send_wrs.Get();
   t->inline_send_wrs += s.inline_send_wrs.Get();
   t->send_doorbells += s.send_doorbells.Get();
@@ -54,7 +55,8 @@ void AddGauges(const EngineStats& s, EngineTotals* t) {
 
 // `t` minus the counters of `base` (gauges untouched).
 void SubtractCounters(const EngineTotals& base, EngineTotals* t) {
-  for (int i = 0; i < static_cast<int>(WrOpcode::kCount); ++i) t->wrs_posted[i] -= base.wrs_posted[i];
+  for (int i = 0; i < static_cast<int>(WrOpcode::kCount); ++i)
+    t->wrs_posted[i] -= base.wrs_posted[i];
   t->signalled_send_wrs -= base.signalled_send_wrs;
   t->inline_send_wrs -= base.inline_send_wrs;
   t->send_doorbells -= base.send_doorbells;
@@ -89,25 +91,49 @@ EngineTotals SumLocked(Registry& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) {
 
 const char* WrOpcodeName(WrOpcode op) {
   switch (op) {
-    case WrOpcode::kSend: return "send";
-    case WrOpcode::kSendWithImm: return "send_with_imm";
-    case WrOpcode::kRdmaWrite: return "rdma_write";
-    case WrOpcode::kRdmaWriteWithImm: return "rdma_write_with_imm";
-    case WrOpcode::kRdmaRead: return "rdma_read";
-    case WrOpcode::kRecv: return "recv";
-    case WrOpcode::kCount: break;
+    case WrOpcode::kSend:
+      return "send";
+    case WrOpcode::kSendWithImm:
+      return "send_with_imm";
+    case WrOpcode::kRdmaWrite:
+      return "rdma_write";
+    case WrOpcode::kRdmaWriteWithImm:
+      return "rdma_write_with_imm";
+    case WrOpcode::kRdmaRead:
+      return "rdma_read";
+    case WrOpcode::kRecv:
+      return "recv";
+    case WrOpcode::kCount:
+      break;
   }
   return "unknown";
 }
 
 const char* WcStatusName(int status) {
-  static constexpr const char* kNames[kNumWcStatus] = {
-      "SUCCESS",          "LOC_LEN_ERR",      "LOC_QP_OP_ERR",    "LOC_EEC_OP_ERR",
-      "LOC_PROT_ERR",     "WR_FLUSH_ERR",     "MW_BIND_ERR",      "BAD_RESP_ERR",
-      "LOC_ACCESS_ERR",   "REM_INV_REQ_ERR",  "REM_ACCESS_ERR",   "REM_OP_ERR",
-      "RETRY_EXC_ERR",    "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR",
-      "REM_ABORT_ERR",    "INV_EECN_ERR",     "INV_EEC_STATE_ERR", "FATAL_ERR",
-      "RESP_TIMEOUT_ERR", "GENERAL_ERR",      "TM_ERR",           "TM_RNDV_INCOMPLETE"};
+  static constexpr const char* kNames[kNumWcStatus] = {"SUCCESS",
+                                                       "LOC_LEN_ERR",
+                                                       "LOC_QP_OP_ERR",
+                                                       "LOC_EEC_OP_ERR",
+                                                       "LOC_PROT_ERR",
+                                                       "WR_FLUSH_ERR",
+                                                       "MW_BIND_ERR",
+                                                       "BAD_RESP_ERR",
+                                                       "LOC_ACCESS_ERR",
+                                                       "REM_INV_REQ_ERR",
+                                                       "REM_ACCESS_ERR",
+                                                       "REM_OP_ERR",
+                                                       "RETRY_EXC_ERR",
+                                                       "RNR_RETRY_EXC_ERR",
+                                                       "LOC_RDD_VIOL_ERR",
+                                                       "REM_INV_RD_REQ_ERR",
+                                                       "REM_ABORT_ERR",
+                                                       "INV_EECN_ERR",
+                                                       "INV_EEC_STATE_ERR",
+                                                       "FATAL_ERR",
+                                                       "RESP_TIMEOUT_ERR",
+                                                       "GENERAL_ERR",
+                                                       "TM_ERR",
+                                                       "TM_RNDV_INCOMPLETE"};
   return kNames[std::clamp(status, 0, kNumWcStatus - 1)];
 }
 

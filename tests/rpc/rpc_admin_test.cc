@@ -82,7 +82,8 @@ struct AdminFixture {
 
 TEST(AdminEndpoint, MetricsServesTheExpositionWithCallsCountedByThemselves) {
   AdminFixture f;
-  const Labels ok = With(CallLabels("rdmarpc.test.EchoService", "Echo", "unary"), "grpc_code", "OK");
+  const Labels ok =
+      With(CallLabels("rdmarpc.test.EchoService", "Echo", "unary"), "grpc_code", "OK");
   const Reply before = Get(f.admin->port(), "/metrics");
   ASSERT_EQ(before.status, 200);
   EXPECT_EQ(before.content_type, kMetricsContentType);
@@ -95,7 +96,8 @@ TEST(AdminEndpoint, MetricsServesTheExpositionWithCallsCountedByThemselves) {
   EXPECT_EQ(MetricValue(after.body, "grpc_server_handled_total", ok).value_or(-1) - server0, 4);
   // The channel was made while an endpoint ran: it counts too.
   EXPECT_EQ(MetricValue(after.body, "grpc_client_handled_total", ok).value_or(-1) - client0, 4);
-  EXPECT_TRUE(absl::StrContains(after.body, "rdmarpc_work_requests_posted_total{opcode=\"send_with_imm\"}"));
+  EXPECT_TRUE(absl::StrContains(after.body,
+                                "rdmarpc_work_requests_posted_total{opcode=\"send_with_imm\"}"));
 }
 
 TEST(AdminEndpoint, HealthzIs200WhileServingAnd503OnceShutDown) {

@@ -28,6 +28,16 @@ struct EchoFixture {
   std::shared_ptr<Channel> channel;
 };
 
+// A loopback port nobody listens on: a server's, after it shut down.
+inline int PortWithNoListener() {
+  Server probe;
+  EXPECT_TRUE(probe.Start("127.0.0.1:0").ok());
+  const int port = probe.port();
+  probe.Shutdown(absl::ZeroDuration());
+  probe.Wait();
+  return port;
+}
+
 }  // namespace test
 }  // namespace rdmarpc
 

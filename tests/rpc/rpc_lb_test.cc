@@ -8,21 +8,12 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
+#include "tests/rpc/rpc_fixture.h"
 #include "tests/rpc/test_service.h"
 
 namespace rdmarpc {
 namespace test {
 namespace {
-
-// A port with no listener: a server's, after it shut down.
-int DeadPort() {
-  Server probe;
-  EXPECT_TRUE(probe.Start("127.0.0.1:0").ok());
-  const int port = probe.port();
-  probe.Shutdown(absl::ZeroDuration());
-  probe.Wait();
-  return port;
-}
 
 absl::Status Call(Channel* channel) {
   EchoRequest req;
@@ -60,7 +51,7 @@ TEST(RoundRobin, HalfDeadListSucceedsEveryCallAfterTheFirstSecond) {
   Server live;
   ASSERT_TRUE(live.AddService(&live_service).ok());
   ASSERT_TRUE(live.Start("127.0.0.1:0").ok());
-  const int dead = DeadPort();
+  const int dead = PortWithNoListener();
   auto ch = CreateChannel(absl::StrCat("127.0.0.1:", live.port(), ",127.0.0.1:", dead));
   ASSERT_TRUE(ch.ok()) << ch.status();
   const Tally first = CallFor(ch->get(), absl::Seconds(1));
@@ -112,7 +103,9 @@ TEST(RoundRobin, AServerThatLeavesIsSkippedAndGetsCallsAgainOnceBack) {
 }
 
 TEST(RoundRobin, EveryServerFailingStillTriesAndFailsUnavailable) {
-  auto ch = CreateChannel(absl::StrCat("127.0.0.1:", DeadPort(), ",127.0.0.1:", DeadPort()));
+  const int first = PortWithNoListener();
+  const int second = PortWithNoListener();
+  auto ch = CreateChannel(absl::StrCat("127.0.0.1:", first, ",127.0.0.1:", second));
   ASSERT_TRUE(ch.ok()) << ch.status();
   for (int i = 0; i < 20; ++i) {
     absl::Status s = Call(ch->get());

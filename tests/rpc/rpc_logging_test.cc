@@ -64,18 +64,9 @@ uint64_t EventsIn(const std::vector<std::string>& lines) {
   return n;
 }
 
-int DeadPort() {
-  Server probe;
-  EXPECT_TRUE(probe.Start("127.0.0.1:0").ok());
-  const int port = probe.port();
-  probe.Shutdown(absl::ZeroDuration());
-  probe.Wait();
-  return port;
-}
-
 TEST(ConnectionLog, SetUpFailuresToADeadServerAreOneLineASecondAndNoneIsLost) {
   WarningSink sink;
-  const int port = DeadPort();
+  const int port = PortWithNoListener();
   const std::string peer = absl::StrCat("127.0.0.1:", port);
   ChannelOptions options;
   options.pool_size = 1;  // every call after the first reconnects the one slot

@@ -69,8 +69,7 @@ TEST(CallMetrics, ServerMethodsShowEveryCodeAtZeroFromStart) {
   for (const char* code :
        {"OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
         "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
-        "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss",
-        "Unauthenticated"}) {
+        "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated"}) {
     EXPECT_TRUE(
         MetricValue(text, "grpc_server_handled_total", With(chat, "grpc_code", code)).has_value())
         << code;
@@ -85,9 +84,9 @@ TEST(CallMetrics, ServerMethodsShowEveryCodeAtZeroFromStart) {
   EXPECT_TRUE(MetricValue(text, "grpc_server_msg_sent_total",
                           CallLabels(kStreams, "Expand", "server_stream"))
                   .has_value());
-  EXPECT_TRUE(MetricValue(text, "grpc_server_started_total",
-                          CallLabels(kEchoService, "Echo", "unary"))
-                  .has_value());
+  EXPECT_TRUE(
+      MetricValue(text, "grpc_server_started_total", CallLabels(kEchoService, "Echo", "unary"))
+          .has_value());
 }
 
 TEST(CallMetrics, UnaryCallsCountedByCodeOnBothSides) {
@@ -133,7 +132,8 @@ TEST(CallMetrics, StreamingCallsCountEveryMessage) {
   const Labels chat = CallLabels(kStreams, "Chat", "bidi_stream");
   const double expand_sent0 = Now("grpc_server_msg_sent_total", expand);
   const double expand_recv0 = Now("grpc_client_msg_received_total", expand);
-  const double expand_oor0 = Now("grpc_server_handled_total", With(expand, "grpc_code", "OutOfRange"));
+  const double expand_oor0 =
+      Now("grpc_server_handled_total", With(expand, "grpc_code", "OutOfRange"));
   const double collect_recv0 = Now("grpc_server_msg_received_total", collect);
   const double collect_sent0 = Now("grpc_client_msg_sent_total", collect);
   const double chat_recv0 = Now("grpc_server_msg_received_total", chat);
@@ -253,8 +253,7 @@ TEST(TransportMetrics, CountWorkRequestsDoorbellsAndConnections) {
   // one receive completion at each end.
   EXPECT_EQ(Now("rdmarpc_work_requests_posted_total", send_imm) - wrs0, 2 * kCalls);
   EXPECT_EQ(Now("rdmarpc_doorbells_total", {{"queue", "send"}}) - doorbells0, 2 * kCalls);
-  EXPECT_EQ(Now("rdmarpc_completions_total", {{"queue", "recv"}}) - recv_completions0,
-            2 * kCalls);
+  EXPECT_EQ(Now("rdmarpc_completions_total", {{"queue", "recv"}}) - recv_completions0, 2 * kCalls);
 }
 
 TEST(TransportMetrics, CountRendezvousTransfersAndBytes) {

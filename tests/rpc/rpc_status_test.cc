@@ -259,15 +259,7 @@ TEST(Deadline, LateLargeResponseLeavesTheConnectionWorking) {
 }
 
 TEST(Unavailable, NoListenerFailsBeforeDeadlineAndLeavesNothingBehind) {
-  // A port nobody listens on: bind a server, learn its port, shut it down.
-  int port = 0;
-  {
-    Server probe;
-    ASSERT_TRUE(probe.Start("127.0.0.1:0").ok());
-    port = probe.port();
-    probe.Shutdown(absl::ZeroDuration());
-    probe.Wait();
-  }
+  const int port = PortWithNoListener();
   const softrdma::Stats before = softrdma::GetStats();
   const int fds_before = CountOpenFds();
   {
@@ -296,14 +288,7 @@ TEST(Unavailable, NoListenerFailsBeforeDeadlineAndLeavesNothingBehind) {
 }
 
 TEST(Unavailable, ThousandsOfCallsToNoListenerAllFailUnavailableAndLeaveNothing) {
-  int port = 0;
-  {
-    Server probe;
-    ASSERT_TRUE(probe.Start("127.0.0.1:0").ok());
-    port = probe.port();
-    probe.Shutdown(absl::ZeroDuration());
-    probe.Wait();
-  }
+  const int port = PortWithNoListener();
   const softrdma::Stats before = softrdma::GetStats();
   {
     auto ch = CreateChannel(absl::StrCat("127.0.0.1:", port));
