@@ -40,7 +40,15 @@ promtool check config "$SCRATCH/prometheus.yml" >"$SCRATCH/promtool-config.out" 
   fail "promtool check config"
 PROM_PID=""
 PROM=""
-CLEANUP_HOOKS+=('[[ -n "$PROM_PID" ]] && kill -KILL "$PROM_PID" 2>/dev/null; wait "$PROM_PID" 2>/dev/null')
+# PROM_PID is timeout(1)'s: kill prometheus under it too.
+stop_prometheus() {
+  [[ -n "$PROM_PID" ]] || return 0
+  pkill -KILL -P "$PROM_PID" 2>/dev/null
+  kill -KILL "$PROM_PID" 2>/dev/null
+  wait "$PROM_PID" 2>/dev/null
+  PROM_PID=""
+}
+CLEANUP_HOOKS+=('stop_prometheus')
 for attempt in 1 2 3 4 5; do
   port=$((20000 + RANDOM % 30000))
   timeout --kill-after=5 300 prometheus --config.file="$SCRATCH/prometheus.yml" \
@@ -56,9 +64,7 @@ for attempt in 1 2 3 4 5; do
     sleep 0.2
   done
   [[ -n "$PROM" ]] && break
-  kill -KILL "$PROM_PID" 2>/dev/null
-  wait "$PROM_PID" 2>/dev/null
-  PROM_PID=""
+  stop_prometheus
 done
 [[ -n "$PROM" ]] || fail "prometheus did not become ready"
 
@@ -127,4 +133,5 @@ promtool check metrics <"$SCRATCH/metrics.txt" >"$SCRATCH/promtool.out" 2>&1 ||
   fail "promtool check metrics: $(cat "$SCRATCH/promtool.out")"
 
 stop_server
+stop_prometheus
 pass "Prometheus scraped kvstore_server: 10 calls, 18 exact queries, promtool clean"
