@@ -134,4 +134,4 @@ promtool check metrics <"$SCRATCH/metrics.txt" >"$SCRATCH/promtool.out" 2>&1 ||
 
 stop_server
 stop_prometheus
-pass "Prometheus scraped kvstore_server: 10 calls, 18 exact queries, promtool clean"
+pass "Prometheus scraped kvstore_server: 10 calls, 19 exact queries, promtool clean"
