@@ -30,7 +30,6 @@
 #include "runtime/transport/connection_snapshot.h"
 #include "runtime/transport/device.h"
 #include "runtime/transport/engine_stats.h"
-#include "runtime/verbs/verbs.h"
 
 DEFINE_string(rdmarpc_admin_listen, "",
               "HOST:PORT of this process's admin HTTP endpoint (GET /metrics, /statusz, "
@@ -147,7 +146,7 @@ std::string StatuszText() {
   }
 
   const EngineTotals t = SumEngineStats();
-  const RegisteredMemory mem = GetRegisteredMemory();
+  const RegisteredMemoryTotals mem = GetRegisteredMemoryTotals();
   const LargeBufferPoolTotals large = GetLargeBufferPoolTotals();
   absl::StrAppend(&out, "\nmemory\n", "  registered: ", mem.bytes, " bytes in ", mem.regions,
                   " regions\n", "  rendezvous buffers: ", large.in_use_bytes, " bytes in use, ",

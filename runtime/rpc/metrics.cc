@@ -15,9 +15,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "rdmarpc/metrics.h"
+#include "runtime/rpc/interceptor_chain.h"
 #include "runtime/transport/buffer_pool.h"
+#include "runtime/transport/device.h"
 #include "runtime/transport/engine_stats.h"
-#include "runtime/verbs/verbs.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -57,20 +58,6 @@ const char* TypeLabel(experimental::RpcType type) {
       return "bidi_stream";
   }
   return "unary";
-}
-
-experimental::RpcType TypeOfKind(RpcKind kind) {
-  switch (kind) {
-    case RpcKind::kUnary:
-      return experimental::RpcType::UNARY;
-    case RpcKind::kClientStreaming:
-      return experimental::RpcType::CLIENT_STREAMING;
-    case RpcKind::kServerStreaming:
-      return experimental::RpcType::SERVER_STREAMING;
-    case RpcKind::kBidiStreaming:
-      return experimental::RpcType::BIDI_STREAMING;
-  }
-  return experimental::RpcType::UNARY;
 }
 
 // "/pkg.Service/Method" -> ("pkg.Service", "Method"); a name without the
@@ -307,7 +294,7 @@ void RenderTransportMetrics(std::string* out) {
          "Work requests flushed (IBV_WC_WR_FLUSH_ERR) when a connection was torn down, as every "
          "close does to the receives it had posted.",
          Sample("rdmarpc_work_completions_flushed_total", "", t.wc_flushed));
-  const int64_t rnr = ProviderRnrRetries();
+  const int64_t rnr = GetProviderRnrRetries();
   if (rnr >= 0) {
     Family(out, "rdmarpc_rnr_retries_total", "counter",
            "SENDs that found no receive posted and were retried (receiver not ready); "
@@ -342,7 +329,7 @@ void RenderTransportMetrics(std::string* out) {
          "Keepalive probes posted to peers that had been silent.",
          Sample("rdmarpc_keepalive_probes_total", "", t.keepalive_probes));
 
-  const RegisteredMemory mem = GetRegisteredMemory();
+  const RegisteredMemoryTotals mem = GetRegisteredMemoryTotals();
   Family(out, "rdmarpc_registered_memory_bytes", "gauge",
          "Memory registered with the RDMA device (pinned), in bytes.",
          Sample("rdmarpc_registered_memory_bytes", "", mem.bytes));
@@ -434,7 +421,7 @@ MethodMetrics* GetMethodMetrics(MetricsSide side, absl::string_view full_name,
 }
 
 void InitializeServerMethodMetrics(absl::string_view full_name, RpcKind kind) {
-  GetMethodMetrics(MetricsSide::kServer, full_name, TypeOfKind(kind));
+  GetMethodMetrics(MetricsSide::kServer, full_name, RpcTypeOf(kind));
 }
 
 }  // namespace internal

@@ -10,6 +10,13 @@ void ChooseProvider() { (void)Verbs(); }
 
 const char* ProviderName() { return Verbs().provider_name; }
 
+RegisteredMemoryTotals GetRegisteredMemoryTotals() {
+  const RegisteredMemory m = GetRegisteredMemory();
+  return {m.bytes, m.regions};
+}
+
+int64_t GetProviderRnrRetries() { return ProviderRnrRetries(); }
+
 DeviceResources::DeviceResources(size_t large_limit_bytes, size_t large_keep_bytes)
     : large_limit_bytes_(large_limit_bytes), large_keep_bytes_(large_keep_bytes) {}
 

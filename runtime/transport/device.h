@@ -9,6 +9,7 @@
 #ifndef RDMARPC_RUNTIME_TRANSPORT_DEVICE_H_
 #define RDMARPC_RUNTIME_TRANSPORT_DEVICE_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -25,6 +26,17 @@ namespace internal {
 void ChooseProvider();
 // The provider chosen: "rdma-core" or "soft" (for logs). Any thread.
 const char* ProviderName();
+
+// Memory this process holds registered with the device now, in bytes and
+// regions. Any thread.
+struct RegisteredMemoryTotals {
+  int64_t bytes = 0;
+  int64_t regions = 0;
+};
+RegisteredMemoryTotals GetRegisteredMemoryTotals();
+// RNR retries the provider counted for this process, or -1 where it keeps
+// no such count (rdma-core: the NIC retries in hardware). Any thread.
+int64_t GetProviderRnrRetries();
 
 class DeviceResources {
  public:
