@@ -25,6 +25,7 @@
 #include "bench_echo.rdmarpc.pb.h"
 #include "benchmark/benchmark.h"
 #include "echo_loop.h"
+#include "hook_loops.h"
 #include "rdmarpc/rdmarpc.h"
 #include "runtime/rpc/interceptor_chain.h"
 
@@ -64,23 +65,7 @@ void BM_ClientInterceptorHooks(benchmark::State& state) {
   auto factory = std::make_shared<CountingFactory>();
   internal::InterceptorChain::ClientFactories factories(static_cast<size_t>(state.range(0)),
                                                         factory);
-  EchoRequest request;
-  request.set_payload(std::string(32, 'e'));
-  EchoResponse response;
-  response.set_payload(request.payload());
-  for (auto _ : state) {
-    ClientContext context;
-    if (factories.empty()) continue;  // what a channel without interceptors does
-    std::unique_ptr<internal::InterceptorChain> chain = internal::InterceptorChain::ForClient(
-        factories, nullptr, kMethod, internal::RpcKind::kUnary, &context);
-    internal::InterceptorChain::Metadata md, initial, trailing;
-    absl::Status status = chain->ClientSendInitialMetadata(&md);
-    chain->ClientSendMessage(request, request.ByteSizeLong());
-    chain->ClientRecvInitialMetadata(&initial);
-    chain->ClientRecvMessage(&response, response.ByteSizeLong());
-    chain->ClientRecvStatus(&status, &trailing);
-    benchmark::DoNotOptimize(status);
-  }
+  RunClientHooks(state, factories, kMethod);
   state.counters["hooks_per_call"] =
       state.iterations() == 0 ? 0 : static_cast<double>(factory->hooks()) / state.iterations();
 }
@@ -90,23 +75,8 @@ void BM_ServerInterceptorHooks(benchmark::State& state) {
   auto factory = std::make_shared<CountingFactory>();
   internal::InterceptorChain::ServerFactories factories(static_cast<size_t>(state.range(0)),
                                                         factory);
-  EchoRequest request;
-  request.set_payload(std::string(32, 'e'));
-  EchoResponse response;
-  response.set_payload(request.payload());
   ServerContext context;
-  for (auto _ : state) {
-    if (factories.empty()) continue;  // what a server without interceptors does
-    std::unique_ptr<internal::InterceptorChain> chain =
-        internal::InterceptorChain::ForServer(factories, internal::RpcKind::kUnary, &context);
-    internal::InterceptorChain::Metadata client_md, initial, trailing;
-    absl::Status status = chain->ServerRecvInitialMetadata(&client_md);
-    chain->ServerRecvMessage(&request, request.ByteSizeLong());
-    chain->ServerSendInitialMetadata(&initial);
-    chain->ServerSendMessage(response, response.ByteSizeLong());
-    chain->ServerSendStatus(&status, &trailing);
-    benchmark::DoNotOptimize(status);
-  }
+  RunServerHooks(state, factories, &context);
   state.counters["hooks_per_call"] =
       state.iterations() == 0 ? 0 : static_cast<double>(factory->hooks()) / state.iterations();
 }

@@ -20,6 +20,7 @@
 #include "bench_echo.rdmarpc.pb.h"
 #include "benchmark/benchmark.h"
 #include "echo_loop.h"
+#include "hook_loops.h"
 #include "rdmarpc/metrics.h"
 #include "rdmarpc/rdmarpc.h"
 #include "runtime/rpc/context_access.h"
@@ -34,45 +35,16 @@ const std::string kMethod = "/rdmarpc.bench.BenchEcho/Echo";
 
 void BM_ClientMetricsHooks(benchmark::State& state) {
   internal::InterceptorChain::ClientFactories factories{ClientMetricsInterceptorFactory()};
-  EchoRequest request;
-  request.set_payload(std::string(32, 'e'));
-  EchoResponse response;
-  response.set_payload(request.payload());
-  for (auto _ : state) {
-    ClientContext context;
-    std::unique_ptr<internal::InterceptorChain> chain = internal::InterceptorChain::ForClient(
-        factories, nullptr, kMethod, internal::RpcKind::kUnary, &context);
-    internal::InterceptorChain::Metadata md, initial, trailing;
-    absl::Status status = chain->ClientSendInitialMetadata(&md);
-    chain->ClientSendMessage(request, request.ByteSizeLong());
-    chain->ClientRecvInitialMetadata(&initial);
-    chain->ClientRecvMessage(&response, response.ByteSizeLong());
-    chain->ClientRecvStatus(&status, &trailing);
-    benchmark::DoNotOptimize(status);
-  }
+  RunClientHooks(state, factories, kMethod);
 }
 BENCHMARK(BM_ClientMetricsHooks);
 
 void BM_ServerMetricsHooks(benchmark::State& state) {
   internal::InterceptorChain::ServerFactories factories{ServerMetricsInterceptorFactory()};
-  EchoRequest request;
-  request.set_payload(std::string(32, 'e'));
-  EchoResponse response;
-  response.set_payload(request.payload());
   const std::string peer = "127.0.0.1:1";
   ServerContext context;
   internal::ServerContextAccess::Init(&context, &kMethod, &peer, absl::InfiniteFuture());
-  for (auto _ : state) {
-    std::unique_ptr<internal::InterceptorChain> chain =
-        internal::InterceptorChain::ForServer(factories, internal::RpcKind::kUnary, &context);
-    internal::InterceptorChain::Metadata client_md, initial, trailing;
-    absl::Status status = chain->ServerRecvInitialMetadata(&client_md);
-    chain->ServerRecvMessage(&request, request.ByteSizeLong());
-    chain->ServerSendInitialMetadata(&initial);
-    chain->ServerSendMessage(response, response.ByteSizeLong());
-    chain->ServerSendStatus(&status, &trailing);
-    benchmark::DoNotOptimize(status);
-  }
+  RunServerHooks(state, factories, &context);
 }
 BENCHMARK(BM_ServerMetricsHooks);
 

@@ -35,8 +35,7 @@ namespace internal {
 using experimental::InterceptionHookPoints;
 using experimental::InterceptorBatchMethods;
 
-namespace {
-experimental::RpcType TypeOf(RpcKind kind) {
+experimental::RpcType RpcTypeOf(RpcKind kind) {
   switch (kind) {
     case RpcKind::kUnary:
       return experimental::RpcType::UNARY;
@@ -49,7 +48,6 @@ experimental::RpcType TypeOf(RpcKind kind) {
   }
   return experimental::RpcType::UNARY;
 }
-}  // namespace
 
 InterceptorChain::~InterceptorChain() = default;
 
@@ -61,7 +59,7 @@ std::unique_ptr<InterceptorChain> InterceptorChain::ForClient(const ClientFactor
   std::unique_ptr<InterceptorChain> chain(new InterceptorChain);
   experimental::ClientRpcInfo& info = chain->client_info_;
   info.method_ = std::string(method);
-  info.type_ = TypeOf(kind);
+  info.type_ = RpcTypeOf(kind);
   info.channel_ = channel;
   info.context_ = context;
   info.start_time_ = absl::Now();
@@ -79,7 +77,7 @@ std::unique_ptr<InterceptorChain> InterceptorChain::ForServer(const ServerFactor
                                                               ServerContext* context) {
   std::unique_ptr<InterceptorChain> chain(new InterceptorChain);
   experimental::ServerRpcInfo& info = chain->server_info_;
-  info.type_ = TypeOf(kind);
+  info.type_ = RpcTypeOf(kind);
   info.context_ = context;
   info.start_time_ = absl::Now();
   for (const auto& factory : factories) {

@@ -30,6 +30,9 @@
 namespace rdmarpc {
 namespace internal {
 
+// The public name of a call's kind (ClientRpcInfo::type()).
+experimental::RpcType RpcTypeOf(RpcKind kind);
+
 class InterceptorChain {
  public:
   using Metadata = experimental::InterceptorBatchMethods::Metadata;
