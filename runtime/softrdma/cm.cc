@@ -1674,6 +1674,8 @@ int disconnect(rdma_cm_id* id) {
     case CmState::kAccepting:
     case CmState::kConnectResponse:
       if (s->conn != nullptr) {
+        if (s->id.qp != nullptr) internal::QpSendOwedAck(internal::ToSoft(s->id.qp));
+        if (s->user_qp != nullptr) internal::QpSendOwedAck(s->user_qp.get());
         internal::SendControl(s->conn.get(), internal::FrameType::kDisconnect, {});
       }
       internal::EndConnection(s);

@@ -517,6 +517,11 @@ void QpDrainShm(SoftQp* qp, ShmLink* link);
 // The transport under a connected QP failed (the TCP connection broke without
 // a DISCONNECT): the QP goes to ERROR and IBV_EVENT_QP_FATAL is raised.
 void QpTransportFailed(SoftQp* qp);
+// Sends the ACK the QP owes for what it has received (a held one included)
+// ahead of a DISCONNECT: a NIC has acknowledged a request by the time the
+// application sees its completion and asks the CM to disconnect. Waits for a
+// frame being handled under the QP's mutex to finish. Takes the QP's mutex.
+void QpSendOwedAck(SoftQp* qp);
 // Moves a QP to ERROR, flushing every outstanding WR with IBV_WC_WR_FLUSH_ERR,
 // and forgets its connection.
 void QpFlushToError(SoftQp* qp);

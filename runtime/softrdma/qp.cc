@@ -1366,6 +1366,11 @@ void QpDrainShm(SoftQp* q, ShmLink* link) {
   DrainShmLocked(q, link);
 }
 
+void QpSendOwedAck(SoftQp* q) {
+  absl::MutexLock l(&q->mu);
+  FlushHeldAckLocked(q);
+}
+
 void QpFlushToError(SoftQp* q) {
   absl::MutexLock l(&q->mu);
   // What the peer put in the ring before it disconnected or died arrived

@@ -91,6 +91,10 @@ start_server() {
   # threads (ptrace, SIGSTOP) discards the stop: the check then waits forever
   # (seen as a server that never exits after SIGTERM, about 1 in 280 stops
   # under load).
+  # Empty the file here, not in the background job's redirection: that one
+  # runs after fork, and a poll before it would read the last server's
+  # address.
+  : >"$SCRATCH/$name.out"
   timeout --foreground --kill-after=15 "$SERVER_LIFETIME" "$@" ${listen:+"$listen"} \
     >"$SCRATCH/$name.out" 2>"$SCRATCH/$name.err" &
   SERVER_PID=$!
