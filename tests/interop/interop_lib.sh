@@ -19,6 +19,8 @@ start_interop_server() {
   # As lib.sh's start_server: timeout(1) bounds the server's life even when
   # ctest SIGKILLs this script, and --foreground keeps timeout's SIGCONT away
   # from LeakSanitizer's exit-time check.
+  # The file is emptied here, before the fork: see lib.sh's start_server.
+  : >"$SCRATCH/server.out"
   timeout --foreground --kill-after=15 "$SERVER_LIFETIME" "$@" --host="$host" --port=0 \
     >"$SCRATCH/server.out" 2>"$SCRATCH/server.err" &
   SERVER_PID=$!
