@@ -178,13 +178,12 @@ absl::StatusOr<std::shared_ptr<AdminEndpoint>> AdminEndpoint::Acquire(absl::stri
   std::shared_ptr<AdminEndpoint> endpoint;
   Directory& d = GetDirectory();
   absl::MutexLock lock(&d.mu);
-  char ip[INET_ADDRSTRLEN] = {};
-  inet_ntop(AF_INET, &addr->addr.sin_addr, ip, sizeof(ip));
-  const int want_port = ntohs(addr->addr.sin_port);
+  const std::string ip = addr->addr.IpString();
+  const int want_port = addr->addr.port();
   // Endpoints are known by the address they bound: a later request for
   // that port (not for port 0) shares it.
   if (want_port != 0) {
-    auto it = d.endpoints.find(absl::StrCat(ip, ":", want_port));
+    auto it = d.endpoints.find(addr->name);
     if (it != d.endpoints.end()) {
       if (std::shared_ptr<AdminEndpoint> running = it->second.lock()) return running;
     }
@@ -240,11 +239,13 @@ absl::StatusOr<std::shared_ptr<AdminEndpoint>> AdminEndpoint::Acquire(absl::stri
     port = -1;
   }
   if (port < 0) {
-    return absl::UnavailableError(absl::StrCat("admin endpoint: cannot listen on ", ip, ":",
-                                               want_port, ": ", strerror(errno)));
+    return absl::UnavailableError(absl::StrCat("admin endpoint: cannot listen on ", addr->name,
+                                               ": ", strerror(errno)));
   }
   endpoint->port_ = port;
-  endpoint->address_ = absl::StrCat(ip, ":", port);
+  SocketAddress bound = addr->addr;
+  bound.set_port(static_cast<uint16_t>(port));
+  endpoint->address_ = bound.ToString();
   Http* http = endpoint->http_.get();
   http->thread = std::thread([http] {
     http->server.listen_after_bind();
@@ -258,12 +259,12 @@ absl::StatusOr<std::shared_ptr<AdminEndpoint>> AdminEndpoint::Acquire(absl::stri
   }
   if (!svr.is_running()) {
     return absl::UnavailableError(
-        absl::StrCat("admin endpoint on ", ip, ":", port, " did not start accepting within 5 s"));
+        absl::StrCat("admin endpoint on ", endpoint->address_, " did not start accepting within 5 s"));
   }
   d.endpoints[endpoint->address_] = endpoint;
   g_running_endpoints.fetch_add(1);
   endpoint->counted_ = true;
-  LOG(INFO) << "rdmarpc admin endpoint on http://" << ip << ":" << port
+  LOG(INFO) << "rdmarpc admin endpoint on http://" << endpoint->address_
             << "/ (metrics, statusz, healthz)";
   return endpoint;
 }

@@ -30,6 +30,7 @@ absl::Status Server::Start(absl::string_view listen_address) {
   return impl_->Start(listen_address);
 }
 int Server::port() const { return impl_->port(); }
+const std::string& Server::address() const { return impl_->address(); }
 void Server::Shutdown(absl::Duration grace) { impl_->Shutdown(grace); }
 void Server::Wait() { impl_->Wait(); }
 
@@ -227,15 +228,15 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
   }
   port_ = listener_->port();
   // The address bound: with port 0 in `listen_address`, the port chosen.
-  const absl::string_view host =
-      absl::string_view(addr->name).substr(0, addr->name.rfind(':'));
-  address_ = absl::StrCat(host, ":", port_);
+  SocketAddress bound = addr->addr;
+  bound.set_port(static_cast<uint16_t>(port_));
+  address_ = bound.ToString();
   std::move(release_admin).Cancel();
   AddServerStatusSource(this);
   status_registered_ = true;
   absl::MutexLock lock(&mu_);
   state_ = State::kRunning;
-  LOG(INFO) << "rdmarpc server listening on " << host << ":" << port_ << " (asked for "
+  LOG(INFO) << "rdmarpc server listening on " << address_ << " (asked for "
             << addr->name << ", " << ProviderName() << ")";
   return absl::OkStatus();
 }

@@ -50,6 +50,7 @@ class ServerImpl final : public ServerStatusSource {
   std::vector<std::string> GetServiceNames() const;
   absl::Status Start(absl::string_view listen_address);
   int port() const { return port_; }
+  const std::string& address() const { return address_; }
   void Shutdown(absl::Duration grace);
   void Wait();
 

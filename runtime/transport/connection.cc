@@ -124,7 +124,7 @@ Connection::~Connection() {
 }
 
 absl::StatusOr<Connection*> Connection::Connect(EventLoop* loop, DeviceResources* device,
-                                                const sockaddr_in& dst, std::string peer_name,
+                                                const SocketAddress& dst, std::string peer_name,
                                                 const ConnectionOptions& options,
                                                 ConnectionHandler* handler) {
   std::unique_ptr<Connection> c(
@@ -133,8 +133,8 @@ absl::StatusOr<Connection*> Connection::Connect(EventLoop* loop, DeviceResources
       CreateCmId(loop->event_channel(), static_cast<CmEventHandler*>(c.get()));
   if (!id.ok()) return id.status();
   c->id_ = std::move(*id);
-  sockaddr_in addr = dst;
-  if (Verbs().resolve_addr(c->id_.get(), nullptr, reinterpret_cast<sockaddr*>(&addr),
+  SocketAddress addr = dst;
+  if (Verbs().resolve_addr(c->id_.get(), nullptr, addr.get(),
                            ToMs(options.connect_timeout)) != 0) {
     absl::Status s = ErrnoToStatus("rdma_resolve_addr", errno);
     return absl::UnavailableError(absl::StrCat("connecting to ", peer_name, ": ", s.message()));
@@ -157,11 +157,8 @@ absl::StatusOr<Connection*> Connection::Accept(EventLoop* loop, DeviceResources*
                                                const ConnectionOptions& options,
                                                ConnectionHandler* handler) {
   std::string peer_name = "unknown";
-  if (sockaddr* sa = Verbs().get_peer_addr(id); sa != nullptr && sa->sa_family == AF_INET) {
-    auto* sin = reinterpret_cast<sockaddr_in*>(sa);
-    char buf[INET_ADDRSTRLEN] = {};
-    inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf));
-    peer_name = absl::StrCat(buf, ":", ntohs(sin->sin_port));
+  if (std::optional<SocketAddress> a = SocketAddress::FromSockaddr(Verbs().get_peer_addr(id))) {
+    peer_name = a->ToString();
   }
   std::unique_ptr<Connection> c(
       new Connection(loop, device, options, handler, peer_name, /*is_client=*/false));

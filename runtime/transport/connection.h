@@ -23,7 +23,6 @@
 #ifndef RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
 #define RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
 
-#include <netinet/in.h>
 
 #include <cstdint>
 #include <deque>
@@ -45,6 +44,7 @@
 #include "runtime/transport/header.h"
 #include "runtime/transport/rendezvous_pacer.h"
 #include "runtime/transport/receive_ring.h"
+#include "runtime/transport/socket_address.h"
 #include "runtime/transport/send_queue.h"
 #include "runtime/transport/stream_table.h"
 #include "runtime/transport/transport.h"
@@ -188,7 +188,7 @@ class Connection final : public CmEventHandler, public LoopClient {
   // Client: starts resolving `dst`; the connection is adopted by `loop`.
   // Returns the connection (in kResolvingAddr) or why it could not start.
   static absl::StatusOr<Connection*> Connect(EventLoop* loop, DeviceResources* device,
-                                             const sockaddr_in& dst, std::string peer_name,
+                                             const SocketAddress& dst, std::string peer_name,
                                              const ConnectionOptions& options,
                                              ConnectionHandler* handler);
   // Server: `id` (a connect request already migrated to loop's event

@@ -8,7 +8,7 @@
 namespace rdmarpc {
 namespace internal {
 
-ConnectionPool::ConnectionPool(sockaddr_in address, std::string name, int size,
+ConnectionPool::ConnectionPool(SocketAddress address, std::string name, int size,
                                const std::vector<EventLoop*>& loops, DeviceResources* device,
                                const ConnectionOptions& options)
     : address_(address), name_(std::move(name)), device_(device), options_(options) {

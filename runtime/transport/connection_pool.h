@@ -12,8 +12,6 @@
 #ifndef RDMARPC_RUNTIME_TRANSPORT_CONNECTION_POOL_H_
 #define RDMARPC_RUNTIME_TRANSPORT_CONNECTION_POOL_H_
 
-#include <netinet/in.h>
-
 #include <atomic>
 #include <memory>
 #include <string>
@@ -23,13 +21,14 @@
 #include "absl/status/statusor.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/connection_backoff.h"
+#include "runtime/transport/socket_address.h"
 
 namespace rdmarpc {
 namespace internal {
 
 class ConnectionPool {
  public:
-  ConnectionPool(sockaddr_in address, std::string name, int size,
+  ConnectionPool(SocketAddress address, std::string name, int size,
                  const std::vector<EventLoop*>& loops, DeviceResources* device,
                  const ConnectionOptions& options);
 
@@ -77,7 +76,7 @@ class ConnectionPool {
     void Fail(absl::Duration delay);
     void Reconnect();
   };
-  const sockaddr_in address_;
+  const SocketAddress address_;
   const std::string name_;
   DeviceResources* const device_;
   const ConnectionOptions options_;

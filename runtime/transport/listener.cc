@@ -68,7 +68,7 @@ uint16_t Listener::ProtocolVersion() const {
   return options_.protocol_version ? options_.protocol_version() : kProtocolVersion;
 }
 
-absl::Status Listener::Listen(const sockaddr_in& addr, absl::string_view name) {
+absl::Status Listener::Listen(const SocketAddress& addr, absl::string_view name) {
   if (targets_.empty()) return absl::InvalidArgumentError("a listener needs a worker loop");
   acceptor_ = std::make_unique<EventLoop>("rdmarpc-acceptor");
   if (absl::Status s = acceptor_->Start(); !s.ok()) {
@@ -83,8 +83,8 @@ absl::Status Listener::Listen(const sockaddr_in& addr, absl::string_view name) {
   absl::Status s = id.status();
   if (s.ok()) {
     listen_id_ = std::move(*id);
-    sockaddr_in sa = addr;
-    if (Verbs().bind_addr(listen_id_.get(), reinterpret_cast<sockaddr*>(&sa)) != 0) {
+    SocketAddress sa = addr;
+    if (Verbs().bind_addr(listen_id_.get(), sa.get()) != 0) {
       s = ErrnoToStatus("rdma_bind_addr", errno);
       if (s.code() != absl::StatusCode::kInvalidArgument) {
         s = absl::UnavailableError(absl::StrCat("cannot bind ", name, ": ", s.message()));

@@ -18,7 +18,6 @@
 #ifndef RDMARPC_RUNTIME_TRANSPORT_LISTENER_H_
 #define RDMARPC_RUNTIME_TRANSPORT_LISTENER_H_
 
-#include <netinet/in.h>
 
 #include <atomic>
 #include <cstddef>
@@ -76,7 +75,7 @@ class Listener final : public CmEventHandler {
   // be bound (e.g. not local); UNAVAILABLE: the acceptor, bind or listen
   // failed; RESOURCE_EXHAUSTED: buffers cannot be registered (the message
   // names the sizes and RLIMIT_MEMLOCK). On error nothing is left running.
-  absl::Status Listen(const sockaddr_in& addr, absl::string_view name);
+  absl::Status Listen(const SocketAddress& addr, absl::string_view name);
   // The port bound (after Listen).
   int port() const { return port_; }
   // From now on every connect request is rejected as "shutting down".

@@ -8,6 +8,8 @@
 #             and a response per call) and no RDMA READ/WRITE at all
 #   medium    64 KiB x 50 calls, 4 in flight: rendezvous, bytes checked; the
 #             server then exits 0 on SIGINT
+#   ipv6      the server on [::1]:0, 32 B and 1 MiB echoes over the same-host
+#             link and over TCP (SOFTRDMA_SHM=0 in both processes)
 #   large     16 MiB x 10 calls: rendezvous; RDMA READ and WRITE_WITH_IMM used,
 #             and no SEND larger than the 8 KiB eager limit
 #   async     the same payloads through --async (one thread, the async stub
@@ -72,6 +74,21 @@ case "$MODE" in
     expect_ok 50 65536
     stop_server INT  # Ctrl-C must shut down as cleanly as SIGTERM
     pass "50 x 64 KiB echo, server stopped by SIGINT"
+    ;;
+  ipv6)
+    for shm in 1 0; do
+      export SOFTRDMA_SHM=$shm
+      start_server server "$ECHO_SERVER" --listen='[::1]:0'
+      [[ "$SERVER_ADDR" =~ ^\[::1\]:[0-9]+$ ]] || fail "server listening on '$SERVER_ADDR', want [::1]:PORT"
+      run_client --payload_bytes=32 --count=200
+      [[ "$STATUS" == 0 ]] || fail "SOFTRDMA_SHM=$shm: 32 B client exited with $STATUS, want 0"
+      expect_ok 200 32
+      run_client --payload_bytes=1048576 --count=5
+      [[ "$STATUS" == 0 ]] || fail "SOFTRDMA_SHM=$shm: 1 MiB client exited with $STATUS, want 0"
+      expect_ok 5 1048576
+      stop_server
+    done
+    pass "echo over [::1] on both links"
     ;;
   large)
     export RDMARPC_SOFT_STATS=1

@@ -33,6 +33,7 @@ class EchoService final : public rdmarpc::Service {
       ++per_tag_[req.tag()];
       last_deadline_ = ctx->deadline();
       last_method_ = ctx->method();
+      last_peer_ = ctx->peer();
     }
     if (req.sleep_ms() > 0) absl::SleepFor(absl::Milliseconds(req.sleep_ms()));
     if (req.text() == "fail") return absl::NotFoundError("asked to fail");
@@ -58,6 +59,10 @@ class EchoService final : public rdmarpc::Service {
     absl::MutexLock lock(&mu_);
     return last_method_;
   }
+  std::string last_peer() {
+    absl::MutexLock lock(&mu_);
+    return last_peer_;
+  }
 
  private:
   std::atomic<int> calls_{0};
@@ -65,6 +70,7 @@ class EchoService final : public rdmarpc::Service {
   std::map<int, int> per_tag_ ABSL_GUARDED_BY(mu_);
   absl::Time last_deadline_ ABSL_GUARDED_BY(mu_);
   std::string last_method_ ABSL_GUARDED_BY(mu_);
+  std::string last_peer_ ABSL_GUARDED_BY(mu_);
 };
 
 inline absl::Status Echo(Channel* ch, ClientContext* ctx, const EchoRequest& req,

@@ -272,7 +272,11 @@ TEST(RdmaCm, MigrateIdMovesLaterEventsToTheNewChannel) {
   destroy_event_channel(other);
 }
 
-TEST(RdmaCm, SynchronousEndpointsConnectAndTalk) {
+// Synchronous endpoints (rdma_create_ep with RAI_PASSIVE, rdma_get_request,
+// rdma_accept, rdma_connect) over the loopback address `loopback` (port 0):
+// the client's inline SEND arrives, each side sees the other's address in its
+// family, and a second connect once nobody listens fails ECONNREFUSED.
+void SynchronousEndpointsTalkOver(sockaddr_storage loopback) {
   ibv_qp_init_attr qa{};
   qa.cap.max_send_wr = 4;
   qa.cap.max_recv_wr = 4;
@@ -280,24 +284,30 @@ TEST(RdmaCm, SynchronousEndpointsConnectAndTalk) {
   qa.cap.max_recv_sge = 1;
   qa.cap.max_inline_data = 16;
   qa.sq_sig_all = 1;
-
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int family = loopback.ss_family;
+  const socklen_t len = family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  sockaddr_storage addr = loopback;
   rdma_addrinfo passive{};
   passive.ai_flags = RAI_PASSIVE;
   passive.ai_src_addr = reinterpret_cast<sockaddr*>(&addr);
-  passive.ai_src_len = sizeof(addr);
+  passive.ai_src_len = len;
   rdma_cm_id* listen_id = nullptr;
   ibv_qp_init_attr server_qa = qa;
   ASSERT_EQ(create_ep(&listen_id, &passive, nullptr, &server_qa), 0);
   ASSERT_EQ(softrdma::listen(listen_id, 1), 0);
-  addr.sin_port = get_src_port(listen_id);
+  ASSERT_EQ(get_local_addr(listen_id)->sa_family, family);
+  if (family == AF_INET6) {
+    reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port = get_src_port(listen_id);
+  } else {
+    reinterpret_cast<sockaddr_in*>(&addr)->sin_port = get_src_port(listen_id);
+  }
 
   std::atomic<int> server_rc{-1};
+  std::atomic<int> server_peer_family{-1};
   std::thread server([&] {
     rdma_cm_id* id = nullptr;
     if (get_request(listen_id, &id) != 0 || id->qp == nullptr) return;
+    server_peer_family = get_peer_addr(id)->sa_family;
     char buf[16] = {};
     ibv_mr* mr = reg_mr(id->pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
     ibv_sge sge{reinterpret_cast<uint64_t>(buf), sizeof(buf), mr->lkey};
@@ -319,13 +329,15 @@ TEST(RdmaCm, SynchronousEndpointsConnectAndTalk) {
 
   rdma_addrinfo active{};
   active.ai_dst_addr = reinterpret_cast<sockaddr*>(&addr);
-  active.ai_dst_len = sizeof(addr);
+  active.ai_dst_len = len;
   rdma_cm_id* id = nullptr;
   ibv_qp_init_attr client_qa = qa;
   ASSERT_EQ(create_ep(&id, &active, nullptr, &client_qa), 0);
   ASSERT_NE(id->qp, nullptr);
   ASSERT_EQ(softrdma::connect(id, nullptr), 0);  // blocks until ESTABLISHED
   EXPECT_EQ(id->qp->state, IBV_QPS_RTS);
+  EXPECT_EQ(get_peer_addr(id)->sa_family, family);
+  EXPECT_EQ(get_dst_port(id), get_src_port(listen_id));
   char msg[] = "hello";
   ibv_sge sge{reinterpret_cast<uint64_t>(msg), 5, 0};
   ibv_send_wr wr{};
@@ -340,6 +352,7 @@ TEST(RdmaCm, SynchronousEndpointsConnectAndTalk) {
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   server.join();
   EXPECT_EQ(server_rc.load(), 0);
+  EXPECT_EQ(server_peer_family.load(), family);
   destroy_ep(id);
   destroy_ep(listen_id);
 
@@ -349,6 +362,22 @@ TEST(RdmaCm, SynchronousEndpointsConnectAndTalk) {
   EXPECT_EQ(softrdma::connect(lonely, nullptr), -1);
   EXPECT_EQ(errno, ECONNREFUSED);
   destroy_ep(lonely);
+}
+
+TEST(RdmaCm, SynchronousEndpointsConnectAndTalk) {
+  sockaddr_storage ss{};
+  auto* addr = reinterpret_cast<sockaddr_in*>(&ss);
+  addr->sin_family = AF_INET;
+  addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  SynchronousEndpointsTalkOver(ss);
+}
+
+TEST(RdmaCm, SynchronousEndpointsConnectAndTalkOverIpv6) {
+  sockaddr_storage ss{};
+  auto* addr = reinterpret_cast<sockaddr_in6*>(&ss);
+  addr->sin6_family = AF_INET6;
+  addr->sin6_addr = in6addr_loopback;
+  SynchronousEndpointsTalkOver(ss);
 }
 
 // A listener on 127.0.0.1 and a client id resolved to it (address and

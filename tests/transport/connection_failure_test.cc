@@ -152,12 +152,8 @@ class Sink final : public ResponseSink {
   absl::Notification done;
 };
 
-sockaddr_in Loopback(int port) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  return sa;
+SocketAddress Loopback(int port) {
+  return *SocketAddress::FromIp("127.0.0.1", static_cast<uint16_t>(port));
 }
 
 std::vector<softrdma::ErrorCqe> ErrorsOf(const std::vector<softrdma::ErrorCqe>& all,

@@ -94,10 +94,7 @@ struct Client {
     Connection* conn = nullptr;
     absl::Notification n;
     loop.Post([&] {
-      sockaddr_in sa{};
-      sa.sin_family = AF_INET;
-      sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      sa.sin_port = htons(static_cast<uint16_t>(port));
+      const SocketAddress sa = *SocketAddress::FromIp("127.0.0.1", static_cast<uint16_t>(port));
       absl::StatusOr<Connection*> c =
           Connection::Connect(&loop, &device, sa, "test-server", ConnectionOptions(), nullptr);
       EXPECT_TRUE(c.ok()) << c.status();

@@ -19,12 +19,8 @@ namespace rdmarpc {
 namespace internal {
 namespace {
 
-sockaddr_in Loopback(int port) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  return sa;
+SocketAddress Loopback(int port) {
+  return *SocketAddress::FromIp("127.0.0.1", static_cast<uint16_t>(port));
 }
 
 // A worker: its loop owns the accepted connections; requests are answered
@@ -182,9 +178,8 @@ TEST_F(ListenerTest, ClosedListenerRefusesConnections) {
 
 TEST_F(ListenerTest, BindToAnAddressNotHereFails) {
   Make();
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = inet_addr("203.0.113.7");  // TEST-NET-3: on no interface here
+  // TEST-NET-3: on no interface here.
+  const SocketAddress sa = *SocketAddress::FromIp("203.0.113.7", 0);
   absl::Status s = listener_->Listen(sa, "203.0.113.7:0");
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(listener_->port(), 0);

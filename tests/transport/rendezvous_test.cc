@@ -57,10 +57,7 @@ class ReverseServer final : public ConnectionHandler {
   }
   int Start() {
     EXPECT_TRUE(loop_.Start().ok());
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    absl::Status s = listener_->Listen(sa, "127.0.0.1:0");
+    absl::Status s = listener_->Listen(*SocketAddress::FromIp("127.0.0.1", 0), "127.0.0.1:0");
     EXPECT_TRUE(s.ok()) << s;
     return listener_->port();
   }
@@ -121,10 +118,7 @@ struct Client {
     absl::Notification n;
     loop.Post([&] {
       if (conn == nullptr) {
-        sockaddr_in sa{};
-        sa.sin_family = AF_INET;
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        sa.sin_port = htons(static_cast<uint16_t>(port));
+        const SocketAddress sa = *SocketAddress::FromIp("127.0.0.1", static_cast<uint16_t>(port));
         absl::StatusOr<Connection*> c =
             Connection::Connect(&loop, &device, sa, "test-server", options, nullptr);
         EXPECT_TRUE(c.ok()) << c.status();

@@ -99,8 +99,12 @@ class RDMARPC_EXPORT Channel {
   std::unique_ptr<internal::ChannelImpl> impl_;
 };
 
-// Creates a channel to `target`: "host:port", or several comma-separated
-// ("10.0.0.7:7000,10.0.0.8:7000") to spread calls round robin. Connections are
+// Creates a channel to `target`: "HOST:PORT", or several comma-separated
+// ("10.0.0.7:7000,10.0.0.8:7000") to spread calls round robin. HOST is an
+// IPv4 address, a bracketed IPv6 address ("[::1]:7000", "[fe80::1%eth0]:7000")
+// or a host name, looked up once here (its IPv4 address preferred). gRPC's
+// address schemes are understood too (its doc/naming.md): "ipv4:ADDR:PORT[,...]"
+// and "ipv6:[ADDR]:PORT[,...]", numeric addresses of that family. Connections are
 // made lazily, on the first call to each server. With several servers, one
 // whose connection failed to set up or was lost is skipped until it is back
 // (unless every one is failing), and is reconnected in the background: at

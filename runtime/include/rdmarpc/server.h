@@ -111,8 +111,10 @@ class RDMARPC_EXPORT Server {
   // server's lock briefly, never blocks on calls.
   std::vector<std::string> GetServiceNames() const;
 
-  // Binds and listens on `listen_address` ("host:port"; port 0 picks a free
-  // port, see port()) and starts the worker threads.
+  // Binds and listens on `listen_address` and starts the worker threads.
+  // The address is "HOST:PORT": an IPv4 address, a bracketed IPv6 address
+  // ("[::1]:7000"; "[::]:PORT" listens on every address, IPv4 ones too) or a
+  // host name; port 0 picks a free port (see port()).
   // Returns INVALID_ARGUMENT for a malformed address, UNAVAILABLE when the
   // address cannot be bound or no RDMA device can be opened,
   // RESOURCE_EXHAUSTED when buffers cannot be registered (RLIMIT_MEMLOCK),
@@ -121,6 +123,10 @@ class RDMARPC_EXPORT Server {
 
   // The port actually bound (after Start).
   int port() const;
+  // The address bound, with the port chosen: "127.0.0.1:7000",
+  // "[::1]:7000" (a host name given to Start appears as the address it
+  // resolved to). Empty before Start. Call after Start returned.
+  const std::string& address() const;
 
   // Stops the server; every call it accepted gets exactly one answer:
   //  1. at once, no new handler starts: new connections are refused, and
