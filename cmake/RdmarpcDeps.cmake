@@ -9,6 +9,7 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(IBVERBS REQUIRED IMPORTED_TARGET libibverbs)
 pkg_check_modules(RDMACM REQUIRED IMPORTED_TARGET librdmacm)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # the admin endpoint (rdmarpc/admin.h)
+pkg_check_modules(CARES REQUIRED IMPORTED_TARGET libcares)       # the dns: resolver
 if(RDMARPC_BUILD_TESTS)
   find_package(GTest REQUIRED CONFIG)      # GTest::gtest, GTest::gtest_main, GTest::gmock
 endif()

@@ -1,6 +1,9 @@
 // channel.cc: Channel, CreateChannel and ChannelImpl.
 #include "rdmarpc/channel.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -9,7 +12,9 @@
 #include "runtime/rpc/admin_endpoint.h"
 #include "runtime/rpc/channel_impl.h"
 #include "runtime/rpc/metadata.h"
+#include "runtime/rpc/resolver_registry.h"
 #include "runtime/rpc/status_payloads.h"
+#include "runtime/transport/log_limiter.h"
 
 namespace rdmarpc {
 
@@ -98,6 +103,7 @@ void ClientCall::RequestCancel() {
 }
 
 void ClientCall::OnCancelRequested() {
+  if (park_id != 0) channel->Unpark(loop, std::exchange(park_id, 0));
   if (timer != 0) loop->CancelTimer(timer);
   timer = 0;
   // Still live on its connection unless it ended meanwhile (a connection
@@ -109,6 +115,7 @@ void ClientCall::OnCancelRequested() {
 }
 
 void ClientCall::Deliver(absl::Status status) {
+  if (park_id != 0) channel->Unpark(loop, std::exchange(park_id, 0));
   if (timer != 0 && loop != nullptr) loop->CancelTimer(timer);
   if (waiter != nullptr) {
     CallWaiter* w = waiter;
@@ -129,10 +136,27 @@ ChannelImpl::ChannelImpl(std::string target, const ChannelOptions& options)
   }
 }
 
+class ChannelImpl::ResolverHandler final : public ResolverListener {
+ public:
+  explicit ResolverHandler(ChannelImpl* channel) : channel_(channel) {}
+  void OnAddresses(std::vector<std::string> addresses) override {
+    channel_->OnResolvedAddresses(std::move(addresses));
+  }
+  void OnError(absl::Status status) override { channel_->OnResolverError(std::move(status)); }
+
+ private:
+  ChannelImpl* const channel_;
+};
+
 absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_view target,
                                                                  const ChannelOptions& options) {
-  absl::StatusOr<std::vector<ResolvedAddress>> servers = ParseTarget(target);
-  if (!servers.ok()) return servers.status();
+  std::shared_ptr<ResolverFactory> factory = FindResolverFactory(target);
+  std::vector<ResolvedAddress> servers;
+  if (factory == nullptr) {
+    absl::StatusOr<std::vector<ResolvedAddress>> parsed = ParseTarget(target);
+    if (!parsed.ok()) return parsed.status();
+    servers = std::move(*parsed);
+  }
   if (options.pool_size < 1 || options.engine_threads < 1 || options.recv_depth < 2 ||
       options.recv_depth > 65535 || options.eager_limit_bytes < 256 ||
       options.max_message_bytes == 0) {
@@ -151,6 +175,11 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
     return absl::InvalidArgumentError(absl::StrCat(
         "ChannelOptions: connect_timeout ", absl::FormatDuration(options.connect_timeout),
         " (> 0)"));
+  }
+  if (options.resolver_refresh_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ChannelOptions: resolver_refresh_interval ",
+                     absl::FormatDuration(options.resolver_refresh_interval), " (> 0)"));
   }
   ChooseProvider();
   std::unique_ptr<ChannelImpl> impl(new ChannelImpl(std::string(target), options));
@@ -173,22 +202,214 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
   copts.recv_depth = options.recv_depth;
   copts.max_message_bytes = options.max_message_bytes;
   copts.connect_timeout = options.connect_timeout;
-  for (const ResolvedAddress& a : *servers) {
-    impl->pools_.push_back(std::make_unique<ConnectionPool>(a.addr, a.name, options.pool_size,
-                                                            loops, impl->device_.get(), copts));
-    // With somewhere else to send calls, a server whose connections fail is
-    // skipped and reconnected in the background (connection_pool.h).
-    if (servers->size() > 1) impl->pools_.back()->EnableBackgroundReconnect();
+  impl->loop_ptrs_ = loops;
+  impl->connection_options_ = copts;
+  impl->parking_.resize(loops.size());
+  if (factory == nullptr) {
+    for (const ResolvedAddress& a : servers) {
+      impl->pools_.push_back(impl->MakePool(a.addr, a.name));
+      // With somewhere else to send calls, a server whose connections fail
+      // is skipped and reconnected in the background (connection_pool.h).
+      if (servers.size() > 1) impl->pools_.back()->EnableBackgroundReconnect();
+      impl->static_pools_.push_back(impl->pools_.back().get());
+    }
+    return impl;
   }
+  impl->resolver_handler_ = std::make_unique<ResolverHandler>(impl.get());
+  ResolverArgs args;
+  args.target = std::string(target);
+  args.refresh_interval = options.resolver_refresh_interval;
+  args.listener = impl->resolver_handler_.get();
+  absl::StatusOr<std::unique_ptr<Resolver>> resolver = factory->Create(args);
+  if (!resolver.ok()) return resolver.status();
+  absl::MutexLock lock(&impl->mu_);
+  impl->resolver_ = std::move(*resolver);
   return impl;
 }
 
+std::unique_ptr<ConnectionPool> ChannelImpl::MakePool(const SocketAddress& addr,
+                                                      const std::string& name) {
+  // A resolver's pools have a slot on every loop, so a call parked on any
+  // loop finds one there (PickRouteOn).
+  const int size = resolver_handler_ == nullptr
+                       ? options_.pool_size
+                       : std::max(options_.pool_size, static_cast<int>(loop_ptrs_.size()));
+  auto pool = std::make_unique<ConnectionPool>(addr, name, size, loop_ptrs_, device_.get(),
+                                               connection_options_);
+  if (resolver_handler_ != nullptr) {
+    pool->EnableBackgroundReconnect();
+    pool->SetOnFailure([this] { RequestReresolution(); });
+  }
+  return pool;
+}
+
+void ChannelImpl::RequestReresolution() {
+  // Under the lock: the destructor takes the resolver away under it.
+  absl::MutexLock lock(&mu_);
+  if (resolver_ != nullptr) resolver_->RequestReresolution();
+}
+
+void ChannelImpl::OnResolvedAddresses(std::vector<std::string> addresses) {
+  std::vector<ResolvedAddress> parsed;
+  for (const std::string& a : addresses) {
+    absl::StatusOr<ResolvedAddress> r = ParseHostPort(a, /*allow_port_zero=*/false);
+    if (!r.ok()) {
+      LogConnectionEvent(target_, "resolver reported an address that does not parse: ",
+                         r.status());
+      continue;
+    }
+    parsed.push_back(std::move(*r));
+  }
+  if (parsed.empty()) {
+    OnResolverError(absl::UnavailableError(absl::StrCat(
+        "the resolver of ", target_, " reported no usable address (", addresses.size(),
+        " given)")));
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<ConnectionPool*> next;
+    absl::flat_hash_map<std::string, bool> listed;
+    for (const ResolvedAddress& a : parsed) {
+      if (!listed.emplace(a.name, true).second) continue;  // a duplicate
+      ConnectionPool*& pool = pool_by_name_[a.name];
+      if (pool == nullptr) {
+        pools_.push_back(MakePool(a.addr, a.name));
+        pool = pools_.back().get();
+        pool->ConnectInBackground();
+      } else if (pool->retired()) {
+        pool->Revive();
+      }
+      next.push_back(pool);
+    }
+    for (ConnectionPool* old : active_) {
+      if (!listed.contains(old->name())) old->Retire();
+    }
+    active_ = std::move(next);
+    resolver_error_ = absl::OkStatus();
+  }
+  for (size_t i = 0; i < loop_ptrs_.size(); ++i) {
+    loop_ptrs_[i]->Post([this, i] { ResumeParked(i, nullptr); });
+  }
+}
+
+void ChannelImpl::OnResolverError(absl::Status status) {
+  if (status.ok()) status = absl::UnavailableError("resolver reported an error without a message");
+  {
+    absl::MutexLock lock(&mu_);
+    if (!active_.empty()) {
+      // The last list stands; the resolver tries again.
+      LogConnectionEvent(target_, "resolution failed, keeping the last addresses: ", status);
+      return;
+    }
+    resolver_error_ = status;
+  }
+  LogConnectionEvent(target_, "resolution failed: ", status);
+  for (size_t i = 0; i < loop_ptrs_.size(); ++i) {
+    loop_ptrs_[i]->Post([this, i] { ResumeParked(i, nullptr); });
+  }
+}
+
+size_t ChannelImpl::LoopIndex(EventLoop* loop) const {
+  for (size_t i = 0; i < loop_ptrs_.size(); ++i) {
+    if (loop_ptrs_[i] == loop) return i;
+  }
+  LOG(FATAL) << "loop is not one of channel " << target_ << "'s";
+  return 0;
+}
+
+uint64_t ChannelImpl::Park(EventLoop* loop, absl::Time deadline,
+                           absl::AnyInvocable<void(absl::Status) &&> resume) {
+  const size_t i = LoopIndex(loop);
+  Parking& parking = parking_[i];
+  const uint64_t id = parking.next_id++;
+  parking.calls.push_back(Parked{id, 0, std::move(resume)});
+  if (deadline != absl::InfiniteFuture()) {
+    parking.calls.back().timer = loop->AddTimer(deadline, [this, i, id] {
+      Parking& p = parking_[i];
+      for (auto it = p.calls.begin(); it != p.calls.end(); ++it) {
+        if (it->id != id) continue;
+        auto resume = std::move(it->resume);
+        p.calls.erase(it);
+        std::move(resume)(absl::DeadlineExceededError(absl::StrCat(
+            "deadline passed while waiting for an address of ", target_)));
+        return;
+      }
+    });
+  }
+  bool ready;
+  {
+    absl::MutexLock lock(&mu_);
+    ready = !active_.empty() || !resolver_error_.ok();
+  }
+  // Resumed by a task, never from inside Park: the caller stores the id
+  // first.
+  if (ready) loop->Post([this, i] { ResumeParked(i, nullptr); });
+  return id;
+}
+
+void ChannelImpl::Unpark(EventLoop* loop, uint64_t id) {
+  Parking& p = parking_[LoopIndex(loop)];
+  for (auto it = p.calls.begin(); it != p.calls.end(); ++it) {
+    if (it->id != id) continue;
+    if (it->timer != 0) loop->CancelTimer(it->timer);
+    p.calls.erase(it);
+    return;
+  }
+}
+
+void ChannelImpl::ResumeParked(size_t i, const absl::Status* final) {
+  absl::Status status;
+  if (final != nullptr) {
+    status = *final;
+  } else {
+    absl::MutexLock lock(&mu_);
+    if (active_.empty() && resolver_error_.ok()) return;  // nothing yet
+    if (active_.empty()) status = resolver_error_;
+  }
+  std::list<Parked> calls;
+  calls.swap(parking_[i].calls);
+  for (Parked& c : calls) {
+    if (c.timer != 0) loop_ptrs_[i]->CancelTimer(c.timer);
+    std::move(c.resume)(status);
+  }
+}
+
+void ChannelImpl::ResumeCall(ClientCall* call, absl::Status status) {
+  call->park_id = 0;
+  if (call->bound) {
+    if (!ClientContextAccess::Unbind(call->context)) {
+      // TryCancel won: its task (already posted) ends the call CANCELLED.
+      call->end_deferred = true;
+      return;
+    }
+    call->bound = false;
+  }
+  if (!status.ok()) {
+    call->Finish(absl::Status(status.code(), absl::StrCat(call->method, ": ", status.message())));
+    return;
+  }
+  const Route r = PickRouteOn(call->loop);
+  call->peer = r.peer;
+  StartOnLoop(call, r.pool, r.slot);
+}
+
 ChannelImpl::~ChannelImpl() {
-  // Loops first: their connections fail pending calls (CANCELLED, as
+  // The resolver first: after this no report changes pools_.
+  std::unique_ptr<Resolver> resolver;
+  {
+    absl::MutexLock lock(&mu_);
+    resolver = std::move(resolver_);
+  }
+  resolver.reset();
+  // Loops next: their connections fail pending calls (CANCELLED, as
   // gRPC's channel destruction does) and tell the pools.
-  for (auto& e : loops_) {
-    EventLoop* loop = e.get();
-    e->Stop([this, loop] {
+  const absl::Status destroyed =
+      absl::CancelledError(absl::StrCat("channel to ", target_, " destroyed"));
+  for (size_t i = 0; i < loops_.size(); ++i) {
+    EventLoop* loop = loops_[i].get();
+    loops_[i]->Stop([this, loop, i, &destroyed] {
+      if (i < parking_.size()) ResumeParked(i, &destroyed);
       for (auto& pool : pools_) {
         pool->CloseConnectionsOf(
             loop, absl::CancelledError(absl::StrCat("channel to ", target_, " destroyed")));
@@ -200,22 +421,49 @@ ChannelImpl::~ChannelImpl() {
   device_.reset();
 }
 
-ChannelImpl::Route ChannelImpl::PickRoute() {
-  // Round robin over the servers whose connections are not failing (all of
-  // them when every one is: the call then tries its pick).
-  const size_t n = pools_.size();
-  const uint32_t start = next_server_.fetch_add(1, std::memory_order_relaxed);
-  ConnectionPool* pool = pools_[start % n].get();
+// Round robin over the servers whose connections are not failing (all of
+// them when every one is: the call then tries its pick).
+static ConnectionPool* PickFrom(const std::vector<ConnectionPool*>& pools, uint32_t start) {
+  const size_t n = pools.size();
+  ConnectionPool* pool = pools[start % n];
   for (size_t i = 0; i < n && pool->failing(); ++i) {
-    ConnectionPool* next = pools_[(start + 1 + i) % n].get();
+    ConnectionPool* next = pools[(start + 1 + i) % n];
     if (!next->failing()) pool = next;
+  }
+  return pool;
+}
+
+ChannelImpl::Route ChannelImpl::PickRoute() {
+  const uint32_t start = next_server_.fetch_add(1, std::memory_order_relaxed);
+  ConnectionPool* pool;
+  if (resolver_handler_ == nullptr) {
+    pool = PickFrom(static_pools_, start);
+  } else {
+    absl::MutexLock lock(&mu_);
+    if (active_.empty()) {
+      return Route{nullptr, -1, loop_ptrs_[start % loop_ptrs_.size()], &target_};
+    }
+    pool = PickFrom(active_, start);
   }
   const int slot = pool->PickSlot();
   return Route{pool, slot, pool->loop_of(slot), &pool->name()};
 }
 
+ChannelImpl::Route ChannelImpl::PickRouteOn(EventLoop* loop) {
+  const uint32_t start = next_server_.fetch_add(1, std::memory_order_relaxed);
+  ConnectionPool* pool;
+  {
+    absl::MutexLock lock(&mu_);
+    if (active_.empty()) return Route{nullptr, -1, loop, &target_};
+    pool = PickFrom(active_, start);
+  }
+  const int slot = pool->PickSlotOn(loop);
+  return Route{pool, slot, loop, &pool->name()};
+}
+
 ChannelImpl::Route ChannelImpl::PickRoute(ClientCall* call) {
   const Route r = PickRoute();
+  call->channel = this;
   call->loop = r.loop;
   call->peer = r.peer;
   return r;
@@ -245,7 +493,7 @@ void ChannelImpl::StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot) 
   const absl::Time now = absl::Now();
   if (now >= call->deadline) {
     call->Finish(absl::DeadlineExceededError(absl::StrCat(
-        "deadline passed before ", call->method, " was sent to ", pool->name())));
+        "deadline passed before ", call->method, " was sent to ", *call->peer)));
     return;
   }
   if (call->context != nullptr) {
@@ -256,6 +504,13 @@ void ChannelImpl::StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot) 
       return;
     }
     call->bound = true;
+  }
+  if (pool == nullptr) {
+    // The channel's resolver has no address yet: wait for one.
+    call->park_id = Park(call->loop, call->deadline, [this, call](absl::Status s) mutable {
+      ResumeCall(call, std::move(s));
+    });
+    return;
   }
   absl::StatusOr<Connection*> conn = pool->Get(slot);
   if (!conn.ok()) {

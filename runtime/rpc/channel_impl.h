@@ -4,16 +4,20 @@
 #define RDMARPC_RUNTIME_RPC_CHANNEL_IMPL_H_
 
 #include <atomic>
+#include <list>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message_lite.h"
 #include "rdmarpc/channel.h"
 #include "rdmarpc/client_context.h"
+#include "rdmarpc/resolver.h"
 #include "runtime/rpc/call_waiter.h"
 #include "runtime/rpc/context_access.h"
 #include "runtime/transport/event_loop.h"
@@ -54,7 +58,10 @@ class ClientCall final : public ResponseSink, public CallCanceller {
   absl::Status* result = nullptr;                  // synchronous
 
   // EventLoop-side state.
+  ChannelImpl* channel = nullptr;
   EventLoop* loop = nullptr;
+  // Waiting on `loop` for the channel's first addresses (ChannelImpl::Park).
+  uint64_t park_id = 0;
   Connection* conn = nullptr;
   uint32_t handle = 0;
   EventLoop::TimerId timer = 0;
@@ -127,14 +134,31 @@ class ChannelImpl {
   // callback of its calls: a blocking call there would wait for the very
   // thread it blocks.
   // Where a call goes: the next server round robin, and a connection slot
-  // of its pool (its loop and the server's name). Any thread.
+  // of its pool (its loop and the server's name). Any thread. A channel
+  // whose resolver has reported no address yet has no server to pick: the
+  // route has pool nullptr, the next loop, and the target as peer; the
+  // call then waits on that loop (Park).
   struct Route {
     ConnectionPool* pool;
     int slot;
     EventLoop* loop;
-    const std::string* peer;  // the pool's name; outlives every call
+    const std::string* peer;  // the pool's name (or the target); outlives every call
   };
   Route PickRoute();
+  // Loop thread of `loop`: a route whose slot belongs to `loop` (every pool
+  // of a resolver's channel has a slot on each loop); pool nullptr when
+  // there is still no address.
+  Route PickRouteOn(EventLoop* loop);
+  // Loop thread of `loop`: runs `resume` on `loop` once the channel has an
+  // address (OkStatus: pick again with PickRouteOn), or with UNAVAILABLE
+  // when its resolver failed and there is none, or DEADLINE_EXCEEDED at
+  // `deadline`, or CANCELLED when the channel is destroyed; at once (before
+  // returning 0) when one of those holds already. Otherwise returns an id
+  // for Unpark.
+  uint64_t Park(EventLoop* loop, absl::Time deadline,
+                absl::AnyInvocable<void(absl::Status) &&> resume);
+  // Loop thread of `loop`: forgets a parked call without resuming it.
+  void Unpark(EventLoop* loop, uint64_t id);
   bool OnLoopThread() const {
     for (const auto& loop : loops_) {
       if (loop->InLoopThread()) return true;
@@ -143,17 +167,57 @@ class ChannelImpl {
   }
 
  private:
+  class ResolverHandler;
+  struct Parked {
+    uint64_t id = 0;
+    EventLoop::TimerId timer = 0;
+    absl::AnyInvocable<void(absl::Status) &&> resume;
+  };
+  struct Parking {  // one loop's; touched only on that loop's thread
+    std::list<Parked> calls;
+    uint64_t next_id = 1;
+  };
+
   ChannelImpl(std::string target, const ChannelOptions& options);
   Route PickRoute(ClientCall* call);
   void StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot);
+  // The parked call's turn: Unbind, then StartOnLoop on a fresh route.
+  void ResumeCall(ClientCall* call, absl::Status status);
+  ConnectionPool* PickPool(uint32_t start);
+  size_t LoopIndex(EventLoop* loop) const;
+  // Loop thread of loop `i`: resumes its parked calls when an address or a
+  // resolver error is there; `final` (the channel going away) with
+  // CANCELLED.
+  void ResumeParked(size_t i, const absl::Status* final);
+  // The resolver's reports (ResolverHandler).
+  void OnResolvedAddresses(std::vector<std::string> addresses);
+  void OnResolverError(absl::Status status);
+  void RequestReresolution();
+  std::unique_ptr<ConnectionPool> MakePool(const SocketAddress& addr, const std::string& name);
 
   const std::string target_;
   // As given, plus the metrics interceptor first when metrics are on.
   ChannelOptions options_;
   std::unique_ptr<DeviceResources> device_;
   std::vector<std::unique_ptr<EventLoop>> loops_;
+  std::vector<EventLoop*> loop_ptrs_;
+  ConnectionOptions connection_options_;
+  // Static target: every pool, fixed once Create returned, read without a
+  // lock. Resolver: every pool ever made (an address that leaves keeps its
+  // retired pool, revived if it comes back), appended under mu_.
   std::vector<std::unique_ptr<ConnectionPool>> pools_;
+  std::vector<ConnectionPool*> static_pools_;  // static target: pools_, as pointers
   std::atomic<uint32_t> next_server_{0};
+  // Addresses from a resolver (nullptr: a static target).
+  std::unique_ptr<ResolverHandler> resolver_handler_;
+  std::unique_ptr<Resolver> resolver_;
+  absl::Mutex mu_;
+  // The current list's pools, in the order reported.
+  std::vector<ConnectionPool*> active_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, ConnectionPool*> pool_by_name_ ABSL_GUARDED_BY(mu_);
+  // The resolver's last error while there was no address; OK otherwise.
+  absl::Status resolver_error_ ABSL_GUARDED_BY(mu_);
+  std::vector<Parking> parking_;  // by loop index
 };
 
 }  // namespace internal

@@ -125,6 +125,15 @@ void ClientStreamState::StartOnLoop(ChannelImpl::Route route, std::string first,
     return;
   }
   bound_ = true;
+  if (route.pool == nullptr) {
+    // The channel's resolver has no address yet: wait for one.
+    park_id_ = channel_->Park(
+        loop_, deadline,
+        [self = shared_from_this(), first = std::move(first), has_first](absl::Status s) mutable {
+          self->ResumeOnLoop(std::move(s), std::move(first), has_first);
+        });
+    return;
+  }
   absl::StatusOr<Connection*> conn = route.pool->Get(route.slot);
   if (!conn.ok()) {
     End(absl::UnavailableError(conn.status().message()));
@@ -149,6 +158,31 @@ void ClientStreamState::StartOnLoop(ChannelImpl::Route route, std::string first,
   req.deadline = deadline;
   // May end the stream (OnFailure) before returning.
   conn_->StartCall(std::move(req), this);
+  std::vector<HeldSend> held = std::move(held_sends_);
+  held_sends_.clear();
+  for (HeldSend& h : held) {
+    if (ended_ || handle_ == 0) break;
+    conn_->SendStreamMessage(handle_, std::move(h.payload), h.no_message, h.end_stream);
+  }
+}
+
+void ClientStreamState::ResumeOnLoop(absl::Status status, std::string first, bool has_first) {
+  park_id_ = 0;
+  if (ended_) return;
+  if (bound_ && !ClientContextAccess::Unbind(context_)) {
+    // TryCancel won: its task (already posted) ends the stream CANCELLED.
+    end_deferred_ = true;
+    ended_ = true;
+    return;
+  }
+  bound_ = false;
+  if (!status.ok()) {
+    End(absl::Status(status.code(), absl::StrCat(method_, ": ", status.message())));
+    return;
+  }
+  route_ = channel_->PickRouteOn(loop_);
+  peer_ = route_.peer;
+  StartOnLoop(route_, std::move(first), has_first);
 }
 
 void ClientStreamState::OnSent() { ClientContextAccess::SetPeer(context_, *peer_); }
@@ -224,6 +258,8 @@ void ClientStreamState::OnFailure(absl::Status status) {
 
 void ClientStreamState::End(absl::Status status) {
   if (ended_) return;
+  if (park_id_ != 0) channel_->Unpark(loop_, std::exchange(park_id_, 0));
+  held_sends_.clear();
   if (timer_ != 0) loop_->CancelTimer(timer_);
   timer_ = 0;
   if (bound_ && !ClientContextAccess::Unbind(context_)) {
@@ -241,6 +277,8 @@ void ClientStreamState::RequestCancel() {
 }
 
 void ClientStreamState::OnCancelRequested() {
+  if (park_id_ != 0) channel_->Unpark(loop_, std::exchange(park_id_, 0));
+  held_sends_.clear();
   if (timer_ != 0) loop_->CancelTimer(timer_);
   timer_ = 0;
   if (!end_deferred_ && handle_ != 0 && conn_ != nullptr) conn_->CancelCall(handle_);
@@ -335,9 +373,7 @@ bool ClientStreamState::Write(const google::protobuf::MessageLite& message) {
     // Posted under the lock: a WritesDone on another thread cannot post the
     // half-close ahead of this message.
     loop_->Post([self = shared_from_this(), payload = std::move(payload)]() mutable {
-      if (self->ended_ || self->handle_ == 0) return;
-      self->conn_->SendStreamMessage(self->handle_, std::move(payload), /*no_message=*/false,
-                                     /*end_stream=*/false);
+      self->SendOnLoop(std::move(payload), /*no_message=*/false, /*end_stream=*/false);
     });
   }
   return true;
@@ -349,9 +385,7 @@ bool ClientStreamState::WritesDone() {
     if (done_ || writes_done_) return false;
     writes_done_ = true;
     loop_->Post([self = shared_from_this()] {
-      if (self->ended_ || self->handle_ == 0) return;
-      self->conn_->SendStreamMessage(self->handle_, std::string(), /*no_message=*/true,
-                                     /*end_stream=*/true);
+      self->SendOnLoop(std::string(), /*no_message=*/true, /*end_stream=*/true);
     });
   }
   // Outside the lock: a hook may take its time.
@@ -615,6 +649,10 @@ void ClientStreamState::SendPendingWrites() {
 }
 
 bool ClientStreamState::SendOnLoop(std::string payload, bool no_message, bool end_stream) {
+  if (!ended_ && park_id_ != 0) {
+    held_sends_.push_back(HeldSend{std::move(payload), no_message, end_stream});
+    return true;
+  }
   if (ended_ || handle_ == 0) return false;
   conn_->SendStreamMessage(handle_, std::move(payload), no_message, end_stream);
   return true;

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <vector>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -110,8 +111,18 @@ class ClientStreamState final : public ResponseSink,
                     absl::string_view payload);
   // Sends the pending write and half-close the window and order allow.
   void SendPendingWrites();
-  // Sends one message / half-close; false when the stream ended.
+  // Sends one message / half-close; false when the stream ended. While the
+  // stream waits for the channel's first address (parked) it is kept, and
+  // sent in order once the stream starts.
   bool SendOnLoop(std::string payload, bool no_message, bool end_stream);
+  // The parked stream's turn (ChannelImpl::Park): starts on a fresh route,
+  // or ends with `status`.
+  void ResumeOnLoop(absl::Status status, std::string first, bool has_first);
+  struct HeldSend {
+    std::string payload;
+    bool no_message = false;
+    bool end_stream = false;
+  };
   void MaybeReactInitialMetadata(bool ok);
   // Runs the reaction, then releases its count on the gate.
   void React(Reaction reaction, bool ok);
@@ -128,6 +139,11 @@ class ClientStreamState final : public ResponseSink,
   std::string meta_;  // the context's metadata, encoded
   // The call's interceptors (nullptr: none); made by Prepare.
   std::unique_ptr<InterceptorChain> interceptors_;
+
+  // Loop thread: the id ChannelImpl::Park gave (0: not parked), and what
+  // was sent meanwhile.
+  uint64_t park_id_ = 0;
+  std::vector<HeldSend> held_sends_;
 
   // Set by Prepare, taken by Start.
   ChannelImpl::Route route_{};

@@ -2,11 +2,16 @@
 #include "runtime/transport/connection_pool.h"
 
 #include "absl/random/distributions.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "runtime/transport/log_limiter.h"
 
 namespace rdmarpc {
 namespace internal {
+namespace {
+// How often a retired slot looks whether its connection's calls ended.
+constexpr absl::Duration kRetireCheck = absl::Milliseconds(200);
+}  // namespace
 
 ConnectionPool::ConnectionPool(SocketAddress address, std::string name, int size,
                                const std::vector<EventLoop*>& loops, DeviceResources* device,
@@ -31,6 +36,19 @@ int ConnectionPool::PickSlot() {
     }
   }
   return static_cast<int>(start % n);
+}
+
+int ConnectionPool::PickSlotOn(EventLoop* loop) {
+  const uint32_t start = next_.fetch_add(1, std::memory_order_relaxed);
+  const size_t n = slots_.size();
+  int any = -1;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t slot = (start + i) % n;
+    if (slots_[slot]->loop != loop) continue;
+    if (!slots_[slot]->failing.load(std::memory_order_relaxed)) return static_cast<int>(slot);
+    if (any < 0) any = static_cast<int>(slot);
+  }
+  return any;
 }
 
 absl::StatusOr<Connection*> ConnectionPool::Get(int slot) {
@@ -74,7 +92,8 @@ void ConnectionPool::Slot::OnClosed(Connection* c, const absl::Status& reason) {
 }
 
 void ConnectionPool::Slot::Fail(absl::Duration delay) {
-  if (!pool->background_reconnect_ || closed) return;
+  if (pool->on_failure_ && !closed) pool->on_failure_();
+  if (!pool->background_reconnect_ || closed || pool->retired()) return;
   if (!failing.exchange(true)) pool->failing_slots_.fetch_add(1);
   if (reconnect_timer != 0) return;
   // A timer, not a call from here: this runs inside the connection's Close.
@@ -85,9 +104,56 @@ void ConnectionPool::Slot::Fail(absl::Duration delay) {
 }
 
 void ConnectionPool::Slot::Reconnect() {
-  if (closed || conn != nullptr) return;  // a call connected meanwhile
+  if (closed || conn != nullptr || pool->retired()) return;  // a call connected meanwhile
   // A failure schedules the next attempt (Get calls Fail).
   pool->Get(index).IgnoreError();
+}
+
+void ConnectionPool::ConnectInBackground() {
+  for (auto& s : slots_) {
+    Slot* slot = s.get();
+    slot->loop->Post([slot] {
+      if (slot->closed || slot->conn != nullptr || slot->pool->retired()) return;
+      slot->pool->Get(slot->index).IgnoreError();  // a failure is retried (Fail)
+    });
+  }
+}
+
+void ConnectionPool::Retire() {
+  if (retired_.exchange(true)) return;
+  for (auto& s : slots_) {
+    Slot* slot = s.get();
+    slot->loop->Post([slot] {
+      if (slot->retire_timer == 0) slot->CloseIfRetiredAndIdle();  // else its check is due
+    });
+  }
+}
+
+void ConnectionPool::Revive() {
+  if (!retired_.exchange(false)) return;
+  ConnectInBackground();
+}
+
+void ConnectionPool::Slot::CloseIfRetiredAndIdle() {
+  retire_timer = 0;
+  if (closed || !pool->retired()) return;
+  if (reconnect_timer != 0) {
+    loop->CancelTimer(reconnect_timer);
+    reconnect_timer = 0;
+  }
+  if (failing.exchange(false)) pool->failing_slots_.fetch_sub(1);
+  if (conn == nullptr) return;
+  if (conn->calls_in_flight() == 0) {
+    Connection* c = conn;
+    conn = nullptr;
+    established = nullptr;
+    lost = false;
+    c->Shutdown(absl::UnavailableError(
+        absl::StrCat(pool->name_, " left the channel's address list")));
+    return;
+  }
+  retire_timer = loop->AddTimer(absl::Now() + kRetireCheck, [this] { CloseIfRetiredAndIdle(); },
+                                /*needs_completions=*/false);
 }
 
 void ConnectionPool::CloseConnectionsOf(EventLoop* loop, const absl::Status& reason) {
@@ -97,6 +163,10 @@ void ConnectionPool::CloseConnectionsOf(EventLoop* loop, const absl::Status& rea
     if (s->reconnect_timer != 0) {
       loop->CancelTimer(s->reconnect_timer);
       s->reconnect_timer = 0;
+    }
+    if (s->retire_timer != 0) {
+      loop->CancelTimer(s->retire_timer);
+      s->retire_timer = 0;
     }
     if (s->conn == nullptr) continue;
     Connection* c = s->conn;

@@ -9,10 +9,16 @@
 // is established: the channel sends calls to other addresses meanwhile
 // (PickSlot, failing()), and the slot reconnects by itself, at once after a
 // loss and then after gRPC's connection backoff (connection_backoff.h).
+//
+// A channel whose addresses come from a resolver also retires the pool of
+// an address that left the list (no new calls, no reconnects; each
+// connection closes once it has no call in flight) and revives it when the
+// address comes back.
 #ifndef RDMARPC_RUNTIME_TRANSPORT_CONNECTION_POOL_H_
 #define RDMARPC_RUNTIME_TRANSPORT_CONNECTION_POOL_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,12 +43,25 @@ class ConnectionPool {
   // Any thread: picks the next slot round robin, skipping failing slots
   // unless all are.
   int PickSlot();
+  // The same among the slots of `loop`; -1 when it has none (the pool has
+  // fewer slots than the channel has loops).
+  int PickSlotOn(EventLoop* loop);
   // Any thread: every slot is failing (see above); always false without
   // background reconnects.
   bool failing() const { return failing_slots_.load(std::memory_order_relaxed) == size(); }
   // Before any call: failed slots reconnect by themselves and count as
   // failing until they do.
   void EnableBackgroundReconnect() { background_reconnect_ = true; }
+  // Before any call: runs (on a slot's loop thread) each time one of its
+  // connections fails to set up or is lost. Must not block.
+  void SetOnFailure(std::function<void()> on_failure) { on_failure_ = std::move(on_failure); }
+  // Any thread: every slot without a connection starts one (on its loop).
+  void ConnectInBackground();
+  // Any thread: see the top of this file. Retire is idempotent; Revive
+  // undoes it and connects in the background.
+  void Retire();
+  void Revive();
+  bool retired() const { return retired_.load(std::memory_order_relaxed); }
   EventLoop* loop_of(int slot) const { return slots_[slot]->loop; }
   // Loop thread of `slot`: its connection, connecting a new one when there
   // is none or it failed. Status says why a connection could not be started.
@@ -69,6 +88,9 @@ class ConnectionPool {
     absl::BitGen jitter;
     EventLoop::TimerId reconnect_timer = 0;
     bool closed = false;  // CloseConnectionsOf: no reconnect any more
+    // Retired: the check (every kRetireCheck) that closes an idle connection.
+    EventLoop::TimerId retire_timer = 0;
+    void CloseIfRetiredAndIdle();
     void OnClosed(Connection* c, const absl::Status& reason) override;
     void OnEstablished(Connection* c) override;
     // The connection attempt failed or the connection was lost: failing,
@@ -83,6 +105,8 @@ class ConnectionPool {
   std::vector<std::unique_ptr<Slot>> slots_;
   std::atomic<uint32_t> next_{0};
   bool background_reconnect_ = false;
+  std::function<void()> on_failure_;
+  std::atomic<bool> retired_{false};
   std::atomic<int> failing_slots_{0};
 };
 

@@ -75,6 +75,10 @@ struct RDMARPC_EXPORT ChannelOptions {
   // channel made while the process serves an admin endpoint
   // (rdmarpc/admin.h).
   bool enable_metrics = false;
+  // Targets with a resolver (rdmarpc/resolver.h; "dns:..."): how often it
+  // resolves again by itself, besides after a connection failed (then at
+  // most once a second). Must be > 0 (CreateChannel: INVALID_ARGUMENT).
+  absl::Duration resolver_refresh_interval = absl::Seconds(30);
 };
 
 class RDMARPC_EXPORT Channel {
