@@ -3,6 +3,7 @@
 // SIGTERM.
 //
 //   echo_server --listen=127.0.0.1:7000 [--workers=2]
+//               [--register=etcd://127.0.0.1:2379/services/echo]
 //
 // With port 0 the kernel picks a free port; the line
 // "listening on HOST:PORT" on stdout says which, so scripts can start the
@@ -30,6 +31,10 @@
 
 DEFINE_string(listen, "127.0.0.1:7000", "Address to listen on, HOST:PORT (port 0 picks a free one)");
 DEFINE_int32(workers, 2, "Server worker threads, each owning one completion queue");
+DEFINE_string(register, "",
+              "Register the server for discovery: etcd://HOST:PORT[,HOST:PORT...]/PREFIX "
+              "(its address under PREFIX, with a lease kept alive; revoked on shutdown)");
+DEFINE_int32(register_ttl_s, 10, "TTL of the --register lease, in seconds");
 DEFINE_bool(access_log, false,
             "Log every call (method, peer, status, duration, sizes) at INFO "
             "(rdmarpc/access_log.h)");
@@ -86,6 +91,8 @@ int main(int argc, char** argv) {
   rdmarpc::reflection::ProtoServerReflection reflection;  // outlives the server
   rdmarpc::ServerOptions options;
   options.num_workers = FLAGS_workers;
+  options.register_target = FLAGS_register;
+  options.register_ttl = absl::Seconds(FLAGS_register_ttl_s);
   if (FLAGS_access_log) {
     options.interceptor_creators.push_back(
         std::make_shared<rdmarpc::experimental::ServerAccessLogFactory>());

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -31,6 +32,10 @@
 
 DEFINE_string(listen, "127.0.0.1:7100", "Address to listen on, HOST:PORT (port 0 picks a free one)");
 DEFINE_int32(workers, 2, "Server worker threads, each owning one completion queue");
+DEFINE_string(register, "",
+              "Register the server for discovery: etcd://HOST:PORT[,HOST:PORT...]/PREFIX "
+              "(its address under PREFIX, with a lease kept alive; revoked on shutdown)");
+DEFINE_int32(register_ttl_s, 10, "TTL of the --register lease, in seconds");
 
 namespace {
 
@@ -203,6 +208,8 @@ int main(int argc, char** argv) {
   rdmarpc::reflection::ProtoServerReflection reflection;  // outlives the server
   rdmarpc::ServerOptions options;
   options.num_workers = FLAGS_workers;
+  options.register_target = FLAGS_register;
+  options.register_ttl = absl::Seconds(FLAGS_register_ttl_s);
   options.max_message_bytes = kMaxMessageBytes;
   rdmarpc::Server server(options);
   for (rdmarpc::Service* service : {static_cast<rdmarpc::Service*>(&store),

@@ -87,6 +87,18 @@ absl::Status ClientCall::ParseDeferredResponse() {
 
 void ClientCall::OnFailure(absl::Status status) { Finish(std::move(status)); }
 
+void ClientCall::OnNotSent(absl::Status status, OutgoingRequest request) {
+  if (status.code() == absl::StatusCode::kUnavailable && channel->RetryElsewhere(this, request)) {
+    return;
+  }
+  Finish(std::move(status));
+}
+
+void ClientCall::OnRefused(absl::Status status, OutgoingRequest request) {
+  if (channel->RetryElsewhere(this, request)) return;
+  Finish(std::move(status));
+}
+
 void ClientCall::Finish(absl::Status status) {
   if (bound && !ClientContextAccess::Unbind(context)) {
     // TryCancel won: its task (already posted) ends the call CANCELLED.
@@ -375,6 +387,61 @@ void ChannelImpl::ResumeParked(size_t i, const absl::Status* final) {
   }
 }
 
+bool ChannelImpl::RetryElsewhere(ClientCall* call, OutgoingRequest& request) {
+  if (call->transparent_retries >= kMaxTransparentRetries || absl::Now() >= call->deadline) {
+    return false;
+  }
+  // The request as the call gave it: the transport may have moved the
+  // metadata to the front of the payload.
+  if (request.meta_in_payload != 0 && request.payload.size() >= request.meta_in_payload) {
+    request.meta.assign(request.payload.data(), request.meta_in_payload);
+    request.payload.erase(0, request.meta_in_payload);
+    request.meta_in_payload = 0;
+  }
+  const bool whole = call->request_message != nullptr ||
+                     (request.registered && request.registered_len == call->sent_payload_bytes) ||
+                     (!request.registered && request.payload.size() == call->sent_payload_bytes);
+  if (!whole) return false;
+  // Another server, not failing.
+  ConnectionPool* pool = nullptr;
+  {
+    const uint32_t start = next_server_.fetch_add(1, std::memory_order_relaxed);
+    absl::MutexLock lock(&mu_);
+    const std::vector<ConnectionPool*>& pools =
+        resolver_handler_ == nullptr ? static_pools_ : active_;
+    for (size_t i = 0; i < pools.size(); ++i) {
+      ConnectionPool* p = pools[(start + i) % pools.size()];
+      if (p != call->pool && !p->failing()) {
+        pool = p;
+        break;
+      }
+    }
+  }
+  if (pool == nullptr) return false;
+  if (call->bound) {
+    if (!ClientContextAccess::Unbind(call->context)) {
+      // TryCancel won: its task (already posted) ends the call CANCELLED.
+      call->end_deferred = true;
+      return true;
+    }
+    call->bound = false;
+  }
+  if (call->timer != 0) call->loop->CancelTimer(call->timer);
+  call->timer = 0;
+  call->payload = std::move(request.payload);
+  call->registered = std::move(request.registered);
+  call->registered_len = request.registered_len;
+  call->meta = std::move(request.meta);
+  call->conn = nullptr;
+  call->handle = 0;
+  ++call->transparent_retries;
+  const int slot = pool->PickSlot();
+  call->loop = pool->loop_of(slot);
+  call->peer = &pool->name();
+  call->loop->Post([this, call, pool, slot] { StartOnLoop(call, pool, slot); });
+  return true;
+}
+
 void ChannelImpl::ResumeCall(ClientCall* call, absl::Status status) {
   call->park_id = 0;
   if (call->bound) {
@@ -518,6 +585,7 @@ void ChannelImpl::StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot) 
     return;
   }
   call->conn = *conn;
+  call->pool = pool;
   if (call->deadline != absl::InfiniteFuture()) {
     call->timer = call->loop->AddTimer(call->deadline, [call] {
       call->timer = 0;
@@ -545,6 +613,7 @@ void ChannelImpl::StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot) 
   req.registered = std::move(call->registered);
   req.registered_len = call->registered_len;
   req.deadline = call->deadline;
+  call->sent_payload_bytes = req.payload_size();
   // May finish (and delete) the call before returning.
   call->conn->StartCall(std::move(req), call);
 }

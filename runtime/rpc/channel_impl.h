@@ -91,6 +91,15 @@ class ClientCall final : public ResponseSink, public CallCanceller {
   PooledBuffer deferred_response;
   absl::string_view deferred_payload;
   void OnFailure(absl::Status status) override;
+  // Never started on a server: sent to another one when it can be
+  // (ChannelImpl::RetryElsewhere), else ends with `status`.
+  void OnNotSent(absl::Status status, OutgoingRequest request) override;
+  void OnRefused(absl::Status status, OutgoingRequest request) override;
+  // Where the call went last, the request bytes it handed the transport,
+  // and how often it was sent elsewhere.
+  ConnectionPool* pool = nullptr;
+  size_t sent_payload_bytes = 0;
+  int transparent_retries = 0;
   // TryCancel (any thread): posts OnCancelRequested to the call's loop.
   void RequestCancel() override;
   // Loop thread: retires the call on its connection (the server is told)
@@ -159,6 +168,14 @@ class ChannelImpl {
                 absl::AnyInvocable<void(absl::Status) &&> resume);
   // Loop thread of `loop`: forgets a parked call without resuming it.
   void Unpark(EventLoop* loop, uint64_t id);
+  // The call's loop thread: a call that no server started (its connection
+  // failed before sending it, or a draining server refused it) goes to
+  // another server, as gRPC's transparent retry, when the request is whole
+  // in `request` (or the caller's message), another server is not failing,
+  // the deadline has not passed and it was sent elsewhere fewer than
+  // kMaxTransparentRetries times. False: the caller ends it.
+  bool RetryElsewhere(ClientCall* call, OutgoingRequest& request);
+  static constexpr int kMaxTransparentRetries = 3;
   bool OnLoopThread() const {
     for (const auto& loop : loops_) {
       if (loop->InLoopThread()) return true;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/rpc/dns_resolver.h"
+#include "runtime/rpc/etcd_resolver.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -22,9 +23,10 @@ struct Registry {
 Registry& Registered() {
   static Registry* const registry = [] {
     auto* r = new Registry;
-    std::shared_ptr<ResolverFactory> dns = MakeDnsResolverFactory();
     absl::MutexLock lock(&r->mu);
-    r->by_scheme.emplace(dns->scheme(), std::move(dns));
+    for (std::shared_ptr<ResolverFactory> f : {MakeDnsResolverFactory(), MakeEtcdResolverFactory()}) {
+      r->by_scheme.emplace(f->scheme(), std::move(f));
+    }
     return r;
   }();
   return *registry;

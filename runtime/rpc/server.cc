@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "runtime/rpc/address.h"
+#include "runtime/rpc/etcd_resolver.h"
 #include "runtime/rpc/context_access.h"
 #include "runtime/rpc/metadata.h"
 #include "runtime/rpc/metrics.h"
@@ -46,6 +47,8 @@ uint16_t ProtocolVersion() {
 // sleeps. Short: on a 2-core host a spinning pool thread takes the core the
 // worker and the peer need.
 constexpr absl::Duration kHandlerSpin = absl::Microseconds(20);
+// Shutdown waits this long at most for every client to answer its kGoAway.
+constexpr absl::Duration kGoAwayAnswerWait = absl::Seconds(1);
 // Shutdown waits this long at most for a connection's replies to be
 // delivered before it disconnects.
 constexpr absl::Duration kCloseWhenSentBound = absl::Seconds(1);
@@ -144,6 +147,23 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
   }
   absl::StatusOr<ResolvedAddress> addr = ParseHostPort(listen_address, /*allow_port_zero=*/true);
   if (!addr.ok()) return addr.status();
+  if (!options_.register_target.empty()) {
+    absl::StatusOr<EtcdTarget> t = ParseEtcdTarget(options_.register_target);
+    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("ServerOptions::register_target: ", t.status().message()));
+    const std::string ip = addr->addr.IpString();
+    if (options_.register_address.empty() && (ip == "0.0.0.0" || ip == "::")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ServerOptions::register_target: the wildcard address ", addr->name,
+          " cannot be registered; set ServerOptions::register_address"));
+    }
+    if (!options_.register_address.empty()) {
+      absl::StatusOr<ResolvedAddress> r = ParseHostPort(options_.register_address, false);
+      if (!r.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ServerOptions::register_address: ", r.status().message()));
+      }
+    }
+  }
   const std::string admin_listen =
       options_.admin_listen.empty() ? AdminListenFlag() : options_.admin_listen;
   if (!admin_listen.empty()) {
@@ -234,10 +254,25 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
   std::move(release_admin).Cancel();
   AddServerStatusSource(this);
   status_registered_ = true;
-  absl::MutexLock lock(&mu_);
-  state_ = State::kRunning;
+  {
+    absl::MutexLock lock(&mu_);
+    state_ = State::kRunning;
+  }
   LOG(INFO) << "rdmarpc server listening on " << address_ << " (asked for "
             << addr->name << ", " << ProviderName() << ")";
+  if (!options_.register_target.empty()) {
+    const std::string registered =
+        options_.register_address.empty() ? address_ : options_.register_address;
+    absl::StatusOr<std::unique_ptr<EtcdRegistration>> r =
+        EtcdRegistration::Start(options_.register_target, registered, options_.register_ttl);
+    if (!r.ok()) {
+      Shutdown(absl::ZeroDuration());
+      return r.status();
+    }
+    registration_ = std::move(*r);
+    LOG(INFO) << "rdmarpc server registered " << registered << " at "
+              << options_.register_target;
+  }
   return absl::OkStatus();
 }
 
@@ -291,7 +326,10 @@ void ServerImpl::Worker::OnCancel(Connection* conn, const RequestToken& token) {
   CancelPoolCall(call);
 }
 
+void ServerImpl::Worker::OnGoAway(Connection*) { server->goaway_unanswered_.fetch_sub(1); }
+
 void ServerImpl::Worker::OnClosed(Connection* conn, const absl::Status&) {
+  if (conn->goaway_unanswered()) server->goaway_unanswered_.fetch_sub(1);
   if (conns.erase(conn) > 0) server->open_connections_.fetch_sub(1);
   if (auto old = answered_calls.extract(conn); !old.empty()) {
     for (PoolCall* call : old.mapped()) call->conn = nullptr;
@@ -308,9 +346,8 @@ void ServerImpl::Worker::OnClosed(Connection* conn, const absl::Status&) {
 
 void ServerImpl::Dispatch(Worker* worker, Connection* conn, const IncomingRequest& req) {
   if (draining_.load(std::memory_order_relaxed)) {
-    conn->SendResponse(req.token, absl::StatusCode::kUnavailable,
-                       absl::StrCat("server shutting down: ", req.method, " was not started"),
-                       std::string());
+    conn->RefuseRequest(req.token,
+                        absl::StrCat("server shutting down: ", req.method, " was not started"));
     return;
   }
   // Heterogeneous lookup: no std::string made for the method name.
@@ -569,6 +606,7 @@ void ServerImpl::RunOnPool(std::unique_ptr<PoolCall> call) {
   if (draining_.load(std::memory_order_acquire)) {
     status = absl::UnavailableError(
         absl::StrCat("server shutting down: ", *call->method, " was not started"));
+    call->refused = true;
   } else if (call->callback != nullptr) {
     // Its pool_calls_ count goes when its reactor is done.
     StartCallback(std::move(call));
@@ -666,6 +704,10 @@ void ServerImpl::AnswerPoolCall(PoolCall* call, absl::Status status) {
   }
   if (call->answered) return;
   call->answered = true;
+  if (call->refused && call->stream == nullptr) {
+    call->conn->RefuseRequest(call->token, std::string(status.message()));
+    return;
+  }
   if (call->stream != nullptr) {
     // A callback call's stream failure (a message that did not parse, or
     // too large) replaces its status, as RunOnPool does for a handler's.
@@ -785,12 +827,15 @@ void ServerImpl::CancelPoolCalls(Worker* worker) {
     for (auto& [key, call] : calls) {
       if (call->answered) continue;
       call->answered = true;
-      conn->SendResponse(call->token, absl::StatusCode::kUnavailable,
-                         absl::StrCat("server shutting down: ", *call->method,
-                                      call->started.load(std::memory_order_relaxed)
-                                          ? " did not finish within the grace period"
-                                          : " was not started"),
-                         std::string());
+      if (call->started.load(std::memory_order_relaxed)) {
+        conn->SendResponse(call->token, absl::StatusCode::kUnavailable,
+                           absl::StrCat("server shutting down: ", *call->method,
+                                        " did not finish within the grace period"),
+                           std::string());
+      } else {
+        conn->RefuseRequest(call->token, absl::StrCat("server shutting down: ", *call->method,
+                                                      " was not started"));
+      }
       CancelPoolCall(call);
     }
   }
@@ -802,8 +847,30 @@ void ServerImpl::Shutdown(absl::Duration grace) {
     if (state_ != State::kRunning) return;
     state_ = State::kStopping;
   }
+  // Out of discovery first: resolvers stop handing out this address.
+  if (registration_ != nullptr) registration_->Deregister();
   for (auto& w : workers_) {
     CHECK(!w->loop->InLoopThread()) << "Server::Shutdown called from a service method";
+  }
+  // 0. Drain (HTTP/2's GOAWAY): no new connection; every client is told
+  //    (kGoAway) and answers once it will send no more calls on that
+  //    connection, so the calls it sent before arrive and are served as
+  //    usual. Bounded by kGoAwayAnswerWait (and the grace).
+  listener_->StopAccepting();
+  for (auto& w : workers_) {
+    Worker* wp = w.get();
+    w->loop->Post([this, wp] {
+      for (Connection* c : wp->conns) {
+        if (c->SendGoAway()) goaway_unanswered_.fetch_add(1);
+      }
+      goaway_workers_done_.fetch_add(1);
+    });
+  }
+  const absl::Time goaway_until = absl::Now() + std::min(grace, kGoAwayAnswerWait);
+  while ((goaway_workers_done_.load() < static_cast<int>(workers_.size()) ||
+          goaway_unanswered_.load() > 0) &&
+         absl::Now() < goaway_until) {
+    absl::SleepFor(absl::Milliseconds(1));
   }
   // 1. No handler starts from now on: new requests and queued pool calls
   //    are answered UNAVAILABLE. Stop accepting: the listener goes with

@@ -18,6 +18,7 @@
 #include "rdmarpc/server_callback.h"
 #include "rdmarpc/service.h"
 #include "runtime/rpc/admin_endpoint.h"
+#include "runtime/rpc/etcd_resolver.h"
 #include "runtime/rpc/handler_pool.h"
 #include "runtime/rpc/interceptor_chain.h"
 #include "runtime/rpc/server_callback.h"
@@ -70,6 +71,9 @@ class ServerImpl final : public ServerStatusSource {
     // Loop thread only: nullptr once the connection closed.
     Connection* conn = nullptr;
     RequestToken token;
+    // Not started because the server is draining: answered with
+    // Connection::RefuseRequest, so the client may send it elsewhere.
+    bool refused = false;
     const MethodHandler* handler = nullptr;
     const std::string* method = nullptr;  // key in methods_
     std::string peer;                     // the connection may close first
@@ -134,6 +138,7 @@ class ServerImpl final : public ServerStatusSource {
     // The pool call of `token` on `conn` not answered yet, or nullptr.
     PoolCall* FindPoolCall(Connection* conn, const RequestToken& token);
     void OnClosed(Connection* conn, const absl::Status&) override;
+    void OnGoAway(Connection* conn) override;
   };
   enum class State { kNew, kRunning, kStopping, kStopped };
 
@@ -198,6 +203,8 @@ class ServerImpl final : public ServerStatusSource {
   bool status_registered_ = false;  // AddServerStatusSource was called
   bool metrics_installed_ = false;  // the metrics interceptor leads interceptor_creators
   std::string address_;             // "host:port" bound
+  // ServerOptions::register_target's registration, while running.
+  std::unique_ptr<EtcdRegistration> registration_;
   absl::flat_hash_map<std::string, const MethodHandler*> methods_;
   absl::flat_hash_set<std::string> services_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<DeviceResources> device_;
@@ -213,6 +220,10 @@ class ServerImpl final : public ServerStatusSource {
   std::atomic<int> running_handlers_{0};
   // Connections accepted and not closed (all workers).
   std::atomic<int> open_connections_{0};
+  // Shutdown's drain: clients told kGoAway that have not answered yet, and
+  // workers that have sent theirs.
+  std::atomic<int> goaway_unanswered_{0};
+  std::atomic<int> goaway_workers_done_{0};
   int port_ = 0;
 
   mutable absl::Mutex mu_;

@@ -344,13 +344,21 @@ void Connection::Close(absl::Status reason) {
     Slot& s = streams_.slot(static_cast<uint16_t>(i));
     if (!s.busy) continue;
     ResponseSink* sink = s.sink;
+    const bool not_sent = !s.sent && !s.stream && is_client_;
+    OutgoingRequest request;
+    if (not_sent) request = std::move(s.request);
     FinishSlot(static_cast<uint16_t>(i), /*rekey=*/true);
-    sink->OnFailure(reason.code() == absl::StatusCode::kFailedPrecondition ||
-                            reason.code() == absl::StatusCode::kUnavailable ||
-                            reason.code() == absl::StatusCode::kCancelled ||
-                            reason.code() == absl::StatusCode::kResourceExhausted
-                        ? reason
-                        : absl::UnavailableError(reason.message()));
+    absl::Status status = reason.code() == absl::StatusCode::kFailedPrecondition ||
+                                  reason.code() == absl::StatusCode::kUnavailable ||
+                                  reason.code() == absl::StatusCode::kCancelled ||
+                                  reason.code() == absl::StatusCode::kResourceExhausted
+                              ? reason
+                              : absl::UnavailableError(reason.message());
+    if (not_sent) {
+      sink->OnNotSent(std::move(status), std::move(request));
+    } else {
+      sink->OnFailure(std::move(status));
+    }
   }
   out_queue_.clear();
   streams_.ClearServerStreams();
@@ -385,7 +393,10 @@ void Connection::LogClose(ConnState before, const absl::Status& reason) const {
   // A client going away (in order, even before its connection was fully
   // accepted) is no news on a server.
   const bool client_left = !is_client_ && peer_disconnected_;
-  if (local_close_ || client_left || (!setting_up && !lost)) {
+  // A drained server (kGoAway) closing a connection with no call left on
+  // it is the end it announced.
+  const bool drained = is_client_ && goaway_received_ && streams_.busy() == 0;
+  if (local_close_ || client_left || drained || (!setting_up && !lost)) {
     VLOG(1) << "closing connection to " << peer_name_ << ": " << reason;
     return;
   }

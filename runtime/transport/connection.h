@@ -177,6 +177,10 @@ class ConnectionHandler {
   virtual void OnWindow(Connection*, const RequestToken&, uint32_t /*messages*/) {}
   // The connection failed or closed; every call on it already got OnFailure.
   virtual void OnClosed(Connection*, const absl::Status&) {}
+  // kGoAway arrived (header.h). Client: the server is draining; start no
+  // new call on this connection (its calls in flight finish; the server
+  // closes it). Server: the client answered a SendGoAway; no call follows.
+  virtual void OnGoAway(Connection*) {}
 };
 
 // Where a large response must be serialised to be sent without a copy: at
@@ -226,6 +230,20 @@ class Connection final : public CmEventHandler, public LoopClient {
   // the status details, `meta` the trailing metadata).
   void SendResponse(const RequestToken& token, absl::StatusCode code, std::string message,
                     std::string payload, std::string meta = std::string());
+  // Answers UNAVAILABLE with `message` for a request the server did not
+  // start (it is draining): marked kFlagRefused when the client understands
+  // it, so it may send the call elsewhere.
+  void RefuseRequest(const RequestToken& token, std::string message);
+  // Server: tells the client the server is draining (kGoAway). True when
+  // the client understands it and will answer (OnGoAway), false when it
+  // cannot (a peer without kFeatureDrain, or the connection is closing).
+  bool SendGoAway();
+  // The peer's handshake offered kFeatureDrain.
+  bool peer_drains() const { return (peer_.features & kFeatureDrain) != 0; }
+  // Client: the server sent kGoAway. Server: the client answered ours.
+  bool goaway_received() const { return goaway_received_; }
+  // Server: SendGoAway returned true and the client has not answered yet.
+  bool goaway_unanswered() const { return goaway_sent_ && !goaway_received_; }
   // Streams (server role): initial metadata, then messages, in order.
   // Dropped when the stream ended (answered or cancelled).
   void SendStreamHeaders(const RequestToken& token, std::string meta);
@@ -293,7 +311,16 @@ class Connection final : public CmEventHandler, public LoopClient {
 
  private:
   using Slot = StreamTable::Slot;
-  enum class OutKind { kRequest, kResponse, kRelease, kCancel, kStreamMessage, kWindow, kHeaders };
+  enum class OutKind {
+    kRequest,
+    kResponse,
+    kRelease,
+    kCancel,
+    kStreamMessage,
+    kWindow,
+    kHeaders,
+    kGoAway
+  };
   struct OutItem {
     OutKind kind = OutKind::kRequest;
     uint32_t handle = 0;  // kRequest
@@ -308,6 +335,7 @@ class Connection final : public CmEventHandler, public LoopClient {
     uint16_t generation = 0;  // likewise
     uint8_t flags = 0;        // kStreamMessage: kFlagNoMessage, kFlagEndStream
     std::string meta;         // kResponse, kHeaders
+    bool refused = false;     // kResponse: with kFlagRefused
   };
   // How far one rendezvous transfer got (rendezvous.cc moves it in pieces).
   struct ChunkProgress {
@@ -411,6 +439,7 @@ class Connection final : public CmEventHandler, public LoopClient {
   // Server: kCancel for (slot, gen). A request still being pulled is
   // answered CANCELLED when its READ ends instead of being delivered.
   void OnCancelFrame(const Imm& imm);
+  void OnGoAwayFrame();
 
   // Streams (streams.cc).
   // The in-order state of a live stream, or nullptr (not a stream, ended).
@@ -470,6 +499,8 @@ class Connection final : public CmEventHandler, public LoopClient {
   ReceiveRing receive_ring_;
   SendQueue send_queue_;  // and the eager send buffers
   HandshakeData peer_;
+  bool goaway_sent_ = false;
+  bool goaway_received_ = false;
   std::optional<CreditWindow> credits_;
 
   std::deque<OutItem> out_queue_;

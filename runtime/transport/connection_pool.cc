@@ -1,6 +1,8 @@
 // connection_pool.cc: see connection_pool.h.
 #include "runtime/transport/connection_pool.h"
 
+#include <algorithm>
+
 #include "absl/random/distributions.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -78,7 +80,22 @@ void ConnectionPool::Slot::OnEstablished(Connection* c) {
   LogConnectionEvent(c->peer(), "reconnected; the last connection ended: ", lost_reason);
 }
 
+void ConnectionPool::Slot::OnGoAway(Connection* c) {
+  if (conn != c) return;
+  conn = nullptr;
+  draining.push_back(c);
+  established = nullptr;
+  lost = true;
+  lost_reason = absl::UnavailableError(absl::StrCat(pool->name_, " is shutting down (GOAWAY)"));
+  // The server has stopped accepting: wait before trying it again.
+  Fail(backoff.NextDelay(absl::Uniform(jitter, 0.0, 1.0)));
+}
+
 void ConnectionPool::Slot::OnClosed(Connection* c, const absl::Status& reason) {
+  if (auto it = std::find(draining.begin(), draining.end(), c); it != draining.end()) {
+    draining.erase(it);
+    return;
+  }
   if (conn != c) return;
   conn = nullptr;
   lost = true;
@@ -168,6 +185,9 @@ void ConnectionPool::CloseConnectionsOf(EventLoop* loop, const absl::Status& rea
       loop->CancelTimer(s->retire_timer);
       s->retire_timer = 0;
     }
+    std::vector<Connection*> draining = std::move(s->draining);
+    s->draining.clear();
+    for (Connection* d : draining) d->Shutdown(reason);
     if (s->conn == nullptr) continue;
     Connection* c = s->conn;
     s->conn = nullptr;

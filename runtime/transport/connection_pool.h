@@ -76,6 +76,9 @@ class ConnectionPool {
     int index = 0;  // in pool->slots_
     EventLoop* loop = nullptr;
     Connection* conn = nullptr;  // loop thread only
+    // Let go of after a GOAWAY, until they close (CloseConnectionsOf still
+    // closes them).
+    std::vector<Connection*> draining;
     // Its connection was lost or failed (not shut down): the next one to be
     // established is a reconnect, logged at WARNING (rate-limited per peer;
     // the failures in between are logged by the connections).
@@ -93,6 +96,11 @@ class ConnectionPool {
     void CloseIfRetiredAndIdle();
     void OnClosed(Connection* c, const absl::Status& reason) override;
     void OnEstablished(Connection* c) override;
+    // The server is draining: the slot lets go of the connection (its calls
+    // finish there; the server closes it) and connects anew, at once when
+    // the pool has no background reconnects (the next call), else after
+    // the backoff, counting as failing meanwhile.
+    void OnGoAway(Connection* c) override;
     // The connection attempt failed or the connection was lost: failing,
     // and a reconnect after `delay`.
     void Fail(absl::Duration delay);

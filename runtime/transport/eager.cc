@@ -55,6 +55,38 @@ void Connection::SendResponse(const RequestToken& token, absl::StatusCode code,
   ScheduleEndOfStep();
 }
 
+void Connection::RefuseRequest(const RequestToken& token, std::string message) {
+  const bool marked = peer_drains() && streams_.FindServerStream(token.handle()) == nullptr;
+  SendResponse(token, absl::StatusCode::kUnavailable, std::move(message), std::string());
+  if (marked && !out_queue_.empty() && out_queue_.back().kind == OutKind::kResponse) {
+    out_queue_.back().refused = true;
+  }
+}
+
+bool Connection::SendGoAway() {
+  if (!usable() || is_client_ || !peer_drains()) return false;
+  if (goaway_sent_) return !goaway_received_;
+  goaway_sent_ = true;
+  OutItem item;
+  item.kind = OutKind::kGoAway;
+  out_queue_.push_back(std::move(item));
+  ScheduleEndOfStep();
+  return true;
+}
+
+void Connection::OnGoAwayFrame() {
+  if (goaway_received_) return;
+  goaway_received_ = true;
+  if (is_client_) {
+    // The answer: nothing of ours follows it here.
+    OutItem item;
+    item.kind = OutKind::kGoAway;
+    out_queue_.push_back(std::move(item));
+    ScheduleEndOfStep();
+  }
+  if (handler_ != nullptr) handler_->OnGoAway(this);
+}
+
 bool Connection::TrySendResponseInPlace(const RequestToken& token, size_t size,
                                         PayloadWriteFn write, const void* source) {
   if (!usable() || !out_queue_.empty() || !CanPostMessage() ||
@@ -102,6 +134,12 @@ bool Connection::SendOne(OutItem& item) {
       WireHeader h;
       h.kind = MsgKind::kCancel;
       PostEager(MsgKind::kCancel, item.slot, item.generation, h, {}, {}, {}, {});
+      return true;
+    }
+    case OutKind::kGoAway: {
+      WireHeader h;
+      h.kind = MsgKind::kGoAway;
+      PostEager(MsgKind::kGoAway, 0, 0, h, {}, {}, {}, {});
       return true;
     }
     case OutKind::kStreamMessage:
@@ -158,7 +196,9 @@ bool Connection::SendRequest(uint32_t handle) {
     }
     s->sent = true;
     s->sink->OnSent();
-    r.payload = std::string();
+    // A unary call keeps a small payload until its answer, to be sent
+    // again if the server refuses it (ResponseSink::OnRefused).
+    if (r.stream || r.payload.size() > kRetryBufferBytes) r.payload = std::string();
     r.registered.reset();
     return true;
   }
@@ -209,7 +249,7 @@ bool Connection::SendRequest(uint32_t handle) {
   PostEager(MsgKind::kRequest, idx, gen, h, r.method, pr, rb, {}, nullptr, nullptr, 0, r.meta);
   s->sent = true;
   s->sink->OnSent();
-  r.payload = std::string();
+  if (r.stream || r.payload.size() > kRetryBufferBytes) r.payload = std::string();
   return true;
 }
 
@@ -259,6 +299,7 @@ bool Connection::SendResponseItem(OutItem& item) {
           : absl::string_view(item.payload);
   WireHeader h;
   h.kind = MsgKind::kResponse;
+  if (item.refused) h.flags |= kFlagRefused;
   h.status_code = static_cast<uint32_t>(item.code);
   h.aux_len = static_cast<uint16_t>(item.message.size());
   h.meta_len = static_cast<uint32_t>(item.meta.size());
@@ -583,6 +624,9 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
     case MsgKind::kWindow:
       HandleWindow(imm, m);
       return;
+    case MsgKind::kGoAway:
+      OnGoAwayFrame();
+      return;
   }
 }
 
@@ -615,6 +659,13 @@ void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
     FinishSlot(imm.slot, false);
     if (!m.meta.empty()) sink->OnResponseMetadata(m.meta);
     sink->OnResponseInBuffer(code, m.aux, m.payload, &reply);
+    return;
+  }
+  if ((m.header.flags & kFlagRefused) && !s->stream && code == absl::StatusCode::kUnavailable) {
+    // Not started by the server: the call may go elsewhere.
+    OutgoingRequest request = std::move(s->request);
+    FinishSlot(imm.slot, false);
+    sink->OnRefused(absl::UnavailableError(m.aux), std::move(request));
     return;
   }
   FinishSlot(imm.slot, false);

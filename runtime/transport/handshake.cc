@@ -54,6 +54,7 @@ Handshake::PrivateData Handshake::Offer(uint16_t version, int recv_depth,
   h.version = version;
   h.recv_depth = static_cast<uint16_t>(recv_depth);
   h.recv_buffer_bytes = static_cast<uint32_t>(recv_buffer_bytes);
+  h.features = kOfferedFeatures;
   PrivateData out;
   EncodeHandshake(h, out.data());
   return out;

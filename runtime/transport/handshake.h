@@ -38,6 +38,10 @@ struct HandshakeData {
   uint32_t reject_reason = 0;       // in a reject: a kReject* value
 };
 inline constexpr size_t kHandshakeBytes = 20;
+// Feature bits (HandshakeData::features), offered by both sides.
+// kFeatureDrain: the side understands kGoAway and kFlagRefused (header.h).
+inline constexpr uint32_t kFeatureDrain = 1;
+inline constexpr uint32_t kOfferedFeatures = kFeatureDrain;
 inline constexpr uint32_t kRejectVersion = 1;
 inline constexpr uint32_t kRejectShuttingDown = 2;
 // The server could not set the connection up (CQ full, registration refused).
@@ -55,8 +59,8 @@ class Handshake {
   using PrivateData = std::array<char, kHandshakeBytes>;
 
   // What a side sends with rdma_connect or rdma_accept: the protocol
-  // version it speaks and its receive ring (`recv_depth` buffers of
-  // `recv_buffer_bytes`).
+  // version it speaks, its receive ring (`recv_depth` buffers of
+  // `recv_buffer_bytes`) and kOfferedFeatures.
   static PrivateData Offer(uint16_t version, int recv_depth, size_t recv_buffer_bytes);
   // What a server sends with rdma_reject: its version and `reason` (a
   // kReject* value, or 0 for "malformed request").

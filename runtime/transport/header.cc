@@ -25,7 +25,7 @@ RemoteBuffer GetRemote(const char* in) {
 
 }  // namespace
 
-bool IsValidKind(uint8_t kind) { return kind >= 1 && kind <= 9; }
+bool IsValidKind(uint8_t kind) { return kind >= 1 && kind <= 10; }
 
 uint32_t EncodeImm(const Imm& imm) {
   return (static_cast<uint32_t>(imm.kind) << 28) |

@@ -36,6 +36,11 @@ enum class MsgKind : uint8_t {
   // server → client, on a stream: the server's initial metadata, before any
   // message.
   kHeaders = 9,
+  // server → client: the server is draining (HTTP/2's GOAWAY): start no new
+  // call on this connection; calls in flight finish. client → server, in
+  // answer: no call will follow it on this connection. Only between peers
+  // whose handshake has kFeatureDrain (handshake.h).
+  kGoAway = 10,
 };
 bool IsValidKind(uint8_t kind);
 
@@ -67,9 +72,13 @@ enum HeaderFlags : uint8_t {
   // part of the prefix: metadata too large for the eager prefix travels
   // with the payload, eagerly or by rendezvous.
   kFlagMetaInPayload = 32,
+  // A response: the server did not start the call (it is draining), so the
+  // client may send it elsewhere. Only to peers with kFeatureDrain.
+  kFlagRefused = 64,
 };
 inline constexpr uint8_t kKnownFlags = kFlagPayloadRemote | kFlagReplyBuffer | kFlagStream |
-                                       kFlagEndStream | kFlagNoMessage | kFlagMetaInPayload;
+                                       kFlagEndStream | kFlagNoMessage | kFlagMetaInPayload |
+                                       kFlagRefused;
 struct WireHeader;
 // With kFlagMetaInPayload, splits a whole payload (`*payload`, e.g. pulled
 // by RDMA READ) into its metadata and the message; false when the payload

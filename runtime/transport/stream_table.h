@@ -51,41 +51,6 @@ inline constexpr uint16_t NextGeneration(uint16_t g) {
 static_assert(NextGeneration(kGenerationMask) == 1 && NextGeneration(1) == 2);
 static_assert(HandleSlot(PackHandle(7, 9)) == 7 && HandleGeneration(PackHandle(7, 9)) == 9);
 
-// The client call waiting on a response. Loop thread.
-class ResponseSink {
- public:
-  virtual ~ResponseSink() = default;
-  // The call's handle (for CancelCall), given before anything is sent.
-  virtual void OnQueued(uint32_t /*handle*/) {}
-  // The request was posted to the QP (it may reach the server now).
-  virtual void OnSent() {}
-  // Streams only (OutgoingRequest::stream), in the order the server sent
-  // them, before OnResponse: its initial metadata (opaque bytes), each of
-  // its messages, and how many more of ours it will take (kWindow). Views
-  // are valid during the call only. OnResponse ends a stream; its payload
-  // is then the status details, not a message.
-  virtual void OnStreamHeaders(absl::string_view /*meta*/) {}
-  // Just before OnResponse, when the response carries metadata (opaque).
-  virtual void OnResponseMetadata(absl::string_view /*meta*/) {}
-  virtual void OnStreamMessage(absl::string_view /*payload*/) {}
-  virtual void OnWindow(uint32_t /*messages*/) {}
-  // `message` and `payload` are valid during the call only.
-  virtual void OnResponse(absl::StatusCode code, absl::string_view message,
-                          absl::string_view payload) = 0;
-  // As OnResponse, for a response that arrived by rendezvous: `payload`
-  // lies in `*buffer`, which the sink may move out and keep (the view then
-  // stays valid while it holds the buffer, e.g. to parse it on another
-  // thread than the loop's; the buffer may be reset on any thread, its
-  // pool is thread-safe and lives as long as the Channel). Default:
-  // OnResponse.
-  virtual void OnResponseInBuffer(absl::StatusCode code, absl::string_view message,
-                                  absl::string_view payload, PooledBuffer* /*buffer*/) {
-    OnResponse(code, message, payload);
-  }
-  // The call failed in the transport (UNAVAILABLE, RESOURCE_EXHAUSTED, ...).
-  virtual void OnFailure(absl::Status status) = 0;
-};
-
 // Serialises a payload of a known size straight into `out` (a registered
 // send buffer with room for it): the zero-copy path for small messages.
 // `source` is whatever the writer needs (e.g. a protobuf message).
@@ -130,6 +95,62 @@ struct OutgoingRequest {
                       : absl::string_view(payload);
   }
 };
+
+// The client call waiting on a response. Loop thread.
+class ResponseSink {
+ public:
+  virtual ~ResponseSink() = default;
+  // The call's handle (for CancelCall), given before anything is sent.
+  virtual void OnQueued(uint32_t /*handle*/) {}
+  // The request was posted to the QP (it may reach the server now).
+  virtual void OnSent() {}
+  // Streams only (OutgoingRequest::stream), in the order the server sent
+  // them, before OnResponse: its initial metadata (opaque bytes), each of
+  // its messages, and how many more of ours it will take (kWindow). Views
+  // are valid during the call only. OnResponse ends a stream; its payload
+  // is then the status details, not a message.
+  virtual void OnStreamHeaders(absl::string_view /*meta*/) {}
+  // Just before OnResponse, when the response carries metadata (opaque).
+  virtual void OnResponseMetadata(absl::string_view /*meta*/) {}
+  virtual void OnStreamMessage(absl::string_view /*payload*/) {}
+  virtual void OnWindow(uint32_t /*messages*/) {}
+  // `message` and `payload` are valid during the call only.
+  virtual void OnResponse(absl::StatusCode code, absl::string_view message,
+                          absl::string_view payload) = 0;
+  // As OnResponse, for a response that arrived by rendezvous: `payload`
+  // lies in `*buffer`, which the sink may move out and keep (the view then
+  // stays valid while it holds the buffer, e.g. to parse it on another
+  // thread than the loop's; the buffer may be reset on any thread, its
+  // pool is thread-safe and lives as long as the Channel). Default:
+  // OnResponse.
+  virtual void OnResponseInBuffer(absl::StatusCode code, absl::string_view message,
+                                  absl::string_view payload, PooledBuffer* /*buffer*/) {
+    OnResponse(code, message, payload);
+  }
+  // The call failed in the transport (UNAVAILABLE, RESOURCE_EXHAUSTED, ...).
+  virtual void OnFailure(absl::Status status) = 0;
+  // The call never started on a server, so it may be sent elsewhere (gRPC's
+  // transparent retry): the connection failed before the request was
+  // posted (OnNotSent), or the server answered that it did not start it, as
+  // a draining server does (OnRefused, `status` its answer, UNAVAILABLE).
+  // `request` comes back as the sink gave it, less what the transport let
+  // go once it was on the wire: a posted eager `payload` above
+  // kRetryBufferBytes and a posted `registered` buffer are empty. Unary
+  // calls only. Defaults: OnFailure(status).
+  virtual void OnNotSent(absl::Status status, OutgoingRequest /*request*/) {
+    OnFailure(std::move(status));
+  }
+  virtual void OnRefused(absl::Status status, OutgoingRequest /*request*/) {
+    OnFailure(std::move(status));
+  }
+};
+
+// The largest posted request payload a unary call keeps until its answer,
+// so a refused call can be sent again (gRPC's per-RPC retry buffer,
+// grpc.per_rpc_retry_buffer_size, has the same default: 256 KiB).
+inline constexpr size_t kRetryBufferBytes = 256 * 1024;
+
+
 
 // A frame of a stream that arrived while an earlier one of the same
 // stream was still being pulled: kept (copied) and handled in order.

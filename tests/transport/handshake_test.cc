@@ -49,6 +49,8 @@ TEST(Handshake, OfferCarriesVersionAndRing) {
   EXPECT_EQ(h->recv_depth, 64);
   EXPECT_EQ(h->recv_buffer_bytes, 8192u);
   EXPECT_EQ(h->reject_reason, 0u);
+  // Both sides offer draining (kGoAway, kFlagRefused).
+  EXPECT_EQ(h->features, kFeatureDrain);
 }
 
 // --- server: the connect request ---

@@ -137,9 +137,17 @@ TEST(WireHeader, RejectsUnknownKindAndFlags) {
   WireHeader h;
   h.kind = MsgKind::kCredit;
   std::string bytes = Encode(h, "", {}, {}, "");
+  std::string goaway = bytes;
+  goaway[2] = 10;  // kGoAway, the last kind
+  absl::StatusOr<ParsedMessage> m = DecodeMessage(goaway);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->header.kind, MsgKind::kGoAway);
   std::string bad_kind = bytes;
-  bad_kind[2] = 10;  // kinds end at kHeaders (9)
+  bad_kind[2] = 11;
   EXPECT_EQ(DecodeMessage(bad_kind).status().code(), absl::StatusCode::kInvalidArgument);
+  std::string refused = bytes;
+  refused[3] = static_cast<char>(kFlagRefused);  // the last flag
+  EXPECT_TRUE(DecodeMessage(refused).ok());
   std::string bad_flags = bytes;
   bad_flags[3] = static_cast<char>(0x80);
   EXPECT_EQ(DecodeMessage(bad_flags).status().code(), absl::StatusCode::kInvalidArgument);

@@ -4,7 +4,9 @@
 // A target that starts with a registered scheme and a colon ("dns:",
 // "myscheme:") is handed to that scheme's ResolverFactory; any other target is
 // a static address list (rdmarpc/channel.h). Built in: "dns"
-// (`dns:[//AUTHORITY/]NAME:PORT`, as gRPC's doc/naming.md). The names follow
+// (`dns:[//AUTHORITY/]NAME:PORT`, as gRPC's doc/naming.md) and "etcd"
+// (`etcd://HOST:PORT[,HOST:PORT...]/PREFIX`: the servers registered under
+// PREFIX, ServerOptions::register_target). The names follow
 // gRPC's resolver API: a Resolver reports the current list of addresses to
 // the channel's ResolverListener whenever it changes; the channel asks it to
 // resolve again (RequestReresolution) when a connection to one of them

@@ -90,6 +90,19 @@ struct RDMARPC_EXPORT ServerOptions {
   // INVALID_ARGUMENT when it does not parse, UNAVAILABLE when it cannot be
   // bound.
   std::string admin_listen;
+  // Registration for discovery: "etcd://HOST:PORT[,HOST:PORT...]/PREFIX".
+  // Once listening, Start puts the key PREFIX/ADDRESS (value ADDRESS) in
+  // etcd under a lease of register_ttl that it keeps alive (every ttl/3);
+  // Shutdown revokes the lease before it drains, and a server that dies
+  // leaves when the lease expires. Channels to the same etcd:// target find
+  // it (rdmarpc/resolver.h). ADDRESS is register_address, or the address
+  // bound (Server::address()). Start fails INVALID_ARGUMENT for a malformed
+  // target or a wildcard address to register ([::], 0.0.0.0: set
+  // register_address), UNAVAILABLE when etcd does not answer (the server
+  // is then not left running). Empty (the default): no registration.
+  std::string register_target;
+  absl::Duration register_ttl = absl::Seconds(10);
+  std::string register_address;
 };
 
 class RDMARPC_EXPORT Server {
@@ -129,9 +142,14 @@ class RDMARPC_EXPORT Server {
   const std::string& address() const;
 
   // Stops the server; every call it accepted gets exactly one answer:
-  //  1. at once, no new handler starts: new connections are refused, and
-  //     calls arriving or still queued for the handler pool are answered
-  //     UNAVAILABLE without running;
+  //  0. new connections are refused, and every client is told the server is
+  //     draining (a GOAWAY frame, as HTTP/2's): it starts no new call on its
+  //     connections here and answers once it will send none; calls arriving
+  //     until then run as usual. At most 1 s (and `grace`) for the answers;
+  //  1. then no new handler starts: calls arriving or still queued for the
+  //     handler pool are answered UNAVAILABLE without running, marked as not
+  //     started, so an rdmarpc channel with another server sends them there
+  //     (a transparent retry) and its caller sees no error;
   //  2. handlers already running may finish within `grace`; each reply is
   //     delivered as its handler returns;
   //  3. handlers still running then are cancelled: their clients get
