@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/random/distributions.h"
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -128,6 +130,7 @@ void ClientCall::OnCancelRequested() {
 
 void ClientCall::Deliver(absl::Status status) {
   if (park_id != 0) channel->Unpark(loop, std::exchange(park_id, 0));
+  if (pool != nullptr) std::exchange(pool, nullptr)->CallEnded();
   if (timer != 0 && loop != nullptr) loop->CancelTimer(timer);
   if (waiter != nullptr) {
     CallWaiter* w = waiter;
@@ -188,6 +191,18 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
         "ChannelOptions: connect_timeout ", absl::FormatDuration(options.connect_timeout),
         " (> 0)"));
   }
+  LbPolicy policy;
+  if (options.load_balancing_policy == "round_robin") {
+    policy = LbPolicy::kRoundRobin;
+  } else if (options.load_balancing_policy == "pick_first") {
+    policy = LbPolicy::kPickFirst;
+  } else if (options.load_balancing_policy == "least_request") {
+    policy = LbPolicy::kLeastRequest;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ChannelOptions: load_balancing_policy \"", options.load_balancing_policy,
+        "\" is not round_robin, pick_first or least_request"));
+  }
   if (options.resolver_refresh_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("ChannelOptions: resolver_refresh_interval ",
@@ -195,6 +210,7 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
   }
   ChooseProvider();
   std::unique_ptr<ChannelImpl> impl(new ChannelImpl(std::string(target), options));
+  impl->lb_policy_ = policy;
   // Client large buffers are cached up to 4 × max message, unbounded in use.
   impl->device_ = std::make_unique<DeviceResources>(0, 256u << 20);
   std::vector<EventLoop*> loops;
@@ -418,6 +434,7 @@ bool ChannelImpl::RetryElsewhere(ClientCall* call, OutgoingRequest& request) {
     }
   }
   if (pool == nullptr) return false;
+  ConnectionPool* previous = call->pool;
   if (call->bound) {
     if (!ClientContextAccess::Unbind(call->context)) {
       // TryCancel won: its task (already posted) ends the call CANCELLED.
@@ -434,6 +451,8 @@ bool ChannelImpl::RetryElsewhere(ClientCall* call, OutgoingRequest& request) {
   call->meta = std::move(request.meta);
   call->conn = nullptr;
   call->handle = 0;
+  if (previous != nullptr) previous->CallEnded();
+  call->pool = nullptr;
   ++call->transparent_retries;
   const int slot = pool->PickSlot();
   call->loop = pool->loop_of(slot);
@@ -488,10 +507,30 @@ ChannelImpl::~ChannelImpl() {
   device_.reset();
 }
 
-// Round robin over the servers whose connections are not failing (all of
-// them when every one is: the call then tries its pick).
-static ConnectionPool* PickFrom(const std::vector<ConnectionPool*>& pools, uint32_t start) {
+// Among the servers whose connections are not failing (all of them when
+// every one is: the call then tries its pick), as the policy says.
+ConnectionPool* ChannelImpl::PickFrom(const std::vector<ConnectionPool*>& pools,
+                                      uint32_t start) const {
   const size_t n = pools.size();
+  if (lb_policy_ == LbPolicy::kPickFirst) {
+    for (ConnectionPool* p : pools) {
+      if (!p->failing()) return p;
+    }
+    return pools[start % n];
+  }
+  if (lb_policy_ == LbPolicy::kLeastRequest && n > 1) {
+    // Two distinct servers at random; the less loaded of those not failing.
+    thread_local absl::InsecureBitGen gen;
+    const size_t i = absl::Uniform<size_t>(gen, 0, n);
+    size_t j = absl::Uniform<size_t>(gen, 0, n - 1);
+    if (j >= i) ++j;
+    ConnectionPool* a = pools[i];
+    ConnectionPool* b = pools[j];
+    if (!a->failing() && !b->failing()) return b->outstanding() < a->outstanding() ? b : a;
+    if (!a->failing()) return a;
+    if (!b->failing()) return b;
+    // Both failing: round robin's search below.
+  }
   ConnectionPool* pool = pools[start % n];
   for (size_t i = 0; i < n && pool->failing(); ++i) {
     ConnectionPool* next = pools[(start + 1 + i) % n];
@@ -586,6 +625,7 @@ void ChannelImpl::StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot) 
   }
   call->conn = *conn;
   call->pool = pool;
+  pool->CallStarted();
   if (call->deadline != absl::InfiniteFuture()) {
     call->timer = call->loop->AddTimer(call->deadline, [call] {
       call->timer = 0;

@@ -95,8 +95,9 @@ class ClientCall final : public ResponseSink, public CallCanceller {
   // (ChannelImpl::RetryElsewhere), else ends with `status`.
   void OnNotSent(absl::Status status, OutgoingRequest request) override;
   void OnRefused(absl::Status status, OutgoingRequest request) override;
-  // Where the call went last, the request bytes it handed the transport,
-  // and how often it was sent elsewhere.
+  // Where the call went last (its CallStarted is counted there until the
+  // call ends or moves), the request bytes it handed the transport, and
+  // how often it was sent elsewhere.
   ConnectionPool* pool = nullptr;
   size_t sent_payload_bytes = 0;
   int transparent_retries = 0;
@@ -200,7 +201,8 @@ class ChannelImpl {
   void StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot);
   // The parked call's turn: Unbind, then StartOnLoop on a fresh route.
   void ResumeCall(ClientCall* call, absl::Status status);
-  ConnectionPool* PickPool(uint32_t start);
+  enum class LbPolicy { kRoundRobin, kPickFirst, kLeastRequest };
+  ConnectionPool* PickFrom(const std::vector<ConnectionPool*>& pools, uint32_t start) const;
   size_t LoopIndex(EventLoop* loop) const;
   // Loop thread of loop `i`: resumes its parked calls when an address or a
   // resolver error is there; `final` (the channel going away) with
@@ -217,6 +219,7 @@ class ChannelImpl {
   ChannelOptions options_;
   std::unique_ptr<DeviceResources> device_;
   std::vector<std::unique_ptr<EventLoop>> loops_;
+  LbPolicy lb_policy_ = LbPolicy::kRoundRobin;
   std::vector<EventLoop*> loop_ptrs_;
   ConnectionOptions connection_options_;
   // Static target: every pool, fixed once Create returned, read without a

@@ -140,6 +140,8 @@ void ClientStreamState::StartOnLoop(ChannelImpl::Route route, std::string first,
     return;
   }
   conn_ = *conn;
+  counted_pool_ = route.pool;
+  counted_pool_->CallStarted();
   if (deadline != absl::InfiniteFuture()) {
     timer_ = loop_->AddTimer(deadline, [this] {
       timer_ = 0;
@@ -290,6 +292,7 @@ void ClientStreamState::OnCancelRequested() {
 }
 
 void ClientStreamState::Deliver(absl::Status status) {
+  if (counted_pool_ != nullptr) std::exchange(counted_pool_, nullptr)->CallEnded();
   // Held to the end of this function: the last reference may be the
   // loop's when the user let go already.
   std::shared_ptr<ClientStreamState> ref = std::move(loop_ref_);

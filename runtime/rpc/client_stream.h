@@ -143,6 +143,8 @@ class ClientStreamState final : public ResponseSink,
   // Loop thread: the id ChannelImpl::Park gave (0: not parked), and what
   // was sent meanwhile.
   uint64_t park_id_ = 0;
+  // The pool counting this stream in flight (least_request), until it ends.
+  ConnectionPool* counted_pool_ = nullptr;
   std::vector<HeldSend> held_sends_;
 
   // Set by Prepare, taken by Start.

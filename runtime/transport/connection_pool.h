@@ -62,6 +62,10 @@ class ConnectionPool {
   void Retire();
   void Revive();
   bool retired() const { return retired_.load(std::memory_order_relaxed); }
+  // Calls routed to this pool and not ended (least_request). Any thread.
+  void CallStarted() { outstanding_.fetch_add(1, std::memory_order_relaxed); }
+  void CallEnded() { outstanding_.fetch_sub(1, std::memory_order_relaxed); }
+  int outstanding() const { return outstanding_.load(std::memory_order_relaxed); }
   EventLoop* loop_of(int slot) const { return slots_[slot]->loop; }
   // Loop thread of `slot`: its connection, connecting a new one when there
   // is none or it failed. Status says why a connection could not be started.
@@ -115,6 +119,7 @@ class ConnectionPool {
   bool background_reconnect_ = false;
   std::function<void()> on_failure_;
   std::atomic<bool> retired_{false};
+  std::atomic<int> outstanding_{0};
   std::atomic<int> failing_slots_{0};
 };
 

@@ -3,11 +3,14 @@
 // backoff, and sends it calls again once it is back.
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
+#include "absl/synchronization/notification.h"
+#include "tests/rpc/call_model_service.h"
 #include "tests/rpc/rpc_fixture.h"
 #include "tests/rpc/test_service.h"
 
@@ -111,6 +114,76 @@ TEST(RoundRobin, EveryServerFailingStillTriesAndFailsUnavailable) {
     absl::Status s = Call(ch->get());
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   }
+}
+
+TEST(PickFirst, EveryCallGoesToTheFirstServerUntilItLeaves) {
+  EchoService a_service, b_service;
+  auto a = std::make_unique<Server>();
+  ASSERT_TRUE(a->AddService(&a_service).ok());
+  ASSERT_TRUE(a->Start("127.0.0.1:0").ok());
+  Server b;
+  ASSERT_TRUE(b.AddService(&b_service).ok());
+  ASSERT_TRUE(b.Start("127.0.0.1:0").ok());
+  ChannelOptions options;
+  options.load_balancing_policy = "pick_first";
+  auto ch = CreateChannel(absl::StrCat("127.0.0.1:", a->port(), ",127.0.0.1:", b.port()), options);
+  ASSERT_TRUE(ch.ok()) << ch.status();
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Call(ch->get()).ok());
+  EXPECT_EQ(a_service.calls(), 20);
+  EXPECT_EQ(b_service.calls(), 0);
+  // a drains and goes: the next server of the list takes every call.
+  a->Shutdown();
+  a->Wait();
+  a.reset();
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Call(ch->get()).ok()) << i;
+  EXPECT_EQ(a_service.calls(), 20);
+  EXPECT_EQ(b_service.calls(), 20);
+}
+
+TEST(LeastRequest, CallsAvoidTheServerWithACallInFlight) {
+  CallModelService a_service, b_service;
+  Server a, b;
+  ASSERT_TRUE(a.AddService(&a_service).ok());
+  ASSERT_TRUE(b.AddService(&b_service).ok());
+  ASSERT_TRUE(a.Start("127.0.0.1:0").ok());
+  ASSERT_TRUE(b.Start("127.0.0.1:0").ok());
+  ChannelOptions options;
+  options.load_balancing_policy = "least_request";
+  auto ch = CreateChannel(absl::StrCat("127.0.0.1:", a.port(), ",127.0.0.1:", b.port()), options);
+  ASSERT_TRUE(ch.ok()) << ch.status();
+  auto slow_call = [&](int sleep_ms) {
+    EchoRequest req;
+    req.set_sleep_ms(sleep_ms);
+    EchoResponse resp;
+    ClientContext ctx;
+    ctx.set_timeout(absl::Seconds(10));
+    return internal::BlockingUnaryCall(ch->get(), kSlowMethod, &ctx, req, &resp);
+  };
+  // One long call holds one of the two servers.
+  absl::Status long_status;
+  std::thread long_call([&] { long_status = slow_call(1500); });
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  while (a_service.started_.load() + b_service.started_.load() < 1 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  const bool a_busy = a_service.started_.load() == 1;
+  // With two servers both are drawn every time: each short call goes to
+  // the idle one.
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(slow_call(0).ok()) << i;
+  EXPECT_EQ((a_busy ? a_service : b_service).started_.load(), 1);
+  EXPECT_EQ((a_busy ? b_service : a_service).started_.load(), 20);
+  long_call.join();
+  EXPECT_TRUE(long_status.ok()) << long_status;
+}
+
+TEST(LoadBalancing, AnUnknownPolicyIsInvalidArgument) {
+  ChannelOptions options;
+  options.load_balancing_policy = "random";
+  auto ch = CreateChannel("127.0.0.1:1", options);
+  EXPECT_EQ(ch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ch.status().message(),
+            "ChannelOptions: load_balancing_policy \"random\" is not round_robin, pick_first or "
+            "least_request");
 }
 
 }  // namespace

@@ -79,6 +79,16 @@ struct RDMARPC_EXPORT ChannelOptions {
   // resolves again by itself, besides after a connection failed (then at
   // most once a second). Must be > 0 (CreateChannel: INVALID_ARGUMENT).
   absl::Duration resolver_refresh_interval = absl::Seconds(30);
+  // How calls are spread over the target's servers (gRPC's policy names):
+  //  "round_robin" (the default): each server in turn, skipping servers
+  //    whose connections are failing;
+  //  "pick_first": every call to the first server of the list that is not
+  //    failing (the next one while it fails);
+  //  "least_request": of two servers drawn at random among those not
+  //    failing, the one with fewer calls in flight from this channel (the
+  //    power of two choices, as Envoy's LEAST_REQUEST).
+  // Another name: CreateChannel returns INVALID_ARGUMENT.
+  std::string load_balancing_policy = "round_robin";
 };
 
 class RDMARPC_EXPORT Channel {
