@@ -16,8 +16,7 @@ namespace internal {
 namespace {
 
 // getaddrinfo for `host` in `family`; nullopt when it has no such address.
-std::optional<SocketAddress> LookUp(const std::string& host, int family, uint16_t port,
-                                    int* rc) {
+std::optional<SocketAddress> LookUp(const std::string& host, int family, uint16_t port, int* rc) {
   addrinfo hints{};
   hints.ai_family = family;
   hints.ai_socktype = SOCK_STREAM;
@@ -64,25 +63,29 @@ absl::StatusOr<ResolvedAddress> ParseHostPort(absl::string_view host_port, bool 
   int port = 0;
   if (!absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535 ||
       (port == 0 && !allow_port_zero)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("port \"", port_text, "\" in \"", host_port, "\" is not ",
-                     allow_port_zero ? "0..65535" : "1..65535"));
+    return absl::InvalidArgumentError(absl::StrCat("port \"", port_text, "\" in \"", host_port,
+                                                   "\" is not ",
+                                                   allow_port_zero ? "0..65535" : "1..65535"));
   }
   std::optional<SocketAddress> addr = SocketAddress::FromIp(host, static_cast<uint16_t>(port));
   if (addr && bracketed != addr->is_ipv6()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "address \"", host_port, "\": brackets are for IPv6 addresses only"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("address \"", host_port, "\": brackets are for IPv6 addresses only"));
   }
   if (!addr && bracketed) {
     return absl::InvalidArgumentError(
         absl::StrCat("\"", host, "\" in \"", host_port, "\" is not an IPv6 address"));
   }
-  if (form != AddressForm::kAny) {
+  if (form == AddressForm::kNumeric && !addr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", host_port, "\" is not a numeric IPV4:PORT or [IPV6]:PORT"));
+  }
+  if (form == AddressForm::kIpv4Only || form == AddressForm::kIpv6Only) {
     const bool want_v6 = form == AddressForm::kIpv6Only;
     if (!addr || addr->is_ipv6() != want_v6) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("\"", host_port, "\" is not ", want_v6 ? "[IPV6]:PORT" : "IPV4:PORT",
-                       " with a numeric address"));
+      return absl::InvalidArgumentError(absl::StrCat("\"", host_port, "\" is not ",
+                                                     want_v6 ? "[IPV6]:PORT" : "IPV4:PORT",
+                                                     " with a numeric address"));
     }
   }
   if (!addr) {

@@ -26,7 +26,7 @@ struct ResolvedAddress {
 
 // Which numeric families an address may be given in, and whether names are
 // looked up.
-enum class AddressForm { kAny, kIpv4Only, kIpv6Only };
+enum class AddressForm { kAny, kIpv4Only, kIpv6Only, kNumeric };
 
 // INVALID_ARGUMENT naming the bad part for a malformed "HOST:PORT", a host
 // that does not resolve or an address of the wrong family for `form`; port

@@ -259,7 +259,8 @@ absl::StatusOr<std::shared_ptr<AdminEndpoint>> AdminEndpoint::Acquire(absl::stri
   }
   if (!svr.is_running()) {
     return absl::UnavailableError(
-        absl::StrCat("admin endpoint on ", endpoint->address_, " did not start accepting within 5 s"));
+        absl::StrCat("admin endpoint on ", endpoint->address_,
+                     " did not start accepting within 5 s"));
   }
   d.endpoints[endpoint->address_] = endpoint;
   g_running_endpoints.fetch_add(1);

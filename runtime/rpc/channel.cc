@@ -280,7 +280,8 @@ void ChannelImpl::RequestReresolution() {
 void ChannelImpl::OnResolvedAddresses(std::vector<std::string> addresses) {
   std::vector<ResolvedAddress> parsed;
   for (const std::string& a : addresses) {
-    absl::StatusOr<ResolvedAddress> r = ParseHostPort(a, /*allow_port_zero=*/false);
+    absl::StatusOr<ResolvedAddress> r =
+        ParseHostPort(a, /*allow_port_zero=*/false, AddressForm::kNumeric);
     if (!r.ok()) {
       LogConnectionEvent(target_, "resolver reported an address that does not parse: ",
                          r.status());
@@ -322,7 +323,10 @@ void ChannelImpl::OnResolvedAddresses(std::vector<std::string> addresses) {
 }
 
 void ChannelImpl::OnResolverError(absl::Status status) {
-  if (status.ok()) status = absl::UnavailableError("resolver reported an error without a message");
+  if (status.ok()) {
+    status = absl::UnavailableError(
+        absl::StrCat("the resolver of ", target_, " reported an error without a message"));
+  }
   {
     absl::MutexLock lock(&mu_);
     if (!active_.empty()) {
@@ -404,7 +408,8 @@ void ChannelImpl::ResumeParked(size_t i, const absl::Status* final) {
 }
 
 bool ChannelImpl::RetryElsewhere(ClientCall* call, OutgoingRequest& request) {
-  if (call->transparent_retries >= kMaxTransparentRetries || absl::Now() >= call->deadline) {
+  if (call->transparent_retries >= kMaxTransparentRetries || absl::Now() >= call->deadline ||
+      destroying_.load(std::memory_order_acquire)) {
     return false;
   }
   // The request as the call gave it: the transport may have moved the
@@ -435,6 +440,12 @@ bool ChannelImpl::RetryElsewhere(ClientCall* call, OutgoingRequest& request) {
   }
   if (pool == nullptr) return false;
   ConnectionPool* previous = call->pool;
+  // Off its connection (which is closing, or answered it) first, whatever
+  // ends it now.
+  if (call->timer != 0) call->loop->CancelTimer(call->timer);
+  call->timer = 0;
+  call->conn = nullptr;
+  call->handle = 0;
   if (call->bound) {
     if (!ClientContextAccess::Unbind(call->context)) {
       // TryCancel won: its task (already posted) ends the call CANCELLED.
@@ -443,20 +454,19 @@ bool ChannelImpl::RetryElsewhere(ClientCall* call, OutgoingRequest& request) {
     }
     call->bound = false;
   }
-  if (call->timer != 0) call->loop->CancelTimer(call->timer);
-  call->timer = 0;
   call->payload = std::move(request.payload);
   call->registered = std::move(request.registered);
   call->registered_len = request.registered_len;
   call->meta = std::move(request.meta);
-  call->conn = nullptr;
-  call->handle = 0;
   if (previous != nullptr) previous->CallEnded();
   call->pool = nullptr;
   ++call->transparent_retries;
-  const int slot = pool->PickSlot();
-  call->loop = pool->loop_of(slot);
+  // On this loop when the pool has a slot here (a resolver's always has):
+  // no hop, and never onto a loop the channel's destructor stopped already.
+  int slot = pool->PickSlotOn(call->loop);
+  if (slot < 0) slot = pool->PickSlot();
   call->peer = &pool->name();
+  call->loop = pool->loop_of(slot);
   call->loop->Post([this, call, pool, slot] { StartOnLoop(call, pool, slot); });
   return true;
 }
@@ -481,6 +491,7 @@ void ChannelImpl::ResumeCall(ClientCall* call, absl::Status status) {
 }
 
 ChannelImpl::~ChannelImpl() {
+  destroying_.store(true, std::memory_order_release);  // no call moves loops from now on
   // The resolver first: after this no report changes pools_.
   std::unique_ptr<Resolver> resolver;
   {
@@ -611,6 +622,13 @@ void ChannelImpl::StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot) 
     }
     call->bound = true;
   }
+  if (pool != nullptr && pool->retired()) {
+    // Its address left the list since the call picked it.
+    const Route r = PickRouteOn(call->loop);
+    pool = r.pool;
+    slot = r.slot;
+    call->peer = r.peer;
+  }
   if (pool == nullptr) {
     // The channel's resolver has no address yet: wait for one.
     call->park_id = Park(call->loop, call->deadline, [this, call](absl::Status s) mutable {
@@ -653,6 +671,7 @@ void ChannelImpl::StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot) 
   req.registered = std::move(call->registered);
   req.registered_len = call->registered_len;
   req.deadline = call->deadline;
+  req.keep_for_retry = resolver_handler_ != nullptr || static_pools_.size() > 1;
   call->sent_payload_bytes = req.payload_size();
   // May finish (and delete) the call before returning.
   call->conn->StartCall(std::move(req), call);

@@ -220,6 +220,7 @@ class ChannelImpl {
   std::unique_ptr<DeviceResources> device_;
   std::vector<std::unique_ptr<EventLoop>> loops_;
   LbPolicy lb_policy_ = LbPolicy::kRoundRobin;
+  std::atomic<bool> destroying_{false};
   std::vector<EventLoop*> loop_ptrs_;
   ConnectionOptions connection_options_;
   // Static target: every pool, fixed once Create returned, read without a

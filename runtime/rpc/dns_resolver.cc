@@ -51,8 +51,7 @@ absl::Status SplitHostPort(absl::string_view text, absl::string_view what, std::
       return absl::OkStatus();
     }
     if (!absl::ConsumePrefix(&rest, ":")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " \"", text, "\" is not [IPV6]:PORT"));
+      return absl::InvalidArgumentError(absl::StrCat(what, " \"", text, "\" is not [IPV6]:PORT"));
     }
     *port = std::string(rest);
     return absl::OkStatus();
@@ -111,8 +110,8 @@ class DnsResolver final : public Resolver {
 
   absl::Status Start() {
     if (wake_fd_ < 0) {
-      return absl::UnavailableError(absl::StrCat("dns resolver for ", whole_, ": eventfd: ",
-                                                 strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrCat("dns resolver for ", whole_, ": eventfd: ", strerror(errno)));
     }
     InitAresOnce();
     thread_ = std::thread([this] { Run(); });
@@ -145,6 +144,10 @@ class DnsResolver final : public Resolver {
     absl::BitGen jitter;
     while (!Stopping()) {
       const absl::Time began = absl::Now();
+      {
+        absl::MutexLock lock(&mu_);
+        reresolve_ = false;  // this lookup answers what was asked so far
+      }
       absl::StatusOr<std::vector<std::string>> found = LookUp();
       if (Stopping()) return;
       absl::Duration wait = refresh_;
@@ -162,15 +165,16 @@ class DnsResolver final : public Resolver {
         listener_->OnError(found.status());
       }
       // Until the wait ends, or a re-resolution is asked for (no sooner
-      // than kMinReresolutionGap after this lookup began), or Stop.
+      // than kMinReresolutionGap after this lookup began; one asked for
+      // during it counts), or Stop.
       absl::MutexLock lock(&mu_);
-      reresolve_ = false;
       const absl::Time until = began + wait;
       auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || reresolve_; };
       if (!mu_.AwaitWithDeadline(absl::Condition(&wake), until)) continue;
       if (stop_) return;
       const absl::Time earliest = began + kMinReresolutionGap;
       mu_.AwaitWithDeadline(absl::Condition(&stop_), std::min(earliest, until));
+      reresolve_ = false;  // the next lookup answers it
     }
   }
 
@@ -266,13 +270,16 @@ class DnsResolver final : public Resolver {
       if (!any) ares_process_fd(channel, ARES_SOCKET_BAD, ARES_SOCKET_BAD);  // timeouts
     }
     ares_destroy(channel);  // a query still open completes ARES_EDESTRUCTION
+    if (Stopping()) return absl::CancelledError("dns resolver stopped");
     if (!q.done || q.status == ARES_EDESTRUCTION || q.status == ARES_ECANCELLED) {
-      return absl::CancelledError("dns resolver stopped");
+      return absl::UnavailableError(absl::StrCat("dns: looking up \"", target_.name, "\" (", whole_,
+                                                 ") at ", server,
+                                                 " was cut short: ", strerror(errno)));
     }
     if (q.status != ARES_SUCCESS) {
-      return absl::UnavailableError(absl::StrCat("dns: looking up \"", target_.name, "\" (",
-                                                 whole_, ") at ", server, " failed: ",
-                                                 ares_strerror(q.status)));
+      return absl::UnavailableError(absl::StrCat("dns: looking up \"", target_.name, "\" (", whole_,
+                                                 ") at ", server,
+                                                 " failed: ", ares_strerror(q.status)));
     }
     if (q.addresses.empty()) {
       return absl::UnavailableError(absl::StrCat("dns: \"", target_.name, "\" (", whole_,
@@ -336,17 +343,21 @@ absl::StatusOr<DnsTarget> ParseDnsTarget(absl::string_view target) {
         p = *parsed;
       }
       std::optional<SocketAddress> a = SocketAddress::FromIp(host, p);
-      if (!a) {
+      if (a && host.find('%') != std::string::npos) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "DNS server \"", authority, "\" in \"", target, "\" is not a numeric address"));
+            "DNS server \"", authority, "\" in \"", target, "\": a scoped address cannot name it"));
+      }
+      if (!a) {
+        return absl::InvalidArgumentError(absl::StrCat("DNS server \"", authority, "\" in \"",
+                                                       target, "\" is not a numeric address"));
       }
       out.authority = a->ToString();
     }
   }
   std::string host, port;
   if (absl::Status s = SplitHostPort(rest, "name", &host, &port, true); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(s.message(), " (target \"", target,
-                                                   "\": dns:[//AUTHORITY/]NAME:PORT)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(s.message(), " (target \"", target, "\": dns:[//AUTHORITY/]NAME:PORT)"));
   }
   if (host.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("target \"", target, "\" names no host"));

@@ -95,8 +95,8 @@ std::unique_ptr<httplib::Client> MakeClient(const std::string& endpoint, absl::D
 absl::StatusOr<EtcdTarget> ParseEtcdTarget(absl::string_view target) {
   absl::string_view rest = target;
   if (!absl::ConsumePrefix(&rest, "etcd://")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "target \"", target, "\" is not etcd://HOST:PORT[,HOST:PORT...]/PREFIX"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("target \"", target, "\" is not etcd://HOST:PORT[,HOST:PORT...]/PREFIX"));
   }
   const size_t slash = rest.find('/');
   if (slash == absl::string_view::npos || slash + 1 >= rest.size()) {
@@ -232,8 +232,7 @@ absl::Status EtcdClient::WaitForChange(absl::string_view prefix, int64_t revisio
   req.path = "/v3/watch";
   req.set_header("Content-Type", "application/json");
   req.body = absl::StrCat("{\"create_request\":{\"key\":\"", B64(prefix), "\",\"range_end\":\"",
-                          B64(PrefixEnd(prefix)), "\",\"start_revision\":\"", revision + 1,
-                          "\"}}");
+                          B64(PrefixEnd(prefix)), "\",\"start_revision\":\"", revision + 1, "\"}}");
   std::string pending;
   bool changed = false;
   absl::Status bad;
@@ -257,8 +256,7 @@ absl::Status EtcdClient::WaitForChange(absl::string_view prefix, int64_t revisio
         return false;
       }
       const Value* events = Field(*result, "events");
-      if (events != nullptr && events->has_list_value() &&
-          events->list_value().values_size() > 0) {
+      if (events != nullptr && events->has_list_value() && events->list_value().values_size() > 0) {
         changed = true;
         return false;  // enough: the caller reads the range again
       }
@@ -282,10 +280,11 @@ absl::Status EtcdClient::WaitForChange(absl::string_view prefix, int64_t revisio
   if (changed) return absl::OkStatus();
   if (!bad.ok()) return bad;
   if (error == httplib::Error::Read) {
-    return absl::DeadlineExceededError("no change within the wait");
+    return absl::DeadlineExceededError(
+        absl::StrCat("no change under ", prefix, " within ", absl::FormatDuration(max_wait)));
   }
-  return absl::UnavailableError(absl::StrCat("etcd watch on ", endpoint,
-                                             " ended: ", httplib::to_string(error)));
+  return absl::UnavailableError(
+      absl::StrCat("etcd watch on ", endpoint, " ended: ", httplib::to_string(error)));
 }
 
 void EtcdClient::Stop() {

@@ -8,8 +8,10 @@
 // Target: "etcd://HOST:PORT[,HOST:PORT...]/PREFIX". Each operation tries the
 // endpoints in turn, starting with the last one that answered.
 //
-// Thread safety: one EtcdClient may be used from several threads; Stop may be
-// called from any thread to end a WaitForChange.
+// Thread safety: the requests may be made from several threads, but
+// WaitForChange from one at a time; Stop may be called from any thread and
+// ends a WaitForChange in progress (not another request, which ends within
+// its timeout).
 #ifndef RDMARPC_RUNTIME_RPC_ETCD_CLIENT_H_
 #define RDMARPC_RUNTIME_RPC_ETCD_CLIENT_H_
 
@@ -63,11 +65,17 @@ class EtcdClient {
   // answers (naming each and why), INTERNAL for an answer that does not
   // parse.
   absl::StatusOr<Range> GetPrefix(absl::string_view prefix);
-  // A lease of `ttl_seconds`; its id.
+  // A lease of `ttl_seconds`; its id. UNAVAILABLE as GetPrefix; INTERNAL
+  // when etcd's answer grants none.
   absl::StatusOr<int64_t> GrantLease(int64_t ttl_seconds);
-  // NOT_FOUND when the lease has expired (or was revoked).
+  // Refreshes the lease. NOT_FOUND when it has expired (or was revoked):
+  // grant a new one; UNAVAILABLE as GetPrefix.
   absl::Status KeepAlive(int64_t lease);
+  // Revokes the lease and deletes its keys. NOT_FOUND when it is gone
+  // already; UNAVAILABLE as GetPrefix.
   absl::Status Revoke(int64_t lease);
+  // Puts `key` = `value` attached to `lease` (0: none). NOT_FOUND for an
+  // expired lease; UNAVAILABLE as GetPrefix.
   absl::Status Put(absl::string_view key, absl::string_view value, int64_t lease);
   // Returns OK once a key starting with `prefix` changed after `revision`
   // (an etcd watch from revision + 1), CANCELLED after Stop, UNAVAILABLE

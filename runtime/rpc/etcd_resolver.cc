@@ -64,7 +64,8 @@ class EtcdResolver final : public Resolver {
       if (!r.ok()) {
         listener_->OnError(absl::UnavailableError(
             absl::StrCat("etcd resolver for ", whole_, ": ", r.status().message())));
-        if (SleepOrStop(std::min(kMaxRetryWait, backoff.NextDelay(absl::Uniform(jitter, 0.0, 1.0))))) {
+        if (SleepOrStop(
+                std::min(kMaxRetryWait, backoff.NextDelay(absl::Uniform(jitter, 0.0, 1.0))))) {
           return;
         }
         continue;
@@ -88,7 +89,8 @@ class EtcdResolver final : public Resolver {
       if (w.code() == absl::StatusCode::kCancelled) return;
       if (!w.ok() && w.code() != absl::StatusCode::kDeadlineExceeded) {
         VLOG(1) << "etcd watch for " << whole_ << ": " << w;
-        if (SleepOrStop(std::min(kMaxRetryWait, backoff.NextDelay(absl::Uniform(jitter, 0.0, 1.0))))) {
+        if (SleepOrStop(
+                std::min(kMaxRetryWait, backoff.NextDelay(absl::Uniform(jitter, 0.0, 1.0))))) {
           return;
         }
       }
@@ -122,15 +124,18 @@ std::shared_ptr<ResolverFactory> MakeEtcdResolverFactory() {
   return std::make_shared<EtcdResolverFactory>();
 }
 
-absl::StatusOr<std::unique_ptr<EtcdRegistration>> EtcdRegistration::Start(
-    absl::string_view target, std::string address, absl::Duration ttl) {
+absl::StatusOr<std::unique_ptr<EtcdRegistration>> EtcdRegistration::Start(absl::string_view target,
+                                                                          std::string address,
+                                                                          absl::Duration ttl) {
   absl::StatusOr<EtcdTarget> t = ParseEtcdTarget(target);
   if (!t.ok()) return t.status();
-  const int64_t seconds = std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(ttl, absl::Seconds(1))));
-  std::unique_ptr<EtcdRegistration> r(new EtcdRegistration(*std::move(t), std::move(address), seconds));
+  const int64_t seconds =
+      std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(ttl, absl::Seconds(1))));
+  std::unique_ptr<EtcdRegistration> r(
+      new EtcdRegistration(*std::move(t), std::move(address), seconds));
   if (absl::Status s = r->Register(); !s.ok()) {
-    return absl::UnavailableError(absl::StrCat("registering ", r->address_, " at ", target, ": ",
-                                               s.message()));
+    return absl::UnavailableError(
+        absl::StrCat("registering ", r->address_, " at ", target, ": ", s.message()));
   }
   r->thread_ = std::thread([p = r.get()] { p->KeepAliveLoop(); });
   return r;
@@ -184,14 +189,18 @@ void EtcdRegistration::KeepAliveLoop() {
 }
 
 void EtcdRegistration::Deregister() {
-  int64_t lease;
   {
     absl::MutexLock lock(&mu_);
     if (stop_) return;
     stop_ = true;
-    lease = lease_;
   }
   if (thread_.joinable()) thread_.join();
+  int64_t lease;
+  {
+    // After the join: a keepalive that registered again holds the new lease.
+    absl::MutexLock lock(&mu_);
+    lease = lease_;
+  }
   if (lease != 0) {
     absl::Status s = client_.Revoke(lease);
     if (!s.ok()) LOG(WARNING) << "etcd: revoking the lease of " << address_ << ": " << s;

@@ -24,7 +24,8 @@ Registry& Registered() {
   static Registry* const registry = [] {
     auto* r = new Registry;
     absl::MutexLock lock(&r->mu);
-    for (std::shared_ptr<ResolverFactory> f : {MakeDnsResolverFactory(), MakeEtcdResolverFactory()}) {
+    for (std::shared_ptr<ResolverFactory> f :
+         {MakeDnsResolverFactory(), MakeEtcdResolverFactory()}) {
       r->by_scheme.emplace(f->scheme(), std::move(f));
     }
     return r;
@@ -58,17 +59,18 @@ std::shared_ptr<ResolverFactory> FindResolverFactory(absl::string_view target) {
 }  // namespace internal
 
 absl::Status RegisterResolverFactory(std::unique_ptr<ResolverFactory> factory) {
-  if (factory == nullptr) return absl::InvalidArgumentError("RegisterResolverFactory: null factory");
+  if (factory == nullptr)
+    return absl::InvalidArgumentError("RegisterResolverFactory: null factory");
   const std::string scheme = factory->scheme();
   if (!internal::ValidScheme(scheme)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "resolver scheme \"", scheme,
-        "\" is not a URI scheme (a letter, then letters, digits, '+', '-', '.')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("resolver scheme \"", scheme,
+                     "\" is not a URI scheme (a letter, then letters, digits, '+', '-', '.')"));
   }
   const std::string lower = absl::AsciiStrToLower(scheme);
   if (lower == "ipv4" || lower == "ipv6") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "resolver scheme \"", scheme, "\" is taken by static address lists"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("resolver scheme \"", scheme, "\" is taken by static address lists"));
   }
   internal::Registry& r = internal::Registered();
   absl::MutexLock lock(&r.mu);

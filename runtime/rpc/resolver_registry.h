@@ -1,5 +1,5 @@
 // resolver_registry.h: the resolver factories by scheme (rdmarpc/resolver.h
-// is the public side), with the built-in "dns".
+// is the public side), with the built-in "dns" and "etcd".
 #ifndef RDMARPC_RUNTIME_RPC_RESOLVER_REGISTRY_H_
 #define RDMARPC_RUNTIME_RPC_RESOLVER_REGISTRY_H_
 

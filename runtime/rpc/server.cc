@@ -149,7 +149,10 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
   if (!addr.ok()) return addr.status();
   if (!options_.register_target.empty()) {
     absl::StatusOr<EtcdTarget> t = ParseEtcdTarget(options_.register_target);
-    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("ServerOptions::register_target: ", t.status().message()));
+    if (!t.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ServerOptions::register_target: ", t.status().message()));
+    }
     const std::string ip = addr->addr.IpString();
     if (options_.register_address.empty() && (ip == "0.0.0.0" || ip == "::")) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -261,8 +264,11 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
   LOG(INFO) << "rdmarpc server listening on " << address_ << " (asked for "
             << addr->name << ", " << ProviderName() << ")";
   if (!options_.register_target.empty()) {
-    const std::string registered =
-        options_.register_address.empty() ? address_ : options_.register_address;
+    // Numeric and normalised, as resolvers hand addresses to channels.
+    std::string registered = address_;
+    if (!options_.register_address.empty()) {
+      registered = ParseHostPort(options_.register_address, false)->name;
+    }
     absl::StatusOr<std::unique_ptr<EtcdRegistration>> r =
         EtcdRegistration::Start(options_.register_target, registered, options_.register_ttl);
     if (!r.ok()) {
@@ -346,8 +352,8 @@ void ServerImpl::Worker::OnClosed(Connection* conn, const absl::Status&) {
 
 void ServerImpl::Dispatch(Worker* worker, Connection* conn, const IncomingRequest& req) {
   if (draining_.load(std::memory_order_relaxed)) {
-    conn->RefuseRequest(req.token,
-                        absl::StrCat("server shutting down: ", req.method, " was not started"));
+    conn->RefuseRequest(req.token, absl::StrCat("server ", address_, " shutting down: ",
+                                                req.method, " was not started"));
     return;
   }
   // Heterogeneous lookup: no std::string made for the method name.
@@ -563,7 +569,7 @@ absl::Status ServerImpl::ParseKeptRequest(PoolCall* call) {
 
 void ServerImpl::StartCallback(std::unique_ptr<PoolCall> call) {
   running_handlers_.fetch_add(1, std::memory_order_relaxed);
-  call->started.store(true, std::memory_order_relaxed);
+  call->phase.store(PoolCall::kStarted, std::memory_order_relaxed);
   PoolCall* raw = call.release();  // freed by its callback's release, after OnDone
   if (absl::Status parsed = ParseKeptRequest(raw); !parsed.ok()) {
     running_handlers_.fetch_sub(1, std::memory_order_relaxed);
@@ -603,9 +609,16 @@ void ServerImpl::StartCallback(std::unique_ptr<PoolCall> call) {
 
 void ServerImpl::RunOnPool(std::unique_ptr<PoolCall> call) {
   absl::Status status;
-  if (draining_.load(std::memory_order_acquire)) {
-    status = absl::UnavailableError(
-        absl::StrCat("server shutting down: ", *call->method, " was not started"));
+  // Claimed once: a call Shutdown refused (CancelPoolCalls) never starts,
+  // and one that starts is never refused.
+  int expected = PoolCall::kQueued;
+  const bool start = !draining_.load(std::memory_order_acquire) &&
+                     call->phase.compare_exchange_strong(expected, PoolCall::kStarted);
+  if (!start) {
+    expected = PoolCall::kQueued;
+    call->phase.compare_exchange_strong(expected, PoolCall::kRefused);
+    status = absl::UnavailableError(absl::StrCat("server ", address_, " shutting down: ",
+                                                 *call->method, " was not started"));
     call->refused = true;
   } else if (call->callback != nullptr) {
     // Its pool_calls_ count goes when its reactor is done.
@@ -613,7 +626,6 @@ void ServerImpl::RunOnPool(std::unique_ptr<PoolCall> call) {
     return;
   } else {
     running_handlers_.fetch_add(1, std::memory_order_relaxed);
-    call->started.store(true, std::memory_order_relaxed);
     if (call->stream != nullptr) {
       status = InvokeStream(call.get());
     } else if (status = ParseKeptRequest(call.get()); status.ok()) {
@@ -827,14 +839,16 @@ void ServerImpl::CancelPoolCalls(Worker* worker) {
     for (auto& [key, call] : calls) {
       if (call->answered) continue;
       call->answered = true;
-      if (call->started.load(std::memory_order_relaxed)) {
+      int expected = PoolCall::kQueued;
+      if (!call->phase.compare_exchange_strong(expected, PoolCall::kRefused) &&
+          expected == PoolCall::kStarted) {
         conn->SendResponse(call->token, absl::StatusCode::kUnavailable,
                            absl::StrCat("server shutting down: ", *call->method,
                                         " did not finish within the grace period"),
                            std::string());
       } else {
-        conn->RefuseRequest(call->token, absl::StrCat("server shutting down: ", *call->method,
-                                                      " was not started"));
+        conn->RefuseRequest(call->token, absl::StrCat("server ", address_, " shutting down: ",
+                                                      *call->method, " was not started"));
       }
       CancelPoolCall(call);
     }
@@ -873,8 +887,8 @@ void ServerImpl::Shutdown(absl::Duration grace) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   // 1. No handler starts from now on: new requests and queued pool calls
-  //    are answered UNAVAILABLE. Stop accepting: the listener goes with
-  //    the acceptor.
+  //    are refused unstarted (UNAVAILABLE). The listener, which refuses
+  //    connections since step 0, goes with its acceptor.
   draining_.store(true, std::memory_order_release);
   // Calls still waiting for a pool thread are answered now, here, rather
   // than when a thread frees up (each sees draining_ and starts nothing).

@@ -85,8 +85,11 @@ class ServerImpl final : public ServerStatusSource {
     // Loop thread only: the client was answered already (cancelled by it,
     // or by Shutdown); the handler's own answer is dropped.
     bool answered = false;
-    // Set by the pool thread as the handler starts.
-    std::atomic<bool> started{false};
+    // kQueued until claimed, once: kStarted by the thread that runs the
+    // handler, kRefused by a draining server that answers it unstarted
+    // (only a call never started may be sent elsewhere by its client).
+    enum Phase : int { kQueued = 0, kStarted = 1, kRefused = 2 };
+    std::atomic<int> phase{kQueued};
     // Streaming calls: the stream the handler reads and writes.
     std::unique_ptr<ServerStreamState> stream;
     // A unary request pulled by rendezvous: its registered buffer and the

@@ -23,7 +23,6 @@
 #ifndef RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
 #define RDMARPC_RUNTIME_TRANSPORT_CONNECTION_H_
 
-
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -440,6 +439,9 @@ class Connection final : public CmEventHandler, public LoopClient {
   // answered CANCELLED when its READ ends instead of being delivered.
   void OnCancelFrame(const Imm& imm);
   void OnGoAwayFrame();
+  // SendResponse, and RefuseRequest with `refused`.
+  void QueueResponse(const RequestToken& token, absl::StatusCode code, std::string message,
+                     std::string payload, std::string meta, bool refused);
 
   // Streams (streams.cc).
   // The in-order state of a live stream, or nullptr (not a stream, ended).

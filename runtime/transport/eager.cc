@@ -31,6 +31,13 @@ bool Connection::CanPostMessage() const {
 
 void Connection::SendResponse(const RequestToken& token, absl::StatusCode code,
                               std::string message, std::string payload, std::string meta) {
+  QueueResponse(token, code, std::move(message), std::move(payload), std::move(meta),
+                /*refused=*/false);
+}
+
+void Connection::QueueResponse(const RequestToken& token, absl::StatusCode code,
+                               std::string message, std::string payload, std::string meta,
+                               bool refused) {
   if (!usable()) return;
   if (StreamIn* in = streams_.FindServerStream(token.handle()); in != nullptr) {
     // A stream's trailers: frames of it that still arrive are dropped.
@@ -51,16 +58,15 @@ void Connection::SendResponse(const RequestToken& token, absl::StatusCode code,
   item.message = std::move(message);
   item.payload = std::move(payload);
   item.meta = std::move(meta);
+  item.refused = refused;
   out_queue_.push_back(std::move(item));
   ScheduleEndOfStep();
 }
 
 void Connection::RefuseRequest(const RequestToken& token, std::string message) {
   const bool marked = peer_drains() && streams_.FindServerStream(token.handle()) == nullptr;
-  SendResponse(token, absl::StatusCode::kUnavailable, std::move(message), std::string());
-  if (marked && !out_queue_.empty() && out_queue_.back().kind == OutKind::kResponse) {
-    out_queue_.back().refused = true;
-  }
+  QueueResponse(token, absl::StatusCode::kUnavailable, std::move(message), std::string(),
+                std::string(), marked);
 }
 
 bool Connection::SendGoAway() {
@@ -75,7 +81,8 @@ bool Connection::SendGoAway() {
 }
 
 void Connection::OnGoAwayFrame() {
-  if (goaway_received_) return;
+  // A server hears only answers to its own kGoAway.
+  if (goaway_received_ || (!is_client_ && !goaway_sent_)) return;
   goaway_received_ = true;
   if (is_client_) {
     // The answer: nothing of ours follows it here.
@@ -198,7 +205,9 @@ bool Connection::SendRequest(uint32_t handle) {
     s->sink->OnSent();
     // A unary call keeps a small payload until its answer, to be sent
     // again if the server refuses it (ResponseSink::OnRefused).
-    if (r.stream || r.payload.size() > kRetryBufferBytes) r.payload = std::string();
+    if (r.stream || !r.keep_for_retry || r.payload.size() > kRetryBufferBytes) {
+      r.payload = std::string();
+    }
     r.registered.reset();
     return true;
   }
@@ -249,7 +258,9 @@ bool Connection::SendRequest(uint32_t handle) {
   PostEager(MsgKind::kRequest, idx, gen, h, r.method, pr, rb, {}, nullptr, nullptr, 0, r.meta);
   s->sent = true;
   s->sink->OnSent();
-  if (r.stream || r.payload.size() > kRetryBufferBytes) r.payload = std::string();
+  if (r.stream || !r.keep_for_retry || r.payload.size() > kRetryBufferBytes) {
+    r.payload = std::string();
+  }
   return true;
 }
 

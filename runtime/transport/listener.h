@@ -18,7 +18,6 @@
 #ifndef RDMARPC_RUNTIME_TRANSPORT_LISTENER_H_
 #define RDMARPC_RUNTIME_TRANSPORT_LISTENER_H_
 
-
 #include <atomic>
 #include <cstddef>
 #include <cstdint>

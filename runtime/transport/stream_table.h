@@ -80,6 +80,10 @@ struct OutgoingRequest {
   bool stream = false;
   bool no_message = false;
   bool end_stream = true;
+  // A unary call whose channel may send it to another server: a posted
+  // `payload` up to kRetryBufferBytes is kept until the answer
+  // (ResponseSink::OnRefused).
+  bool keep_for_retry = false;
   // Set by the transport: the metadata was moved to the front of `payload`.
   uint32_t meta_in_payload = 0;
   // The call's deadline; the time left until it travels in the header,
@@ -149,8 +153,6 @@ class ResponseSink {
 // so a refused call can be sent again (gRPC's per-RPC retry buffer,
 // grpc.per_rpc_retry_buffer_size, has the same default: 256 KiB).
 inline constexpr size_t kRetryBufferBytes = 256 * 1024;
-
-
 
 // A frame of a stream that arrived while an earlier one of the same
 // stream was still being pulled: kept (copied) and handled in order.

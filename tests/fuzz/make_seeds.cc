@@ -95,6 +95,16 @@ void HeaderSeeds() {
   window.kind = MsgKind::kWindow;
   window.ref = 16;
   Write("header", "window", HeaderSeed({MsgKind::kWindow, 4, 2}, window, "", "", ""));
+  WireHeader goaway;
+  goaway.kind = MsgKind::kGoAway;
+  Write("header", "goaway", HeaderSeed({MsgKind::kGoAway, 0, 0}, goaway, "", "", ""));
+  WireHeader refused;
+  refused.kind = MsgKind::kResponse;
+  refused.flags = kFlagRefused;
+  refused.status_code = 14;  // UNAVAILABLE
+  Write("header", "response_refused",
+        HeaderSeed({MsgKind::kResponse, 5, 3}, refused, "server shutting down: not started", "",
+                   ""));
 }
 
 void HandshakeSeeds() {

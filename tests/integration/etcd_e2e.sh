@@ -12,8 +12,13 @@ source "${BASH_SOURCE[0]%/*}/lib.sh" || { echo "FAIL: cannot load lib.sh"; exit 
 
 ECHO_SERVER="$1"
 ECHO_CLIENT="$2"
-command -v etcd >/dev/null || skip "etcd is not installed (scripts/install-deps.sh installs etcd-server)"
-command -v etcdctl >/dev/null || skip "etcdctl is not installed (etcd-client)"
+# scripts/test.sh installs them and sets RDMARPC_REQUIRE_TEST_TOOLS: missing is a failure there.
+missing_tool() {
+  [[ -n "${RDMARPC_REQUIRE_TEST_TOOLS:-}" ]] && fail "$1"
+  skip "$1"
+}
+command -v etcd >/dev/null || missing_tool "etcd is not installed (scripts/install-deps.sh installs etcd-server)"
+command -v etcdctl >/dev/null || missing_tool "etcdctl is not installed (etcd-client)"
 
 ETCD_PID=""
 stop_etcd() {

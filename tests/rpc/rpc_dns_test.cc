@@ -70,7 +70,8 @@ TEST(DnsTarget, RefusesMalformedTargetsNamingThePart) {
            Case{"dns:svc.example:http", "port \"http\" in \"svc.example:http\" is not 1..65535"},
            Case{"dns://10.0.0.2", "no '/' after the authority"},
            Case{"dns://dns.example/svc:1",
-                "DNS server \"dns.example\" in \"dns://dns.example/svc:1\" is not a numeric address"},
+                "DNS server \"dns.example\" in \"dns://dns.example/svc:1\" is not a numeric "
+                "address"},
            Case{"dns://10.0.0.2:99999/svc:1", "port \"99999\" in \"10.0.0.2:99999\""},
            Case{"dns::1", "names no host"},
            Case{"dns:::1:80", "an IPv6 address takes brackets"},
@@ -139,21 +140,14 @@ class Dnsmasq {
     port_ = FreeDnsPort();
     if (port_ < 0) return false;
     const std::string bin = Binary();
-    std::vector<std::string> args = {bin,
-                                     "--keep-in-foreground",
-                                     "--conf-file=/dev/null",
-                                     absl::StrCat("--port=", port_),
-                                     "--listen-address=127.0.0.1",
-                                     "--bind-interfaces",
-                                     "--no-resolv",
-                                     "--no-hosts",
-                                     "--no-negcache",
-                                     // Names under it not in the hosts file
-                                     // do not exist (NXDOMAIN).
-                                     "--local=/rdmarpc.test/",
-                                     absl::StrCat("--addn-hosts=", hosts_),
-                                     "--pid-file=",
-                                     absl::StrCat("--log-facility=", dir_, "/log")};
+    std::vector<std::string> args = {
+        bin, "--keep-in-foreground", "--conf-file=/dev/null", absl::StrCat("--port=", port_),
+        "--listen-address=127.0.0.1", "--bind-interfaces", "--no-resolv", "--no-hosts",
+        "--no-negcache",
+        // Names under it not in the hosts file
+        // do not exist (NXDOMAIN).
+        "--local=/rdmarpc.test/", absl::StrCat("--addn-hosts=", hosts_),
+        "--pid-file=", absl::StrCat("--log-facility=", dir_, "/log")};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -229,6 +223,8 @@ class DnsResolverTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (Dnsmasq::Binary().empty()) {
+      // scripts/test.sh installs it and sets RDMARPC_REQUIRE_TEST_TOOLS.
+      if (std::getenv("RDMARPC_REQUIRE_TEST_TOOLS") != nullptr) FAIL() << "dnsmasq is missing";
       GTEST_SKIP() << "dnsmasq is not installed (scripts/install-deps.sh installs dnsmasq-base)";
     }
     ASSERT_TRUE(dns_.Start()) << "dnsmasq did not start";

@@ -192,11 +192,21 @@ TEST(Drain, CallsADrainingServerDidNotStartAreSentToAnother) {
   auto ch = CreateChannel(absl::StrCat("127.0.0.1:", busy.port(), ",127.0.0.1:", spare.port()));
   ASSERT_TRUE(ch.ok()) << ch.status();
   constexpr int kCalls = 10;
-  std::vector<absl::Status> results(kCalls);
-  std::vector<EchoResponse> resps(kCalls);
-  std::vector<ClientContext> ctxs(kCalls);
-  std::vector<EchoRequest> reqs(kCalls);
-  std::atomic<int> answered{0};
+  // On the heap, and left there if a call is never answered: its callback
+  // may still run after the test ends.
+  struct State {
+    std::vector<absl::Status> results = std::vector<absl::Status>(kCalls);
+    std::vector<EchoResponse> resps = std::vector<EchoResponse>(kCalls);
+    std::vector<ClientContext> ctxs = std::vector<ClientContext>(kCalls);
+    std::vector<EchoRequest> reqs = std::vector<EchoRequest>(kCalls);
+    std::atomic<int> answered{0};
+  };
+  auto* state = new State;
+  auto& results = state->results;
+  auto& resps = state->resps;
+  auto& ctxs = state->ctxs;
+  auto& reqs = state->reqs;
+  auto& answered = state->answered;
   // Calls 0, 2, 4, ... go to `busy` (round robin from it); each sleeps
   // 300 ms, and its one handler thread runs one at a time.
   for (int i = 0; i < kCalls; ++i) {
@@ -204,9 +214,9 @@ TEST(Drain, CallsADrainingServerDidNotStartAreSentToAnother) {
     reqs[i].set_text(absl::StrCat("c", i));
     ctxs[i].set_timeout(absl::Seconds(30));
     internal::AsyncUnaryCall(ch->get(), kSlowMethod, &ctxs[i], reqs[i], &resps[i],
-                             [&, i](absl::Status s) {
-                               results[i] = std::move(s);
-                               answered.fetch_add(1);
+                             [state, i](absl::Status s) {
+                               state->results[i] = std::move(s);
+                               state->answered.fetch_add(1);
                              });
   }
   const absl::Time until = absl::Now() + absl::Seconds(5);
@@ -220,12 +230,12 @@ TEST(Drain, CallsADrainingServerDidNotStartAreSentToAnother) {
   const absl::Time all = absl::Now() + absl::Seconds(20);
   while (answered.load() < kCalls && absl::Now() < all) absl::SleepFor(absl::Milliseconds(5));
   ASSERT_EQ(answered.load(), kCalls);
+  std::unique_ptr<State> owned(state);
   for (int i = 0; i < kCalls; ++i) {
     EXPECT_TRUE(results[i].ok()) << i << " " << results[i];
     EXPECT_EQ(resps[i].text(), absl::StrCat("c", i));
     // Call 0 ran on `busy`; every other ended on `spare`.
-    EXPECT_EQ(ctxs[i].peer(), absl::StrCat("127.0.0.1:", i == 0 ? busy.port() : spare.port()))
-        << i;
+    EXPECT_EQ(ctxs[i].peer(), absl::StrCat("127.0.0.1:", i == 0 ? busy.port() : spare.port())) << i;
   }
   EXPECT_EQ(busy_service.started_.load(), 1);
   EXPECT_EQ(spare_service.started_.load(), kCalls - 1);

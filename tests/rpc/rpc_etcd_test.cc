@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -55,6 +56,27 @@ TEST(EtcdTarget, ParsesEndpointsAndPrefix) {
   absl::Status s = wildcard.Start("0.0.0.0:0");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "set ServerOptions::register_address")) << s;
+}
+
+TEST(EtcdRegistration, StartFailsUnavailableWhenEtcdDoesNotAnswerAndLeavesNothingRunning) {
+  ServerOptions so;
+  so.register_target = absl::StrCat("etcd://127.0.0.1:", 1, "/p");  // nothing on port 1
+  EchoService service;
+  Server server(so);
+  ASSERT_TRUE(server.AddService(&service).ok());
+  absl::Status s = server.Start("127.0.0.1:0");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "registering 127.0.0.1:")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "etcd://127.0.0.1:1/p")) << s;
+  // The server it had started is stopped: Wait returns, nobody listens.
+  server.Wait();
+  auto ch = CreateChannel(absl::StrCat("127.0.0.1:", server.port()));
+  ASSERT_TRUE(ch.ok()) << ch.status();
+  EchoRequest req;
+  EchoResponse resp;
+  ClientContext ctx;
+  ctx.set_timeout(absl::Seconds(5));
+  EXPECT_EQ(Echo(ch->get(), &ctx, req, &resp).code(), absl::StatusCode::kUnavailable);
 }
 
 int FreeTcpPort() {
@@ -143,6 +165,8 @@ class EtcdTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (Etcd::Binary().empty()) {
+      // scripts/test.sh installs it and sets RDMARPC_REQUIRE_TEST_TOOLS.
+      if (std::getenv("RDMARPC_REQUIRE_TEST_TOOLS") != nullptr) FAIL() << "etcd is missing";
       GTEST_SKIP() << "etcd is not installed (scripts/install-deps.sh installs etcd-server)";
     }
     ASSERT_TRUE(etcd_.Start()) << "etcd did not start";

@@ -61,9 +61,9 @@ TEST(Ipv6, WildcardServerAnswersIpv6AndIpv4Clients) {
   ASSERT_TRUE(server.AddService(&service).ok());
   ASSERT_TRUE(server.Start("[::]:0").ok());
   EXPECT_EQ(server.address(), absl::StrCat("[::]:", server.port()));
-  for (const std::string& target : {absl::StrCat("[::1]:", server.port()),
-                                    absl::StrCat("127.0.0.1:", server.port()),
-                                    absl::StrCat("ipv4:127.0.0.1:", server.port())}) {
+  for (const std::string& target :
+       {absl::StrCat("[::1]:", server.port()), absl::StrCat("127.0.0.1:", server.port()),
+        absl::StrCat("ipv4:127.0.0.1:", server.port())}) {
     SCOPED_TRACE(target);
     auto ch = CreateChannel(target);
     ASSERT_TRUE(ch.ok()) << ch.status();

@@ -81,8 +81,7 @@ TEST(ParseHostPort, RefusesEachMalformedFormNamingIt) {
     const char* message;
   };
   for (const Case& c : {
-           Case{"127.0.0.1", false, AddressForm::kAny,
-                "address \"127.0.0.1\" is not HOST:PORT"},
+           Case{"127.0.0.1", false, AddressForm::kAny, "address \"127.0.0.1\" is not HOST:PORT"},
            Case{":80", false, AddressForm::kAny, "address \":80\" is not HOST:PORT"},
            Case{"127.0.0.1:0", false, AddressForm::kAny,
                 "port \"0\" in \"127.0.0.1:0\" is not 1..65535"},
@@ -131,8 +130,7 @@ TEST(ParseTarget, ListsWithAndWithoutSchemes) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseTarget("").status().message(), "target \"\" names no address");
   EXPECT_EQ(ParseTarget("ipv6: ").status().message(), "target \"ipv6: \" names no address");
-  EXPECT_EQ(ParseTarget("127.0.0.1:1,").status().message(),
-            "address \"\" is not HOST:PORT");
+  EXPECT_EQ(ParseTarget("127.0.0.1:1,").status().message(), "address \"\" is not HOST:PORT");
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ namespace rdmarpc {
 // Where a resolver reports. Owned by the channel; valid until the resolver's
 // destructor returns. Any thread, but not from inside the resolver's
 // destructor; calls need not be serialised (the channel takes its own lock).
-class ResolverListener {
+class RDMARPC_EXPORT ResolverListener {
  public:
   virtual ~ResolverListener() = default;
   // The complete current list, each "IP:PORT" or "[IPV6]:PORT" (numeric, as
@@ -56,18 +56,20 @@ class ResolverListener {
 
 // One channel's resolver. Created by its factory when the channel is, and
 // destroyed with the channel.
-class Resolver {
+class RDMARPC_EXPORT Resolver {
  public:
   // After it returns the resolver calls its listener no more (it joins any
   // thread of its own).
   virtual ~Resolver() = default;
   // A connection to an address it reported failed: resolve again soon (a
-  // resolver may wait, e.g. to rate-limit). Any thread; must not block and
-  // must not call the listener from inside this call.
+  // resolver may wait, e.g. to rate-limit). Called from the channel's
+  // engine threads, with the channel's lock held: must not block, must not
+  // call the listener from inside this call, and must not take a lock the
+  // resolver holds while it calls the listener.
   virtual void RequestReresolution() {}
 };
 
-struct ResolverArgs {
+struct RDMARPC_EXPORT ResolverArgs {
   // The whole target, scheme included ("dns://10.0.0.2/svc.example:7000").
   std::string target;
   // ChannelOptions::resolver_refresh_interval: how often a resolver that
@@ -77,13 +79,14 @@ struct ResolverArgs {
   ResolverListener* listener = nullptr;
 };
 
-class ResolverFactory {
+class RDMARPC_EXPORT ResolverFactory {
  public:
   virtual ~ResolverFactory() = default;
   // The scheme this factory serves, without the colon ("dns"): letters,
   // digits, '+', '-', '.', starting with a letter (RFC 3986).
   virtual std::string scheme() const = 0;
-  // Creates a resolver for `args.target`, which starts resolving at once
+  // Called by CreateChannel, on its caller's thread (so possibly by several
+  // threads at once). Creates a resolver for `args.target`, which starts resolving at once
   // and reports its first result (or error) from its own thread; it may
   // report from inside Create too. INVALID_ARGUMENT for a malformed target,
   // naming the bad part; CreateChannel returns that status.

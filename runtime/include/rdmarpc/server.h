@@ -149,7 +149,9 @@ class RDMARPC_EXPORT Server {
   //  1. then no new handler starts: calls arriving or still queued for the
   //     handler pool are answered UNAVAILABLE without running, marked as not
   //     started, so an rdmarpc channel with another server sends them there
-  //     (a transparent retry) and its caller sees no error;
+  //     (a transparent retry: unary calls whose request it still holds, i.e.
+  //     blocking calls and requests up to 256 KiB) and its caller sees no
+  //     error;
   //  2. handlers already running may finish within `grace`; each reply is
   //     delivered as its handler returns;
   //  3. handlers still running then are cancelled: their clients get
