@@ -36,7 +36,9 @@
 #include "glog/logging.h"
 #include "rdmarpc/rdmarpc.h"
 
-DEFINE_string(server, "127.0.0.1:7000", "Echo server address, HOST:PORT");
+DEFINE_string(server, "127.0.0.1:7000",
+              "Echo server target: HOST:PORT, a comma-separated list, [IPV6]:PORT, "
+              "ipv4:/ipv6: lists, dns:[//DNS_SERVER/]NAME:PORT or etcd://HOST:PORT/PREFIX");
 DEFINE_uint64(payload_bytes, 32, "Payload size of each call, in bytes");
 DEFINE_uint64(count, 1000, "Number of calls");
 DEFINE_int32(concurrency, 1, "Calls in flight at once");
@@ -255,7 +257,7 @@ void RunAsync(EchoService::Stub* stub, Run* run, int concurrency) {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
-      "echo_client --server=HOST:PORT --payload_bytes=N --count=K [--concurrency=C] "
+      "echo_client --server=TARGET --payload_bytes=N --count=K [--concurrency=C] "
       "[--async] [--deadline_ms=D] [--server_delay_ms=S]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;

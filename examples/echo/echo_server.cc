@@ -35,6 +35,9 @@ DEFINE_string(register, "",
               "Register the server for discovery: etcd://HOST:PORT[,HOST:PORT...]/PREFIX "
               "(its address under PREFIX, with a lease kept alive; revoked on shutdown)");
 DEFINE_int32(register_ttl_s, 10, "TTL of the --register lease, in seconds");
+DEFINE_string(register_address, "",
+              "The address --register publishes, IP:PORT (default: the one bound; "
+              "required with a wildcard --listen such as 0.0.0.0 or [::])");
 DEFINE_bool(access_log, false,
             "Log every call (method, peer, status, duration, sizes) at INFO "
             "(rdmarpc/access_log.h)");
@@ -67,7 +70,9 @@ absl::string_view HostOf(absl::string_view address) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("echo_server --listen=HOST:PORT [--workers=N]");
+  gflags::SetUsageMessage(
+      "echo_server --listen=HOST:PORT [--workers=N] [--access_log] "
+      "[--register=etcd://HOST:PORT/PREFIX [--register_ttl_s=S] [--register_address=IP:PORT]]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
@@ -93,6 +98,7 @@ int main(int argc, char** argv) {
   options.num_workers = FLAGS_workers;
   options.register_target = FLAGS_register;
   options.register_ttl = absl::Seconds(FLAGS_register_ttl_s);
+  options.register_address = FLAGS_register_address;
   if (FLAGS_access_log) {
     options.interceptor_creators.push_back(
         std::make_shared<rdmarpc::experimental::ServerAccessLogFactory>());
@@ -114,7 +120,7 @@ int main(int argc, char** argv) {
   }
   absl::Status status = server.Start(FLAGS_listen);
   if (!status.ok()) {
-    LOG(ERROR) << "cannot listen on " << FLAGS_listen << ": " << status;
+    LOG(ERROR) << "cannot start on " << FLAGS_listen << ": " << status;
     fprintf(stderr, "echo_server: %s %s\n",
             absl::StatusCodeToString(status.code()).c_str(),
             std::string(status.message()).c_str());

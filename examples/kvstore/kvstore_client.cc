@@ -42,7 +42,8 @@
 #include "kvstore.rdmarpc.pb.h"
 #include "rdmarpc/rdmarpc.h"
 
-DEFINE_string(server, "127.0.0.1:7100", "kvstore_server address, HOST:PORT");
+DEFINE_string(server, "127.0.0.1:7100",
+              "kvstore_server target: HOST:PORT, a list, [IPV6]:PORT, dns:... or etcd://HOST:PORT/PREFIX");
 DEFINE_int64(timeout_ms, 60000, "Deadline of the call, in milliseconds; 0 = none");
 DEFINE_uint32(chunk_bytes, 1 << 20,
               "putstream, getstream, selfcheck: bytes per chunk, 1 to 64 MiB");

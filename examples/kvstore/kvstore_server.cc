@@ -36,6 +36,9 @@ DEFINE_string(register, "",
               "Register the server for discovery: etcd://HOST:PORT[,HOST:PORT...]/PREFIX "
               "(its address under PREFIX, with a lease kept alive; revoked on shutdown)");
 DEFINE_int32(register_ttl_s, 10, "TTL of the --register lease, in seconds");
+DEFINE_string(register_address, "",
+              "The address --register publishes, IP:PORT (default: the one bound; "
+              "required with a wildcard --listen such as 0.0.0.0 or [::])");
 
 namespace {
 
@@ -187,7 +190,9 @@ absl::string_view HostOf(absl::string_view address) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("kvstore_server --listen=HOST:PORT [--workers=N]");
+  gflags::SetUsageMessage(
+      "kvstore_server --listen=HOST:PORT [--workers=N] "
+      "[--register=etcd://HOST:PORT/PREFIX [--register_ttl_s=S] [--register_address=IP:PORT]]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
@@ -210,6 +215,7 @@ int main(int argc, char** argv) {
   options.num_workers = FLAGS_workers;
   options.register_target = FLAGS_register;
   options.register_ttl = absl::Seconds(FLAGS_register_ttl_s);
+  options.register_address = FLAGS_register_address;
   options.max_message_bytes = kMaxMessageBytes;
   rdmarpc::Server server(options);
   for (rdmarpc::Service* service : {static_cast<rdmarpc::Service*>(&store),

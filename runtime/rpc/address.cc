@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -108,6 +109,22 @@ absl::StatusOr<ResolvedAddress> ParseHostPort(absl::string_view host_port, bool 
 }
 
 absl::StatusOr<std::vector<ResolvedAddress>> ParseTarget(absl::string_view target) {
+  // "SCHEME://..." with a scheme no resolver serves (channel.cc asked the
+  // registry first).
+  if (const size_t sep = target.find("://"); sep != absl::string_view::npos && sep > 0) {
+    const absl::string_view scheme = target.substr(0, sep);
+    bool is_scheme = absl::ascii_isalpha(static_cast<unsigned char>(scheme[0]));
+    for (char c : scheme) {
+      is_scheme = is_scheme && (absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '+' ||
+                                c == '-' || c == '.');
+    }
+    if (is_scheme) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "target \"", target, "\": no resolver for scheme \"", scheme,
+          "\" (built in: dns, etcd, and ipv4:/ipv6: address lists; "
+          "rdmarpc::RegisterResolverFactory adds others)"));
+    }
+  }
   AddressForm form = AddressForm::kAny;
   absl::string_view list = target;
   if (absl::ConsumePrefix(&list, "ipv4:")) {

@@ -80,6 +80,22 @@ const Struct* StructField(const Struct& s, absl::string_view name) {
   return v != nullptr && v->kind_case() == Value::kStructValue ? &v->struct_value() : nullptr;
 }
 
+// cpp-httplib's error, in words ("Connection" alone reads cut short).
+std::string Describe(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection:
+      return "could not connect";
+    case httplib::Error::ConnectionTimeout:
+      return "connect timed out";
+    case httplib::Error::Read:
+      return "no answer (read failed or timed out)";
+    case httplib::Error::Write:
+      return "sending the request failed";
+    default:
+      return httplib::to_string(e);
+  }
+}
+
 std::unique_ptr<httplib::Client> MakeClient(const std::string& endpoint, absl::Duration timeout) {
   auto c = std::make_unique<httplib::Client>(absl::StrCat("http://", endpoint));
   const int64_t ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout));
@@ -140,7 +156,7 @@ absl::StatusOr<std::string> EtcdClient::Post(const std::string& path, const std:
     std::unique_ptr<httplib::Client> c = MakeClient(endpoints_[k], timeout_);
     httplib::Result r = c->Post(path.c_str(), body, "application/json");
     if (!r) {
-      errors.push_back(absl::StrCat(endpoints_[k], ": ", httplib::to_string(r.error())));
+      errors.push_back(absl::StrCat(endpoints_[k], ": ", Describe(r.error())));
       continue;
     }
     preferred_.store(k);
@@ -284,7 +300,7 @@ absl::Status EtcdClient::WaitForChange(absl::string_view prefix, int64_t revisio
         absl::StrCat("no change under ", prefix, " within ", absl::FormatDuration(max_wait)));
   }
   return absl::UnavailableError(
-      absl::StrCat("etcd watch on ", endpoint, " ended: ", httplib::to_string(error)));
+      absl::StrCat("etcd watch on ", endpoint, " ended: ", Describe(error)));
 }
 
 void EtcdClient::Stop() {

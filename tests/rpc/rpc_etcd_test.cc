@@ -68,6 +68,7 @@ TEST(EtcdRegistration, StartFailsUnavailableWhenEtcdDoesNotAnswerAndLeavesNothin
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "registering 127.0.0.1:")) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "etcd://127.0.0.1:1/p")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "127.0.0.1:1: could not connect")) << s;
   // The server it had started is stopped: Wait returns, nobody listens.
   server.Wait();
   auto ch = CreateChannel(absl::StrCat("127.0.0.1:", server.port()));

@@ -129,6 +129,9 @@ TEST(ParseTarget, ListsWithAndWithoutSchemes) {
   EXPECT_EQ(ParseTarget("ipv6:[::1]:5,10.0.0.1:6").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseTarget("").status().message(), "target \"\" names no address");
+  EXPECT_EQ(ParseTarget("etc://10.0.0.2:2379/svc").status().message(),
+            "target \"etc://10.0.0.2:2379/svc\": no resolver for scheme \"etc\" (built in: dns, "
+            "etcd, and ipv4:/ipv6: address lists; rdmarpc::RegisterResolverFactory adds others)");
   EXPECT_EQ(ParseTarget("ipv6: ").status().message(), "target \"ipv6: \" names no address");
   EXPECT_EQ(ParseTarget("127.0.0.1:1,").status().message(), "address \"\" is not HOST:PORT");
 }
