@@ -136,7 +136,10 @@ class Dnsmasq {
     }
     return "";
   }
-  bool Start() {
+  // Starts it with `hosts` as its hosts file: read before it answers, so
+  // the first lookups see it (a SIGHUP reload is asynchronous).
+  bool Start(const std::string& hosts) {
+    WriteHosts(hosts);
     port_ = FreeDnsPort();
     if (port_ < 0) return false;
     const std::string bin = Binary();
@@ -175,7 +178,8 @@ class Dnsmasq {
     }
     return false;
   }
-  // Replaces the hosts file and makes dnsmasq read it again.
+  // Replaces the hosts file and makes dnsmasq read it again, some time
+  // after this returns.
   void SetHosts(const std::string& text) {
     WriteHosts(text);
     if (pid_ > 0) kill(pid_, SIGHUP);
@@ -227,7 +231,9 @@ class DnsResolverTest : public ::testing::Test {
       if (std::getenv("RDMARPC_REQUIRE_TEST_TOOLS") != nullptr) FAIL() << "dnsmasq is missing";
       GTEST_SKIP() << "dnsmasq is not installed (scripts/install-deps.sh installs dnsmasq-base)";
     }
-    ASSERT_TRUE(dns_.Start()) << "dnsmasq did not start";
+  }
+  void StartDns(const std::string& hosts) {
+    ASSERT_TRUE(dns_.Start(hosts)) << "dnsmasq did not start";
   }
   std::string Target(const std::string& name, int port) const {
     return absl::StrCat("dns://127.0.0.1:", dns_.port(), "/", name, ":", port);
@@ -241,7 +247,7 @@ TEST_F(DnsResolverTest, TheChannelFollowsAddressesAddedAndRemoved) {
   const int port = a.server.port();
   EchoServer b(absl::StrCat("127.0.0.2:", port));
   ASSERT_TRUE(b.status.ok()) << b.status;
-  dns_.SetHosts("127.0.0.1 svc.rdmarpc.test\n");
+  ASSERT_NO_FATAL_FAILURE(StartDns("127.0.0.1 svc.rdmarpc.test\n"));
   ChannelOptions options;
   options.resolver_refresh_interval = absl::Milliseconds(100);
   auto ch = CreateChannel(Target("svc.rdmarpc.test", port), options);
@@ -282,7 +288,7 @@ TEST_F(DnsResolverTest, ANameWithAAndAaaaRecordsReachesBothFamilies) {
   const int port = v4.server.port();
   EchoServer v6(absl::StrCat("[::1]:", port));
   ASSERT_TRUE(v6.status.ok()) << v6.status;
-  dns_.SetHosts("127.0.0.1 both.rdmarpc.test\n::1 both.rdmarpc.test\n");
+  ASSERT_NO_FATAL_FAILURE(StartDns("127.0.0.1 both.rdmarpc.test\n::1 both.rdmarpc.test\n"));
   auto ch = CreateChannel(Target("both.rdmarpc.test", port));
   ASSERT_TRUE(ch.ok()) << ch.status();
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(Call(ch->get()).ok()) << i;
@@ -291,7 +297,7 @@ TEST_F(DnsResolverTest, ANameWithAAndAaaaRecordsReachesBothFamilies) {
 }
 
 TEST_F(DnsResolverTest, AnUnknownNameFailsUnavailableNamingIt) {
-  dns_.SetHosts("127.0.0.1 known.rdmarpc.test\n");
+  ASSERT_NO_FATAL_FAILURE(StartDns("127.0.0.1 known.rdmarpc.test\n"));
   auto ch = CreateChannel(Target("unknown.rdmarpc.test", 7000));
   ASSERT_TRUE(ch.ok()) << ch.status();
   absl::Status s = Call(ch->get());
