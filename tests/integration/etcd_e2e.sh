@@ -23,9 +23,7 @@ command -v etcdctl >/dev/null || missing_tool "etcdctl is not installed (etcd-cl
 ETCD_PID=""
 stop_etcd() {
   [[ -n "$ETCD_PID" ]] || return 0
-  pkill -KILL -P "$ETCD_PID" 2>/dev/null
-  kill -KILL "$ETCD_PID" 2>/dev/null
-  wait "$ETCD_PID" 2>/dev/null
+  kill_tree "$ETCD_PID"
   ETCD_PID=""
 }
 CLEANUP_HOOKS+=('stop_etcd')
@@ -64,10 +62,7 @@ PIDS=()
 ADDRS=()
 stop_servers() {
   local p
-  for p in "${PIDS[@]+"${PIDS[@]}"}"; do
-    pkill -KILL -P "$p" 2>/dev/null
-    kill -KILL "$p" 2>/dev/null
-  done
+  for p in "${PIDS[@]+"${PIDS[@]}"}"; do kill_tree "$p"; done
 }
 CLEANUP_HOOKS+=('stop_servers')
 for i in 0 1 2; do

@@ -20,13 +20,17 @@ CLEANUP_HOOKS=()
 # host with a real NIC still runs the counters these tests check.
 export RDMARPC_PROVIDER="${RDMARPC_PROVIDER:-soft}"
 
-# SERVER_PID is timeout(1)'s: SIGKILL reaches only it, so kill the server
-# it runs first, or the server is left behind, orphaned.
-kill_server_tree() {
-  pkill -KILL -P "$SERVER_PID" 2>/dev/null
-  kill -KILL "$SERVER_PID" 2>/dev/null
-  wait "$SERVER_PID" 2>/dev/null
+# kill_tree PID: SIGKILL to PID's children, then to PID, and reap it. Every
+# process a test starts runs under timeout(1), and SIGKILL reaches only the
+# process it is sent to: the program timeout(1) runs would be left behind,
+# orphaned.
+kill_tree() {
+  pkill -KILL -P "$1" 2>/dev/null
+  kill -KILL "$1" 2>/dev/null
+  wait "$1" 2>/dev/null
 }
+
+kill_server_tree() { kill_tree "$SERVER_PID"; }
 
 _cleanup() {
   local status=$?

@@ -43,9 +43,7 @@ PROM=""
 # PROM_PID is timeout(1)'s: kill prometheus under it too.
 stop_prometheus() {
   [[ -n "$PROM_PID" ]] || return 0
-  pkill -KILL -P "$PROM_PID" 2>/dev/null
-  kill -KILL "$PROM_PID" 2>/dev/null
-  wait "$PROM_PID" 2>/dev/null
+  kill_tree "$PROM_PID"
   PROM_PID=""
 }
 CLEANUP_HOOKS+=('stop_prometheus')
