@@ -39,6 +39,11 @@ Vars MethodVars(const ServiceModel& service, const MethodModel& method, size_t i
   vars["timeout_ms"] = std::to_string(method.default_timeout_ms);
   vars["timeout_source"] = method.default_timeout_source;
   vars["run_inline_source"] = method.run_inline_source;
+  // The IDL's retry or hedging policy, passed to the runtime with each call.
+  vars["config_arg"] = method.method_config_json.empty()
+                           ? ""
+                           : ",\n      " + ("k" + service.name + "MethodNames") + "Config" +
+                                 std::to_string(index) + "()";
   // "stream " before a streamed type in the comments that quote the .proto.
   const bool client_streams =
       method.kind == MethodKind::kClientStreaming || method.kind == MethodKind::kBidiStreaming;
@@ -745,6 +750,28 @@ void PrintMethodNameTable(const ServiceModel& service, Printer* printer) {
     printer->Print("    \"$name$\",\n", "name", method.full_name);
   }
   printer->Print("};\n");
+  for (size_t i = 0; i < service.methods.size(); ++i) {
+    const MethodModel& method = service.methods[i];
+    if (method.method_config_json.empty()) continue;
+    Vars vars = MethodVars(service, method, i);
+    // A C++ string literal: the JSON holds only ASCII (checked names,
+    // numbers), so escaping quotes and backslashes suffices.
+    std::string literal;
+    for (char c : method.method_config_json) {
+      if (c == '"' || c == '\\') literal += '\\';
+      literal += c;
+    }
+    vars["json"] = literal;
+    vars["config_source"] = method.method_config_source;
+    printer->Print(vars,
+                   "\n"
+                   "// $method_full_name$'s policy, from $config_source$ (rdmarpc/options.proto).\n"
+                   "const ::rdmarpc::internal::MethodConfig* $method_names$Config$index$() {\n"
+                   "  static const ::rdmarpc::internal::MethodConfig* const config =\n"
+                   "      ::rdmarpc::internal::IdlMethodConfig(\"$json$\");\n"
+                   "  return config;\n"
+                   "}\n");
+  }
 }
 
 // The line of S::Service::Service() that registers `method`'s handler.
@@ -957,7 +984,7 @@ void PrintSourceClientMethod(const ServiceModel& service, const MethodModel& met
       PrintDefaultDeadline(method, vars, printer);
       printer->Print(vars,
                      "  return ::rdmarpc::internal::BlockingUnaryCall(\n"
-                     "      channel_.get(), $method_names$[$index$], context, request, response);\n"
+                     "      channel_.get(), $method_names$[$index$], context, request, response$config_arg$);\n"
                      "}\n");
       break;
     case MethodKind::kServerStreaming:
@@ -1018,7 +1045,7 @@ void PrintSourceClientMethodAsync(const ServiceModel& service, const MethodModel
       printer->Print(vars,
                      "  ::rdmarpc::internal::AsyncUnaryCall(\n"
                      "      channel_, $method_names$[$index$], context, request, response,\n"
-                     "      ::std::move(done));\n"
+                     "      ::std::move(done)$config_arg$);\n"
                      "}\n");
       break;
     case MethodKind::kServerStreaming:
@@ -1041,7 +1068,7 @@ void PrintSourceClientMethodReactor(const ServiceModel& service, const MethodMod
     case MethodKind::kUnary:
       printer->Print(vars,
                      "  ::rdmarpc::internal::ClientReactorAccess::BindUnary(\n"
-                     "      reactor, channel_, $method_names$[$index$], context, request, response);\n");
+                     "      reactor, channel_, $method_names$[$index$], context, request, response$config_arg$);\n");
       break;
     case MethodKind::kServerStreaming:
       printer->Print(vars,

@@ -31,6 +31,11 @@ bool RdmarpcGenerator::Generate(const google::protobuf::FileDescriptor* file,
     return false;
   }
 
+  if (std::string problem = CheckCallPolicies(file); !problem.empty()) {
+    *error = problem;
+    return false;
+  }
+
   if (file->service_count() > 0 && file->options().cc_generic_services()) {
     *error = "option cc_generic_services = true makes protoc's C++ generator emit a class "
              "for each service, which would clash with rdmarpc's class " +

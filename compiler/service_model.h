@@ -58,6 +58,13 @@ struct MethodModel {
   // "(rdmarpc.service)"); empty when the method sets none and the service's
   // is false or does not apply (streaming methods).
   std::string run_inline_source;
+  // The method's retry or hedging policy as one gRPC methodConfig object
+  // without "name" ({"retryPolicy": {...}}), for the Stub to hand the
+  // runtime (IdlMethodConfig); empty when it has none. From
+  // (rdmarpc.method).retry_policy / hedging_policy, else the service's.
+  // Unary methods only.
+  std::string method_config_json;
+  std::string method_config_source;  // "(rdmarpc.method)" or "(rdmarpc.service)"
   std::vector<std::string> comment_lines;  // leading comments in the .proto
 };
 
@@ -77,6 +84,15 @@ struct ServiceModel {
 // rejected before (FindInlineStreamingMethod); it would be modelled as
 // running on the handler pool.
 ServiceModel BuildServiceModel(const google::protobuf::ServiceDescriptor* service);
+
+// Checks the retry and hedging options of every service and method in
+// `file` against gRPC's rules (gRFC A6): at most one policy per method or
+// service, none on a streaming method, max_attempts >= 2, backoffs and the
+// multiplier > 0, at least one retryable code, every code a gRPC code name.
+// Returns the first problem, naming the option and its value ("a.b.S.Get:
+// (rdmarpc.method).retry_policy.max_attempts is 1; must be 2 or more"), or
+// an empty string.
+std::string CheckCallPolicies(const google::protobuf::FileDescriptor* file);
 
 // Returns the first client-, server- or bidi-streaming method in `file` that
 // sets (rdmarpc.method).run_inline = true, or nullptr when there is none.

@@ -36,14 +36,16 @@ absl::Status Loopback(absl::string_view method, const google::protobuf::MessageL
 absl::Status BlockingUnaryCall(Channel* /*channel*/, absl::string_view method,
                                ClientContext* /*context*/,
                                const google::protobuf::MessageLite& request,
-                               google::protobuf::MessageLite* response) {
+                               google::protobuf::MessageLite* response,
+                               const MethodConfig* /*idl_config*/) {
   return Loopback(method, request, response);
 }
 
 void AsyncUnaryCall(Channel* /*channel*/, absl::string_view method, ClientContext* /*context*/,
                     const google::protobuf::MessageLite& request,
                     google::protobuf::MessageLite* response,
-                    absl::AnyInvocable<void(absl::Status) &&> done) {
+                    absl::AnyInvocable<void(absl::Status) &&> done,
+                    const MethodConfig* /*idl_config*/) {
   std::move(done)(Loopback(method, request, response));
 }
 

@@ -47,6 +47,10 @@ DEFINE_bool(async, false,
             "instead of one thread per call making blocking calls");
 DEFINE_int64(deadline_ms, 0, "Deadline of each call in milliseconds; 0 = none");
 DEFINE_uint32(server_delay_ms, 0, "Ask the server to sleep this long per call, in ms");
+DEFINE_string(service_config, "",
+              "gRPC service config JSON for the channel: per-method retryPolicy or "
+              "hedgingPolicy, retryThrottling, loadBalancingConfig (see the README, "
+              "\"Retries and hedging\")");
 DEFINE_int64(connect_timeout_ms, 3000,
              "Time allowed to set up a connection, in ms; a stopped server "
              "must be reported well within the deadline scripts allow");
@@ -283,6 +287,7 @@ int main(int argc, char** argv) {
 
   rdmarpc::ChannelOptions options;
   options.connect_timeout = absl::Milliseconds(FLAGS_connect_timeout_ms);
+  options.service_config_json = FLAGS_service_config;
   // Room for the largest payload plus the protobuf framing around it.
   options.max_message_bytes = std::max<size_t>(options.max_message_bytes,
                                                FLAGS_payload_bytes + 4096);

@@ -2,6 +2,7 @@
 #include "rdmarpc/channel.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/random/distributions.h"
@@ -15,6 +16,7 @@
 #include "runtime/rpc/channel_impl.h"
 #include "runtime/rpc/metadata.h"
 #include "runtime/rpc/resolver_registry.h"
+#include "runtime/rpc/retrying_call.h"
 #include "runtime/rpc/status_payloads.h"
 #include "runtime/transport/log_limiter.h"
 
@@ -130,7 +132,12 @@ void ClientCall::OnCancelRequested() {
 
 void ClientCall::Deliver(absl::Status status) {
   if (park_id != 0) channel->Unpark(loop, std::exchange(park_id, 0));
-  if (pool != nullptr) std::exchange(pool, nullptr)->CallEnded();
+  if (pool != nullptr) {
+    if (OutlierDetector* od = channel->outlier_detector(); od != nullptr) {
+      od->Record(pool, status.code(), absl::Now() - started_at);
+    }
+    std::exchange(pool, nullptr)->CallEnded();
+  }
   if (timer != 0 && loop != nullptr) loop->CancelTimer(timer);
   if (waiter != nullptr) {
     CallWaiter* w = waiter;
@@ -191,17 +198,37 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
         "ChannelOptions: connect_timeout ", absl::FormatDuration(options.connect_timeout),
         " (> 0)"));
   }
+  std::shared_ptr<const ServiceConfig> service_config;
+  if (!options.service_config_json.empty()) {
+    absl::StatusOr<std::shared_ptr<const ServiceConfig>> parsed =
+        ServiceConfig::Parse(options.service_config_json);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ChannelOptions: service_config_json: ", parsed.status().message()));
+    }
+    service_config = std::move(*parsed);
+  }
+  // The channel's own choice wins; else the service config's.
+  std::string lb_name = options.load_balancing_policy;
+  if (lb_name.empty()) {
+    lb_name = service_config != nullptr && !service_config->load_balancing_policy().empty()
+                  ? service_config->load_balancing_policy()
+                  : "round_robin";
+  }
   LbPolicy policy;
-  if (options.load_balancing_policy == "round_robin") {
+  if (lb_name == "round_robin") {
     policy = LbPolicy::kRoundRobin;
-  } else if (options.load_balancing_policy == "pick_first") {
+  } else if (lb_name == "pick_first") {
     policy = LbPolicy::kPickFirst;
-  } else if (options.load_balancing_policy == "least_request") {
+  } else if (lb_name == "least_request") {
     policy = LbPolicy::kLeastRequest;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "ChannelOptions: load_balancing_policy \"", options.load_balancing_policy,
         "\" is not round_robin, pick_first or least_request"));
+  }
+  if (options.outlier_detection.enabled) {
+    if (absl::Status s = ValidateOutlierDetection(options.outlier_detection); !s.ok()) return s;
   }
   if (options.resolver_refresh_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -211,6 +238,10 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
   ChooseProvider();
   std::unique_ptr<ChannelImpl> impl(new ChannelImpl(std::string(target), options));
   impl->lb_policy_ = policy;
+  impl->service_config_ = std::move(service_config);
+  if (impl->service_config_ != nullptr && impl->service_config_->throttle().has_value()) {
+    impl->throttle_ = std::make_unique<RetryThrottle>(*impl->service_config_->throttle());
+  }
   // Client large buffers are cached up to 4 × max message, unbounded in use.
   impl->device_ = std::make_unique<DeviceResources>(0, 256u << 20);
   std::vector<EventLoop*> loops;
@@ -233,6 +264,12 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
   impl->loop_ptrs_ = loops;
   impl->connection_options_ = copts;
   impl->parking_.resize(loops.size());
+  impl->retrying_.resize(loops.size());
+  if (options.outlier_detection.enabled) {
+    ChannelImpl* raw = impl.get();
+    impl->outlier_ = std::make_unique<OutlierDetector>(
+        std::string(target), options.outlier_detection, [raw] { return raw->CurrentPools(); });
+  }
   if (factory == nullptr) {
     for (const ResolvedAddress& a : servers) {
       impl->pools_.push_back(impl->MakePool(a.addr, a.name));
@@ -241,6 +278,8 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
       if (servers.size() > 1) impl->pools_.back()->EnableBackgroundReconnect();
       impl->static_pools_.push_back(impl->pools_.back().get());
     }
+    // Its looks read static_pools_: only once it is complete.
+    if (impl->outlier_ != nullptr) impl->outlier_->Start(loops[0]);
     return impl;
   }
   impl->resolver_handler_ = std::make_unique<ResolverHandler>(impl.get());
@@ -250,6 +289,7 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
   args.listener = impl->resolver_handler_.get();
   absl::StatusOr<std::unique_ptr<Resolver>> resolver = factory->Create(args);
   if (!resolver.ok()) return resolver.status();
+  if (impl->outlier_ != nullptr) impl->outlier_->Start(loops[0]);
   absl::MutexLock lock(&impl->mu_);
   impl->resolver_ = std::move(*resolver);
   return impl;
@@ -432,7 +472,7 @@ bool ChannelImpl::RetryElsewhere(ClientCall* call, OutgoingRequest& request) {
         resolver_handler_ == nullptr ? static_pools_ : active_;
     for (size_t i = 0; i < pools.size(); ++i) {
       ConnectionPool* p = pools[(start + i) % pools.size()];
-      if (p != call->pool && !p->failing()) {
+      if (p != call->pool && p->available()) {
         pool = p;
         break;
       }
@@ -507,6 +547,12 @@ ChannelImpl::~ChannelImpl() {
     EventLoop* loop = loops_[i].get();
     loops_[i]->Stop([this, loop, i, &destroyed] {
       if (i < parking_.size()) ResumeParked(i, &destroyed);
+      if (i < retrying_.size()) {
+        // Each may end (and leave the list) here or when its attempts,
+        // failed just below, are in.
+        std::vector<RetryingCall*> calls(retrying_[i].begin(), retrying_[i].end());
+        for (RetryingCall* c : calls) c->OnChannelClosing();
+      }
       for (auto& pool : pools_) {
         pool->CloseConnectionsOf(
             loop, absl::CancelledError(absl::StrCat("channel to ", target_, " destroyed")));
@@ -514,35 +560,49 @@ ChannelImpl::~ChannelImpl() {
     });
   }
   loops_.clear();
+  outlier_.reset();  // before the pools it looks at
   pools_.clear();
   device_.reset();
 }
 
-// Among the servers whose connections are not failing (all of them when
-// every one is: the call then tries its pick), as the policy says.
+std::vector<ConnectionPool*> ChannelImpl::CurrentPools() {
+  if (resolver_handler_ == nullptr) return static_pools_;
+  absl::MutexLock lock(&mu_);
+  return active_;
+}
+
+// Among the available servers (connections not failing, not ejected by
+// outlier detection; all of them when none is: the call then tries its
+// pick), as the policy says.
 ConnectionPool* ChannelImpl::PickFrom(const std::vector<ConnectionPool*>& pools,
                                       uint32_t start) const {
   const size_t n = pools.size();
   if (lb_policy_ == LbPolicy::kPickFirst) {
     for (ConnectionPool* p : pools) {
-      if (!p->failing()) return p;
+      if (p->available()) return p;
     }
     return pools[start % n];
   }
   if (lb_policy_ == LbPolicy::kLeastRequest && n > 1) {
-    // Two distinct servers at random; the less loaded of those not failing.
+    // Two distinct servers at random; the less loaded of those available.
     thread_local absl::InsecureBitGen gen;
     const size_t i = absl::Uniform<size_t>(gen, 0, n);
     size_t j = absl::Uniform<size_t>(gen, 0, n - 1);
     if (j >= i) ++j;
     ConnectionPool* a = pools[i];
     ConnectionPool* b = pools[j];
-    if (!a->failing() && !b->failing()) return b->outstanding() < a->outstanding() ? b : a;
-    if (!a->failing()) return a;
-    if (!b->failing()) return b;
-    // Both failing: round robin's search below.
+    if (a->available() && b->available()) return b->outstanding() < a->outstanding() ? b : a;
+    if (a->available()) return a;
+    if (b->available()) return b;
+    // Neither available: round robin's search below.
   }
   ConnectionPool* pool = pools[start % n];
+  for (size_t i = 0; i < n && !pool->available(); ++i) {
+    ConnectionPool* next = pools[(start + 1 + i) % n];
+    if (next->available()) pool = next;
+  }
+  // None available: an ejected server that still connects beats a failing
+  // one.
   for (size_t i = 0; i < n && pool->failing(); ++i) {
     ConnectionPool* next = pools[(start + 1 + i) % n];
     if (!next->failing()) pool = next;
@@ -576,6 +636,52 @@ ChannelImpl::Route ChannelImpl::PickRouteOn(EventLoop* loop) {
   }
   const int slot = pool->PickSlotOn(loop);
   return Route{pool, slot, loop, &pool->name()};
+}
+
+ChannelImpl::Route ChannelImpl::PickAttemptRoute(EventLoop* loop,
+                                                 const std::vector<const ConnectionPool*>& avoid) {
+  const uint32_t start = next_server_.fetch_add(1, std::memory_order_relaxed);
+  ConnectionPool* pool;
+  {
+    std::optional<absl::MutexLock> lock;
+    if (resolver_handler_ != nullptr) lock.emplace(&mu_);
+    const std::vector<ConnectionPool*>& pools =
+        resolver_handler_ == nullptr ? static_pools_ : active_;
+    if (pools.empty()) return Route{nullptr, -1, loop, &target_};
+    std::vector<ConnectionPool*> fresh;
+    if (!avoid.empty()) {
+      for (ConnectionPool* p : pools) {
+        if (p->available() && std::find(avoid.begin(), avoid.end(), p) == avoid.end()) {
+          fresh.push_back(p);
+        }
+      }
+    }
+    pool = fresh.empty() ? PickFrom(pools, start) : PickFrom(fresh, start);
+  }
+  int slot = pool->PickSlotOn(loop);
+  if (slot < 0) slot = pool->PickSlot();
+  return Route{pool, slot, pool->loop_of(slot), &pool->name()};
+}
+
+void ChannelImpl::StartAttempt(ClientCall* call, const Route& route, EventLoop* home) {
+  call->channel = this;
+  call->loop = route.loop;
+  call->peer = route.peer;
+  if (route.loop == home) {
+    StartOnLoop(call, route.pool, route.slot);
+  } else {
+    route.loop->Post([this, call, route] { StartOnLoop(call, route.pool, route.slot); });
+  }
+}
+
+std::list<RetryingCall*>::iterator ChannelImpl::RegisterRetrying(EventLoop* loop,
+                                                                 RetryingCall* call) {
+  std::list<RetryingCall*>& calls = retrying_[LoopIndex(loop)];
+  return calls.insert(calls.end(), call);
+}
+
+void ChannelImpl::UnregisterRetrying(EventLoop* loop, std::list<RetryingCall*>::iterator it) {
+  retrying_[LoopIndex(loop)].erase(it);
 }
 
 ChannelImpl::Route ChannelImpl::PickRoute(ClientCall* call) {
@@ -643,6 +749,7 @@ void ChannelImpl::StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot) 
   }
   call->conn = *conn;
   call->pool = pool;
+  call->started_at = now;
   pool->CallStarted();
   if (call->deadline != absl::InfiniteFuture()) {
     call->timer = call->loop->AddTimer(call->deadline, [call] {

@@ -3,6 +3,7 @@
 #ifndef RDMARPC_RUNTIME_RPC_CHANNEL_IMPL_H_
 #define RDMARPC_RUNTIME_RPC_CHANNEL_IMPL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <list>
 #include <memory>
@@ -20,6 +21,8 @@
 #include "rdmarpc/resolver.h"
 #include "runtime/rpc/call_waiter.h"
 #include "runtime/rpc/context_access.h"
+#include "runtime/rpc/outlier_detection.h"
+#include "runtime/rpc/service_config.h"
 #include "runtime/transport/event_loop.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/connection_pool.h"
@@ -29,6 +32,7 @@ namespace rdmarpc {
 namespace internal {
 
 class ChannelImpl;
+class RetryingCall;
 
 // One unary call in flight. Touched only by the loop's poller holder
 // after Start. Asynchronous: heap-allocated, owned by itself once started,
@@ -66,6 +70,7 @@ class ClientCall final : public ResponseSink, public CallCanceller {
   uint32_t handle = 0;
   EventLoop::TimerId timer = 0;
   const std::string* peer = nullptr;  // the pool's name; outlives the call
+  absl::Time started_at;  // when it went to its connection (outlier detection)
 
   // The context's cancellation is bound (ClientContextAccess::Bind).
   bool bound = false;
@@ -177,6 +182,42 @@ class ChannelImpl {
   // kMaxTransparentRetries times. False: the caller ends it.
   bool RetryElsewhere(ClientCall* call, OutgoingRequest& request);
   static constexpr int kMaxTransparentRetries = 3;
+  // --- retries and hedging (retrying_call.h) ---
+  // The policies for `method`: the channel's service config entry, else
+  // `idl` (the generated Stub's, from the IDL; may be nullptr); nullptr
+  // when neither names the method or retries are off and no timeout is set.
+  const MethodConfig* MethodConfigFor(absl::string_view method, const MethodConfig* idl) const {
+    if (service_config_ != nullptr) {
+      if (const MethodConfig* c = service_config_->Find(method); c != nullptr) return c;
+    }
+    return idl;
+  }
+  // The loop a retrying call runs on: in turn, among the loops every pool
+  // has a slot on (a pool's slot i is on loop i mod loops). Leaves the
+  // servers' round robin alone.
+  EventLoop* PickHomeLoop() {
+    size_t n = loop_ptrs_.size();
+    if (resolver_handler_ == nullptr) n = std::min(n, static_cast<size_t>(options_.pool_size));
+    return loop_ptrs_[next_home_.fetch_add(1, std::memory_order_relaxed) % n];
+  }
+  // Loop thread of `loop`: where an attempt goes: a server not in `avoid`
+  // and not failing when there is one (else as PickRoute would choose), a
+  // slot on `loop` when the pool has one. pool nullptr: no address yet.
+  Route PickAttemptRoute(EventLoop* loop, const std::vector<const ConnectionPool*>& avoid);
+  // Loop thread of `home`: starts the attempt `call` on `route` (posted to
+  // the route's loop when that is another).
+  void StartAttempt(ClientCall* call, const Route& route, EventLoop* home);
+  // Loop thread of `loop`: the retrying calls living on it, which the
+  // destructor ends (RetryingCall::OnChannelClosing).
+  std::list<RetryingCall*>::iterator RegisterRetrying(EventLoop* loop, RetryingCall* call);
+  void UnregisterRetrying(EventLoop* loop, std::list<RetryingCall*>::iterator it);
+  // The retry throttle of the service config's retryThrottling; nullptr
+  // when it sets none.
+  RetryThrottle* throttle() const { return throttle_.get(); }
+  bool destroying() const { return destroying_.load(std::memory_order_acquire); }
+  // ChannelOptions::outlier_detection's, when enabled; else nullptr.
+  OutlierDetector* outlier_detector() const { return outlier_.get(); }
+
   bool OnLoopThread() const {
     for (const auto& loop : loops_) {
       if (loop->InLoopThread()) return true;
@@ -229,6 +270,7 @@ class ChannelImpl {
   std::vector<std::unique_ptr<ConnectionPool>> pools_;
   std::vector<ConnectionPool*> static_pools_;  // static target: pools_, as pointers
   std::atomic<uint32_t> next_server_{0};
+  std::atomic<uint32_t> next_home_{0};
   // Addresses from a resolver (nullptr: a static target).
   std::unique_ptr<ResolverHandler> resolver_handler_;
   std::unique_ptr<Resolver> resolver_;
@@ -239,6 +281,13 @@ class ChannelImpl {
   // The resolver's last error while there was no address; OK otherwise.
   absl::Status resolver_error_ ABSL_GUARDED_BY(mu_);
   std::vector<Parking> parking_;  // by loop index
+  // ChannelOptions::service_config_json, parsed (nullptr when empty).
+  std::shared_ptr<const ServiceConfig> service_config_;
+  std::unique_ptr<RetryThrottle> throttle_;
+  std::vector<std::list<RetryingCall*>> retrying_;  // by loop index
+  std::unique_ptr<OutlierDetector> outlier_;
+  // The servers now: static_pools_, or a copy of active_ (taken under mu_).
+  std::vector<ConnectionPool*> CurrentPools();
 };
 
 }  // namespace internal

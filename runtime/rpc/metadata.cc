@@ -42,7 +42,8 @@ size_t MetadataBytes(const Metadata& md) {
   return n;
 }
 
-absl::Status ValidateMetadata(const Metadata& md, size_t limit, absl::string_view what) {
+absl::Status ValidateMetadata(const Metadata& md, size_t limit, absl::string_view what,
+                              bool allow_pushback) {
   for (const auto& [key, value] : md) {
     if (key.empty()) return absl::InternalError(absl::StrCat(what, " has an empty key"));
     for (char c : key) {
@@ -52,7 +53,7 @@ absl::Status ValidateMetadata(const Metadata& md, size_t limit, absl::string_vie
                                                 "'-', '_' and '.'"));
       }
     }
-    if (absl::StartsWith(key, "grpc-")) {
+    if (absl::StartsWith(key, "grpc-") && !(allow_pushback && key == "grpc-retry-pushback-ms")) {
       return absl::InternalError(
           absl::StrCat(what, " key \"", key, "\" uses the reserved prefix grpc-"));
     }

@@ -30,8 +30,11 @@ using Metadata = std::multimap<std::string, std::string>;
 size_t MetadataBytes(const Metadata& md);
 // OK, or INTERNAL naming the first bad key or value, or RESOURCE_EXHAUSTED
 // when `md` holds more than `limit` bytes (naming both). `what` names the
-// list in messages ("client metadata").
-absl::Status ValidateMetadata(const Metadata& md, size_t limit, absl::string_view what);
+// list in messages ("client metadata"). `allow_pushback`: the one reserved
+// key a server may set in its trailing metadata, "grpc-retry-pushback-ms"
+// (gRFC A6 pushback), passes.
+absl::Status ValidateMetadata(const Metadata& md, size_t limit, absl::string_view what,
+                              bool allow_pushback = false);
 
 std::string EncodeMetadata(const Metadata& md);
 // Adds the entries encoded in `bytes` to `*md`; false when malformed.

@@ -16,6 +16,8 @@
 #include "absl/synchronization/mutex.h"
 #include "rdmarpc/metrics.h"
 #include "runtime/rpc/interceptor_chain.h"
+#include "runtime/rpc/outlier_detection.h"
+#include "runtime/rpc/retrying_call.h"
 #include "runtime/transport/buffer_pool.h"
 #include "runtime/transport/device.h"
 #include "runtime/transport/engine_stats.h"
@@ -351,6 +353,38 @@ void RenderTransportMetrics(std::string* out) {
   Family(out, "rdmarpc_engines", "gauge",
          "Completion engines (server workers and channel loops) running now.",
          Sample("rdmarpc_engines", "", t.engines));
+
+  const RetryCounters& rc = GetRetryCounters();
+  Family(out, "rdmarpc_client_retry_attempts_total", "counter",
+         "Attempts of unary calls after their first, under a retry policy (kind=retry) or a "
+         "hedging policy (kind=hedge).",
+         Sample("rdmarpc_client_retry_attempts_total", "kind=\"retry\"",
+                static_cast<int64_t>(rc.retries.load(std::memory_order_relaxed))) +
+             Sample("rdmarpc_client_retry_attempts_total", "kind=\"hedge\"",
+                    static_cast<int64_t>(rc.hedges.load(std::memory_order_relaxed))));
+
+  // Outlier detection, per channel and server.
+  std::string ejected, ejections;
+  ForEachOutlierDetector([&](OutlierDetector* d) {
+    for (const OutlierDetector::ServerState& st : d->Snapshot()) {
+      const std::string labels = absl::StrCat("target=\"", EscapeLabel(d->target()),
+                                              "\",server=\"", EscapeLabel(st.server), "\"");
+      ejected += Sample("rdmarpc_outlier_ejected", labels, st.ejected ? 1 : 0);
+      for (const auto& [reason, n] : st.ejections) {
+        ejections += Sample("rdmarpc_outlier_ejections_total",
+                            absl::StrCat(labels, ",reason=\"", reason, "\""),
+                            static_cast<int64_t>(n));
+      }
+    }
+  });
+  if (!ejected.empty()) {
+    Family(out, "rdmarpc_outlier_ejected", "gauge",
+           "1 while outlier detection keeps the server out of the channel's rotation.", ejected);
+  }
+  if (!ejections.empty()) {
+    Family(out, "rdmarpc_outlier_ejections_total", "counter",
+           "Times outlier detection took the server out of rotation, by rule.", ejections);
+  }
 }
 
 // The registry entry of (side, full_name), made on first use.

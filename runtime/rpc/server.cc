@@ -394,7 +394,10 @@ std::string EncodeHandlerMetadata(const Metadata& initial, const Metadata& trail
                                   absl::Status* status) {
   if (initial.empty() && trailing.empty()) return std::string();
   absl::Status md = ValidateMetadata(initial, ~size_t{0}, "server initial metadata");
-  if (md.ok()) md = ValidateMetadata(trailing, ~size_t{0}, "server trailing metadata");
+  if (md.ok()) {
+    md = ValidateMetadata(trailing, ~size_t{0}, "server trailing metadata",
+                          /*allow_pushback=*/true);
+  }
   if (!md.ok()) {
     *status = std::move(md);
     return std::string();

@@ -1,11 +1,16 @@
 // unary_call.cc: BlockingUnaryCall and AsyncUnaryCall.
 #include "rdmarpc/impl/unary_call.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "glog/logging.h"
 #include "runtime/rpc/channel_impl.h"
 #include "runtime/rpc/interceptor_chain.h"
 #include "runtime/rpc/metadata.h"
+#include "runtime/rpc/retrying_call.h"
+#include "runtime/rpc/service_config.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -33,6 +38,29 @@ absl::Status CheckCall(const ChannelImpl* impl, absl::string_view method, size_t
     return ValidateMetadata(md, impl->options().max_metadata_bytes, "client metadata");
   }
   return absl::OkStatus();
+}
+
+// The retry or hedging policy the call runs under (nullptr: none, retries
+// are off, or the `size`-byte request is over per_rpc_retry_buffer_bytes),
+// and its deadline lowered to the config's timeout when it sets one.
+const MethodConfig* PolicyFor(const ChannelImpl* impl, absl::string_view method, size_t size,
+                              const MethodConfig* idl, absl::Time* deadline) {
+  const MethodConfig* c = impl->MethodConfigFor(method, idl);
+  if (c == nullptr) return nullptr;
+  if (c->timeout != absl::InfiniteDuration()) {
+    *deadline = std::min(*deadline, absl::Now() + c->timeout);
+  }
+  if (!impl->options().enable_retries || size > impl->options().per_rpc_retry_buffer_bytes ||
+      (!c->retry.has_value() && !c->hedging.has_value())) {
+    return nullptr;
+  }
+  return c;
+}
+
+std::string Serialize(const google::protobuf::MessageLite& request, size_t size) {
+  std::string payload(size, '\0');
+  if (size > 0) request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(payload.data()));
+  return payload;
 }
 
 // A request that will go by rendezvous is serialised straight into
@@ -70,17 +98,21 @@ void RunUnaryReceiveHooks(InterceptorChain* chain, ClientContext* context,
 absl::Status PlainBlockingUnaryCall(ChannelImpl* impl, absl::string_view method,
                                     ClientContext* context,
                                     const google::protobuf::MessageLite& request,
-                                    google::protobuf::MessageLite* response);
+                                    google::protobuf::MessageLite* response,
+                                    const MethodConfig* idl_config);
 
 // A blocking call on a channel with interceptors: the hooks around the
 // plain call, all on the caller's thread.
 absl::Status InterceptedBlockingUnaryCall(Channel* channel, ChannelImpl* impl,
                                           absl::string_view method, ClientContext* context,
                                           const google::protobuf::MessageLite& request,
-                                          google::protobuf::MessageLite* response) {
+                                          google::protobuf::MessageLite* response,
+                                          const MethodConfig* idl_config) {
   std::unique_ptr<InterceptorChain> chain = InterceptorChain::ForClient(
       impl->options().interceptor_creators, channel, method, RpcKind::kUnary, context);
-  if (chain == nullptr) return PlainBlockingUnaryCall(impl, method, context, request, response);
+  if (chain == nullptr) {
+    return PlainBlockingUnaryCall(impl, method, context, request, response, idl_config);
+  }
   absl::Status status =
       chain->ClientSendInitialMetadata(ClientContextAccess::MutableMetadata(context));
   if (!status.ok()) {
@@ -88,7 +120,7 @@ absl::Status InterceptedBlockingUnaryCall(Channel* channel, ChannelImpl* impl,
     return status;
   }
   chain->ClientSendMessage(request, request.ByteSizeLong());
-  status = PlainBlockingUnaryCall(impl, method, context, request, response);
+  status = PlainBlockingUnaryCall(impl, method, context, request, response, idl_config);
   RunUnaryReceiveHooks(chain.get(), context, response, &status);
   return status;
 }
@@ -100,7 +132,8 @@ namespace {
 void StartAsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* context,
                          const google::protobuf::MessageLite& request,
                          google::protobuf::MessageLite* response,
-                         absl::AnyInvocable<void(absl::Status) &&> done, bool refuse_inline) {
+                         absl::AnyInvocable<void(absl::Status) &&> done, bool refuse_inline,
+                         const MethodConfig* idl_config) {
   ChannelImpl* impl = ChannelAccess::Impl(channel);
   if (!impl->options().interceptor_creators.empty()) {
     std::unique_ptr<InterceptorChain> chain = InterceptorChain::ForClient(
@@ -142,6 +175,14 @@ void StartAsyncUnaryCall(Channel* channel, absl::string_view method, ClientConte
     }
     return;
   }
+  absl::Time deadline = context->deadline();
+  if (const MethodConfig* policy = PolicyFor(impl, method, size, idl_config, &deadline);
+      policy != nullptr) {
+    RetryingCall::Start(impl, *policy, method, Serialize(request, size),
+                        ClientContextAccess::Metadata(context), context, response, deadline,
+                        std::move(done));
+    return;
+  }
   auto* call = new ClientCall;
   call->method_storage = std::string(method);
   call->method = call->method_storage;
@@ -155,7 +196,7 @@ void StartAsyncUnaryCall(Channel* channel, absl::string_view method, ClientConte
       request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(call->payload.data()));
     }
   }
-  call->deadline = context->deadline();
+  call->deadline = deadline;
   call->max_metadata_bytes = impl->options().max_metadata_bytes;
   call->response = response;
   call->context = context;
@@ -168,28 +209,39 @@ void StartAsyncUnaryCall(Channel* channel, absl::string_view method, ClientConte
 void AsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* context,
                     const google::protobuf::MessageLite& request,
                     google::protobuf::MessageLite* response,
-                    absl::AnyInvocable<void(absl::Status) &&> done) {
+                    absl::AnyInvocable<void(absl::Status) &&> done,
+                    const MethodConfig* idl_config) {
   StartAsyncUnaryCall(channel, method, context, request, response, std::move(done),
-                      /*refuse_inline=*/true);
+                      /*refuse_inline=*/true, idl_config);
 }
 
 void AsyncUnaryCallNeverInline(Channel* channel, absl::string_view method,
                                ClientContext* context,
                                const google::protobuf::MessageLite& request,
                                google::protobuf::MessageLite* response,
-                               absl::AnyInvocable<void(absl::Status) &&> done) {
+                               absl::AnyInvocable<void(absl::Status) &&> done,
+                               const MethodConfig* idl_config) {
   StartAsyncUnaryCall(channel, method, context, request, response, std::move(done),
-                      /*refuse_inline=*/false);
+                      /*refuse_inline=*/false, idl_config);
 }
 
 absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method, ClientContext* context,
                                const google::protobuf::MessageLite& request,
-                               google::protobuf::MessageLite* response) {
+                               google::protobuf::MessageLite* response,
+                               const MethodConfig* idl_config) {
   ChannelImpl* impl = ChannelAccess::Impl(channel);
   if (!impl->options().interceptor_creators.empty()) {
-    return InterceptedBlockingUnaryCall(channel, impl, method, context, request, response);
+    return InterceptedBlockingUnaryCall(channel, impl, method, context, request, response,
+                                        idl_config);
   }
-  return PlainBlockingUnaryCall(impl, method, context, request, response);
+  return PlainBlockingUnaryCall(impl, method, context, request, response, idl_config);
+}
+
+const MethodConfig* IdlMethodConfig(const char* json) {
+  absl::StatusOr<MethodConfig> config = ParseMethodConfig(json);
+  CHECK(config.ok()) << "generated method config does not parse: " << config.status() << ": "
+                     << json;
+  return new MethodConfig(*std::move(config));
 }
 
 namespace {
@@ -197,7 +249,8 @@ namespace {
 absl::Status PlainBlockingUnaryCall(ChannelImpl* impl, absl::string_view method,
                                     ClientContext* context,
                                     const google::protobuf::MessageLite& request,
-                                    google::protobuf::MessageLite* response) {
+                                    google::protobuf::MessageLite* response,
+                                    const MethodConfig* idl_config) {
   if (impl->OnLoopThread()) {
     // Inside a completion callback: this thread drives the loop that would
     // have to deliver the response, and the deadline timer runs here too.
@@ -207,6 +260,19 @@ absl::Status PlainBlockingUnaryCall(ChannelImpl* impl, absl::string_view method,
   }
   const size_t size = request.ByteSizeLong();
   if (absl::Status s = CheckCall(impl, method, size, context); !s.ok()) return s;
+  absl::Time deadline = context->deadline();
+  if (const MethodConfig* policy = PolicyFor(impl, method, size, idl_config, &deadline);
+      policy != nullptr) {
+    CallWaiter waiter;
+    absl::Status result;
+    RetryingCall::RunBlocking(impl, *policy, method, Serialize(request, size),
+                              ClientContextAccess::Metadata(context), context, response,
+                              deadline, &waiter, [&waiter, &result](absl::Status s) {
+                                result = std::move(s);
+                                waiter.Notify();
+                              });
+    return result;
+  }
   // Everything lives on this stack: no allocation for a small call. The
   // request is serialised straight into the registered send buffer when it
   // is posted (`request` outlives the call: we wait for it).
@@ -223,7 +289,7 @@ absl::Status PlainBlockingUnaryCall(ChannelImpl* impl, absl::string_view method,
     call.request_message = &request;
     call.request_size = size;
   }
-  call.deadline = context->deadline();
+  call.deadline = deadline;
   call.max_metadata_bytes = impl->options().max_metadata_bytes;
   call.response = response;
   call.context = context;

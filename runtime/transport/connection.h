@@ -67,7 +67,7 @@ struct ConnectionOptions {
   size_t recv_buffer_bytes = 8 * 1024;  // our receive buffers (advertised)
   int recv_depth = 64;                  // our receives (credits we grant)
   size_t max_message_bytes = 64 * 1024 * 1024;
-  absl::Duration connect_timeout = absl::Seconds(5);
+  absl::Duration connect_timeout = absl::Seconds(20);  // ChannelOptions's
   // Client: with calls in flight and nothing received for this long, probe
   // the server (keepalive.cc) so a silently dead one fails the calls with
   // UNAVAILABLE after the QP's transport timeout. Zero turns it off.

@@ -67,6 +67,38 @@ class ConnectionPool {
   void CallEnded() { outstanding_.fetch_sub(1, std::memory_order_relaxed); }
   int outstanding() const { return outstanding_.load(std::memory_order_relaxed); }
   EventLoop* loop_of(int slot) const { return slots_[slot]->loop; }
+
+  // --- outlier detection (runtime/rpc/outlier_detection.h) ---
+  // How the calls that ended since the last TakeOutcomes went. Any thread.
+  struct Outcomes {
+    uint64_t ok = 0;
+    uint64_t failed = 0;
+    uint64_t latency_ns = 0;  // summed over ok + failed
+  };
+  // Counts one ended call; returns the failures in a row now (0 after a
+  // success).
+  int RecordOutcome(bool failed, int64_t latency_ns) {
+    (failed ? outcome_failed_ : outcome_ok_).fetch_add(1, std::memory_order_relaxed);
+    outcome_latency_ns_.fetch_add(static_cast<uint64_t>(latency_ns), std::memory_order_relaxed);
+    if (!failed) {
+      consecutive_failures_.store(0, std::memory_order_relaxed);
+      return 0;
+    }
+    return consecutive_failures_.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+  Outcomes TakeOutcomes() {
+    Outcomes o;
+    o.ok = outcome_ok_.exchange(0, std::memory_order_relaxed);
+    o.failed = outcome_failed_.exchange(0, std::memory_order_relaxed);
+    o.latency_ns = outcome_latency_ns_.exchange(0, std::memory_order_relaxed);
+    return o;
+  }
+  void ResetConsecutiveFailures() { consecutive_failures_.store(0, std::memory_order_relaxed); }
+  // Taken out of rotation by the channel's outlier detection. Any thread.
+  bool ejected() const { return ejected_.load(std::memory_order_relaxed); }
+  void set_ejected(bool e) { ejected_.store(e, std::memory_order_relaxed); }
+  // Where a balancer may send calls: not failing and not ejected.
+  bool available() const { return !failing() && !ejected(); }
   // Loop thread of `slot`: its connection, connecting a new one when there
   // is none or it failed. Status says why a connection could not be started.
   absl::StatusOr<Connection*> Get(int slot);
@@ -121,6 +153,11 @@ class ConnectionPool {
   std::atomic<bool> retired_{false};
   std::atomic<int> outstanding_{0};
   std::atomic<int> failing_slots_{0};
+  std::atomic<uint64_t> outcome_ok_{0};
+  std::atomic<uint64_t> outcome_failed_{0};
+  std::atomic<uint64_t> outcome_latency_ns_{0};
+  std::atomic<int> consecutive_failures_{0};
+  std::atomic<bool> ejected_{false};
 };
 
 }  // namespace internal

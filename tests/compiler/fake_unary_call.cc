@@ -20,7 +20,8 @@ absl::Status& FakeStatus() {
 void Record(bool async, rdmarpc::Channel* channel, absl::string_view method,
             rdmarpc::ClientContext* context,
             const google::protobuf::MessageLite& request,
-            google::protobuf::MessageLite* response) {
+            google::protobuf::MessageLite* response,
+            const rdmarpc::internal::MethodConfig* idl_config) {
   RecordedCall& call = MutableLastCall();
   ++call.calls;
   call.async = async;
@@ -29,6 +30,9 @@ void Record(bool async, rdmarpc::Channel* channel, absl::string_view method,
   call.deadline = context->deadline();
   call.request = &request;
   call.response = response;
+  // IdlMethodConfig below hands out its JSON's address as the config.
+  call.idl_config_json =
+      idl_config == nullptr ? "" : *reinterpret_cast<const std::string*>(idl_config);
 }
 
 }  // namespace
@@ -45,21 +49,28 @@ void Reset(absl::Status status) {
 namespace rdmarpc {
 namespace internal {
 
-// The two entry points generated stubs call, defined here instead of in the
-// runtime library.
+// The entry points generated stubs call, defined here instead of in the
+// runtime library. The "config" is the JSON itself, never freed (as the
+// runtime's).
+const MethodConfig* IdlMethodConfig(const char* json) {
+  return reinterpret_cast<const MethodConfig*>(new std::string(json));
+}
+
 absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method,
                                ClientContext* context,
                                const google::protobuf::MessageLite& request,
-                               google::protobuf::MessageLite* response) {
-  fake_call::Record(false, channel, method, context, request, response);
+                               google::protobuf::MessageLite* response,
+                               const MethodConfig* idl_config) {
+  fake_call::Record(false, channel, method, context, request, response, idl_config);
   return fake_call::FakeStatus();
 }
 
 void AsyncUnaryCall(Channel* channel, absl::string_view method, ClientContext* context,
                     const google::protobuf::MessageLite& request,
                     google::protobuf::MessageLite* response,
-                    absl::AnyInvocable<void(absl::Status) &&> done) {
-  fake_call::Record(true, channel, method, context, request, response);
+                    absl::AnyInvocable<void(absl::Status) &&> done,
+                    const MethodConfig* idl_config) {
+  fake_call::Record(true, channel, method, context, request, response, idl_config);
   std::move(done)(fake_call::FakeStatus());
 }
 

@@ -22,6 +22,8 @@ struct RecordedCall {
   absl::Time deadline;  // context->deadline() when the call was made
   const google::protobuf::MessageLite* request = nullptr;
   google::protobuf::MessageLite* response = nullptr;
+  // The IDL policy the Stub passed (IdlMethodConfig's JSON); empty: none.
+  std::string idl_config_json;
 };
 
 // The last call made through the fake.

@@ -2,6 +2,7 @@
 // runtime: a call to a closed port fails with UNAVAILABLE, and a call to a
 // local server reaches the user's override. Built only when the target
 // `rdmarpc` exists. Loopback only.
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,7 +64,48 @@ class StoreImpl final : public Store::Service {
     response->set_text("deleted " + request.key());
     return absl::OkStatus();
   }
+  // UNAVAILABLE for the first `fail_first` calls (its IDL retry policy
+  // retries that code, three attempts in all).
+  absl::Status delete_(rdmarpc::ServerContext*, const golden::v1::Request& request,
+                       golden::v1::Response* response) override {
+    if (delete_calls.fetch_add(1) < fail_first) return absl::UnavailableError("not yet");
+    response->set_key(request.key());
+    return absl::OkStatus();
+  }
+  std::atomic<int> delete_calls{0};
+  int fail_first = 0;
 };
+
+TEST(GeneratedStubOnChannel, IdlRetryPolicyRetriesUpToItsMaxAttempts) {
+  StoreImpl impl;
+  rdmarpc::Server server;
+  ASSERT_TRUE(server.AddService(&impl).ok());
+  ASSERT_TRUE(server.Start("127.0.0.1:0").ok());
+  auto channel = rdmarpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()));
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  std::unique_ptr<Store::Stub> store = Store::NewStub(*channel);
+  golden::v1::Request request;
+  request.set_key("k");
+  {
+    impl.fail_first = 2;
+    rdmarpc::ClientContext context;
+    golden::v1::Response response;
+    ASSERT_TRUE(store->delete_(&context, request, &response).ok());
+    EXPECT_EQ(response.key(), "k");
+    EXPECT_EQ(impl.delete_calls.load(), 3);
+  }
+  {
+    impl.delete_calls = 0;
+    impl.fail_first = 10;
+    rdmarpc::ClientContext context;
+    golden::v1::Response response;
+    absl::Status status = store->delete_(&context, request, &response);
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_EQ(impl.delete_calls.load(), 3);
+  }
+  server.Shutdown(absl::Seconds(1));
+  server.Wait();
+}
 
 TEST(GeneratedStubOnChannel, CallsReachOverridesOnLocalServer) {
   StoreImpl service;

@@ -89,6 +89,40 @@ TEST(GeneratedStub, NoDeadlineWithoutOption) {
   EXPECT_EQ(fake_call::LastCall().deadline, absl::InfiniteFuture());
 }
 
+TEST(GeneratedStub, PassesTheIdlRetryPolicyOfTheMethod) {
+  fake_call::Reset(absl::OkStatus());
+  Store::Stub store(NoChannel());
+  rdmarpc::ClientContext c1, c2, c3;
+  golden::v1::Request request;
+  golden::v1::Response response;
+  ASSERT_TRUE(store.delete_(&c1, request, &response).ok());
+  EXPECT_EQ(fake_call::LastCall().idl_config_json,
+            R"({"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", )"
+            R"("maxBackoff": "0.005s", "backoffMultiplier": 1.5, )"
+            R"("retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}})");
+  store.async()->delete_(&c2, request, &response, [](absl::Status) {});
+  EXPECT_TRUE(fake_call::LastCall().async);
+  EXPECT_NE(fake_call::LastCall().idl_config_json.find("\"maxAttempts\": 3"), std::string::npos);
+  // A method without a policy passes none.
+  ASSERT_TRUE(store.NewStub_(&c3, request, &response).ok());
+  EXPECT_EQ(fake_call::LastCall().idl_config_json, "");
+}
+
+TEST(GeneratedStub, PassesTheServiceHedgingPolicyToEveryMethod) {
+  fake_call::Reset(absl::OkStatus());
+  Admin::Stub admin(NoChannel());
+  rdmarpc::ClientContext c1, c2;
+  golden::common::Empty empty;
+  golden::common::Ping ping;
+  ASSERT_TRUE(admin.class_(&c1, empty, &empty).ok());
+  const std::string expected =
+      R"({"hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "1.500s", )"
+      R"("nonFatalStatusCodes": ["UNAVAILABLE"]}})";
+  EXPECT_EQ(fake_call::LastCall().idl_config_json, expected);
+  ASSERT_TRUE(admin.new_(&c2, ping, &ping).ok());
+  EXPECT_EQ(fake_call::LastCall().idl_config_json, expected);
+}
+
 TEST(GeneratedStub, MangledMethodsCallTheirWireNames) {
   fake_call::Reset(absl::OkStatus());
   Store::Stub store(NoChannel());

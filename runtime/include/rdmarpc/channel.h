@@ -39,6 +39,58 @@ class ChannelAccess;
 absl::StatusOr<std::shared_ptr<Channel>> CreateChannel(absl::string_view target,
                                                        const ChannelOptions& options);
 
+// Outlier detection: a server whose calls fail, or are slow, far more than
+// its peers' is taken out of rotation for a while (ejected): the balancer
+// skips it unless no other server is left. The rules and their defaults are
+// gRPC's outlier_detection policy (gRFC A50, after Envoy's outlier
+// detection), plus Envoy's consecutive-failures rule and a latency rule of
+// rdmarpc's own. A call counts as failed when it ends UNAVAILABLE,
+// DEADLINE_EXCEEDED, INTERNAL, UNKNOWN or DATA_LOSS (the server's or the
+// network's fault); other codes count as successes, CANCELLED not at all.
+// Unary calls (each attempt of a retried one) are counted.
+//
+// Every `interval` the channel looks at each server's calls since the last
+// look. An ejected server returns after base_ejection_time × (times it was
+// ejected in a row), at most max(base_ejection_time, max_ejection_time).
+// No rule ejects a server while max_ejection_percent of the servers are
+// ejected already, except that one server may always be (Envoy's rule; so
+// with 3 servers and the default 10 %, one). Ejections show in the metrics
+// (rdmarpc/metrics.h) as rdmarpc_outlier_ejected{target,server} (1 while
+// ejected) and rdmarpc_outlier_ejections_total{target,server,reason}.
+struct OutlierDetectionOptions {
+  bool enabled = false;
+  absl::Duration interval = absl::Seconds(10);
+  absl::Duration base_ejection_time = absl::Seconds(30);
+  absl::Duration max_ejection_time = absl::Seconds(300);
+  int max_ejection_percent = 10;
+  // Envoy's consecutive_5xx: this many failed calls in a row eject the
+  // server at once, between looks. 0 turns it off.
+  int consecutive_failures = 5;
+  // A50's successRateEjection: among the servers with at least
+  // success_rate_request_volume calls (and only when there are at least
+  // success_rate_minimum_hosts of them), one whose success rate is below
+  // mean - stdev × success_rate_stdev_factor / 1000. 0 minimum hosts turns
+  // it off.
+  int success_rate_stdev_factor = 1900;
+  int success_rate_minimum_hosts = 5;
+  int success_rate_request_volume = 100;
+  // A50's failurePercentageEjection: a server with at least
+  // failure_percentage_request_volume calls of which more than
+  // failure_percentage_threshold % failed (only when at least
+  // failure_percentage_minimum_hosts servers have that volume). 0 minimum
+  // hosts turns it off.
+  int failure_percentage_threshold = 85;
+  int failure_percentage_minimum_hosts = 5;
+  int failure_percentage_request_volume = 50;
+  // Slow servers (rdmarpc's): a server with at least latency_request_volume
+  // calls whose mean latency is over latency_factor times the median of the
+  // servers' mean latencies (at least latency_minimum_hosts servers with
+  // that volume). 0 (the default) turns it off.
+  double latency_factor = 0;
+  int latency_minimum_hosts = 3;
+  int latency_request_volume = 50;
+};
+
 struct RDMARPC_EXPORT ChannelOptions {
   // RC connections kept per server address.
   int pool_size = 2;
@@ -56,9 +108,12 @@ struct RDMARPC_EXPORT ChannelOptions {
   // peers could each wait for the other's credit.
   int recv_depth = 64;
   // Time allowed to set up one connection (address and route resolution,
-  // connect, handshake). A call fails with UNAVAILABLE when it runs out.
-  // Must be > 0 (CreateChannel: INVALID_ARGUMENT otherwise).
-  absl::Duration connect_timeout = absl::Seconds(5);
+  // connect, handshake). A call fails with UNAVAILABLE when it runs out
+  // (its own deadline, when sooner, fails it first with DEADLINE_EXCEEDED).
+  // The default is gRPC's MIN_CONNECT_TIMEOUT, 20 s (its
+  // doc/connection-backoff.md). Must be > 0 (CreateChannel:
+  // INVALID_ARGUMENT otherwise).
+  absl::Duration connect_timeout = absl::Seconds(20);
   // Threads polling this channel's completion queues.
   int engine_threads = 1;
   // Largest metadata of one call (keys and values, each direction), in
@@ -80,15 +135,51 @@ struct RDMARPC_EXPORT ChannelOptions {
   // most once a second). Must be > 0 (CreateChannel: INVALID_ARGUMENT).
   absl::Duration resolver_refresh_interval = absl::Seconds(30);
   // How calls are spread over the target's servers (gRPC's policy names):
-  //  "round_robin" (the default): each server in turn, skipping servers
-  //    whose connections are failing;
+  //  "" (the default): the service config's choice (service_config_json's
+  //    loadBalancingConfig or loadBalancingPolicy), else round_robin;
+  //  "round_robin": each server in turn, skipping servers whose
+  //    connections are failing;
   //  "pick_first": every call to the first server of the list that is not
   //    failing (the next one while it fails);
   //  "least_request": of two servers drawn at random among those not
   //    failing, the one with fewer calls in flight from this channel (the
   //    power of two choices, as Envoy's LEAST_REQUEST).
   // Another name: CreateChannel returns INVALID_ARGUMENT.
-  std::string load_balancing_policy = "round_robin";
+  std::string load_balancing_policy;
+  // gRPC's service config as JSON (its doc/service_config.md; the channel's
+  // default service config, GRPC_ARG_SERVICE_CONFIG in gRPC). Read:
+  //  "methodConfig": per method ({"service": "pkg.S", "method": "M"}), per
+  //    service ({"service": "pkg.S"}) or for every method ({}):
+  //    "timeout" (the call's deadline is at most this after it starts) and
+  //    one of gRFC A6's "retryPolicy" (maxAttempts, initialBackoff,
+  //    maxBackoff, backoffMultiplier, retryableStatusCodes) or
+  //    "hedgingPolicy" (maxAttempts, hedgingDelay, nonFatalStatusCodes);
+  //    maxAttempts above 5 counts as 5, as in gRPC. Unary methods only: a
+  //    streaming call is sent once (its transparent retry aside).
+  //  "retryThrottling" (maxTokens, tokenRatio): gRPC's throttle, for the
+  //    whole channel;
+  //  "loadBalancingConfig" / "loadBalancingPolicy": see above.
+  // Other fields are ignored, as gRPC does. A method the config does not
+  // name uses its IDL options ((rdmarpc.method).retry_policy,
+  // rdmarpc/options.proto). Empty (the default): no config. A config that
+  // does not parse or breaks gRPC's rules: CreateChannel returns
+  // INVALID_ARGUMENT naming the field ("methodConfig[0].retryPolicy.
+  // maxAttempts is 1; must be 2 or more").
+  std::string service_config_json;
+  // False turns configured retries and hedging off for this channel
+  // (gRPC's GRPC_ARG_ENABLE_RETRIES): every call is sent once, besides the
+  // transparent retry of a call no server started. Timeouts still apply.
+  bool enable_retries = true;
+  // Largest request a retry or hedging policy applies to, in bytes (gRPC's
+  // GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE and its default, 256 KiB): each
+  // policy call keeps its serialised request until it ends, and a larger
+  // one is sent once.
+  size_t per_rpc_retry_buffer_bytes = 256 * 1024;
+  // Taking servers that fail or are slow out of rotation (see
+  // OutlierDetectionOptions above); off by default, as in gRPC. Invalid
+  // values (interval or ejection times <= 0, a percentage outside 0..100, a
+  // negative count or factor): CreateChannel returns INVALID_ARGUMENT.
+  OutlierDetectionOptions outlier_detection;
 };
 
 class RDMARPC_EXPORT Channel {
@@ -123,8 +214,12 @@ class RDMARPC_EXPORT Channel {
 // whose connection failed to set up or was lost is skipped until it is back
 // (unless every one is failing), and is reconnected in the background: at
 // once after a loss, then after gRPC's connection backoff (1 s growing 1.6
-// times per failed attempt up to 120 s, ±20 % jitter). A call already sent
-// to a server that goes away fails UNAVAILABLE; it is not retried.
+// times per failed attempt up to 120 s, ±20 % jitter). A call no server
+// started (its connection failed before sending it, or a draining server
+// refused it) goes to another server by itself (gRPC's transparent retry);
+// a call a server started and that then fails is retried or hedged only
+// as its method's policy says (ChannelOptions::service_config_json, the
+// IDL's (rdmarpc.method) options).
 //
 // Returns INVALID_ARGUMENT when `target` or `options` is malformed (the message
 // names the bad part), UNAVAILABLE when no RDMA provider can be opened.

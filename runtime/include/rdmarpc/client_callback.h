@@ -75,7 +75,8 @@ class ClientReactorAccess {
  public:
   static void BindUnary(ClientUnaryReactor* reactor, Channel* channel, absl::string_view method,
                         ClientContext* context, const google::protobuf::MessageLite* request,
-                        google::protobuf::MessageLite* response);
+                        google::protobuf::MessageLite* response,
+                        const MethodConfig* idl_config = nullptr);
   static ClientCallbackStream* Stream(ClientReactorBase* reactor);
   static void ReactInitialMetadata(ClientReactorBase* r, bool ok) {
     r->ReactInitialMetadata(ok);
@@ -118,7 +119,8 @@ class ClientUnaryReactor {
                              [this](absl::Status status) {
                                OnReadInitialMetadataDone(status.ok());
                                OnDone(status);
-                             });
+                             },
+                             idl_config_);
   }
 
   // A unary response carries the server's initial metadata
@@ -136,18 +138,21 @@ class ClientUnaryReactor {
   ClientContext* context_ = nullptr;
   const google::protobuf::MessageLite* request_ = nullptr;
   google::protobuf::MessageLite* response_ = nullptr;
+  const internal::MethodConfig* idl_config_ = nullptr;
 };
 
 inline void internal::ClientReactorAccess::BindUnary(ClientUnaryReactor* reactor,
                                                      Channel* channel, absl::string_view method,
                                                      ClientContext* context,
                                                      const google::protobuf::MessageLite* request,
-                                                     google::protobuf::MessageLite* response) {
+                                                     google::protobuf::MessageLite* response,
+                                                     const MethodConfig* idl_config) {
   reactor->channel_ = channel;
   reactor->method_ = method;
   reactor->context_ = context;
   reactor->request_ = request;
   reactor->response_ = response;
+  reactor->idl_config_ = idl_config;
 }
 
 // A bidirectional-streaming call: stub->async()->Method(&context, this).

@@ -22,12 +22,40 @@ constexpr const char* kStoreMethodNames[] = {
     "/golden.v1.Store/Peek",
 };
 
+// /golden.v1.Store/delete_'s policy, from (rdmarpc.method) (rdmarpc/options.proto).
+const ::rdmarpc::internal::MethodConfig* kStoreMethodNamesConfig2() {
+  static const ::rdmarpc::internal::MethodConfig* const config =
+      ::rdmarpc::internal::IdlMethodConfig("{\"retryPolicy\": {\"maxAttempts\": 3, \"initialBackoff\": \"0.001s\", \"maxBackoff\": \"0.005s\", \"backoffMultiplier\": 1.5, \"retryableStatusCodes\": [\"UNAVAILABLE\", \"RESOURCE_EXHAUSTED\"]}}");
+  return config;
+}
+
 // The full names of golden.v1.Admin's methods, in .proto order.
 constexpr const char* kAdminMethodNames[] = {
     "/golden.v1.Admin/class",
     "/golden.v1.Admin/new",
     "/golden.v1.Admin/Ping",
 };
+
+// /golden.v1.Admin/class's policy, from (rdmarpc.service) (rdmarpc/options.proto).
+const ::rdmarpc::internal::MethodConfig* kAdminMethodNamesConfig0() {
+  static const ::rdmarpc::internal::MethodConfig* const config =
+      ::rdmarpc::internal::IdlMethodConfig("{\"hedgingPolicy\": {\"maxAttempts\": 2, \"hedgingDelay\": \"1.500s\", \"nonFatalStatusCodes\": [\"UNAVAILABLE\"]}}");
+  return config;
+}
+
+// /golden.v1.Admin/new's policy, from (rdmarpc.service) (rdmarpc/options.proto).
+const ::rdmarpc::internal::MethodConfig* kAdminMethodNamesConfig1() {
+  static const ::rdmarpc::internal::MethodConfig* const config =
+      ::rdmarpc::internal::IdlMethodConfig("{\"hedgingPolicy\": {\"maxAttempts\": 2, \"hedgingDelay\": \"1.500s\", \"nonFatalStatusCodes\": [\"UNAVAILABLE\"]}}");
+  return config;
+}
+
+// /golden.v1.Admin/Ping's policy, from (rdmarpc.service) (rdmarpc/options.proto).
+const ::rdmarpc::internal::MethodConfig* kAdminMethodNamesConfig2() {
+  static const ::rdmarpc::internal::MethodConfig* const config =
+      ::rdmarpc::internal::IdlMethodConfig("{\"hedgingPolicy\": {\"maxAttempts\": 2, \"hedgingDelay\": \"1.500s\", \"nonFatalStatusCodes\": [\"UNAVAILABLE\"]}}");
+  return config;
+}
 
 }  // namespace
 
@@ -269,7 +297,8 @@ Store::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     context->set_timeout(::absl::Milliseconds(1000));
   }
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kStoreMethodNames[2], context, request, response);
+      channel_.get(), kStoreMethodNames[2], context, request, response,
+      kStoreMethodNamesConfig2());
 }
 
 ::absl::Status Store::Stub::Stub_(
@@ -409,7 +438,8 @@ void Store::Stub::async::delete_(
   }
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kStoreMethodNames[2], context, request, response,
-      ::std::move(done));
+      ::std::move(done),
+      kStoreMethodNamesConfig2());
 }
 
 void Store::Stub::async::delete_(
@@ -422,7 +452,8 @@ void Store::Stub::async::delete_(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kStoreMethodNames[2], context, request, response);
+      reactor, channel_, kStoreMethodNames[2], context, request, response,
+      kStoreMethodNamesConfig2());
 }
 
 void Store::Stub::async::Stub_(
@@ -676,7 +707,8 @@ Admin::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     const ::golden::common::Empty& request,
     ::golden::common::Empty* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kAdminMethodNames[0], context, request, response);
+      channel_.get(), kAdminMethodNames[0], context, request, response,
+      kAdminMethodNamesConfig0());
 }
 
 ::absl::Status Admin::Stub::new_(
@@ -684,7 +716,8 @@ Admin::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     const ::golden::common::Ping& request,
     ::golden::common::Ping* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kAdminMethodNames[1], context, request, response);
+      channel_.get(), kAdminMethodNames[1], context, request, response,
+      kAdminMethodNamesConfig1());
 }
 
 ::absl::Status Admin::Stub::Ping(
@@ -692,7 +725,8 @@ Admin::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     const ::golden::common::Ping& request,
     ::golden::v1::Status* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kAdminMethodNames[2], context, request, response);
+      channel_.get(), kAdminMethodNames[2], context, request, response,
+      kAdminMethodNamesConfig2());
 }
 
 void Admin::Stub::async::class_(
@@ -702,7 +736,8 @@ void Admin::Stub::async::class_(
     ::absl::AnyInvocable<void(::absl::Status) &&> done) {
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kAdminMethodNames[0], context, request, response,
-      ::std::move(done));
+      ::std::move(done),
+      kAdminMethodNamesConfig0());
 }
 
 void Admin::Stub::async::class_(
@@ -711,7 +746,8 @@ void Admin::Stub::async::class_(
     ::golden::common::Empty* response,
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kAdminMethodNames[0], context, request, response);
+      reactor, channel_, kAdminMethodNames[0], context, request, response,
+      kAdminMethodNamesConfig0());
 }
 
 void Admin::Stub::async::new_(
@@ -721,7 +757,8 @@ void Admin::Stub::async::new_(
     ::absl::AnyInvocable<void(::absl::Status) &&> done) {
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kAdminMethodNames[1], context, request, response,
-      ::std::move(done));
+      ::std::move(done),
+      kAdminMethodNamesConfig1());
 }
 
 void Admin::Stub::async::new_(
@@ -730,7 +767,8 @@ void Admin::Stub::async::new_(
     ::golden::common::Ping* response,
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kAdminMethodNames[1], context, request, response);
+      reactor, channel_, kAdminMethodNames[1], context, request, response,
+      kAdminMethodNamesConfig1());
 }
 
 void Admin::Stub::async::Ping(
@@ -740,7 +778,8 @@ void Admin::Stub::async::Ping(
     ::absl::AnyInvocable<void(::absl::Status) &&> done) {
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kAdminMethodNames[2], context, request, response,
-      ::std::move(done));
+      ::std::move(done),
+      kAdminMethodNamesConfig2());
 }
 
 void Admin::Stub::async::Ping(
@@ -749,7 +788,8 @@ void Admin::Stub::async::Ping(
     ::golden::v1::Status* response,
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kAdminMethodNames[2], context, request, response);
+      reactor, channel_, kAdminMethodNames[2], context, request, response,
+      kAdminMethodNamesConfig2());
 }
 
 ::std::unique_ptr<Admin::Stub> Admin::NewStub(

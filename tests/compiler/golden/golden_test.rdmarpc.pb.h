@@ -62,6 +62,8 @@ class Store final {
         const ::golden::v1::Request& request,
         ::golden::v1::Status* response);
 
+    // Retried on UNAVAILABLE, up to three attempts in all.
+    //
     // rpc delete_(golden.v1.Request) returns (golden.v1.Response): "/golden.v1.Store/delete_".
     virtual ::absl::Status delete_(
         ::rdmarpc::ServerContext* context,
@@ -148,6 +150,8 @@ class Store final {
         const ::golden::v1::Request* request,
         ::golden::v1::Status* response);
 
+    // Retried on UNAVAILABLE, up to three attempts in all.
+    //
     // rpc delete_(golden.v1.Request) returns (golden.v1.Response): "/golden.v1.Store/delete_".
     // The reactor's Finish(OK) sends `*response`; `request` and `response`
     // live until its OnDone.
@@ -439,6 +443,8 @@ class Store final {
         const ::golden::v1::Request& request,
         ::golden::v1::Status* response) override;
 
+    // Retried on UNAVAILABLE, up to three attempts in all.
+    //
     // Calls "/golden.v1.Store/delete_" and waits for its response. Returns the
     // server method's status or the runtime's (rdmarpc/impl/unary_call.h).
     // When `context` has no deadline, sets one 1000 ms from now
@@ -674,7 +680,7 @@ class Store final {
 };
 
 // A second service in the same file, without default deadlines, whose
-// methods run inline unless they say otherwise.
+// methods run inline unless they say otherwise, and are hedged.
 //
 // rdmarpc service golden.v1.Admin.
 class Admin final {

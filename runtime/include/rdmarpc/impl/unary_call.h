@@ -14,6 +14,16 @@
 namespace rdmarpc {
 namespace internal {
 
+// A method's call policies (runtime/rpc/service_config.h).
+struct MethodConfig;
+
+// For generated stubs: the policies a method's IDL options set, from one
+// gRPC methodConfig object without "name" (the form protoc-gen-rdmarpc
+// writes: {"retryPolicy": {...}} or {"hedgingPolicy": {...}}). Parsed once
+// per call site (a function-local static) and never freed. CHECK-fails
+// when `json` does not parse: the generator checked the options.
+RDMARPC_EXPORT const MethodConfig* IdlMethodConfig(const char* json);
+
 // Sends `request` to `method` ("/package.Service/Method") and blocks until the
 // response is parsed into `*response` or the call fails. Any thread may call.
 // When no other thread polls the channel's completion queue, the calling
@@ -38,10 +48,19 @@ namespace internal {
 //                      same channel (it runs on the thread polling the
 //                      channel, which would have to deliver this call's
 //                      response).
+// `idl_config` (may be nullptr) is the method's IDL policy
+// (IdlMethodConfig); the channel's service config, when it names the
+// method, takes its place. Under a retry or hedging policy (unary calls,
+// requests up to ChannelOptions::per_rpc_retry_buffer_bytes) the call may
+// be sent up to maxAttempts times (runtime/rpc/retrying_call.h); the status
+// is the winning or last attempt's, DEADLINE_EXCEEDED naming the last
+// failure when the deadline passed while waiting to retry. `request` is
+// serialised once, before the first attempt.
 RDMARPC_EXPORT absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method,
                                               ClientContext* context,
                                               const google::protobuf::MessageLite& request,
-                                              google::protobuf::MessageLite* response);
+                                              google::protobuf::MessageLite* response,
+                                              const MethodConfig* idl_config = nullptr);
 
 // As BlockingUnaryCall, but returns at once; `done` runs exactly once, on the
 // thread polling the channel — a channel engine thread, or a thread waiting
@@ -54,7 +73,8 @@ RDMARPC_EXPORT void AsyncUnaryCall(Channel* channel, absl::string_view method,
                                    ClientContext* context,
                                    const google::protobuf::MessageLite& request,
                                    google::protobuf::MessageLite* response,
-                                   absl::AnyInvocable<void(absl::Status) &&> done);
+                                   absl::AnyInvocable<void(absl::Status) &&> done,
+                                   const MethodConfig* idl_config = nullptr);
 
 // As AsyncUnaryCall, but `done` never runs on the calling thread: a call
 // refused before anything is sent gets `done` on one of the channel's engine
@@ -63,7 +83,8 @@ RDMARPC_EXPORT void AsyncUnaryCallNeverInline(Channel* channel, absl::string_vie
                                               ClientContext* context,
                                               const google::protobuf::MessageLite& request,
                                               google::protobuf::MessageLite* response,
-                                              absl::AnyInvocable<void(absl::Status) &&> done);
+                                              absl::AnyInvocable<void(absl::Status) &&> done,
+                                              const MethodConfig* idl_config = nullptr);
 
 }  // namespace internal
 }  // namespace rdmarpc
