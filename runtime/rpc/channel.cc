@@ -1,6 +1,8 @@
 // channel.cc: Channel, CreateChannel and ChannelImpl.
 #include "rdmarpc/channel.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -23,7 +25,10 @@
 namespace rdmarpc {
 
 Channel::Channel(std::unique_ptr<internal::ChannelImpl> impl) : impl_(std::move(impl)) {}
-Channel::~Channel() = default;
+Channel::~Channel() {
+  // In a forked child: the engines and connections are the parent's.
+  if (impl_ != nullptr && impl_->inherited()) (void)impl_.release();
+}
 const std::string& Channel::target() const { return impl_->target(); }
 
 absl::StatusOr<std::shared_ptr<Channel>> CreateChannel(absl::string_view target,
@@ -151,7 +156,7 @@ void ClientCall::Deliver(absl::Status status) {
 }
 
 ChannelImpl::ChannelImpl(std::string target, const ChannelOptions& options)
-    : target_(std::move(target)), options_(options) {
+    : target_(std::move(target)), owner_pid_(::getpid()), options_(options) {
   if (options_.enable_metrics || AnyAdminEndpointRunning()) {
     options_.interceptor_creators.insert(options_.interceptor_creators.begin(),
                                          ClientMetricsInterceptorFactory());

@@ -14,6 +14,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message_lite.h"
 #include "rdmarpc/channel.h"
@@ -24,6 +25,7 @@
 #include "runtime/rpc/outlier_detection.h"
 #include "runtime/rpc/service_config.h"
 #include "runtime/transport/event_loop.h"
+#include "runtime/transport/fork_guard.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/connection_pool.h"
 #include "runtime/transport/device.h"
@@ -215,6 +217,13 @@ class ChannelImpl {
   // when it sets none.
   RetryThrottle* throttle() const { return throttle_.get(); }
   bool destroying() const { return destroying_.load(std::memory_order_acquire); }
+  // Made before a fork() and used in the child (runtime/transport/
+  // fork_guard.h): calls fail with InheritedError, and the destructor
+  // lets go of nothing. Any thread.
+  bool inherited() const { return ForkGeneration() != fork_generation_; }
+  absl::Status InheritedError() const {
+    return InheritedAcrossFork(absl::StrCat("channel to ", target_), owner_pid_);
+  }
   // ChannelOptions::outlier_detection's, when enabled; else nullptr.
   OutlierDetector* outlier_detector() const { return outlier_.get(); }
 
@@ -256,6 +265,8 @@ class ChannelImpl {
   std::unique_ptr<ConnectionPool> MakePool(const SocketAddress& addr, const std::string& name);
 
   const std::string target_;
+  const uint64_t fork_generation_ = ForkGeneration();
+  const int owner_pid_;
   // As given, plus the metrics interceptor first when metrics are on.
   ChannelOptions options_;
   std::unique_ptr<DeviceResources> device_;

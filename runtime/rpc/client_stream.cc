@@ -23,6 +23,12 @@ ClientStreamState::ClientStreamState(Channel* channel, absl::string_view method,
       kind_(kind) {}
 
 void ClientStreamState::Prepare(const google::protobuf::MessageLite* first) {
+  if (channel_->inherited()) {
+    // A forked child: no engine, no route; Start ends the stream here.
+    refused_ = channel_->InheritedError();
+    has_first_ = first != nullptr;
+    return;
+  }
   absl::Status intercepted;
   if (!channel_->options().interceptor_creators.empty()) {
     interceptors_ = InterceptorChain::ForClient(channel_->options().interceptor_creators,
@@ -78,6 +84,18 @@ void ClientStreamState::Start() {
     refused = std::move(refused_);
   }
   if (!refused.ok()) {
+    if (loop_ == nullptr) {
+      // Refused in a forked child (Prepare): no engine to react on, so the
+      // reactor hears its end on this thread.
+      loop_ref_ = shared_from_this();
+      {
+        absl::MutexLock lock(&mu_);
+        started_ = true;
+      }
+      ended_ = true;
+      Deliver(std::move(refused));
+      return;
+    }
     if (reactor_ == nullptr) {
       if (interceptors_ != nullptr) {
         interceptors_->ClientRecvStatus(&refused,

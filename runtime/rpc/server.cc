@@ -24,16 +24,24 @@ namespace rdmarpc {
 
 Server::Server(const ServerOptions& options)
     : impl_(std::make_unique<internal::ServerImpl>(options)) {}
-Server::~Server() = default;
+Server::~Server() {
+  // In a forked child: the workers and connections are the parent's.
+  if (impl_ != nullptr && impl_->inherited()) (void)impl_.release();
+}
 absl::Status Server::AddService(Service* service) { return impl_->AddService(service); }
 std::vector<std::string> Server::GetServiceNames() const { return impl_->GetServiceNames(); }
 absl::Status Server::Start(absl::string_view listen_address) {
+  if (impl_->inherited()) return impl_->InheritedError();
   return impl_->Start(listen_address);
 }
 int Server::port() const { return impl_->port(); }
 const std::string& Server::address() const { return impl_->address(); }
-void Server::Shutdown(absl::Duration grace) { impl_->Shutdown(grace); }
-void Server::Wait() { impl_->Wait(); }
+void Server::Shutdown(absl::Duration grace) {
+  if (!impl_->inherited()) impl_->Shutdown(grace);
+}
+void Server::Wait() {
+  if (!impl_->inherited()) impl_->Wait();
+}
 
 namespace internal {
 namespace {

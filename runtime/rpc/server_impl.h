@@ -4,6 +4,8 @@
 #ifndef RDMARPC_RUNTIME_RPC_SERVER_IMPL_H_
 #define RDMARPC_RUNTIME_RPC_SERVER_IMPL_H_
 
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <string>
@@ -24,6 +26,7 @@
 #include "runtime/rpc/server_callback.h"
 #include "runtime/rpc/server_stream.h"
 #include "runtime/transport/event_loop.h"
+#include "runtime/transport/fork_guard.h"
 #include "runtime/transport/connection.h"
 #include "runtime/transport/buffer_pool.h"
 #include "runtime/transport/device.h"
@@ -60,7 +63,16 @@ class ServerImpl final : public ServerStatusSource {
   std::string Address() const override;
   std::string DescribeForStatusz() const override;
 
+  // Made before a fork() and used in the child (runtime/transport/
+  // fork_guard.h): Start refuses, Shutdown and Wait return at once, and
+  // the Server's destructor lets go of nothing (no GOAWAY reaches the
+  // parent's clients). Any thread.
+  bool inherited() const { return ForkGeneration() != fork_generation_; }
+  absl::Status InheritedError() const { return InheritedAcrossFork("server", owner_pid_); }
+
  private:
+  const uint64_t fork_generation_ = ForkGeneration();
+  const int owner_pid_ = ::getpid();
   struct Worker;
   // A call whose handler runs (or waits to run) on the handler pool. Owned
   // by the pool task until the handler returned, then by the loop task

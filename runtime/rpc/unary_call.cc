@@ -135,6 +135,11 @@ void StartAsyncUnaryCall(Channel* channel, absl::string_view method, ClientConte
                          absl::AnyInvocable<void(absl::Status) &&> done, bool refuse_inline,
                          const MethodConfig* idl_config) {
   ChannelImpl* impl = ChannelAccess::Impl(channel);
+  if (impl->inherited()) {
+    // A forked child has no engine to run `done` on: here, at once.
+    std::move(done)(impl->InheritedError());
+    return;
+  }
   if (!impl->options().interceptor_creators.empty()) {
     std::unique_ptr<InterceptorChain> chain = InterceptorChain::ForClient(
         impl->options().interceptor_creators, channel, method, RpcKind::kUnary, context);
@@ -230,6 +235,7 @@ absl::Status BlockingUnaryCall(Channel* channel, absl::string_view method, Clien
                                google::protobuf::MessageLite* response,
                                const MethodConfig* idl_config) {
   ChannelImpl* impl = ChannelAccess::Impl(channel);
+  if (impl->inherited()) return impl->InheritedError();
   if (!impl->options().interceptor_creators.empty()) {
     return InterceptedBlockingUnaryCall(channel, impl, method, context, request, response,
                                         idl_config);

@@ -173,6 +173,16 @@ const VerbsApi& Verbs() {
       LOG(ERROR) << chosen.status() << "; using auto";
       chosen = SelectProvider("auto");
     }
+    if (*chosen == &RdmaCoreVerbs()) {
+      // Registered memory stays out of forked children (MADV_DONTFORK per
+      // region), so a child's copy-on-write never moves a page a NIC is
+      // reading or writing for the parent (ibv_fork_init(3)). Before any
+      // registration; kernels with copy-on-fork for pinned pages need none.
+      if (int rc = ::ibv_fork_init(); rc != 0) {
+        LOG(WARNING) << "rdmarpc: ibv_fork_init failed (" << rc
+                     << "); a fork() while connections are open may corrupt their memory";
+      }
+    }
     return *chosen;
   }();
   return *api;

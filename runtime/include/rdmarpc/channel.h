@@ -187,7 +187,15 @@ class RDMARPC_EXPORT Channel {
   // Fails every call still in flight with CANCELLED (their callbacks run
   // before this returns), closes the connections and joins the engine
   // threads. Must not run on an engine thread, i.e. the last reference must
-  // not be dropped inside a call's callback (CHECK failure).
+  // not be dropped inside a call's callback (CHECK failure). The callbacks
+  // run on the engine threads while this waits for them: do not drop the
+  // last reference while holding a lock those callbacks take (each would
+  // wait for the lock, and this for them).
+  //
+  // After fork(): a child's calls on a Channel its parent made fail at once
+  // with FAILED_PRECONDITION (asynchronous ones run their callback inline,
+  // streams end with it), and destroying it there lets go of nothing: the
+  // engines and connections stay the parent's, untouched.
   ~Channel();
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;

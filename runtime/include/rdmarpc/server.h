@@ -108,7 +108,11 @@ struct RDMARPC_EXPORT ServerOptions {
 class RDMARPC_EXPORT Server {
  public:
   explicit Server(const ServerOptions& options = ServerOptions());
-  ~Server();  // Shutdown() and Wait() if still running.
+  // Shutdown() and Wait() if still running. In a child of fork(), a Server
+  // its parent made does nothing at all: Start fails FAILED_PRECONDITION,
+  // Shutdown and Wait return at once, and destroying it sends nothing to
+  // the parent's clients (no GOAWAY, no disconnect).
+  ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
