@@ -42,7 +42,7 @@ Vars MethodVars(const ServiceModel& service, const MethodModel& method, size_t i
   // The IDL's retry or hedging policy, passed to the runtime with each call.
   vars["config_arg"] = method.method_config_json.empty()
                            ? ""
-                           : ",\n      " + ("k" + service.name + "MethodNames") + "Config" +
+                           : ",\n      " + service.name + "MethodConfig" +
                                  std::to_string(index) + "()";
   // "stream " before a streamed type in the comments that quote the .proto.
   const bool client_streams =
@@ -766,7 +766,7 @@ void PrintMethodNameTable(const ServiceModel& service, Printer* printer) {
     printer->Print(vars,
                    "\n"
                    "// $method_full_name$'s policy, from $config_source$ (rdmarpc/options.proto).\n"
-                   "const ::rdmarpc::internal::MethodConfig* $method_names$Config$index$() {\n"
+                   "const ::rdmarpc::internal::MethodConfig* $Service$MethodConfig$index$() {\n"
                    "  static const ::rdmarpc::internal::MethodConfig* const config =\n"
                    "      ::rdmarpc::internal::IdlMethodConfig(\"$json$\");\n"
                    "  return config;\n"

@@ -1,5 +1,6 @@
 #include "service_model.h"
 
+#include <cmath>
 #include <sstream>
 
 #include "google/protobuf/compiler/cpp/names.h"
@@ -95,8 +96,9 @@ std::string CheckPolicies(const Options& options, const std::string& where) {
     }
     if (p.initial_backoff_ms() == 0) return at + "initial_backoff_ms is 0; must be > 0";
     if (p.max_backoff_ms() == 0) return at + "max_backoff_ms is 0; must be > 0";
-    if (!(p.backoff_multiplier() > 0)) {
-      return at + "backoff_multiplier is " + JsonNumber(p.backoff_multiplier()) + "; must be > 0";
+    if (!(p.backoff_multiplier() > 0) || !std::isfinite(p.backoff_multiplier())) {
+      return at + "backoff_multiplier is " + JsonNumber(p.backoff_multiplier()) +
+             "; must be > 0 and finite";
     }
     if (p.retryable_status_codes().empty()) {
       return at + "retryable_status_codes is empty; name at least one code (\"UNAVAILABLE\")";

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <optional>
 #include <utility>
 
 #include "absl/random/distributions.h"
@@ -475,11 +474,15 @@ bool ChannelImpl::RetryElsewhere(ClientCall* call, OutgoingRequest& request) {
     absl::MutexLock lock(&mu_);
     const std::vector<ConnectionPool*>& pools =
         resolver_handler_ == nullptr ? static_pools_ : active_;
-    for (size_t i = 0; i < pools.size(); ++i) {
-      ConnectionPool* p = pools[(start + i) % pools.size()];
-      if (p != call->pool && p->available()) {
-        pool = p;
-        break;
+    // Available first; else one outlier detection ejected but that still
+    // connects (the call never reached a server: it is not its fault).
+    for (int pass = 0; pass < 2 && pool == nullptr; ++pass) {
+      for (size_t i = 0; i < pools.size(); ++i) {
+        ConnectionPool* p = pools[(start + i) % pools.size()];
+        if (p != call->pool && (pass == 0 ? p->available() : !p->failing())) {
+          pool = p;
+          break;
+        }
       }
     }
   }
@@ -646,13 +649,8 @@ ChannelImpl::Route ChannelImpl::PickRouteOn(EventLoop* loop) {
 ChannelImpl::Route ChannelImpl::PickAttemptRoute(EventLoop* loop,
                                                  const std::vector<const ConnectionPool*>& avoid) {
   const uint32_t start = next_server_.fetch_add(1, std::memory_order_relaxed);
-  ConnectionPool* pool;
-  {
-    std::optional<absl::MutexLock> lock;
-    if (resolver_handler_ != nullptr) lock.emplace(&mu_);
-    const std::vector<ConnectionPool*>& pools =
-        resolver_handler_ == nullptr ? static_pools_ : active_;
-    if (pools.empty()) return Route{nullptr, -1, loop, &target_};
+  auto pick = [&](const std::vector<ConnectionPool*>& pools) -> ConnectionPool* {
+    if (pools.empty()) return nullptr;
     std::vector<ConnectionPool*> fresh;
     if (!avoid.empty()) {
       for (ConnectionPool* p : pools) {
@@ -661,8 +659,16 @@ ChannelImpl::Route ChannelImpl::PickAttemptRoute(EventLoop* loop,
         }
       }
     }
-    pool = fresh.empty() ? PickFrom(pools, start) : PickFrom(fresh, start);
+    return fresh.empty() ? PickFrom(pools, start) : PickFrom(fresh, start);
+  };
+  ConnectionPool* pool;
+  if (resolver_handler_ == nullptr) {
+    pool = pick(static_pools_);
+  } else {
+    absl::MutexLock lock(&mu_);
+    pool = pick(active_);
   }
+  if (pool == nullptr) return Route{nullptr, -1, loop, &target_};
   int slot = pool->PickSlotOn(loop);
   if (slot < 0) slot = pool->PickSlot();
   return Route{pool, slot, pool->loop_of(slot), &pool->name()};

@@ -185,9 +185,9 @@ class ChannelImpl {
   bool RetryElsewhere(ClientCall* call, OutgoingRequest& request);
   static constexpr int kMaxTransparentRetries = 3;
   // --- retries and hedging (retrying_call.h) ---
-  // The policies for `method`: the channel's service config entry, else
-  // `idl` (the generated Stub's, from the IDL; may be nullptr); nullptr
-  // when neither names the method or retries are off and no timeout is set.
+  // The config for `method`: the channel's service config entry, else
+  // `idl` (the generated Stub's, from the IDL; may be nullptr). Whether a
+  // policy applies (enable_retries, the request's size) is the caller's.
   const MethodConfig* MethodConfigFor(absl::string_view method, const MethodConfig* idl) const {
     if (service_config_ != nullptr) {
       if (const MethodConfig* c = service_config_->Find(method); c != nullptr) return c;

@@ -367,8 +367,9 @@ void RenderTransportMetrics(std::string* out) {
   std::string ejected, ejections;
   ForEachOutlierDetector([&](OutlierDetector* d) {
     for (const OutlierDetector::ServerState& st : d->Snapshot()) {
-      const std::string labels = absl::StrCat("target=\"", EscapeLabel(d->target()),
-                                              "\",server=\"", EscapeLabel(st.server), "\"");
+      const std::string labels =
+          absl::StrCat("channel=\"", st.channel, "\",target=\"", EscapeLabel(d->target()),
+                       "\",server=\"", EscapeLabel(st.server), "\"");
       ejected += Sample("rdmarpc_outlier_ejected", labels, st.ejected ? 1 : 0);
       for (const auto& [reason, n] : st.ejections) {
         ejections += Sample("rdmarpc_outlier_ejections_total",

@@ -2,6 +2,7 @@
 #include "runtime/rpc/outlier_detection.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -85,12 +86,12 @@ absl::Status ValidateOutlierDetection(const OutlierDetectionOptions& o) {
 OutlierDetector::OutlierDetector(std::string target, const OutlierDetectionOptions& options,
                                  std::function<std::vector<ConnectionPool*>()> pools)
     : target_(std::move(target)), options_(options), pools_(std::move(pools)) {
-  Registry& r = GetRegistry();
-  absl::MutexLock lock(&r.mu);
-  r.detectors.push_back(this);
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id.fetch_add(1, std::memory_order_relaxed);
 }
 
 OutlierDetector::~OutlierDetector() {
+  if (loop_ == nullptr) return;  // never started, never listed
   Registry& r = GetRegistry();
   absl::MutexLock lock(&r.mu);
   r.detectors.erase(std::find(r.detectors.begin(), r.detectors.end(), this));
@@ -98,6 +99,12 @@ OutlierDetector::~OutlierDetector() {
 
 void OutlierDetector::Start(EventLoop* loop) {
   loop_ = loop;
+  {
+    // Listed for the metrics page only now: its pools are all there.
+    Registry& r = GetRegistry();
+    absl::MutexLock lock(&r.mu);
+    r.detectors.push_back(this);
+  }
   loop_->Post([this] { Arm(); });
 }
 
@@ -116,8 +123,10 @@ void OutlierDetector::Record(ConnectionPool* pool, absl::StatusCode code, absl::
   if (code == absl::StatusCode::kCancelled) return;
   const int in_a_row =
       pool->RecordOutcome(CountsAsFailure(code), absl::ToInt64Nanoseconds(latency));
-  if (options_.consecutive_failures == 0 || in_a_row < options_.consecutive_failures ||
-      pool->ejected()) {
+  // At each multiple of the threshold only: while an ejection is refused
+  // (max_ejection_percent), failed calls do not all take the locks.
+  if (options_.consecutive_failures == 0 || in_a_row == 0 ||
+      in_a_row % options_.consecutive_failures != 0 || pool->ejected()) {
     return;
   }
   const std::vector<ConnectionPool*> pools = pools_();
@@ -180,16 +189,9 @@ void OutlierDetector::Evaluate(absl::Time now) {
       }
     }
   }
-  // gRFC A50's failure-percentage rule.
+  // gRFC A50's failure-percentage rule (its minimum counts every address).
   if (options_.failure_percentage_minimum_hosts > 0) {
-    int eligible = 0;
-    for (const Seen& s : seen) {
-      if (s.total() > 0 &&
-          s.total() >= static_cast<uint64_t>(options_.failure_percentage_request_volume)) {
-        ++eligible;
-      }
-    }
-    if (eligible >= options_.failure_percentage_minimum_hosts) {
+    if (static_cast<int>(seen.size()) >= options_.failure_percentage_minimum_hosts) {
       for (const Seen& s : seen) {
         if (s.total() == 0 ||
             s.total() < static_cast<uint64_t>(options_.failure_percentage_request_volume)) {
@@ -248,6 +250,7 @@ std::vector<OutlierDetector::ServerState> OutlierDetector::Snapshot() {
   absl::MutexLock lock(&mu_);
   for (ConnectionPool* p : pools) {
     ServerState s;
+    s.channel = id_;
     s.server = p->name();
     s.ejected = p->ejected();
     if (auto it = state_.find(p); it != state_.end()) s.ejections = it->second.ejections;

@@ -37,16 +37,18 @@ class OutlierDetector {
                   std::function<std::vector<ConnectionPool*>()> pools);
   ~OutlierDetector();  // after the loop that ran Evaluate stopped
 
-  // Any thread: looks every `interval` on `loop`.
+  // Once, when the channel's pools are in place (any thread): looks every
+  // `interval` on `loop`, and shows in the metrics from now on.
   void Start(EventLoop* loop);
   // Any thread (a call's loop): one call to `pool` ended with `code` after
   // `latency`.
   void Record(ConnectionPool* pool, absl::StatusCode code, absl::Duration latency);
-  // One look (the timer's; tests call it directly with their own `now`).
+  // One look at the servers' calls since the last (the timer's).
   void Evaluate(absl::Time now);
 
   // For metrics: each server seen so far.
   struct ServerState {
+    uint64_t channel = 0;  // the detector's id: two channels to one target differ
     std::string server;
     bool ejected = false;
     std::map<std::string, uint64_t> ejections;  // by reason
@@ -70,7 +72,7 @@ class OutlierDetector {
   const OutlierDetectionOptions options_;
   const std::function<std::vector<ConnectionPool*>()> pools_;
   EventLoop* loop_ = nullptr;
-  uint64_t metrics_id_ = 0;
+  uint64_t id_ = 0;  // process-unique, for the metrics' channel label
   absl::Mutex mu_;
   absl::flat_hash_map<ConnectionPool*, State> state_ ABSL_GUARDED_BY(mu_);
 };

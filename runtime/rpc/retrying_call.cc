@@ -97,7 +97,7 @@ void RetryingCall::Begin() {
 bool RetryingCall::CanStartMore() const {
   const int max =
       config_.retry.has_value() ? config_.retry->max_attempts : config_.hedging->max_attempts;
-  if (delivered_ || cancelled_ || closing_ || started_ >= max) return false;
+  if (delivered_ || cancelled_ || cancel_pending_ || closing_ || started_ >= max) return false;
   if (channel_->destroying() || absl::Now() >= deadline_) return false;
   if (config_.hedging.has_value() && no_more_hedges_) return false;
   // The first attempt always goes; later ones only while the throttle
@@ -167,7 +167,7 @@ void RetryingCall::ScheduleTimer(absl::Time when) {
   Ref();
   timer_ = home_->AddTimer(std::min(when, deadline_), [this] {
     timer_ = 0;
-    if (!delivered_ && !cancelled_) {
+    if (!delivered_ && !cancelled_ && !cancel_pending_) {
       if (CanStartMore()) {
         StartAttempt();
       } else if (in_flight_ == 0) {
@@ -196,8 +196,9 @@ void RetryingCall::OnAttemptDone(Attempt* a, absl::Status status) {
   Ref();
   --in_flight_;
   a->done = true;
-  if (delivered_) {
-    // A loser after the winner, or an attempt the caller cancelled.
+  if (delivered_ || (cancel_pending_ && !cancelled_)) {
+    // A loser after the winner, an attempt the caller cancelled, or one
+    // ending before the posted OnCancel runs (it delivers).
   } else if (cancelled_) {
     if (in_flight_ == 0) {
       Deliver(
@@ -212,11 +213,14 @@ void RetryingCall::OnAttemptDone(Attempt* a, absl::Status status) {
       if (throttle != nullptr) throttle->RecordSuccess();
       Commit(a, std::move(status));
     } else if (config_.retry.has_value()) {
-      const bool retryable = Contains(config_.retry->retryable_codes, status.code()) && !headers;
-      if ((retryable || pushback_stop) && throttle != nullptr) throttle->RecordFailure();
+      // The throttle counts every retryable code and every "do not retry"
+      // (gRFC A6), whether or not this call may retry.
+      const bool retryable_code = Contains(config_.retry->retryable_codes, status.code());
+      if ((retryable_code || pushback_stop) && throttle != nullptr) throttle->RecordFailure();
+      const bool retryable = retryable_code && !headers;
       last_failure_ = status;
       last_failed_ = a;
-      if (!retryable || pushback_stop || !CanStartMore() || closing_) {
+      if (!retryable || pushback_stop || !CanStartMore()) {
         Commit(a, std::move(status));
       } else {
         absl::Duration delay;
@@ -233,11 +237,11 @@ void RetryingCall::OnAttemptDone(Attempt* a, absl::Status status) {
         ScheduleTimer(absl::Now() + delay);
       }
     } else {
-      const bool non_fatal = Contains(config_.hedging->non_fatal_codes, status.code()) && !headers;
-      if (!non_fatal) {
+      const bool non_fatal_code = Contains(config_.hedging->non_fatal_codes, status.code());
+      if ((non_fatal_code || pushback_stop) && throttle != nullptr) throttle->RecordFailure();
+      if (!non_fatal_code || headers) {
         Commit(a, std::move(status));
       } else {
-        if (throttle != nullptr) throttle->RecordFailure();
         last_failure_ = status;
         last_failed_ = a;
         if (pushback_stop) {
@@ -275,8 +279,10 @@ void RetryingCall::Commit(Attempt* winner, absl::Status status) {
     }
   }
   if (bound_ && !ClientContextAccess::Unbind(context_)) {
-    // TryCancel won: OnCancel (posted) delivers CANCELLED.
+    // TryCancel won: OnCancel (posted) delivers CANCELLED, and nothing else
+    // may end the call meanwhile.
     bound_ = false;
+    cancel_pending_ = true;
     return;
   }
   bound_ = false;
@@ -300,17 +306,21 @@ void RetryingCall::Deliver(absl::Status status) {
 }
 
 void RetryingCall::RequestCancel() {
+  Ref();  // OnCancel's
   home_->Post([this] { OnCancel(); });
 }
 
 void RetryingCall::OnCancel() {
-  Ref();
+  // Holds RequestCancel's reference.
   cancelled_ = true;
   bound_ = false;
   ClientContextAccess::FinishCancel(context_);
   CancelPendingTimer();
   CancelOthers(nullptr);
-  if (in_flight_ == 0) {
+  // Hedged attempts parse into responses of their own, so the caller may
+  // have its end at once; a retry's attempt writes the caller's response,
+  // so that one is waited for (its cancellation is on its way).
+  if (in_flight_ == 0 || config_.hedging.has_value()) {
     Deliver(
         absl::CancelledError(absl::StrCat(method_, " was cancelled (ClientContext::TryCancel)")));
   }
@@ -321,7 +331,7 @@ void RetryingCall::OnChannelClosing() {
   Ref();
   closing_ = true;
   CancelPendingTimer();
-  if (!delivered_ && !cancelled_ && in_flight_ == 0) {
+  if (!delivered_ && !cancelled_ && !cancel_pending_ && in_flight_ == 0) {
     Commit(nullptr,
            absl::CancelledError(absl::StrCat("channel to ", channel_->target(), " destroyed")));
   }

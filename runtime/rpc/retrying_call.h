@@ -55,7 +55,8 @@ class RetryingCall final : public CallCanceller {
   // caller; any thread for an asynchronous one). `config` has a retry or a
   // hedging policy. `payload` is the serialised request, `metadata` the
   // context's (validated). `context` and `response` must live until `done`
-  // runs; `done` runs once, on the call's home loop thread.
+  // runs; `done` runs once, on the thread driving the call's home loop (its
+  // engine thread, or a blocking caller leading it).
   static void Start(ChannelImpl* channel, const MethodConfig& config, absl::string_view method,
                     std::string payload, Metadata metadata, ClientContext* context,
                     google::protobuf::MessageLite* response, absl::Time deadline,
@@ -108,7 +109,7 @@ class RetryingCall final : public CallCanceller {
   void ScheduleTimer(absl::Time when);
   void CancelPendingTimer();
   bool CanStartMore() const;
-  void Ref() { ++refs_; }
+  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void Unref();
 
   ChannelImpl* channel_ = nullptr;
@@ -131,12 +132,17 @@ class RetryingCall final : public CallCanceller {
   EventLoop::TimerId timer_ = 0;  // the next attempt (backoff or hedge)
   bool no_more_hedges_ = false;
   bool bound_ = false;              // context_ is bound to this call
-  bool cancelled_ = false;          // TryCancel won
+  bool cancelled_ = false;  // OnCancel ran
+  // The end found that TryCancel had won (Unbind failed): only OnCancel,
+  // posted already, may deliver now.
+  bool cancel_pending_ = false;
   bool closing_ = false;            // the channel is being destroyed
   bool delivered_ = false;          // the caller has its end
   absl::Status last_failure_;       // hedging: the last non-fatal failure
   Attempt* last_failed_ = nullptr;  // and its attempt (kept until the end)
-  int refs_ = 1;                    // 1 until delivered, + attempts, + timer
+  // 1 until delivered, + attempts in flight, + a pending timer, + a posted
+  // OnCancel (taken on TryCancel's thread, hence atomic).
+  std::atomic<int> refs_{1};
   std::list<RetryingCall*>::iterator registration_;
 };
 

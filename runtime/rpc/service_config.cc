@@ -51,9 +51,17 @@ absl::StatusOr<absl::Duration> DurationOf(const Value& v, absl::string_view path
     return Bad(path, absl::StrCat("is ", Show(v), "; must be a duration string such as \"0.1s\""));
   }
   absl::string_view text = v.string_value();
-  if (!absl::ConsumeSuffix(&text, "s") || text.empty() || text[0] == '-' || text[0] == '+' ||
-      !absl::SimpleAtod(text, &seconds) || !std::isfinite(seconds) || seconds < 0 ||
-      seconds > 315576000000.0) {
+  // proto3 JSON's form exactly: digits, at most 9 decimals, then "s".
+  bool well_formed = absl::ConsumeSuffix(&text, "s") && !text.empty();
+  const size_t dot = text.find('.');
+  const absl::string_view whole = text.substr(0, dot);
+  const absl::string_view frac = dot == absl::string_view::npos ? "" : text.substr(dot + 1);
+  well_formed = well_formed && !whole.empty() && whole.size() <= 12 &&
+                (dot == absl::string_view::npos || (!frac.empty() && frac.size() <= 9));
+  for (absl::string_view part : {whole, frac}) {
+    for (char c : part) well_formed = well_formed && c >= '0' && c <= '9';
+  }
+  if (!well_formed || !absl::SimpleAtod(text, &seconds) || seconds > 315576000000.0) {
     return Bad(path, absl::StrCat("is ", Show(v),
                                   "; must be a non-negative duration string such as \"0.1s\""));
   }
@@ -194,11 +202,13 @@ absl::StatusOr<Struct> ParseObject(absl::string_view json) {
   return out;
 }
 
-std::optional<std::string> KnownPolicy(absl::string_view name) {
-  const std::string lower = absl::AsciiStrToLower(name);
-  if (lower == "round_robin" || lower == "pick_first" || lower == "least_request") return lower;
+// loadBalancingConfig's names are exact; the older loadBalancingPolicy's
+// are case-insensitive ("ROUND_ROBIN"), as in gRPC.
+std::optional<std::string> KnownPolicy(absl::string_view name, bool any_case) {
+  const std::string n = any_case ? absl::AsciiStrToLower(name) : std::string(name);
+  if (n == "round_robin" || n == "pick_first" || n == "least_request") return n;
   // gRPC's name of the policy behind Envoy's LEAST_REQUEST.
-  if (lower == "least_request_experimental") return std::string("least_request");
+  if (n == "least_request_experimental") return std::string("least_request");
   return std::nullopt;
 }
 
@@ -206,7 +216,9 @@ std::optional<std::string> KnownPolicy(absl::string_view name) {
 
 std::optional<absl::StatusCode> ParseStatusCodeName(absl::string_view name) {
   int n = 0;
-  if (absl::SimpleAtoi(name, &n)) {
+  if (!name.empty() && name.size() <= 2 &&
+      std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+      absl::SimpleAtoi(name, &n)) {
     if (n < 0 || n > 16) return std::nullopt;
     return static_cast<absl::StatusCode>(n);
   }
@@ -282,8 +294,8 @@ absl::StatusOr<std::shared_ptr<const ServiceConfig>> ServiceConfig::Parse(absl::
     }
     RetryThrottleConfig tc;
     tc.max_milli_tokens = *tokens * 1000;
-    // gRPC keeps three decimals of tokenRatio.
-    tc.token_ratio_milli = static_cast<int>(std::lround(ratio->number_value() * 1000));
+    // gRPC keeps three decimals of tokenRatio and drops the rest.
+    tc.token_ratio_milli = static_cast<int>(std::floor(ratio->number_value() * 1000 + 1e-9));
     if (tc.token_ratio_milli == 0) {
       return Bad("retryThrottling.tokenRatio",
                  absl::StrCat("is ", Show(*ratio), "; under 0.001 (three decimals are kept)"));
@@ -301,7 +313,7 @@ absl::StatusOr<std::shared_ptr<const ServiceConfig>> ServiceConfig::Parse(absl::
                    absl::StrCat("has ", Show(entry), "; each entry is {\"POLICY\": {...}}"));
       }
       const std::string& name = entry.struct_value().fields().begin()->first;
-      if (std::optional<std::string> p = KnownPolicy(name); p.has_value()) {
+      if (std::optional<std::string> p = KnownPolicy(name, /*any_case=*/false); p.has_value()) {
         config->load_balancing_policy_ = *p;
         break;
       }
@@ -314,7 +326,9 @@ absl::StatusOr<std::shared_ptr<const ServiceConfig>> ServiceConfig::Parse(absl::
     }
   } else if (const Value* lbp = Field(*root, "loadBalancingPolicy"); lbp != nullptr) {
     std::optional<std::string> p;
-    if (lbp->kind_case() == Value::kStringValue) p = KnownPolicy(lbp->string_value());
+    if (lbp->kind_case() == Value::kStringValue) {
+      p = KnownPolicy(lbp->string_value(), /*any_case=*/true);
+    }
     if (!p.has_value()) {
       return Bad("loadBalancingPolicy", absl::StrCat("is ", Show(*lbp),
                                                      "; known: round_robin, pick_first, "

@@ -4,7 +4,10 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rdmarpc/metrics.h"
@@ -46,13 +49,20 @@ absl::Status Call(Channel* channel) {
   return Echo(channel, &ctx, req, &resp);
 }
 
-// The metrics page's sample for `name` with these labels, or -1.
+// The metrics page's sample for `name` whose labels end with `labels`
+// (after the channel's id), or -1.
 int64_t Metric(const std::string& name, const std::string& labels) {
   const std::string text = RenderMetricsText();
-  const std::string line = absl::StrCat(name, "{", labels, "} ");
-  const size_t at = text.find(line);
-  if (at == std::string::npos) return -1;
-  return std::stoll(text.substr(at + line.size()));
+  const std::string tail = absl::StrCat(",", labels, "} ");
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, absl::StrCat(name, "{channel=\""))) continue;
+    const size_t at = line.find(tail);
+    if (at == absl::string_view::npos) continue;
+    int64_t v = -1;
+    if (!absl::SimpleAtoi(line.substr(at + tail.size()), &v)) return -1;
+    return v;
+  }
+  return -1;
 }
 
 std::string Labels(const std::string& target, const std::string& server) {
@@ -189,6 +199,28 @@ TEST(OutlierDetection, ApplicationErrorsDoNotCount) {
   for (int i = 0; i < 30; ++i) (void)Call(ch.get());
   EXPECT_EQ(s.service(0).calls(), 10);
   EXPECT_EQ(Metric("rdmarpc_outlier_ejected", Labels(s.target(), s.address(0))), 0);
+}
+
+TEST(OutlierDetection, TwoChannelsToOneTargetAreTwoSeries) {
+  Servers s(2);
+  OutlierDetectionOptions o = NoRules();
+  auto a = MakeChannel(s.target(), o);
+  auto b = MakeChannel(s.target(), o);
+  const std::string text = RenderMetricsText();
+  const std::string series = absl::StrCat(",", Labels(s.target(), s.address(0)), "} 0");
+  int lines = 0;
+  std::vector<std::string> channels;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, "rdmarpc_outlier_ejected{channel=\"") ||
+        !absl::EndsWith(line, series)) {
+      continue;
+    }
+    ++lines;
+    channels.emplace_back(line.substr(0, line.find(',')));
+  }
+  EXPECT_EQ(lines, 2);
+  ASSERT_EQ(channels.size(), 2u);
+  EXPECT_NE(channels[0], channels[1]);
 }
 
 TEST(OutlierDetection, BadOptionsAreRefused) {

@@ -456,6 +456,19 @@ TEST(ServiceConfigParse, NamesTheBadFieldAndValue) {
   EXPECT_EQ(ParseError(R"({"loadBalancingConfig": [{"weighted_target": {}}]})").message(),
             "service config: loadBalancingConfig lists no policy this channel has "
             "(weighted_target; known: round_robin, pick_first, least_request)");
+  // proto3 JSON durations only: digits, at most 9 decimals, "s".
+  for (const char* d : {"0x10s", "1e9s", " 1s", "-1s", "1", "1.s", "0.0000000001s"}) {
+    const std::string config =
+        absl::StrReplaceAll(RetryConfig(3), {{"\"0.001s\"", absl::StrCat("\"", d, "\"")}});
+    EXPECT_EQ(ParseError(config).message(),
+              absl::StrCat("service config: methodConfig[0].retryPolicy.initialBackoff is \"", d,
+                           "\"; must be a non-negative duration string such as \"0.1s\""))
+        << d;
+  }
+  // loadBalancingConfig's names are exact, loadBalancingPolicy's are not.
+  EXPECT_EQ(ParseError(R"({"loadBalancingConfig": [{"ROUND_ROBIN": {}}]})").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ServiceConfig::Parse(R"({"loadBalancingPolicy": "ROUND_ROBIN"})").ok());
   EXPECT_EQ(ParseError("{not json").code(), absl::StatusCode::kInvalidArgument);
 }
 

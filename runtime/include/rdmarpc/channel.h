@@ -41,10 +41,10 @@ absl::StatusOr<std::shared_ptr<Channel>> CreateChannel(absl::string_view target,
 
 // Outlier detection: a server whose calls fail, or are slow, far more than
 // its peers' is taken out of rotation for a while (ejected): the balancer
-// skips it unless no other server is left. The rules and their defaults are
-// gRPC's outlier_detection policy (gRFC A50, after Envoy's outlier
-// detection), plus Envoy's consecutive-failures rule and a latency rule of
-// rdmarpc's own. A call counts as failed when it ends UNAVAILABLE,
+// skips it unless no other server is left. The rules are
+// those of gRPC's outlier_detection policy (gRFC A50, after Envoy's
+// outlier detection), plus Envoy's consecutive-failures rule and a latency
+// rule of rdmarpc's own. A call counts as failed when it ends UNAVAILABLE,
 // DEADLINE_EXCEEDED, INTERNAL, UNKNOWN or DATA_LOSS (the server's or the
 // network's fault); other codes count as successes, CANCELLED not at all.
 // Unary calls (each attempt of a retried one) are counted.
@@ -55,8 +55,14 @@ absl::StatusOr<std::shared_ptr<Channel>> CreateChannel(absl::string_view target,
 // No rule ejects a server while max_ejection_percent of the servers are
 // ejected already, except that one server may always be (Envoy's rule; so
 // with 3 servers and the default 10 %, one). Ejections show in the metrics
-// (rdmarpc/metrics.h) as rdmarpc_outlier_ejected{target,server} (1 while
-// ejected) and rdmarpc_outlier_ejections_total{target,server,reason}.
+// (rdmarpc/metrics.h) as rdmarpc_outlier_ejected{channel,target,server} (1
+// while ejected; channel is a number telling two channels to one target
+// apart) and rdmarpc_outlier_ejections_total{channel,target,server,reason}.
+// Each rule's parameters default to gRFC A50's values; unlike gRPC, where
+// a rule runs only when its config is given, both A50 rules are on once
+// `enabled` (their minimum of 5 servers keeps them out of smaller sets):
+// set a rule's minimum_hosts to 0 to turn it off. A DEADLINE_EXCEEDED
+// counts against the server even when the caller's deadline was short.
 struct OutlierDetectionOptions {
   bool enabled = false;
   absl::Duration interval = absl::Seconds(10);

@@ -69,13 +69,14 @@ class RDMARPC_EXPORT ServerContext {
   // ClientContext::AddMetadata; an entry that breaks them, or metadata over
   // the client's limit, fails the call with INTERNAL / RESOURCE_EXHAUSTED.
   // Initial metadata added after the first message was written is not
-  // sent. One reserved key may go in the trailing metadata of a unary
-  // answer: "grpc-retry-pushback-ms" (gRFC A6 pushback), a decimal count of
-  // milliseconds after which a client retrying under a policy should try
-  // again, or a negative value for "do not retry". Handler thread.
+  // sent. Handler thread.
   void AddInitialMetadata(absl::string_view key, absl::string_view value) {
     initial_metadata_.emplace(std::string(key), std::string(value));
   }
+  // One reserved key may go in the trailing metadata of a unary answer:
+  // "grpc-retry-pushback-ms" (gRFC A6 pushback), a decimal count of
+  // milliseconds after which a client retrying under a policy should try
+  // again, or a negative value for "do not retry".
   void AddTrailingMetadata(absl::string_view key, absl::string_view value) {
     trailing_metadata_.emplace(std::string(key), std::string(value));
   }

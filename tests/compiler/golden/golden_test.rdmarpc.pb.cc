@@ -23,7 +23,7 @@ constexpr const char* kStoreMethodNames[] = {
 };
 
 // /golden.v1.Store/delete_'s policy, from (rdmarpc.method) (rdmarpc/options.proto).
-const ::rdmarpc::internal::MethodConfig* kStoreMethodNamesConfig2() {
+const ::rdmarpc::internal::MethodConfig* StoreMethodConfig2() {
   static const ::rdmarpc::internal::MethodConfig* const config =
       ::rdmarpc::internal::IdlMethodConfig("{\"retryPolicy\": {\"maxAttempts\": 3, \"initialBackoff\": \"0.001s\", \"maxBackoff\": \"0.005s\", \"backoffMultiplier\": 1.5, \"retryableStatusCodes\": [\"UNAVAILABLE\", \"RESOURCE_EXHAUSTED\"]}}");
   return config;
@@ -37,21 +37,21 @@ constexpr const char* kAdminMethodNames[] = {
 };
 
 // /golden.v1.Admin/class's policy, from (rdmarpc.service) (rdmarpc/options.proto).
-const ::rdmarpc::internal::MethodConfig* kAdminMethodNamesConfig0() {
+const ::rdmarpc::internal::MethodConfig* AdminMethodConfig0() {
   static const ::rdmarpc::internal::MethodConfig* const config =
       ::rdmarpc::internal::IdlMethodConfig("{\"hedgingPolicy\": {\"maxAttempts\": 2, \"hedgingDelay\": \"1.500s\", \"nonFatalStatusCodes\": [\"UNAVAILABLE\"]}}");
   return config;
 }
 
 // /golden.v1.Admin/new's policy, from (rdmarpc.service) (rdmarpc/options.proto).
-const ::rdmarpc::internal::MethodConfig* kAdminMethodNamesConfig1() {
+const ::rdmarpc::internal::MethodConfig* AdminMethodConfig1() {
   static const ::rdmarpc::internal::MethodConfig* const config =
       ::rdmarpc::internal::IdlMethodConfig("{\"hedgingPolicy\": {\"maxAttempts\": 2, \"hedgingDelay\": \"1.500s\", \"nonFatalStatusCodes\": [\"UNAVAILABLE\"]}}");
   return config;
 }
 
 // /golden.v1.Admin/Ping's policy, from (rdmarpc.service) (rdmarpc/options.proto).
-const ::rdmarpc::internal::MethodConfig* kAdminMethodNamesConfig2() {
+const ::rdmarpc::internal::MethodConfig* AdminMethodConfig2() {
   static const ::rdmarpc::internal::MethodConfig* const config =
       ::rdmarpc::internal::IdlMethodConfig("{\"hedgingPolicy\": {\"maxAttempts\": 2, \"hedgingDelay\": \"1.500s\", \"nonFatalStatusCodes\": [\"UNAVAILABLE\"]}}");
   return config;
@@ -298,7 +298,7 @@ Store::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
   }
   return ::rdmarpc::internal::BlockingUnaryCall(
       channel_.get(), kStoreMethodNames[2], context, request, response,
-      kStoreMethodNamesConfig2());
+      StoreMethodConfig2());
 }
 
 ::absl::Status Store::Stub::Stub_(
@@ -439,7 +439,7 @@ void Store::Stub::async::delete_(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kStoreMethodNames[2], context, request, response,
       ::std::move(done),
-      kStoreMethodNamesConfig2());
+      StoreMethodConfig2());
 }
 
 void Store::Stub::async::delete_(
@@ -453,7 +453,7 @@ void Store::Stub::async::delete_(
   }
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
       reactor, channel_, kStoreMethodNames[2], context, request, response,
-      kStoreMethodNamesConfig2());
+      StoreMethodConfig2());
 }
 
 void Store::Stub::async::Stub_(
@@ -708,7 +708,7 @@ Admin::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     ::golden::common::Empty* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
       channel_.get(), kAdminMethodNames[0], context, request, response,
-      kAdminMethodNamesConfig0());
+      AdminMethodConfig0());
 }
 
 ::absl::Status Admin::Stub::new_(
@@ -717,7 +717,7 @@ Admin::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     ::golden::common::Ping* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
       channel_.get(), kAdminMethodNames[1], context, request, response,
-      kAdminMethodNamesConfig1());
+      AdminMethodConfig1());
 }
 
 ::absl::Status Admin::Stub::Ping(
@@ -726,7 +726,7 @@ Admin::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     ::golden::v1::Status* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
       channel_.get(), kAdminMethodNames[2], context, request, response,
-      kAdminMethodNamesConfig2());
+      AdminMethodConfig2());
 }
 
 void Admin::Stub::async::class_(
@@ -737,7 +737,7 @@ void Admin::Stub::async::class_(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kAdminMethodNames[0], context, request, response,
       ::std::move(done),
-      kAdminMethodNamesConfig0());
+      AdminMethodConfig0());
 }
 
 void Admin::Stub::async::class_(
@@ -747,7 +747,7 @@ void Admin::Stub::async::class_(
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
       reactor, channel_, kAdminMethodNames[0], context, request, response,
-      kAdminMethodNamesConfig0());
+      AdminMethodConfig0());
 }
 
 void Admin::Stub::async::new_(
@@ -758,7 +758,7 @@ void Admin::Stub::async::new_(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kAdminMethodNames[1], context, request, response,
       ::std::move(done),
-      kAdminMethodNamesConfig1());
+      AdminMethodConfig1());
 }
 
 void Admin::Stub::async::new_(
@@ -768,7 +768,7 @@ void Admin::Stub::async::new_(
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
       reactor, channel_, kAdminMethodNames[1], context, request, response,
-      kAdminMethodNamesConfig1());
+      AdminMethodConfig1());
 }
 
 void Admin::Stub::async::Ping(
@@ -779,7 +779,7 @@ void Admin::Stub::async::Ping(
   ::rdmarpc::internal::AsyncUnaryCall(
       channel_, kAdminMethodNames[2], context, request, response,
       ::std::move(done),
-      kAdminMethodNamesConfig2());
+      AdminMethodConfig2());
 }
 
 void Admin::Stub::async::Ping(
@@ -789,7 +789,7 @@ void Admin::Stub::async::Ping(
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
       reactor, channel_, kAdminMethodNames[2], context, request, response,
-      kAdminMethodNamesConfig2());
+      AdminMethodConfig2());
 }
 
 ::std::unique_ptr<Admin::Stub> Admin::NewStub(

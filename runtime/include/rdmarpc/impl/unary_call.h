@@ -20,8 +20,9 @@ struct MethodConfig;
 // For generated stubs: the policies a method's IDL options set, from one
 // gRPC methodConfig object without "name" (the form protoc-gen-rdmarpc
 // writes: {"retryPolicy": {...}} or {"hedgingPolicy": {...}}). Parsed once
-// per call site (a function-local static) and never freed. CHECK-fails
-// when `json` does not parse: the generator checked the options.
+// per call site (a function-local static) and never freed. nullptr (and an
+// ERROR line) when `json` does not parse, which the generator's own checks
+// rule out: the method's calls then carry no policy.
 RDMARPC_EXPORT const MethodConfig* IdlMethodConfig(const char* json);
 
 // Sends `request` to `method` ("/package.Service/Method") and blocks until the
