@@ -72,6 +72,34 @@ absl::Status CallEcho(Channel* channel) {
 
 const Step kUnavailable = Fails(absl::StatusCode::kUnavailable);
 
+// UNAVAILABLE, with a pushback asking for the next attempt `ms` later.
+Step UnavailableRetryAfter(const std::string& ms) {
+  Step step = kUnavailable;
+  step.pushback = ms;
+  return step;
+}
+
+// An asynchronous Echo whose end the test waits for.
+struct AsyncEcho {
+  EchoRequest req;
+  EchoResponse resp;
+  ClientContext ctx;
+  absl::Notification done;
+  absl::Status result;
+  void Start(Channel* channel) {
+    internal::AsyncUnaryCall(channel, kEchoMethod, &ctx, req, &resp, [this](absl::Status st) {
+      result = st;
+      done.Notify();
+    });
+  }
+};
+
+// Until `service` saw a call, and 50 ms more for its failure to be back.
+void WaitForFirstAttempt(ScriptedService& service) {
+  for (int i = 0; i < 2000 && service.calls() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
+  absl::SleepFor(absl::Milliseconds(50));
+}
+
 // ---- retryPolicy --------------------------------------------------------------
 
 TEST(RetryPolicy, RetryableCodeIsSentExactlyMaxAttemptsTimes) {
@@ -137,9 +165,7 @@ TEST(RetryPolicy, MaxAttemptsAboveFiveCountsAsFive) {
 
 TEST(RetryPolicy, NegativePushbackStopsRetrying) {
   Servers s(1);
-  Step stop = kUnavailable;
-  stop.pushback = "-1";
-  s.ScriptAll({}, stop);
+  s.ScriptAll({}, UnavailableRetryAfter("-1"));
   auto ch = MakeChannel(s.target(), RetryConfig(5));
   EXPECT_EQ(CallEcho(ch.get()).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(s.service(0).calls(), 1);
@@ -147,9 +173,7 @@ TEST(RetryPolicy, NegativePushbackStopsRetrying) {
 
 TEST(RetryPolicy, PushbackSetsTheDelayOfTheNextAttempt) {
   Servers s(1);
-  Step later = kUnavailable;
-  later.pushback = "300";
-  s.ScriptAll({later});
+  s.ScriptAll({UnavailableRetryAfter("300")});
   auto ch = MakeChannel(s.target(), RetryConfig(3));
   ASSERT_TRUE(CallEcho(ch.get()).ok());
   const std::vector<absl::Time> starts = s.service(0).starts();
@@ -159,9 +183,7 @@ TEST(RetryPolicy, PushbackSetsTheDelayOfTheNextAttempt) {
 
 TEST(RetryPolicy, TheDeadlineCoversEveryAttempt) {
   Servers s(1);
-  Step later = kUnavailable;
-  later.pushback = "10000";  // the next attempt would be 10 s away
-  s.ScriptAll({}, later);
+  s.ScriptAll({}, UnavailableRetryAfter("10000"));  // the next attempt would be 10 s away
   auto ch = MakeChannel(s.target(), RetryConfig(5));
   ClientContext ctx;
   ctx.set_timeout(absl::Milliseconds(300));
@@ -219,68 +241,41 @@ TEST(RetryPolicy, AsyncCallIsRetriedToo) {
   Servers s(1);
   s.ScriptAll({kUnavailable, kUnavailable});
   auto ch = MakeChannel(s.target(), RetryConfig(3));
-  EchoRequest req;
-  req.set_text("async");
-  EchoResponse resp;
-  ClientContext ctx;
-  ctx.set_timeout(absl::Seconds(20));
-  absl::Notification done;
-  absl::Status result;
-  internal::AsyncUnaryCall(ch.get(), kEchoMethod, &ctx, req, &resp, [&](absl::Status st) {
-    result = st;
-    done.Notify();
-  });
-  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  EXPECT_TRUE(result.ok()) << result;
-  EXPECT_EQ(resp.text(), "async");
+  AsyncEcho call;
+  call.req.set_text("async");
+  call.ctx.set_timeout(absl::Seconds(20));
+  call.Start(ch.get());
+  ASSERT_TRUE(call.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(call.result.ok()) << call.result;
+  EXPECT_EQ(call.resp.text(), "async");
   EXPECT_EQ(s.service(0).calls(), 3);
 }
 
 TEST(RetryPolicy, TryCancelWhileWaitingToRetryEndsCancelledAtOnce) {
   Servers s(1);
-  Step later = kUnavailable;
-  later.pushback = "20000";
-  s.ScriptAll({}, later);
+  s.ScriptAll({}, UnavailableRetryAfter("20000"));
   auto ch = MakeChannel(s.target(), RetryConfig(3));
-  EchoRequest req;
-  EchoResponse resp;
-  ClientContext ctx;
-  absl::Notification done;
-  absl::Status result;
-  internal::AsyncUnaryCall(ch.get(), kEchoMethod, &ctx, req, &resp, [&](absl::Status st) {
-    result = st;
-    done.Notify();
-  });
-  for (int i = 0; i < 2000 && s.service(0).calls() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
-  absl::SleepFor(absl::Milliseconds(50));  // the failure is back; the retry waits 20 s
+  AsyncEcho call;
+  call.Start(ch.get());
+  WaitForFirstAttempt(s.service(0));  // the retry waits 20 s
   const absl::Time start = absl::Now();
-  ctx.TryCancel();
-  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  call.ctx.TryCancel();
+  ASSERT_TRUE(call.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
-  EXPECT_EQ(result.code(), absl::StatusCode::kCancelled) << result;
+  EXPECT_EQ(call.result.code(), absl::StatusCode::kCancelled) << call.result;
   EXPECT_EQ(s.service(0).calls(), 1);
 }
 
 TEST(RetryPolicy, DestroyingTheChannelWhileWaitingToRetryEndsCancelled) {
   Servers s(1);
-  Step later = kUnavailable;
-  later.pushback = "20000";
-  s.ScriptAll({}, later);
+  s.ScriptAll({}, UnavailableRetryAfter("20000"));
   auto ch = MakeChannel(s.target(), RetryConfig(3));
-  EchoRequest req;
-  EchoResponse resp;
-  ClientContext ctx;
-  absl::Notification done;
-  absl::Status result;
-  internal::AsyncUnaryCall(ch.get(), kEchoMethod, &ctx, req, &resp, [&](absl::Status st) {
-    result = st;
-    done.Notify();
-  });
-  for (int i = 0; i < 2000 && s.service(0).calls() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
-  absl::SleepFor(absl::Milliseconds(50));
+  AsyncEcho call;
+  call.Start(ch.get());
+  WaitForFirstAttempt(s.service(0));
   ch.reset();  // runs the callback before it returns
-  ASSERT_TRUE(done.HasBeenNotified());
-  EXPECT_EQ(result.code(), absl::StatusCode::kCancelled) << result;
+  ASSERT_TRUE(call.done.HasBeenNotified());
+  EXPECT_EQ(call.result.code(), absl::StatusCode::kCancelled) << call.result;
 }
 
 TEST(RetryPolicy, EnableRetriesFalseSendsOnce) {
