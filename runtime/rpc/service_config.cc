@@ -109,7 +109,10 @@ absl::StatusOr<RetryPolicy> RetryPolicyOf(const Struct& s, const std::string& pa
   }
   if (attempts->kind_case() != Value::kNumberValue || attempts->number_value() < 2 ||
       attempts->number_value() != std::floor(attempts->number_value())) {
-    return Bad(path + ".maxAttempts", absl::StrCat("is ", Show(*attempts), "; must be 2 or more"));
+    return Bad(path + ".maxAttempts", absl::StrCat("is ", Show(*attempts),
+                                                   attempts->kind_case() == Value::kNumberValue
+                                                       ? "; must be 2 or more"
+                                                       : "; must be a number (2 or more)"));
   }
   p.max_attempts = static_cast<int>(std::min<double>(attempts->number_value(), kMaxAttemptsCap));
   absl::StatusOr<absl::Duration> d = DurationOf(*initial, path + ".initialBackoff");
@@ -143,7 +146,10 @@ absl::StatusOr<HedgingPolicy> HedgingPolicyOf(const Struct& s, const std::string
   if (attempts == nullptr) return Bad(path + ".maxAttempts", "is required");
   if (attempts->kind_case() != Value::kNumberValue || attempts->number_value() < 2 ||
       attempts->number_value() != std::floor(attempts->number_value())) {
-    return Bad(path + ".maxAttempts", absl::StrCat("is ", Show(*attempts), "; must be 2 or more"));
+    return Bad(path + ".maxAttempts", absl::StrCat("is ", Show(*attempts),
+                                                   attempts->kind_case() == Value::kNumberValue
+                                                       ? "; must be 2 or more"
+                                                       : "; must be a number (2 or more)"));
   }
   p.max_attempts = static_cast<int>(std::min<double>(attempts->number_value(), kMaxAttemptsCap));
   if (const Value* delay = Field(s, "hedgingDelay"); delay != nullptr) {
@@ -197,7 +203,8 @@ absl::StatusOr<Struct> ParseObject(absl::string_view json) {
   const auto s = google::protobuf::util::JsonStringToMessage(std::string(json), &out);
   if (!s.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("service config is not a JSON object (", std::string(s.message()), ")"));
+        absl::StrCat("service config is not a JSON object: ",
+                     absl::StripPrefix(std::string(s.message()), ": ")));
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
@@ -464,7 +465,14 @@ TEST(ServiceConfigParse, NamesTheBadFieldAndValue) {
   EXPECT_EQ(ParseError(R"({"loadBalancingConfig": [{"ROUND_ROBIN": {}}]})").code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(ServiceConfig::Parse(R"({"loadBalancingPolicy": "ROUND_ROBIN"})").ok());
+  EXPECT_EQ(ParseError(absl::StrReplaceAll(RetryConfig(3),
+                                           {{"\"maxAttempts\": 3", "\"maxAttempts\": \"3\""}}))
+                .message(),
+            "service config: methodConfig[0].retryPolicy.maxAttempts is \"3\"; must be a number "
+            "(2 or more)");
   EXPECT_EQ(ParseError("{not json").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(ParseError("[]").message(), "service config is not a JSON object: "))
+      << ParseError("[]");
 }
 
 TEST(ServiceConfigParse, FindsMethodThenServiceThenDefault) {
