@@ -93,6 +93,19 @@ absl::StatusOr<StatusCodeSet> CodesOf(const Value& v, absl::string_view path) {
   return set;
 }
 
+// maxAttempts of either policy: a whole number >= 2, above
+// kMaxAttemptsCap counted as the cap.
+absl::StatusOr<int> MaxAttemptsOf(const Value& v, const std::string& path) {
+  if (v.kind_case() != Value::kNumberValue || v.number_value() < 2 ||
+      v.number_value() != std::floor(v.number_value())) {
+    return Bad(path, absl::StrCat("is ", Show(v),
+                                  v.kind_case() == Value::kNumberValue
+                                      ? "; must be 2 or more"
+                                      : "; must be a number (2 or more)"));
+  }
+  return static_cast<int>(std::min<double>(v.number_value(), kMaxAttemptsCap));
+}
+
 absl::StatusOr<RetryPolicy> RetryPolicyOf(const Struct& s, const std::string& path) {
   RetryPolicy p;
   const Value* attempts = Field(s, "maxAttempts");
@@ -107,14 +120,9 @@ absl::StatusOr<RetryPolicy> RetryPolicyOf(const Struct& s, const std::string& pa
                          {codes, "retryableStatusCodes"}}) {
     if (v == nullptr) return Bad(absl::StrCat(path, ".", name), "is required");
   }
-  if (attempts->kind_case() != Value::kNumberValue || attempts->number_value() < 2 ||
-      attempts->number_value() != std::floor(attempts->number_value())) {
-    return Bad(path + ".maxAttempts", absl::StrCat("is ", Show(*attempts),
-                                                   attempts->kind_case() == Value::kNumberValue
-                                                       ? "; must be 2 or more"
-                                                       : "; must be a number (2 or more)"));
-  }
-  p.max_attempts = static_cast<int>(std::min<double>(attempts->number_value(), kMaxAttemptsCap));
+  absl::StatusOr<int> max_attempts = MaxAttemptsOf(*attempts, path + ".maxAttempts");
+  if (!max_attempts.ok()) return max_attempts.status();
+  p.max_attempts = *max_attempts;
   absl::StatusOr<absl::Duration> d = DurationOf(*initial, path + ".initialBackoff");
   if (!d.ok()) return d.status();
   p.initial_backoff = *d;
@@ -144,14 +152,9 @@ absl::StatusOr<HedgingPolicy> HedgingPolicyOf(const Struct& s, const std::string
   HedgingPolicy p;
   const Value* attempts = Field(s, "maxAttempts");
   if (attempts == nullptr) return Bad(path + ".maxAttempts", "is required");
-  if (attempts->kind_case() != Value::kNumberValue || attempts->number_value() < 2 ||
-      attempts->number_value() != std::floor(attempts->number_value())) {
-    return Bad(path + ".maxAttempts", absl::StrCat("is ", Show(*attempts),
-                                                   attempts->kind_case() == Value::kNumberValue
-                                                       ? "; must be 2 or more"
-                                                       : "; must be a number (2 or more)"));
-  }
-  p.max_attempts = static_cast<int>(std::min<double>(attempts->number_value(), kMaxAttemptsCap));
+  absl::StatusOr<int> max_attempts = MaxAttemptsOf(*attempts, path + ".maxAttempts");
+  if (!max_attempts.ok()) return max_attempts.status();
+  p.max_attempts = *max_attempts;
   if (const Value* delay = Field(s, "hedgingDelay"); delay != nullptr) {
     absl::StatusOr<absl::Duration> d = DurationOf(*delay, path + ".hedgingDelay");
     if (!d.ok()) return d.status();
