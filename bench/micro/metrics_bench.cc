@@ -43,7 +43,7 @@ void BM_ServerMetricsHooks(benchmark::State& state) {
   internal::InterceptorChain::ServerFactories factories{ServerMetricsInterceptorFactory()};
   const std::string peer = "127.0.0.1:1";
   ServerContext context;
-  internal::ServerContextAccess::Init(&context, &kMethod, &peer, absl::InfiniteFuture());
+  internal::ServerContextAccess::Init(&context, &kMethod, &peer, absl::InfiniteFuture(), nullptr);
   RunServerHooks(state, factories, &context);
 }
 BENCHMARK(BM_ServerMetricsHooks);

@@ -15,6 +15,7 @@
 #include "rdmarpc/metrics.h"
 #include "runtime/rpc/admin_endpoint.h"
 #include "runtime/rpc/channel_impl.h"
+#include "runtime/rpc/auth.h"
 #include "runtime/rpc/metadata.h"
 #include "runtime/rpc/resolver_registry.h"
 #include "runtime/rpc/retrying_call.h"
@@ -265,6 +266,9 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
   copts.recv_depth = options.recv_depth;
   copts.max_message_bytes = options.max_message_bytes;
   copts.connect_timeout = options.connect_timeout;
+  if (options.connection_credentials != nullptr) {
+    copts.connect_token = ConnectTokenFn(options.connection_credentials);
+  }
   impl->loop_ptrs_ = loops;
   impl->connection_options_ = copts;
   impl->parking_.resize(loops.size());

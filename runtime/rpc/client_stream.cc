@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "rdmarpc/client_callback.h"
+#include "runtime/rpc/auth.h"
 #include "runtime/rpc/metadata.h"
 #include "runtime/rpc/status_payloads.h"
 
@@ -48,6 +49,14 @@ void ClientStreamState::Prepare(const google::protobuf::MessageLite* first) {
   } else if (method_.size() > 1024) {
     refused_ = absl::InvalidArgumentError(
         absl::StrCat("method name of ", method_.size(), " bytes is longer than 1024"));
+  } else if (absl::Status creds =
+                 (channel_->options().call_credentials != nullptr ||
+                  context_->credentials() != nullptr)
+                     ? ApplyCallCredentials(channel_->options().call_credentials.get(),
+                                            channel_->target(), method_, context_)
+                     : absl::OkStatus();
+             !creds.ok()) {
+    refused_ = std::move(creds);
   } else if (absl::Status md = ValidateMetadata(ClientContextAccess::Metadata(context_),
                                                 channel_->options().max_metadata_bytes,
                                                 "client metadata");

@@ -5,10 +5,13 @@
 #define RDMARPC_RUNTIME_RPC_CONTEXT_ACCESS_H_
 
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/time/time.h"
 #include "rdmarpc/client_context.h"
+#include "rdmarpc/security.h"
 #include "rdmarpc/server_context.h"
 
 namespace rdmarpc {
@@ -67,11 +70,21 @@ class ClientContextAccess {
 class ServerContextAccess {
  public:
   // `method` and `peer` must outlive the context (no copy per call).
+  // `connection_identity`: the connection's AuthContext
+  // (Connection::peer_identity), nullptr without one.
   static void Init(ServerContext* ctx, const std::string* method, const std::string* peer,
-                   absl::Time deadline) {
+                   absl::Time deadline, const std::shared_ptr<const void>& connection_identity) {
     ctx->method_ = method;
     ctx->peer_ = peer;
     ctx->deadline_ = deadline;
+    if (connection_identity != nullptr) {
+      ctx->auth_context_ = std::static_pointer_cast<const AuthContext>(connection_identity);
+    }
+  }
+  // The auth metadata processor's result (auth_interceptor.cc), before the
+  // handler runs.
+  static void SetAuthContext(ServerContext* ctx, std::shared_ptr<const AuthContext> auth) {
+    ctx->auth_context_ = std::move(auth);
   }
   static std::multimap<std::string, std::string>* ClientMetadata(ServerContext* ctx) {
     return &ctx->client_metadata_;

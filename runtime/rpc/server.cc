@@ -11,6 +11,7 @@
 #include "glog/logging.h"
 #include "runtime/rpc/address.h"
 #include "runtime/rpc/etcd_resolver.h"
+#include "runtime/rpc/auth.h"
 #include "runtime/rpc/context_access.h"
 #include "runtime/rpc/metadata.h"
 #include "runtime/rpc/metrics.h"
@@ -104,7 +105,10 @@ std::string ServerImpl::DescribeForStatusz() const {
       options_.recv_buffer_bytes, " bytes, eager_limit ", options_.eager_limit_bytes,
       " bytes, max_message ", options_.max_message_bytes, " bytes, large buffer pool ",
       options_.large_buffer_pool_bytes, " bytes, call metrics ", metrics_installed_ ? "on" : "off",
-      ", ", options_.interceptor_creators.size() - (metrics_installed_ ? 1 : 0),
+      ", connection authenticator ", options_.connection_authenticator ? "on" : "off",
+      ", auth metadata processor ", auth_installed_ ? "on" : "off", ", ",
+      options_.interceptor_creators.size() - (metrics_installed_ ? 1 : 0) -
+          (auth_installed_ ? 1 : 0),
       " other interceptors\n");
 }
 
@@ -194,6 +198,12 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
       InitializeServerMethodMetrics(name, handler->kind());
     }
   }
+  if (!auth_installed_ && options_.auth_metadata_processor != nullptr) {
+    options_.interceptor_creators.insert(
+        options_.interceptor_creators.begin() + (metrics_installed_ ? 1 : 0),
+        AuthMetadataInterceptorFactory(options_.auth_metadata_processor));
+    auth_installed_ = true;
+  }
   ChooseProvider();
   device_ = std::make_unique<DeviceResources>(options_.large_buffer_pool_bytes,
                                               options_.large_buffer_pool_bytes);
@@ -237,6 +247,9 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
     return copts;
   };
   lo.protocol_version = [] { return ProtocolVersion(); };
+  if (options_.connection_authenticator != nullptr) {
+    lo.check_token = CheckTokenFn(options_.connection_authenticator);
+  }
   lo.recv_depth = options_.recv_depth;
   lo.recv_buffer_bytes = options_.recv_buffer_bytes;
   lo.large_buffer_pool_bytes = options_.large_buffer_pool_bytes;
@@ -453,7 +466,8 @@ void ServerImpl::RunInline(Worker* worker, Connection* conn, const IncomingReque
     SendReply(conn, req.token, ParseFailure(req, *method, *request), nullptr);
   } else {
     ServerContext context;
-    ServerContextAccess::Init(&context, method, &conn->peer(), DeadlineFrom(req.timeout_us));
+    ServerContextAccess::Init(&context, method, &conn->peer(), DeadlineFrom(req.timeout_us),
+                              conn->peer_identity());
     if (absl::Status md = TakeClientMetadata(req, &context); !md.ok()) {
       SendReply(conn, req.token, std::move(md), nullptr);
     } else {
@@ -516,7 +530,8 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
   call->handler = handler;
   call->method = method;
   call->peer = conn->peer();
-  ServerContextAccess::Init(&call->context, method, &call->peer, DeadlineFrom(req.timeout_us));
+  ServerContextAccess::Init(&call->context, method, &call->peer, DeadlineFrom(req.timeout_us),
+                            conn->peer_identity());
   if (absl::Status md = TakeClientMetadata(req, &call->context); !md.ok()) {
     SendReply(conn, req.token, std::move(md), nullptr);
     return;

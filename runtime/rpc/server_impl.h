@@ -217,6 +217,7 @@ class ServerImpl final : public ServerStatusSource {
   std::shared_ptr<AdminEndpoint> admin_;
   bool status_registered_ = false;  // AddServerStatusSource was called
   bool metrics_installed_ = false;  // the metrics interceptor leads interceptor_creators
+  bool auth_installed_ = false;     // the auth metadata interceptor follows it
   std::string address_;             // "host:port" bound
   // ServerOptions::register_target's registration, while running.
   std::unique_ptr<EtcdRegistration> registration_;

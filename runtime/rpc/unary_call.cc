@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "runtime/rpc/auth.h"
 #include "runtime/rpc/channel_impl.h"
 #include "runtime/rpc/interceptor_chain.h"
 #include "runtime/rpc/metadata.h"
@@ -17,9 +18,10 @@ namespace internal {
 
 namespace {
 
-// Checks shared by both entry points; OK when the call may be sent.
+// Checks shared by both entry points, after the call credentials added
+// their metadata; OK when the call may be sent.
 absl::Status CheckCall(const ChannelImpl* impl, absl::string_view method, size_t size,
-                       const ClientContext* context) {
+                       ClientContext* context) {
   if (size > impl->options().max_message_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("request of ", size, " bytes exceeds max_message_bytes ",
@@ -32,6 +34,11 @@ absl::Status CheckCall(const ChannelImpl* impl, absl::string_view method, size_t
   if (absl::Now() >= context->deadline()) {
     return absl::DeadlineExceededError(
         absl::StrCat("deadline passed before ", method, " was sent"));
+  }
+  if (impl->options().call_credentials != nullptr || context->credentials() != nullptr) {
+    absl::Status s = ApplyCallCredentials(impl->options().call_credentials.get(), impl->target(),
+                                          method, context);
+    if (!s.ok()) return s;
   }
   const Metadata& md = ClientContextAccess::Metadata(context);
   if (!md.empty()) {

@@ -155,7 +155,8 @@ absl::StatusOr<Connection*> Connection::Connect(EventLoop* loop, DeviceResources
 absl::StatusOr<Connection*> Connection::Accept(EventLoop* loop, DeviceResources* device,
                                                rdma_cm_id* id, const HandshakeData& peer,
                                                const ConnectionOptions& options,
-                                               ConnectionHandler* handler) {
+                                               ConnectionHandler* handler,
+                                               std::shared_ptr<const void> peer_identity) {
   std::string peer_name = "unknown";
   if (std::optional<SocketAddress> a = SocketAddress::FromSockaddr(Verbs().get_peer_addr(id))) {
     peer_name = a->ToString();
@@ -166,12 +167,13 @@ absl::StatusOr<Connection*> Connection::Accept(EventLoop* loop, DeviceResources*
   id->context = static_cast<CmEventHandler*>(c.get());
   c->SetState(ConnState::kAccepting);
   c->peer_ = peer;
+  c->peer_identity_ = std::move(peer_identity);
   absl::Status s = c->SetupQp();
   if (s.ok()) s = c->receive_ring_.PostAll(c->qp_.get());
   if (!s.ok()) {
     const Handshake::PrivateData why =
         Handshake::Reject(kProtocolVersion, absl::IsResourceExhausted(s) ? kRejectNoResources : 0);
-    Verbs().reject(id, why.data(), kHandshakeBytes);
+    Verbs().reject(id, why.data(), why.size());
     c->Destroy();  // unmaps and destroys the QP, then the id
     return s;
   }
@@ -180,7 +182,7 @@ absl::StatusOr<Connection*> Connection::Accept(EventLoop* loop, DeviceResources*
       Handshake::Offer(kProtocolVersion, c->options_.recv_depth, options.recv_buffer_bytes);
   rdma_conn_param param{};
   param.private_data = pd.data();
-  param.private_data_len = kHandshakeBytes;
+  param.private_data_len = pd.size();
   param.responder_resources = 4;
   param.initiator_depth = 4;
   param.rnr_retry_count = 7;
@@ -252,11 +254,27 @@ void Connection::OnCmEvent(const CmEvent& ev) {
                                                   s.message())));
         return;
       }
-      const Handshake::PrivateData pd =
-          Handshake::Offer(kProtocolVersion, options_.recv_depth, options_.recv_buffer_bytes);
+      std::string token;
+      if (options_.connect_token) {
+        absl::StatusOr<std::string> t = options_.connect_token(peer_name_);
+        if (t.ok() && t->size() > kMaxConnectTokenBytes) {
+          t = absl::InternalError(absl::StrCat("connection token of ", t->size(),
+                                               " bytes; at most ", kMaxConnectTokenBytes,
+                                               " fit in rdma_cm's private data"));
+        }
+        if (!t.ok()) {
+          token_failed_ = true;  // the calls get the credentials' own code
+          Close(absl::Status(t.status().code(), absl::StrCat("connecting to ", peer_name_, ": ",
+                                                             t.status().message())));
+          return;
+        }
+        token = *std::move(t);
+      }
+      const Handshake::PrivateData pd = Handshake::Offer(
+          kProtocolVersion, options_.recv_depth, options_.recv_buffer_bytes, token);
       rdma_conn_param param{};
       param.private_data = pd.data();
-      param.private_data_len = kHandshakeBytes;
+      param.private_data_len = pd.size();
       param.responder_resources = 4;
       param.initiator_depth = 4;
       param.retry_count = 7;
@@ -348,10 +366,16 @@ void Connection::Close(absl::Status reason) {
     OutgoingRequest request;
     if (not_sent) request = std::move(s.request);
     FinishSlot(static_cast<uint16_t>(i), /*rekey=*/true);
+    // Codes that tell the caller something (another version, a full server,
+    // refused credentials) reach it; any other failure of the transport is
+    // UNAVAILABLE, safe to retry.
     absl::Status status = reason.code() == absl::StatusCode::kFailedPrecondition ||
                                   reason.code() == absl::StatusCode::kUnavailable ||
                                   reason.code() == absl::StatusCode::kCancelled ||
-                                  reason.code() == absl::StatusCode::kResourceExhausted
+                                  reason.code() == absl::StatusCode::kResourceExhausted ||
+                                  reason.code() == absl::StatusCode::kUnauthenticated ||
+                                  reason.code() == absl::StatusCode::kPermissionDenied ||
+                                  token_failed_
                               ? reason
                               : absl::UnavailableError(reason.message());
     if (not_sent) {

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -81,6 +82,12 @@ struct ConnectionOptions {
   int rendezvous_chunks_in_flight = DefaultRendezvousChunksInFlight();
   size_t rendezvous_bulk_chunk_bytes = DefaultRendezvousBulkChunkBytes();
   int rendezvous_bulk_chunks_in_flight = DefaultRendezvousBulkChunksInFlight();
+  // Client: asked on the loop thread once per connection attempt, when the
+  // route is resolved, with the server's "ip:port"; what it returns goes in
+  // the connect request's private data (at most kMaxConnectTokenBytes,
+  // handshake.h). An error ends the attempt with that status. Unset: no
+  // token.
+  std::function<absl::StatusOr<std::string>(absl::string_view peer)> connect_token;
   // Test hook (server): asked once per rendezvous request; a positive result
   // delays posting its RDMA READ by that much (timer, loop keeps running).
   absl::Duration (*request_read_delay)() = nullptr;
@@ -196,10 +203,14 @@ class Connection final : public CmEventHandler, public LoopClient {
                                              ConnectionHandler* handler);
   // Server: `id` (a connect request already migrated to loop's event
   // channel) is set up and accepted. On error the id is rejected/destroyed.
+  // `peer_identity` is what the listener's token check made of the
+  // client's connection token (Listener::Options::check_token; opaque here,
+  // runtime/rpc's AuthContext), nullptr without one.
   static absl::StatusOr<Connection*> Accept(EventLoop* loop, DeviceResources* device,
                                             rdma_cm_id* id, const HandshakeData& peer,
                                             const ConnectionOptions& options,
-                                            ConnectionHandler* handler);
+                                            ConnectionHandler* handler,
+                                            std::shared_ptr<const void> peer_identity = nullptr);
   ~Connection() override;
 
   // --- client role ---
@@ -294,6 +305,9 @@ class Connection final : public CmEventHandler, public LoopClient {
   bool usable() const { return state_ != ConnState::kClosing && state_ != ConnState::kClosed; }
   ConnState state() const { return state_; }
   const std::string& peer() const { return peer_name_; }
+  // Server: see Accept; set before the connection's first request, then
+  // never changed (any thread may read it).
+  const std::shared_ptr<const void>& peer_identity() const { return peer_identity_; }
   // The rdma_cm id (for fault injection in tests); nullptr once destroyed.
   rdma_cm_id* cm_id() const { return id_.get(); }
   size_t calls_in_flight() const { return streams_.busy(); }
@@ -488,6 +502,8 @@ class Connection final : public CmEventHandler, public LoopClient {
   const ConnectionOptions options_;
   ConnectionHandler* handler_;
   const std::string peer_name_;
+  std::shared_ptr<const void> peer_identity_;  // server: see Accept
+  bool token_failed_ = false;  // client: options_.connect_token failed this attempt
   const bool is_client_;
   ConnState state_;
   absl::Status close_reason_;

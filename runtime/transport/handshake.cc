@@ -1,6 +1,8 @@
 // handshake.cc: the rdma_cm private data (see handshake.h).
 #include "runtime/transport/handshake.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/transport/little_endian.h"
 #include "runtime/transport/transport.h"
@@ -40,6 +42,15 @@ absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len) {
     return absl::InvalidArgumentError("handshake private data is not from rdmarpc");
   }
   HandshakeData h;
+  if (len > kHandshakeBytes) {
+    const size_t token_bytes = static_cast<uint8_t>(p[kHandshakeBytes]);
+    if (kHandshakeBytes + 1 + token_bytes > len) {
+      return absl::InvalidArgumentError(absl::StrCat("handshake token of ", token_bytes,
+                                                     " bytes overruns private data of ", len,
+                                                     " bytes"));
+    }
+    h.token.assign(p + kHandshakeBytes + 1, token_bytes);
+  }
   h.version = GetLittleEndian<uint16_t>(p);
   h.recv_depth = GetLittleEndian<uint16_t>(p + 2);
   h.recv_buffer_bytes = GetLittleEndian<uint32_t>(p + 4);
@@ -49,14 +60,20 @@ absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len) {
 }
 
 Handshake::PrivateData Handshake::Offer(uint16_t version, int recv_depth,
-                                        size_t recv_buffer_bytes) {
+                                        size_t recv_buffer_bytes, absl::string_view token) {
   HandshakeData h;
   h.version = version;
   h.recv_depth = static_cast<uint16_t>(recv_depth);
   h.recv_buffer_bytes = static_cast<uint32_t>(recv_buffer_bytes);
   h.features = kOfferedFeatures;
   PrivateData out;
-  EncodeHandshake(h, out.data());
+  EncodeHandshake(h, out.bytes_.data());
+  if (!token.empty()) {
+    token = token.substr(0, kMaxConnectTokenBytes);
+    out.bytes_[kHandshakeBytes] = static_cast<char>(token.size());
+    std::memcpy(out.bytes_.data() + kHandshakeBytes + 1, token.data(), token.size());
+    out.size_ = static_cast<uint8_t>(kHandshakeBytes + 1 + token.size());
+  }
   return out;
 }
 
@@ -65,7 +82,7 @@ Handshake::PrivateData Handshake::Reject(uint16_t version, uint32_t reason) {
   h.version = version;
   h.reject_reason = reason;
   PrivateData out;
-  EncodeHandshake(h, out.data());
+  EncodeHandshake(h, out.bytes_.data());
   return out;
 }
 
@@ -124,6 +141,17 @@ absl::Status Handshake::Rejected(absl::string_view private_data, int cm_status,
     return absl::ResourceExhaustedError(absl::StrCat(
         "server ", peer,
         " has no room for another connection (completion queue or registered memory full)"));
+  }
+  if (h.ok() && h->reject_reason == kRejectUnauthenticated) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "server ", peer,
+        " refused this client's connection token (missing or not valid; see "
+        "ChannelOptions::connection_credentials and the server's log)"));
+  }
+  if (h.ok() && h->reject_reason == kRejectPermissionDenied) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "server ", peer, " does not allow this client to connect (its connection token was "
+                         "valid but is not permitted; see the server's log)"));
   }
   if (cm_status == kCmRejectInvalidServiceId) {
     return absl::UnavailableError(absl::StrCat("no server listening on ", peer,

@@ -6,11 +6,14 @@
 #include <sys/resource.h>
 
 #include <cerrno>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "runtime/transport/handshake.h"
+#include "runtime/transport/log_limiter.h"
 #include "runtime/transport/transport.h"
 
 namespace rdmarpc {
@@ -121,7 +124,7 @@ void Listener::Close() {
 
 void Listener::Reject(rdma_cm_id* id, uint32_t reason) const {
   const Handshake::PrivateData pd = Handshake::Reject(ProtocolVersion(), reason);
-  Verbs().reject(id, pd.data(), kHandshakeBytes);
+  Verbs().reject(id, pd.data(), pd.size());
   Verbs().destroy_id(id);
 }
 
@@ -147,6 +150,24 @@ void Listener::OnConnectRequest(const CmEvent& ev) {
     Reject(id, reject_reason);
     return;
   }
+  std::shared_ptr<const void> identity;
+  if (options_.check_token) {
+    std::string peer = "unknown";
+    std::string host = peer;
+    if (std::optional<SocketAddress> a = SocketAddress::FromSockaddr(Verbs().get_peer_addr(id))) {
+      peer = a->ToString();
+      host = a->IpString();
+    }
+    if (absl::Status s = options_.check_token(h->token, peer, &identity); !s.ok()) {
+      // One line a second per client host (its port changes per attempt).
+      LogConnectionEvent(host, absl::StrCat("rejecting a connection from ", peer, " (",
+                                            absl::StatusCodeToString(s.code()),
+                                            "): its connection token was refused: "),
+                         s);
+      Reject(id, absl::IsPermissionDenied(s) ? kRejectPermissionDenied : kRejectUnauthenticated);
+      return;
+    }
+  }
   const size_t t = next_target_.fetch_add(1) % targets_.size();
   const Target target = targets_[t];
   // Until the target's loop adopts it, events of this id go nowhere.
@@ -159,9 +180,9 @@ void Listener::OnConnectRequest(const CmEvent& ev) {
   ConnectionOptions copts = options_.connection_options ? options_.connection_options()
                                                         : ConnectionOptions();
   const HandshakeData peer = *h;
-  target.loop->Post([this, t, target, id, peer, copts] {
+  target.loop->Post([this, t, target, id, peer, copts, identity = std::move(identity)] {
     absl::StatusOr<Connection*> c =
-        Connection::Accept(target.loop, device_, id, peer, copts, target.handler);
+        Connection::Accept(target.loop, device_, id, peer, copts, target.handler, identity);
     if (!c.ok()) {
       LOG(WARNING) << "accepting a connection failed: " << c.status();
       return;

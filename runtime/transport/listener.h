@@ -48,6 +48,17 @@ class Listener final : public CmEventHandler {
     // The protocol version accepted and announced in rejects; asked once
     // per connect request. Unset: kProtocolVersion.
     absl::AnyInvocable<uint16_t() const> protocol_version;
+    // Checks each connect request's connection token (empty when it has
+    // none) from `peer` ("ip:port") on the acceptor loop, before anything is
+    // created or registered for the connection. OK accepts, and what it
+    // stored in `*identity` goes with the connection
+    // (Connection::peer_identity); PERMISSION_DENIED rejects with
+    // kRejectPermissionDenied, any other error with kRejectUnauthenticated.
+    // Unset: every token is accepted. Must not block for long: connect
+    // requests wait behind it.
+    absl::AnyInvocable<absl::Status(absl::string_view token, absl::string_view peer,
+                                    std::shared_ptr<const void>* identity) const>
+        check_token;
     int backlog = 128;
     // Registered once at Listen, when the device is known by then, so that
     // a memlock limit shows at start rather than on the first client: one

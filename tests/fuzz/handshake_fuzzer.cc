@@ -1,9 +1,11 @@
 // handshake_fuzzer.cc: the rdma_cm private data of connect, accept and
 // reject (handshake.h), which any host that reaches the port can send.
-// Beyond not crashing: what decodes re-encodes to the same fields.
+// Beyond not crashing: what decodes re-encodes to the same fields and
+// connection token.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "runtime/transport/handshake.h"
 
@@ -16,10 +18,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!h.ok()) return 0;
   char out[kHandshakeBytes];
   EncodeHandshake(*h, out);
-  auto again = DecodeHandshake(out, sizeof(out));
+  std::string bytes(out, sizeof(out));
+  if (!h->token.empty()) {
+    bytes.push_back(static_cast<char>(h->token.size()));
+    bytes += h->token;
+  }
+  auto again = DecodeHandshake(bytes.data(), bytes.size());
   if (!again.ok() || again->version != h->version || again->recv_depth != h->recv_depth ||
       again->recv_buffer_bytes != h->recv_buffer_bytes || again->features != h->features ||
-      again->reject_reason != h->reject_reason) {
+      again->reject_reason != h->reject_reason || again->token != h->token) {
     std::fprintf(stderr, "handshake_fuzzer: private data does not round-trip\n");
     std::abort();
   }

@@ -110,6 +110,12 @@ void HeaderSeeds() {
 void HandshakeSeeds() {
   const auto offer = Handshake::Offer(kProtocolVersion, 64, 8192);
   Write("handshake", "offer", std::string(offer.data(), offer.size()));
+  const auto with_token = Handshake::Offer(kProtocolVersion, 64, 8192, "0123456789abcdef");
+  Write("handshake", "offer_token", std::string(with_token.data(), with_token.size()));
+  // As the IB CM delivers a request: padded with zeros to 56 bytes.
+  std::string padded(offer.data(), offer.size());
+  padded.resize(kMaxConnectPrivateDataBytes, '\0');
+  Write("handshake", "offer_padded", padded);
   const auto reject = Handshake::Reject(kProtocolVersion, kRejectShuttingDown);
   Write("handshake", "reject", std::string(reject.data(), reject.size()));
 }

@@ -189,7 +189,10 @@ TEST(AdminEndpoint, StatuszShowsServersConnectionsMemoryAndFlags) {
       s, absl::StrCat("  server 127.0.0.1:", f.server->port(), ": serving, open connections 1,")))
       << s;
   EXPECT_TRUE(absl::StrContains(s, "    services: rdmarpc.test.EchoService\n")) << s;
-  EXPECT_TRUE(absl::StrContains(s, "call metrics on, 0 other interceptors\n")) << s;
+  EXPECT_TRUE(absl::StrContains(s,
+                                "call metrics on, connection authenticator off, auth metadata "
+                                "processor off, 0 other interceptors\n"))
+      << s;
   // Both ends of the one connection, each on its own engine.
   EXPECT_TRUE(absl::StrContains(s, "(client) state established")) << s;
   EXPECT_TRUE(absl::StrContains(s, "(server) state established")) << s;

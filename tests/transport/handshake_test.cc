@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "runtime/transport/transport.h"
 
@@ -51,6 +52,53 @@ TEST(Handshake, OfferCarriesVersionAndRing) {
   EXPECT_EQ(h->reject_reason, 0u);
   // Both sides offer draining (kGoAway, kFlagRefused).
   EXPECT_EQ(h->features, kFeatureDrain);
+}
+
+TEST(Handshake, OfferCarriesTheConnectionToken) {
+  const Handshake::PrivateData pd = Handshake::Offer(kProtocolVersion, 64, 8192, "tok-123");
+  EXPECT_EQ(pd.size(), kHandshakeBytes + 1 + 7);
+  absl::StatusOr<HandshakeData> h = DecodeHandshake(pd.data(), pd.size());
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->token, "tok-123");
+  EXPECT_EQ(h->recv_depth, 64);
+  // The longest token fills rdma_cm's 56 bytes exactly.
+  const std::string longest(kMaxConnectTokenBytes, 'L');
+  const Handshake::PrivateData full = Handshake::Offer(kProtocolVersion, 64, 8192, longest);
+  EXPECT_EQ(full.size(), kMaxConnectPrivateDataBytes);
+  EXPECT_EQ(DecodeHandshake(full.data(), full.size())->token, longest);
+}
+
+TEST(Handshake, ZeroPaddedRequestHasNoToken) {
+  // The IB CM hands the listener all 56 bytes of a REQ's private data.
+  const Handshake::PrivateData pd = Handshake::Offer(kProtocolVersion, 64, 8192);
+  EXPECT_EQ(pd.size(), kHandshakeBytes);
+  std::string padded(pd.data(), pd.size());
+  padded.resize(kMaxConnectPrivateDataBytes, '\0');
+  absl::StatusOr<HandshakeData> h = DecodeHandshake(padded.data(), padded.size());
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->token, "");
+}
+
+TEST(Handshake, TokenLengthOverrunningThePrivateDataIsRefused) {
+  const Handshake::PrivateData pd = Handshake::Offer(kProtocolVersion, 64, 8192, "abc");
+  std::string bytes(pd.data(), pd.size());
+  bytes[kHandshakeBytes] = 4;  // one more than follows
+  absl::StatusOr<HandshakeData> h = DecodeHandshake(bytes.data(), bytes.size());
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.status().message(), "handshake token of 4 bytes overruns private data of 24 bytes");
+}
+
+TEST(Handshake, RefusedTokensRejectAsUnauthenticatedOrPermissionDenied) {
+  const Handshake::PrivateData unauth =
+      Handshake::Reject(kProtocolVersion, kRejectUnauthenticated);
+  absl::Status s = Handshake::Rejected(std::string(unauth.data(), unauth.size()), 28, "srv:1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "server srv:1 refused")) << s;
+  const Handshake::PrivateData denied =
+      Handshake::Reject(kProtocolVersion, kRejectPermissionDenied);
+  s = Handshake::Rejected(std::string(denied.data(), denied.size()), 28, "srv:1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
 }
 
 // --- server: the connect request ---

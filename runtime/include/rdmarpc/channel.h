@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "rdmarpc/export.h"
 #include "rdmarpc/interceptor.h"
+#include "rdmarpc/security.h"
 
 namespace rdmarpc {
 
@@ -131,6 +132,13 @@ struct RDMARPC_EXPORT ChannelOptions {
   // Empty (the default): calls run no interceptor code at all.
   std::vector<std::shared_ptr<experimental::ClientInterceptorFactoryInterface>>
       interceptor_creators;
+  // Authentication (rdmarpc/security.h). connection_credentials: the token
+  // sent with every connect request (the server's ConnectionAuthenticator
+  // checks it). call_credentials: metadata added to every call, before a
+  // ClientContext's own credentials. Shared: they live while a channel
+  // made with them does. Null (the default): none.
+  std::shared_ptr<ConnectionCredentials> connection_credentials;
+  std::shared_ptr<CallCredentials> call_credentials;
   // Count call metrics (rdmarpc/metrics.h): the channel runs the metrics
   // interceptor first, before interceptor_creators. On by itself for a
   // channel made while the process serves an admin endpoint

@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
@@ -37,6 +38,7 @@
 
 namespace rdmarpc {
 
+class CallCredentials;
 class ServerContext;
 namespace internal {
 class ClientContextAccess;
@@ -87,6 +89,13 @@ class RDMARPC_EXPORT ClientContext {
   void AddMetadata(absl::string_view key, absl::string_view value) {
     metadata_.emplace(std::string(key), std::string(value));
   }
+  // Call credentials for this call only (rdmarpc/security.h), applied
+  // after the channel's ChannelOptions::call_credentials; the context
+  // shares them. Before the call; nullptr (the default) adds none.
+  void set_credentials(std::shared_ptr<CallCredentials> credentials) {
+    credentials_ = std::move(credentials);
+  }
+  const std::shared_ptr<CallCredentials>& credentials() const { return credentials_; }
   // After the call (or, for a stream, once the first message or the end
   // arrived): the server's initial and trailing metadata. Empty when it
   // sent none.
@@ -117,6 +126,7 @@ class RDMARPC_EXPORT ClientContext {
   absl::Time deadline_ = absl::InfiniteFuture();
   std::string peer_;
   std::multimap<std::string, std::string> metadata_;
+  std::shared_ptr<CallCredentials> credentials_;
   std::multimap<std::string, std::string> server_initial_metadata_;
   std::multimap<std::string, std::string> server_trailing_metadata_;
   std::atomic<int> cancel_state_{kIdle};

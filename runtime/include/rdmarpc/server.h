@@ -33,6 +33,7 @@
 #include "rdmarpc/channel.h"
 #include "rdmarpc/export.h"
 #include "rdmarpc/interceptor.h"
+#include "rdmarpc/security.h"
 
 namespace rdmarpc {
 
@@ -80,6 +81,15 @@ struct RDMARPC_EXPORT ServerOptions {
   // server does. Empty (the default): calls run no interceptor code.
   std::vector<std::shared_ptr<experimental::ServerInterceptorFactoryInterface>>
       interceptor_creators;
+  // Authentication (rdmarpc/security.h). connection_authenticator checks
+  // each connect request's token before anything is created or registered
+  // for it; auth_metadata_processor checks each call's metadata before the
+  // handler and interceptor_creators run (Start puts it in
+  // interceptor_creators, after the metrics interceptor). Shared: they live
+  // while the server does. Null (the default): every connection and call is
+  // let in.
+  std::shared_ptr<ConnectionAuthenticator> connection_authenticator;
+  std::shared_ptr<AuthMetadataProcessor> auth_metadata_processor;
   // Count call metrics (rdmarpc/metrics.h): Start puts the metrics
   // interceptor first in interceptor_creators. On by itself when the server
   // serves an admin endpoint, or one runs in the process.

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,7 @@
 
 namespace rdmarpc {
 
+class AuthContext;
 namespace internal {
 class ServerContextAccess;
 }  // namespace internal
@@ -81,6 +83,13 @@ class RDMARPC_EXPORT ServerContext {
     trailing_metadata_.emplace(std::string(key), std::string(value));
   }
 
+  // Who is calling (rdmarpc/security.h): what the server's
+  // ConnectionAuthenticator learned of the connection, plus what its
+  // AuthMetadataProcessor added for this call. Never null: an empty
+  // context (not authenticated) without either. The context is shared and
+  // never changes once the handler runs; it may be kept past the call.
+  std::shared_ptr<const AuthContext> auth_context() const;
+
   // True once the call was cancelled (see the top of this file). Any thread;
   // cheap (one atomic load), so a long handler may poll it.
   bool IsCancelled() const { return cancelled_.load(std::memory_order_acquire); }
@@ -110,6 +119,7 @@ class RDMARPC_EXPORT ServerContext {
   const std::string* peer_ = &EmptyString();
   absl::Time deadline_ = absl::InfiniteFuture();
   std::multimap<std::string, std::string> client_metadata_;
+  std::shared_ptr<const AuthContext> auth_context_;
   std::multimap<std::string, std::string> initial_metadata_;
   std::multimap<std::string, std::string> trailing_metadata_;
   std::atomic<bool> cancelled_{false};
