@@ -21,6 +21,7 @@ packages=(
   libprotobuf-dev libprotoc-dev protobuf-compiler
   libabsl-dev libgflags-dev libgoogle-glog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libssl-dev openssl
   libcpp-httplib-dev prometheus libc-ares-dev dnsmasq-base etcd-server etcd-client
   clang libfuzzer-14-dev
   iproute2 procps

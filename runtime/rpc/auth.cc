@@ -108,8 +108,9 @@ namespace {
 
 class AuthMetadataInterceptor final : public experimental::Interceptor {
  public:
-  AuthMetadataInterceptor(AuthMetadataProcessor* processor, ServerContext* context)
-      : processor_(processor), context_(context) {}
+  AuthMetadataInterceptor(AuthMetadataProcessor* processor, ServerContext* context,
+                          const std::string& method)
+      : processor_(processor), context_(context), method_(method) {}
 
   void Intercept(experimental::InterceptorBatchMethods* m) override {
     if (!m->QueryInterceptionHookPoint(
@@ -120,7 +121,10 @@ class AuthMetadataInterceptor final : public experimental::Interceptor {
     auto auth = std::make_shared<AuthContext>(*context_->auth_context());
     AuthMetadataProcessor::OutputMetadata consumed;
     AuthMetadataProcessor::OutputMetadata response;
+    // The method goes in as gRPC's ":path" and out before anyone else looks.
+    auto path = md->emplace(":path", method_);
     absl::Status s = processor_->Process(*md, auth.get(), &consumed, &response);
+    md->erase(path);
     for (const auto& [key, value] : consumed) {
       auto [begin, end] = md->equal_range(key);
       for (auto it = begin; it != end; ++it) {
@@ -144,6 +148,7 @@ class AuthMetadataInterceptor final : public experimental::Interceptor {
  private:
   AuthMetadataProcessor* const processor_;
   ServerContext* const context_;
+  const std::string& method_;  // the ServerRpcInfo's, which outlives this
 };
 
 class AuthMetadataFactory final : public experimental::ServerInterceptorFactoryInterface {
@@ -151,7 +156,7 @@ class AuthMetadataFactory final : public experimental::ServerInterceptorFactoryI
   explicit AuthMetadataFactory(std::shared_ptr<AuthMetadataProcessor> processor)
       : processor_(std::move(processor)) {}
   experimental::Interceptor* CreateServerInterceptor(experimental::ServerRpcInfo* info) override {
-    return new AuthMetadataInterceptor(processor_.get(), info->server_context());
+    return new AuthMetadataInterceptor(processor_.get(), info->server_context(), info->method());
   }
 
  private:

@@ -160,9 +160,9 @@ void Listener::OnConnectRequest(const CmEvent& ev) {
     }
     if (absl::Status s = options_.check_token(h->token, peer, &identity); !s.ok()) {
       // One line a second per client host (its port changes per attempt).
-      LogConnectionEvent(host, absl::StrCat("rejecting a connection from ", peer, " (",
-                                            absl::StatusCodeToString(s.code()),
-                                            "): its connection token was refused: "),
+      LogConnectionEvent(host,
+                         absl::StrCat("rejecting a connection from ", peer,
+                                      ": its connection token was refused: "),
                          s);
       Reject(id, absl::IsPermissionDenied(s) ? kRejectPermissionDenied : kRejectUnauthenticated);
       return;

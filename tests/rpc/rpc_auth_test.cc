@@ -130,6 +130,8 @@ class BearerProcessor final : public AuthMetadataProcessor {
       identity_before = absl::StrJoin(context->GetPeerIdentity(), ",");
       keys_seen.clear();
       for (const auto& [k, v] : md) keys_seen.push_back(k);
+      auto path = md.find(":path");
+      path_seen = path == md.end() ? "" : path->second;
     }
     auto it = md.find("authorization");
     if (it == md.end()) {
@@ -153,6 +155,7 @@ class BearerProcessor final : public AuthMetadataProcessor {
   absl::Mutex mu;
   std::string identity_before ABSL_GUARDED_BY(mu);
   std::vector<std::string> keys_seen ABSL_GUARDED_BY(mu);
+  std::string path_seen ABSL_GUARDED_BY(mu);
 };
 
 // A server interceptor that records the client metadata keys it sees.
@@ -448,7 +451,9 @@ TEST(CallAuth, ProcessorConsumesTheTokenAndNamesTheCaller) {
   EXPECT_EQ(keys->keys(), std::vector<std::string>{"x-trace"});
   {
     absl::MutexLock lock(&processor->mu);
-    EXPECT_EQ(processor->keys_seen, (std::vector<std::string>{"authorization", "x-trace"}));
+    EXPECT_EQ(processor->keys_seen,
+              (std::vector<std::string>{":path", "authorization", "x-trace"}));
+    EXPECT_EQ(processor->path_seen, kWhoAmIMethod);
   }
   // The processor's response metadata goes with the initial metadata.
   auto it = ctx.GetServerInitialMetadata().find("x-auth");

@@ -162,7 +162,9 @@ class RDMARPC_EXPORT AuthMetadataProcessor {
   using InputMetadata = std::multimap<std::string, std::string>;
   using OutputMetadata = std::multimap<std::string, std::string>;
   virtual ~AuthMetadataProcessor() = default;
-  // `auth_metadata`: the call's client metadata. `context`: the call's
+  // `auth_metadata`: the call's client metadata, plus ":path", the method
+  // ("/package.Service/Method"), as gRPC's servers give it (an HTTP/2
+  // pseudo-header; no client entry can start with ':'). `context`: the call's
   // AuthContext, starting as the connection's (ConnectionAuthenticator);
   // what is added here is what the handler sees. Entries put in
   // `consumed_auth_metadata` (key and value) are removed from the metadata
