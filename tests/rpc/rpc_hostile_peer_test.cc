@@ -1,0 +1,293 @@
+// A hostile client against a real server (raw_peer.h speaks the handshake,
+// then sends what each case says). Each case: only the offender's
+// connection closes, with a WARNING that names it and says what was wrong;
+// the server's memory is out of its reach (RDMA operations on guessed keys
+// fail at the offender); and a well-behaved client's calls, before and
+// after, all succeed.
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "glog/logging.h"
+#include "gtest/gtest.h"
+#include "rdmarpc/rdmarpc.h"
+#include "tests/rpc/raw_peer.h"
+#include "tests/rpc/stream_service.h"
+#include "tests/rpc/test_service.h"
+
+namespace rdmarpc {
+namespace test {
+namespace {
+
+using internal::MsgKind;
+using internal::WireHeader;
+
+// Collects rdmarpc's WARNING-and-worse log lines.
+class WarningSink : public google::LogSink {
+ public:
+  WarningSink() { google::AddLogSink(this); }
+  ~WarningSink() override { google::RemoveLogSink(this); }
+  void send(google::LogSeverity severity, const char*, const char*, int, const struct ::tm*,
+            const char* message, size_t message_len) override {
+    if (severity < google::GLOG_WARNING) return;
+    absl::MutexLock l(&mu_);
+    lines_.emplace_back(message, message_len);
+  }
+  // The first line naming `peer`, or "".
+  std::string LineFor(absl::string_view peer) {
+    absl::MutexLock l(&mu_);
+    for (const std::string& s : lines_) {
+      if (absl::StrContains(s, peer)) return s;
+    }
+    return "";
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
+};
+
+class HostilePeer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(server_.AddService(&service_).ok());
+    ASSERT_TRUE(server_.AddService(&streams_).ok());
+    ASSERT_TRUE(server_.Start("127.0.0.1:0").ok());
+    auto ch = CreateChannel(absl::StrCat("127.0.0.1:", server_.port()));
+    ASSERT_TRUE(ch.ok());
+    good_ = *ch;
+    ExpectGoodClientServed(10);
+  }
+
+  // `n` calls of the well-behaved client, each checked.
+  void ExpectGoodClientServed(int n) {
+    int ok = 0;
+    for (int i = 0; i < n; ++i) {
+      ClientContext ctx;
+      ctx.set_deadline(absl::Now() + absl::Seconds(10));
+      EchoRequest req;
+      req.set_text(absl::StrCat("good ", i));
+      EchoResponse resp;
+      if (Echo(good_.get(), &ctx, req, &resp).ok() && resp.text() == req.text()) ++ok;
+    }
+    EXPECT_EQ(ok, n);
+  }
+
+  // The peer is dropped by the server, which logs why, naming it.
+  void ExpectOffenderDropped(RawPeer* peer, absl::string_view why) {
+    EXPECT_TRUE(peer->WaitClosedByServer(absl::Seconds(10)));
+    std::string line;
+    for (int i = 0; i < 200 && line.empty(); ++i) {
+      line = log_.LineFor(peer->LocalAddress());
+      if (line.empty()) absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_TRUE(absl::StrContains(line, why)) << "log line: '" << line << "', want '" << why << "'";
+    ExpectGoodClientServed(20);
+  }
+
+  // A unary request for Echo with `text` on `slot`/generation 1.
+  static std::string EchoRequestBytes(const std::string& text, WireHeader* h) {
+    EchoRequest req;
+    req.set_text(text);
+    const std::string payload = req.SerializeAsString();
+    h->kind = MsgKind::kRequest;
+    h->aux_len = static_cast<uint16_t>(std::strlen(kEchoMethod));
+    h->payload_len = static_cast<uint32_t>(payload.size());
+    return RawPeer::Message(*h, kEchoMethod, payload);
+  }
+
+  WarningSink log_;
+  EchoService service_;
+  StreamService streams_;
+  Server server_;
+  std::shared_ptr<Channel> good_;
+};
+
+TEST_F(HostilePeer, ItsOwnValidCallIsAnswered) {
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_.port()));
+  WireHeader h;
+  ASSERT_EQ(peer.Send(EchoRequestBytes("from raw", &h), RawPeer::Imm(MsgKind::kRequest, 3, 1)),
+            IBV_WC_SUCCESS);
+  std::string bytes;
+  uint32_t imm = 0;
+  ASSERT_TRUE(peer.Receive(&bytes, &imm, absl::Seconds(10)));
+  absl::StatusOr<internal::ParsedMessage> m = internal::DecodeMessage(bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->header.kind, MsgKind::kResponse);
+  EXPECT_EQ(m->header.status_code, 0u);
+  EchoResponse resp;
+  ASSERT_TRUE(resp.ParseFromArray(m->payload.data(), static_cast<int>(m->payload.size())));
+  EXPECT_EQ(resp.text(), "from raw");
+  EXPECT_EQ(imm, RawPeer::Imm(MsgKind::kResponse, 3, 1));
+}
+
+TEST_F(HostilePeer, GarbageBytesCloseItsConnectionOnly) {
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_.port()));
+  std::string garbage(100, '\0');
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<char>(i * 37 + 11);
+  peer.Send(garbage, RawPeer::Imm(MsgKind::kRequest, 1, 1));
+  ExpectOffenderDropped(&peer, "protocol error from " + peer.LocalAddress() + ": ");
+}
+
+TEST_F(HostilePeer, ASendWithoutImmDataClosesItsConnectionOnly) {
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_.port()));
+  WireHeader h;
+  peer.Send(EchoRequestBytes("x", &h), 0, /*with_imm=*/false);
+  ExpectOffenderDropped(&peer, "message without imm_data");
+}
+
+TEST_F(HostilePeer, AnUnknownImmKindClosesItsConnectionOnly) {
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_.port()));
+  WireHeader h;
+  peer.Send(EchoRequestBytes("x", &h), 0xF0000001u);  // kind 15
+  ExpectOffenderDropped(&peer, "protocol error from " + peer.LocalAddress());
+}
+
+TEST_F(HostilePeer, LengthsThatOverrunTheMessageCloseItsConnectionOnly) {
+  for (int field = 0; field < 2; ++field) {
+    RawPeer peer;
+    ASSERT_TRUE(peer.Connect(server_.port()));
+    WireHeader h;
+    std::string bytes = EchoRequestBytes("overrun", &h);
+    // payload_len (offset 12) or aux_len (offset 6) far past what was sent.
+    if (field == 0) {
+      const uint32_t big = 1u << 20;
+      std::memcpy(&bytes[12], &big, 4);
+    } else {
+      const uint16_t big = 60000;
+      std::memcpy(&bytes[6], &big, 2);
+    }
+    peer.Send(bytes, RawPeer::Imm(MsgKind::kRequest, 1, 1));
+    ExpectOffenderDropped(&peer, "protocol error from " + peer.LocalAddress());
+  }
+}
+
+TEST_F(HostilePeer, MessagesTheServerNeverTakesCloseItsConnectionOnly) {
+  // A response sent to the server, and imm_data disagreeing with the header.
+  for (int c = 0; c < 2; ++c) {
+    RawPeer peer;
+    ASSERT_TRUE(peer.Connect(server_.port()));
+    WireHeader h;
+    std::string bytes = EchoRequestBytes("x", &h);
+    if (c == 0) {
+      h = WireHeader();
+      h.kind = MsgKind::kResponse;
+      bytes = RawPeer::Message(h, "", "");
+      peer.Send(bytes, RawPeer::Imm(MsgKind::kResponse, 1, 1));
+      ExpectOffenderDropped(&peer, "unexpected message kind 2");
+    } else {
+      peer.Send(bytes, RawPeer::Imm(MsgKind::kStreamMessage, 1, 1));
+      ExpectOffenderDropped(&peer, "imm_data kind 7 disagrees with header kind 1");
+    }
+  }
+}
+
+TEST_F(HostilePeer, AStreamOpenedTwiceClosesItsConnectionOnly) {
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_.port()));
+  WireHeader h;
+  // A bidi stream stays open while its client sends nothing more.
+  h.flags = internal::kFlagStream | internal::kFlagNoMessage;
+  h.kind = MsgKind::kRequest;
+  h.aux_len = static_cast<uint16_t>(std::strlen(kChatMethod));
+  const std::string open = RawPeer::Message(h, kChatMethod, "");
+  peer.Send(open, RawPeer::Imm(MsgKind::kRequest, 5, 2));
+  peer.Send(open, RawPeer::Imm(MsgKind::kRequest, 5, 2));
+  ExpectOffenderDropped(&peer, "opened twice");
+}
+
+TEST_F(HostilePeer, ACancelForAStreamItNeverOpenedChangesNothing) {
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_.port()));
+  WireHeader cancel;
+  cancel.kind = MsgKind::kCancel;
+  ASSERT_EQ(peer.Send(RawPeer::Message(cancel, "", ""), RawPeer::Imm(MsgKind::kCancel, 77, 9)),
+            IBV_WC_SUCCESS);
+  // Its connection is still good for a call.
+  WireHeader h;
+  ASSERT_EQ(peer.Send(EchoRequestBytes("after cancel", &h), RawPeer::Imm(MsgKind::kRequest, 4, 1)),
+            IBV_WC_SUCCESS);
+  std::string bytes;
+  uint32_t imm = 0;
+  ASSERT_TRUE(peer.Receive(&bytes, &imm, absl::Seconds(10)));
+  absl::StatusOr<internal::ParsedMessage> m = internal::DecodeMessage(bytes);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->header.status_code, 0u);
+  EXPECT_EQ(imm, RawPeer::Imm(MsgKind::kResponse, 4, 1));
+}
+
+TEST_F(HostilePeer, ADescriptorPointingAnywhereClosesItsConnectionOnly) {
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_.port()));
+  WireHeader h;
+  h.kind = MsgKind::kRequest;
+  h.flags = internal::kFlagPayloadRemote;
+  h.aux_len = static_cast<uint16_t>(std::strlen(kEchoMethod));
+  h.payload_len = 100000;
+  internal::RemoteBuffer anywhere;
+  anywhere.addr = 0x10000;  // the peer registered nothing there
+  anywhere.rkey = 0xbad;
+  anywhere.length = 100000;
+  peer.Send(RawPeer::Message(h, kEchoMethod, "", anywhere), RawPeer::Imm(MsgKind::kRequest, 2, 1));
+  // The server's READ fails at the offender's device: its QP, then its
+  // connection, go.
+  ExpectOffenderDropped(&peer, peer.LocalAddress());
+  EXPECT_EQ(service_.calls(), 10 + 20);  // the offender's call never ran
+}
+
+TEST_F(HostilePeer, AnOversizedDescriptorFailsItsCallWithResourceExhausted) {
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_.port()));
+  WireHeader h;
+  h.kind = MsgKind::kRequest;
+  h.flags = internal::kFlagPayloadRemote;
+  h.aux_len = static_cast<uint16_t>(std::strlen(kEchoMethod));
+  h.payload_len = 1u << 30;
+  internal::RemoteBuffer huge;
+  huge.addr = 0x10000;
+  huge.rkey = 0xbad;
+  huge.length = 1u << 30;
+  ASSERT_EQ(
+      peer.Send(RawPeer::Message(h, kEchoMethod, "", huge), RawPeer::Imm(MsgKind::kRequest, 2, 1)),
+      IBV_WC_SUCCESS);
+  std::string bytes;
+  uint32_t imm = 0;
+  ASSERT_TRUE(peer.Receive(&bytes, &imm, absl::Seconds(10)));
+  absl::StatusOr<internal::ParsedMessage> m = internal::DecodeMessage(bytes);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->header.status_code, static_cast<uint32_t>(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(m->aux, "request of 1073741824 bytes exceeds max_message_bytes 67108864");
+  ExpectGoodClientServed(10);
+}
+
+TEST_F(HostilePeer, RdmaOnGuessedKeysFailsAtTheOffenderAndTouchesNothing) {
+  const softrdma::Stats before = softrdma::GetStats();
+  const ibv_wr_opcode ops[] = {IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_CMP_AND_SWP,
+                               IBV_WR_ATOMIC_FETCH_AND_ADD};
+  int refused = 0;
+  for (ibv_wr_opcode op : ops) {
+    for (uint32_t rkey : {1u, 2u, 0x100u, 0xdeadbeefu}) {
+      RawPeer peer;
+      ASSERT_TRUE(peer.Connect(server_.port()));
+      // Addresses the server's heap could be at; the key decides.
+      const uint64_t addr = reinterpret_cast<uint64_t>(&service_) & ~uint64_t{7};
+      ibv_wc_status s = peer.Rdma(op, addr, rkey, 64);
+      if (s == IBV_WC_REM_ACCESS_ERR) ++refused;
+      EXPECT_EQ(s, IBV_WC_REM_ACCESS_ERR) << ibv_wc_status_str(s) << " for opcode " << op;
+    }
+  }
+  EXPECT_EQ(refused, 16);
+  EXPECT_GE(softrdma::GetStats().rem_access_errors - before.rem_access_errors, 16u);
+  ExpectGoodClientServed(20);
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace rdmarpc
