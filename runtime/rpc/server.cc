@@ -152,6 +152,11 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
         " (>= 256), eager_limit_bytes ", options_.eager_limit_bytes, " (>= 256), max_message_bytes ",
         options_.max_message_bytes, " (>= 1)"));
   }
+  if (options_.max_concurrent_streams < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ServerOptions: max_concurrent_streams ",
+                                                   options_.max_concurrent_streams,
+                                                   " (>= 0; 0 for no cap)"));
+  }
   if (options_.max_message_bytes > kMaxProtobufMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ServerOptions: max_message_bytes ", options_.max_message_bytes, " exceeds ",
@@ -402,9 +407,33 @@ void ServerImpl::Dispatch(Worker* worker, Connection* conn, const IncomingReques
   if (handler->run_inline() && !handler->callback() &&
       req.payload.size() <= kMaxInlineRequestBytes) {
     RunInline(worker, conn, req, &it->first, handler);
-  } else {
-    SubmitToPool(worker, conn, req, &it->first, handler);
+    return;
   }
+  if (options_.max_concurrent_streams > 0) {
+    const size_t open = CallsInProgress(worker, conn);
+    if (open >= static_cast<size_t>(options_.max_concurrent_streams)) {
+      conn->SendResponse(
+          req.token, absl::StatusCode::kResourceExhausted,
+          absl::StrCat("connection from ", conn->peer(), " has ", open,
+                       " calls in progress, the server's max_concurrent_streams; ", req.method,
+                       " was not started"),
+          std::string());
+      return;
+    }
+  }
+  SubmitToPool(worker, conn, req, &it->first, handler);
+}
+
+size_t ServerImpl::CallsInProgress(Worker* worker, Connection* conn) {
+  size_t n = 0;
+  if (auto calls = worker->pool_calls.find(conn); calls != worker->pool_calls.end()) {
+    n += calls->second.size();
+  }
+  if (auto answered = worker->answered_calls.find(conn);
+      answered != worker->answered_calls.end()) {
+    n += answered->second.size();
+  }
+  return n;
 }
 
 namespace {

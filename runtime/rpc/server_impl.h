@@ -161,6 +161,9 @@ class ServerImpl final : public ServerStatusSource {
   // Runs a synchronous handler inline on the worker; answers at once.
   void RunInline(Worker* worker, Connection* conn, const IncomingRequest& req,
                  const std::string* method, const MethodHandler* handler);
+  // Worker: the calls of `conn` on the handler pool or running as
+  // callbacks, answered or not (what max_concurrent_streams caps).
+  size_t CallsInProgress(Worker* worker, Connection* conn);
   // Worker: parses the request and queues the call on the handler pool.
   void SubmitToPool(Worker* worker, Connection* conn, const IncomingRequest& req,
                     const std::string* method, const MethodHandler* handler);

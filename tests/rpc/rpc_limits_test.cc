@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
@@ -418,6 +419,67 @@ TEST(Lifecycle, ConnectDisconnectCyclesLeakNothing) {
   EXPECT_EQ(after.fds, before.fds);
   EXPECT_EQ(after.threads, before.threads);
   EXPECT_EQ(service.calls(), 32);
+}
+
+TEST(MaxConcurrentStreams, ACallOverTheCapFailsAndTheConnectionCarriesOn) {
+  ServerOptions so;
+  so.max_concurrent_streams = 4;
+  so.handler_threads = 8;
+  ChannelOptions co;
+  co.pool_size = 1;  // one connection: all calls below share it
+  EchoFixture f(so, co);
+  // Four calls that hold their handlers for a while.
+  absl::BlockingCounter slow_done(4);
+  std::atomic<int> slow_ok{0};
+  std::vector<std::unique_ptr<ClientContext>> contexts;
+  std::vector<std::unique_ptr<EchoResponse>> responses;
+  EchoRequest slow;
+  slow.set_sleep_ms(1500);
+  for (int i = 0; i < 4; ++i) {
+    contexts.push_back(std::make_unique<ClientContext>());
+    responses.push_back(std::make_unique<EchoResponse>());
+    internal::AsyncUnaryCall(f.channel.get(), kEchoMethod, contexts.back().get(), slow,
+                             responses.back().get(), [&](absl::Status s) {
+                               if (s.ok()) slow_ok.fetch_add(1);
+                               slow_done.DecrementCount();
+                             });
+  }
+  for (int i = 0; i < 500 && f.service.calls() < 4; ++i) absl::SleepFor(absl::Milliseconds(2));
+  ASSERT_EQ(f.service.calls(), 4);
+  // The fifth on that connection is refused at once, naming the cap.
+  ClientContext ctx;
+  EchoRequest req;
+  req.set_text("fifth");
+  EchoResponse resp;
+  absl::Status s = Echo(f.channel.get(), &ctx, req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(absl::StrContains(
+      s.message(), "calls in progress, the server's max_concurrent_streams; "
+                   "/rdmarpc.test.EchoService/Echo was not started"))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), " has 4 calls")) << s;
+  EXPECT_EQ(f.service.calls(), 4);
+  // Another connection is not held up.
+  auto other = CreateChannel(absl::StrCat("127.0.0.1:", f.server.port()), co);
+  ASSERT_TRUE(other.ok());
+  ClientContext other_ctx;
+  EXPECT_TRUE(Echo(other->get(), &other_ctx, req, &resp).ok());
+  // The four finish; then the first connection takes calls again.
+  slow_done.Wait();
+  EXPECT_EQ(slow_ok.load(), 4);
+  ClientContext again;
+  s = Echo(f.channel.get(), &again, req, &resp);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(resp.text(), "fifth");
+}
+
+TEST(MaxConcurrentStreams, ANegativeCapIsRefusedAtStart) {
+  ServerOptions so;
+  so.max_concurrent_streams = -1;
+  Server server(so);
+  absl::Status s = server.Start("127.0.0.1:0");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "ServerOptions: max_concurrent_streams -1 (>= 0; 0 for no cap)");
 }
 
 }  // namespace

@@ -61,6 +61,15 @@ struct RDMARPC_EXPORT ServerOptions {
   // Largest client metadata of one call (keys and values), in bytes; a call
   // with more fails RESOURCE_EXHAUSTED naming both sizes. gRPC's default.
   size_t max_metadata_bytes = 8 * 1024;
+  // Calls and streams one client connection may have in progress at once,
+  // as HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS (gRPC's
+  // GRPC_ARG_MAX_CONCURRENT_STREAMS): a call over it fails at once with
+  // RESOURCE_EXHAUSTED naming both counts (retry after others finished);
+  // the connection and its other calls carry on. It counts the calls
+  // waiting for or running on the handler pool, callback calls and
+  // streams; a run_inline unary call ends before the worker reads the
+  // connection's next message and never counts. 0: no cap.
+  int max_concurrent_streams = 4096;
   // Threads running synchronous handlers, kept even when idle; 0 = one per
   // hardware thread (std::thread::hardware_concurrency()). Handlers of
   // run_inline methods run on the workers instead.
