@@ -31,8 +31,6 @@ std::atomic<int> g_shm_enabled{-1};
 // The cookie a peer reads with process_vm_readv to prove it may access us.
 volatile uint64_t g_probe_cookie = 0;
 
-enum RecordKind : uint32_t { kRecFrame = 1, kRecPad = 2 };
-constexpr size_t kRecHeader = 8;
 
 size_t Align8(size_t n) { return (n + 7) & ~size_t{7}; }
 
@@ -319,33 +317,26 @@ size_t ShmLink::Drain(const std::function<void(Frame&)>& fn) {
     const uint64_t tail = c->tail.load(std::memory_order_acquire);
     while (head != tail) {
       const size_t pos = head % kRingBytes;
-      uint32_t hdr[2];
-      std::memcpy(hdr, d + pos, sizeof(hdr));
-      if (hdr[0] < kRecHeader || hdr[0] % 8 != 0 || hdr[0] > kRingBytes - pos ||
-          (hdr[1] == kRecFrame && hdr[0] < kRecHeader + kHeaderSize)) {
+      Frame f;
+      uint32_t size = 0;
+      const ShmRecord r = ParseShmRecord(d + pos, kRingBytes - pos, &f, &size);
+      if (r == ShmRecord::kCorrupt) {
         // Not something our producer writes: skip everything published so
         // far rather than loop on it. The connection's frames are lost, as
         // on a corrupted wire; the peer's requests time out as RNR / flush.
+        uint32_t hdr[2];
+        std::memcpy(hdr, d + pos, sizeof(hdr));
         LOG(ERROR) << "softrdma: corrupt shared-memory record (size " << hdr[0] << ", kind "
                    << hdr[1] << ") in " << name_ << "; discarding " << tail - head << " bytes";
         head = tail;
         c->head.store(head, std::memory_order_release);
         break;
       }
-      if (hdr[1] == kRecFrame) {
-        Frame f;
-        f.h = DecodeHeader(d + pos + kRecHeader);
-        f.view = d + pos + kRecHeader + kHeaderSize;
-        if (f.h.flags & kRemoteData) {
-          f.sgl = f.view;
-          f.sgl_bytes = f.h.length;
-          f.view = nullptr;
-          if (f.h.type != FrameType::kReadReq) f.h.length = f.h.read_len;
-        }
+      if (r == ShmRecord::kFrame) {
         ++frames;
         fn(f);
       }
-      head += hdr[0];
+      head += size;
       // Free the record's space at once so a producer can reuse it.
       c->head.store(head, std::memory_order_release);
     }

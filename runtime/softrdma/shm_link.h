@@ -64,6 +64,7 @@
 #include <string>
 #include <vector>
 
+#include "softrdma/shm_record.h"
 #include "softrdma/wire.h"
 
 namespace softrdma {
@@ -191,8 +192,8 @@ class ShmLink {
   std::deque<std::shared_ptr<const std::vector<uint8_t>>> backlog_;
 };
 
-// Remote SGE list carried in a kRemoteData frame: {u64 addr, u32 length} LE.
-inline constexpr size_t kSglEntryBytes = 12;
+// Remote SGE list carried in a kRemoteData frame (kSglEntryBytes each,
+// shm_record.h).
 std::vector<iovec> DecodeSgl(const uint8_t* p, size_t bytes);
 
 }  // namespace internal

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/rpc/metadata.h"
 #include "runtime/rpc/status_payloads.h"
+#include "runtime/softrdma/shm_record.h"
 #include "runtime/softrdma/wire.h"
 #include "runtime/transport/handshake.h"
 #include "runtime/transport/header.h"
@@ -172,6 +173,47 @@ void SoftrdmaWireSeeds() {
   Write("softrdma_wire", "write", write + "12345678");
 }
 
+// Ring records as ShmLink's producer writes them: a SEND frame with an
+// inline payload, a kRemoteData WRITE with one SGE, then a pad.
+std::string ShmRecordOf(const std::string& frame) {
+  namespace sw = softrdma::internal;
+  const uint32_t size = static_cast<uint32_t>((sw::kRecHeader + frame.size() + 7) & ~size_t{7});
+  std::string rec(size, '\0');
+  const uint32_t hdr[2] = {size, sw::kRecFrame};
+  std::memcpy(rec.data(), hdr, sizeof(hdr));
+  std::memcpy(rec.data() + sw::kRecHeader, frame.data(), frame.size());
+  return rec;
+}
+
+void ShmRingSeeds() {
+  namespace sw = softrdma::internal;
+  sw::FrameHeader send;
+  send.type = sw::FrameType::kSend;
+  send.psn = 3;
+  send.length = 5;
+  std::string f1(sw::kHeaderSize, '\0');
+  sw::EncodeHeader(send, reinterpret_cast<uint8_t*>(f1.data()));
+  f1 += "hello";
+  sw::FrameHeader write;
+  write.type = sw::FrameType::kWrite;
+  write.flags = sw::kRemoteData;
+  write.rkey = 7;
+  write.addr = 0x1000;
+  write.length = sw::kSglEntryBytes;
+  write.read_len = 65536;
+  std::string f2(sw::kHeaderSize, '\0');
+  sw::EncodeHeader(write, reinterpret_cast<uint8_t*>(f2.data()));
+  const uint64_t addr = 0x7f0000000000;
+  const uint32_t len = 65536;
+  f2.append(reinterpret_cast<const char*>(&addr), 8);
+  f2.append(reinterpret_cast<const char*>(&len), 4);
+  std::string pad(16, '\0');
+  const uint32_t pad_hdr[2] = {16, sw::kRecPad};
+  std::memcpy(pad.data(), pad_hdr, sizeof(pad_hdr));
+  Write("shm_ring", "send", ShmRecordOf(f1));
+  Write("shm_ring", "send_write_pad", ShmRecordOf(f1) + ShmRecordOf(f2) + pad);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -185,5 +227,6 @@ int main(int argc, char** argv) {
   MetadataSeeds();
   StatusPayloadSeeds();
   SoftrdmaWireSeeds();
+  ShmRingSeeds();
   return 0;
 }
