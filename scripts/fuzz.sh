@@ -52,7 +52,7 @@ if (($# > 0)); then
   exit
 fi
 failed=0
-for target in header handshake metadata status_payloads softrdma_wire; do
+for target in header handshake metadata status_payloads softrdma_wire shm_ring; do
   run_target "$target" -runs="$runs" -max_total_time=120 || failed=1
 done
 exit "$failed"
