@@ -50,9 +50,22 @@ uint64_t GetLe(absl::string_view in, int bytes) {
   return v;
 }
 
-std::string CallSigningInput(absl::string_view method, int64_t ms, absl::string_view nonce_hex) {
-  return absl::StrCat("rdmarpc-call\n", method, "\n", ms, "\n", nonce_hex);
+std::string CallSigningInput(uint32_t key_id, absl::string_view method, int64_t ms,
+                             absl::string_view nonce_hex) {
+  return absl::StrCat("rdmarpc-call\n", key_id, "\n", method, "\n", ms, "\n", nonce_hex);
 }
+
+// A decimal as the signer writes it: digits only, no leading zero.
+template <typename T>
+bool ParseCanonical(absl::string_view text, T* out) {
+  if (text.empty() || text.size() > 19 || !absl::c_all_of(text, absl::ascii_isdigit) ||
+      (text.size() > 1 && text[0] == '0')) {
+    return false;
+  }
+  return absl::SimpleAtoi(text, out);
+}
+
+constexpr char kCallNotValid[] = "RDMARPC-HMAC-SHA256 signature not valid";
 
 absl::Status CheckTime(absl::Time signed_at, absl::Time now, absl::Duration window) {
   const absl::Duration skew = absl::AbsDuration(now - signed_at);
@@ -134,7 +147,7 @@ std::string MakeHmacCallAuthorization(uint16_t key_id, absl::string_view secret,
   const int64_t ms = absl::ToUnixMillis(time);
   const std::string nonce_hex = absl::BytesToHexString(nonce);
   const std::string sig =
-      absl::BytesToHexString(HmacSha256(secret, CallSigningInput(method, ms, nonce_hex)));
+      absl::BytesToHexString(HmacSha256(secret, CallSigningInput(key_id, method, ms, nonce_hex)));
   return absl::StrCat(kCallScheme, "key=", key_id, ",ts=", ms, ",nonce=", nonce_hex, ",sig=", sig);
 }
 
@@ -146,11 +159,7 @@ absl::StatusOr<std::string> HmacConnectionCredentials::GetToken(absl::string_vie
 
 absl::Status HmacConnectionAuthenticator::Authenticate(absl::string_view token, absl::string_view,
                                                        AuthContext* context) {
-  return AuthenticateAt(token, absl::Now(), context);
-}
-
-absl::Status HmacConnectionAuthenticator::AuthenticateAt(absl::string_view token, absl::Time now,
-                                                         AuthContext* context) {
+  const absl::Time now = clock_();
   if (token.size() != kHmacConnectionTokenBytes) {
     return absl::UnauthenticatedError(absl::StrCat("connection token of ", token.size(),
                                                    " bytes; an HMAC token has ",
@@ -192,7 +201,7 @@ absl::Status HmacConnectionAuthenticator::AuthenticateAt(absl::string_view token
     }
   }
   context->AddProperty(kHmacKeyNameProperty, key->name);
-  context->AddProperty("hmac_key_id", absl::StrCat(key_id));
+  context->AddProperty(kHmacKeyIdProperty, absl::StrCat(key_id));
   context->SetPeerIdentityPropertyName(kHmacKeyNameProperty);
   return absl::OkStatus();
 }
@@ -215,41 +224,47 @@ absl::Status HmacAuthMetadataProcessor::Process(const InputMetadata& metadata, A
     response->emplace("www-authenticate", "RDMARPC-HMAC-SHA256");
     return absl::UnauthenticatedError("no RDMARPC-HMAC-SHA256 authorization metadata");
   }
+  if (metadata.count("authorization") != 1) {
+    return absl::UnauthenticatedError("more than one authorization entry");
+  }
   std::map<std::string, std::string> fields;
   for (absl::string_view part :
        absl::StrSplit(absl::string_view(auth->second).substr(sizeof(kCallScheme) - 1), ',')) {
     std::pair<std::string, std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
-    fields[kv.first] = kv.second;
+    if (!fields.emplace(kv.first, kv.second).second) {
+      return absl::UnauthenticatedError(
+          absl::StrCat("malformed authorization: field '", kv.first, "' given twice"));
+    }
   }
   uint32_t key_id = 0;
   int64_t ms = 0;
-  if (!absl::SimpleAtoi(fields["key"], &key_id) || key_id > 0xffff ||
-      !absl::SimpleAtoi(fields["ts"], &ms) || fields["nonce"].size() != 2 * kNonceBytes ||
+  if (fields.size() != 4 || !ParseCanonical(fields["key"], &key_id) || key_id > 0xffff ||
+      !ParseCanonical(fields["ts"], &ms) || fields["nonce"].size() != 2 * kNonceBytes ||
       fields["sig"].size() != 64) {
     return absl::UnauthenticatedError(
         "malformed authorization: expected key=ID,ts=MS,nonce=HEX16,sig=HEX64");
   }
+  // An unknown key and a wrong signature read the same to the caller.
   const HmacKey* key = keys_.Find(static_cast<uint16_t>(key_id));
-  if (key == nullptr) return absl::UnauthenticatedError(absl::StrCat("unknown key id ", key_id));
+  if (key == nullptr) return absl::UnauthenticatedError(kCallNotValid);
   const std::string method = path == metadata.end() ? "" : path->second;
   const std::string want = absl::BytesToHexString(
-      HmacSha256(key->secret, CallSigningInput(method, ms, fields["nonce"])));
-  if (!SameBytes(absl::AsciiStrToLower(fields["sig"]), want)) {
-    return absl::UnauthenticatedError(
-        absl::StrCat("signature of key ", key_id, " does not match ", method));
+      HmacSha256(key->secret, CallSigningInput(key_id, method, ms, fields["nonce"])));
+  if (!SameBytes(fields["sig"], want)) return absl::UnauthenticatedError(kCallNotValid);
+  if (absl::Status s = CheckTime(absl::FromUnixMillis(ms), clock_(), window_); !s.ok()) {
+    return absl::UnauthenticatedError(absl::StrCat("call signature ", s.message()));
   }
-  if (absl::Status s = CheckTime(absl::FromUnixMillis(ms), absl::Now(), window_); !s.ok()) {
-    return absl::UnauthenticatedError(
-        absl::StrCat("call signature of key ", key_id, " ", s.message()));
+  const std::vector<std::string> connection_key = context->FindPropertyValues(kHmacKeyIdProperty);
+  if (!connection_key.empty() && connection_key != std::vector<std::string>{fields["key"]}) {
+    // The connection authenticated with another key: one client lending
+    // another its key.
+    return absl::PermissionDeniedError(absl::StrCat("call signed with key ", key_id,
+                                                    " on a connection of key ", connection_key[0]));
   }
+  if (connection_key.empty()) context->AddProperty(kHmacKeyIdProperty, fields["key"]);
   if (!context->IsPeerAuthenticated()) {
     context->AddProperty(kHmacKeyNameProperty, key->name);
     context->SetPeerIdentityPropertyName(kHmacKeyNameProperty);
-  } else if (context->GetPeerIdentity() != std::vector<std::string>{key->name}) {
-    // The connection named someone else: one client lending another its key.
-    return absl::PermissionDeniedError(
-        absl::StrCat("call signed with key ", key_id, " (", key->name, ") on a connection of ",
-                     context->GetPeerIdentity().empty() ? "" : context->GetPeerIdentity()[0]));
   }
   consumed->emplace(auth->first, auth->second);
   response->emplace("x-authenticated-as", key->name);

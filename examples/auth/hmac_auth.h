@@ -10,20 +10,29 @@
 //   first 16 bytes of HMAC-SHA256(secret, "rdmarpc-connect" key_id time nonce)
 // (integers little-endian). The server refuses it (UNAUTHENTICATED) when the
 // key is unknown, the MAC does not match, the time is more than `window`
-// away from its own clock, or the (key, nonce) pair was seen within the
-// window (a replay); it names the peer by the key's name otherwise. A
-// 128-bit truncated tag is what RFC 2104 section 5 and NIST SP 800-107
-// allow; the token has to fit rdma_cm's 35 bytes.
+// away from its own clock (either way, so a token is good for up to twice
+// the window), or the (key, nonce) pair was seen within the window (a
+// replay); it names the peer by the key's name otherwise. A 128-bit
+// truncated tag is what RFC 2104 section 5 and NIST SP 800-107 allow; the
+// token has to fit rdma_cm's 35 bytes. The token names no server, and each
+// server process remembers its own nonces: a captured token can be used
+// once more on every other server that shares the keyring, within the
+// window.
 //
 // Per call (HmacCallCredentials / HmacAuthMetadataProcessor): the metadata
 //   authorization: RDMARPC-HMAC-SHA256 key=ID,ts=MS,nonce=HEX16,sig=HEX64
-// with sig = HMAC-SHA256(secret, "rdmarpc-call\n" METHOD "\n" MS "\n" NONCE),
-// so a signature is good for one method and `window` of time only. The
-// processor consumes it, names the caller by the key's name and answers
-// "x-authenticated-as: NAME" in the initial metadata. It keeps no replay
-// cache: the attempts of a call retried under a retry or hedging policy
-// carry the same metadata (a per-call signature is a bearer token for the
-// window, as AWS Signature V4's is).
+// with sig = HMAC-SHA256(secret, "rdmarpc-call\n" ID "\n" METHOD "\n" MS "\n"
+// NONCE), so a signature is good for one key, one method and `window` of
+// time either way. Numbers must be written as the signer writes them (no
+// sign, no leading zero), each field once, and a call carries one
+// authorization entry. The processor consumes it, names the caller by the
+// key's name and answers "x-authenticated-as: NAME" in the initial
+// metadata; a call signed with another key than its connection's is
+// PERMISSION_DENIED. A refusal tells the client only "not valid", not
+// whether the key exists. It keeps no replay cache: the attempts of a call
+// retried under a retry or hedging policy carry the same metadata (a
+// per-call signature is a bearer token for the window, as AWS Signature
+// V4's is).
 //
 // Usage:
 //   HmacKeyring keys;
@@ -36,6 +45,7 @@
 #define RDMARPC_EXAMPLES_AUTH_HMAC_AUTH_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -45,6 +55,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "rdmarpc/security.h"
 
@@ -53,8 +64,12 @@ namespace examples {
 
 inline constexpr size_t kHmacConnectionTokenBytes = 34;
 inline constexpr size_t kMinSecretBytes = 16;
-// The AuthContext property that names an authenticated peer.
+// The AuthContext properties of an authenticated peer: its key's name (the
+// identity) and id.
 inline constexpr char kHmacKeyNameProperty[] = "hmac_key_name";
+inline constexpr char kHmacKeyIdProperty[] = "hmac_key_id";
+// What the checks read the time from (tests give their own).
+using Clock = std::function<absl::Time()>;
 
 struct HmacKey {
   std::string name;
@@ -105,18 +120,18 @@ class HmacConnectionCredentials final : public ConnectionCredentials {
 
 class HmacConnectionAuthenticator final : public ConnectionAuthenticator {
  public:
-  // `window`: how far a token's time may be from this host's clock, either
-  // way; also how long its nonce is remembered.
-  explicit HmacConnectionAuthenticator(HmacKeyring keys, absl::Duration window = absl::Seconds(30))
-      : keys_(std::move(keys)), window_(window) {}
+  // `window`: how far a token's time may be from `clock`, either way; also
+  // how long its nonce is remembered.
+  explicit HmacConnectionAuthenticator(HmacKeyring keys, absl::Duration window = absl::Seconds(30),
+                                       Clock clock = absl::Now)
+      : keys_(std::move(keys)), window_(window), clock_(std::move(clock)) {}
   absl::Status Authenticate(absl::string_view token, absl::string_view peer,
                             AuthContext* context) override;
-  // The same at `now` (tests).
-  absl::Status AuthenticateAt(absl::string_view token, absl::Time now, AuthContext* context);
 
  private:
   const HmacKeyring keys_;
   const absl::Duration window_;
+  const Clock clock_;
   absl::Mutex mu_;
   // key id and nonce -> the token's time; pruned of entries older than the
   // window.
@@ -138,16 +153,18 @@ class HmacCallCredentials final : public CallCredentials {
 
 class HmacAuthMetadataProcessor final : public AuthMetadataProcessor {
  public:
-  explicit HmacAuthMetadataProcessor(HmacKeyring keys, absl::Duration window = absl::Minutes(5))
-      : keys_(std::move(keys)), window_(window) {}
-  // Checks the signature against the call's method (":path") and the
-  // clock. `window`: how far the signed time may be from this host's.
+  // `window`: how far a signature's time may be from `clock`, either way.
+  explicit HmacAuthMetadataProcessor(HmacKeyring keys, absl::Duration window = absl::Minutes(5),
+                                     Clock clock = absl::Now)
+      : keys_(std::move(keys)), window_(window), clock_(std::move(clock)) {}
+  // Checks the signature against the call's key, method (":path") and time.
   absl::Status Process(const InputMetadata& metadata, AuthContext* context,
                        OutputMetadata* consumed, OutputMetadata* response) override;
 
  private:
   const HmacKeyring keys_;
   const absl::Duration window_;
+  const Clock clock_;
 };
 
 }  // namespace examples

@@ -29,7 +29,9 @@
 DEFINE_string(listen, "127.0.0.1:7100",
               "Address to listen on, HOST:PORT (port 0 picks a free one)");
 DEFINE_string(keyring, "", "File of \"KEY_ID NAME SECRET_HEX\" lines: the clients let in");
-DEFINE_int32(window_s, 30, "How far a token's time may be from this host's clock, in seconds");
+DEFINE_int32(window_s, 30,
+             "How far a connection token's time may be from this host's clock, either way, in "
+             "seconds (call signatures: 5 minutes)");
 
 namespace {
 

@@ -121,7 +121,8 @@ class AuthMetadataInterceptor final : public experimental::Interceptor {
     auto auth = std::make_shared<AuthContext>(*context_->auth_context());
     AuthMetadataProcessor::OutputMetadata consumed;
     AuthMetadataProcessor::OutputMetadata response;
-    // The method goes in as gRPC's ":path" and out before anyone else looks.
+    // The method goes in as gRPC's ":path" and out before anyone else looks
+    // (the server refuses a client's own ':' keys: TakeClientMetadata).
     auto path = md->emplace(":path", method_);
     absl::Status s = processor_->Process(*md, auth.get(), &consumed, &response);
     md->erase(path);
@@ -148,7 +149,9 @@ class AuthMetadataInterceptor final : public experimental::Interceptor {
  private:
   AuthMetadataProcessor* const processor_;
   ServerContext* const context_;
-  const std::string& method_;  // the ServerRpcInfo's, which outlives this
+  // ServerContext::method(): a key of the server's method table, which
+  // outlives every call.
+  const std::string& method_;
 };
 
 class AuthMetadataFactory final : public experimental::ServerInterceptorFactoryInterface {

@@ -1,6 +1,6 @@
 // auth.h: how the runtime applies rdmarpc/security.h — call credentials on
-// the client, the auth metadata processor as the server's second
-// interceptor, and the adapters that put connection credentials and the
+// the client, the auth metadata processor as a server interceptor (right
+// after the metrics one, else first), and the adapters that put connection credentials and the
 // connection authenticator into the transport's handshake.
 #ifndef RDMARPC_RUNTIME_RPC_AUTH_H_
 #define RDMARPC_RUNTIME_RPC_AUTH_H_

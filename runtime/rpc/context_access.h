@@ -71,7 +71,8 @@ class ServerContextAccess {
  public:
   // `method` and `peer` must outlive the context (no copy per call).
   // `connection_identity`: the connection's AuthContext
-  // (Connection::peer_identity), nullptr without one.
+  // (Connection::peer_identity), nullptr without one. Its only producer is
+  // auth.h's CheckTokenFn, which stores a const AuthContext.
   static void Init(ServerContext* ctx, const std::string* method, const std::string* peer,
                    absl::Time deadline, const std::shared_ptr<const void>& connection_identity) {
     ctx->method_ = method;
@@ -81,8 +82,8 @@ class ServerContextAccess {
       ctx->auth_context_ = std::static_pointer_cast<const AuthContext>(connection_identity);
     }
   }
-  // The auth metadata processor's result (auth_interceptor.cc), before the
-  // handler runs.
+  // The auth metadata processor's result (auth.cc), before the handler
+  // runs.
   static void SetAuthContext(ServerContext* ctx, std::shared_ptr<const AuthContext> auth) {
     ctx->auth_context_ = std::move(auth);
   }

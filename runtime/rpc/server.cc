@@ -834,6 +834,17 @@ absl::Status ServerImpl::TakeClientMetadata(const IncomingRequest& req,
                                                      " bytes exceeds max_metadata_bytes ",
                                                      options_.max_metadata_bytes));
   }
+  // ':' keys are the server's own (HTTP/2 pseudo-headers; the auth
+  // processor's ":path"): a client cannot send one through ClientContext,
+  // so one here is a forgery, refused before anything reads it.
+  for (const auto& [key, value] : *md) {
+    if (!key.empty() && key[0] == ':') {
+      absl::Status reserved = absl::InternalError(
+          absl::StrCat("client metadata key '", key, "' is reserved (keys starting with ':')"));
+      md->clear();
+      return reserved;
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -32,7 +32,8 @@ void EncodeHandshake(const HandshakeData& h, char out[kHandshakeBytes]) {
   PutLittleEndian<uint32_t>(out + 16, kMarker);
 }
 
-absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len) {
+absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len,
+                                              bool connect_request) {
   if (data == nullptr || len < kHandshakeBytes) {
     return absl::InvalidArgumentError(absl::StrCat("handshake private data of ", len,
                                                    " bytes; need ", kHandshakeBytes));
@@ -42,7 +43,7 @@ absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len) {
     return absl::InvalidArgumentError("handshake private data is not from rdmarpc");
   }
   HandshakeData h;
-  if (len > kHandshakeBytes) {
+  if (connect_request && len > kHandshakeBytes) {
     const size_t token_bytes = static_cast<uint8_t>(p[kHandshakeBytes]);
     if (kHandshakeBytes + 1 + token_bytes > len) {
       return absl::InvalidArgumentError(absl::StrCat("handshake token of ", token_bytes,
@@ -90,7 +91,8 @@ absl::StatusOr<HandshakeData> Handshake::CheckRequest(absl::string_view private_
                                                       uint16_t version,
                                                       uint32_t* reject_reason) {
   *reject_reason = 0;
-  absl::StatusOr<HandshakeData> h = DecodeHandshake(private_data.data(), private_data.size());
+  absl::StatusOr<HandshakeData> h =
+      DecodeHandshake(private_data.data(), private_data.size(), /*connect_request=*/true);
   if (!h.ok()) return h.status();
   if (h->version != version) {
     *reject_reason = kRejectVersion;

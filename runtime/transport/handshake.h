@@ -71,9 +71,12 @@ inline constexpr uint32_t kRejectPermissionDenied = 5;
 inline constexpr uint32_t kMinRecvBufferBytes = 256;
 
 void EncodeHandshake(const HandshakeData& h, char out[kHandshakeBytes]);
-// INVALID_ARGUMENT when the data is short, not rdmarpc's, or its token's
-// length overruns it.
-absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len);
+// INVALID_ARGUMENT when the data is short, not rdmarpc's, or (with
+// `connect_request`) its token's length overruns it. Only a connect
+// request carries a token; the bytes after the 20 of an accept or reject
+// are ignored.
+absl::StatusOr<HandshakeData> DecodeHandshake(const void* data, size_t len,
+                                              bool connect_request = false);
 
 class Handshake {
  public:

@@ -47,58 +47,61 @@ TEST(HmacKeyring, RefusesShortSecretsAndRepeatedIds) {
 
 TEST(HmacConnectionToken, GoodTokenNamesTheKeyAndTheSecretIsNotInIt) {
   HmacConnectionAuthenticator auth(Keys());
-  const absl::Time now = NowMs();
-  const std::string token = MakeHmacConnectionToken(7, kAliceSecret, now, kNonce);
+  const std::string token = MakeHmacConnectionToken(7, kAliceSecret, absl::Now(), kNonce);
   EXPECT_EQ(token.size(), kHmacConnectionTokenBytes);
   EXPECT_LE(token.size(), kMaxConnectionTokenBytes);
   EXPECT_FALSE(absl::StrContains(token, kAliceSecret.substr(0, 8)));
   AuthContext context;
-  ASSERT_TRUE(auth.AuthenticateAt(token, now, &context).ok());
+  ASSERT_TRUE(auth.Authenticate(token, "127.0.0.1:1", &context).ok());
   EXPECT_EQ(context.GetPeerIdentity(), std::vector<std::string>{"alice"});
-  EXPECT_EQ(context.FindPropertyValues("hmac_key_id"), std::vector<std::string>{"7"});
+  EXPECT_EQ(context.FindPropertyValues(kHmacKeyIdProperty), std::vector<std::string>{"7"});
 }
 
 TEST(HmacConnectionToken, ReplayForgeryExpiryAndUnknownKeysAreRefused) {
-  HmacConnectionAuthenticator auth(Keys(), absl::Seconds(30));
-  const absl::Time now = NowMs();
-  AuthContext c;
+  absl::Time now = NowMs();
+  HmacConnectionAuthenticator auth(Keys(), absl::Seconds(30), [&now] { return now; });
+  auto check = [&auth](const std::string& token) {
+    AuthContext c;
+    return auth.Authenticate(token, "127.0.0.1:1", &c);
+  };
   const std::string token = MakeHmacConnectionToken(7, kAliceSecret, now, kNonce);
-  ASSERT_TRUE(auth.AuthenticateAt(token, now, &c).ok());
+  ASSERT_TRUE(check(token).ok());
   // The same token again: a replay.
-  absl::Status s = auth.AuthenticateAt(token, now + absl::Seconds(1), &c);
+  now += absl::Seconds(1);
+  absl::Status s = check(token);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(s.message(), "connection token for key 7 was used before (a replay)");
   // Another nonce is fine; the same nonce for another key too.
-  EXPECT_TRUE(
-      auth.AuthenticateAt(MakeHmacConnectionToken(7, kAliceSecret, now, "abcdefgh"), now, &c).ok());
-  EXPECT_TRUE(
-      auth.AuthenticateAt(MakeHmacConnectionToken(8, kBobSecret, now, kNonce), now, &c).ok());
+  EXPECT_TRUE(check(MakeHmacConnectionToken(7, kAliceSecret, now, "abcdefgh")).ok());
+  EXPECT_TRUE(check(MakeHmacConnectionToken(8, kBobSecret, now, kNonce)).ok());
   // Bob's id with Alice's secret, and a flipped bit of the tag.
-  s = auth.AuthenticateAt(MakeHmacConnectionToken(8, kAliceSecret, now, "nonce--1"), now, &c);
+  s = check(MakeHmacConnectionToken(8, kAliceSecret, now, "nonce--1"));
   EXPECT_EQ(s.message(), "connection token for key 8 has a wrong MAC");
   std::string flipped = MakeHmacConnectionToken(7, kAliceSecret, now, "nonce--2");
   flipped.back() ^= 1;
-  EXPECT_EQ(auth.AuthenticateAt(flipped, now, &c).message(),
-            "connection token for key 7 has a wrong MAC");
+  EXPECT_EQ(check(flipped).message(), "connection token for key 7 has a wrong MAC");
   // Changing the time breaks the MAC too (it is signed).
   std::string moved = MakeHmacConnectionToken(7, kAliceSecret, now, "nonce--3");
   moved[2] ^= 1;
-  EXPECT_EQ(auth.AuthenticateAt(moved, now, &c).code(), absl::StatusCode::kUnauthenticated);
-  // 31 s old, and 31 s ahead.
+  EXPECT_EQ(check(moved).code(), absl::StatusCode::kUnauthenticated);
+  // 31 s old, and 31 s ahead; 30 s either way still passes.
   for (absl::Duration skew : {absl::Seconds(-31), absl::Seconds(31)}) {
-    s = auth.AuthenticateAt(MakeHmacConnectionToken(7, kAliceSecret, now + skew, "nonce--4"), now,
-                            &c);
+    s = check(MakeHmacConnectionToken(7, kAliceSecret, now + skew, "nonce--4"));
     EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
-    EXPECT_TRUE(absl::StrContains(s.message(), "31s from this host's clock (window 30s)")) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), ", 31s from this host's clock (window 30s)")) << s;
   }
-  s = auth.AuthenticateAt(MakeHmacConnectionToken(9, kAliceSecret, now, "nonce--5"), now, &c);
+  EXPECT_TRUE(
+      check(MakeHmacConnectionToken(7, kAliceSecret, now - absl::Seconds(30), "old-30s!")).ok());
+  EXPECT_TRUE(
+      check(MakeHmacConnectionToken(7, kAliceSecret, now + absl::Seconds(30), "new-30s!")).ok());
+  s = check(MakeHmacConnectionToken(9, kAliceSecret, now, "nonce--5"));
   EXPECT_EQ(s.message(), "unknown key id 9");
-  s = auth.AuthenticateAt("", now, &c);
-  EXPECT_EQ(s.message(), "connection token of 0 bytes; an HMAC token has 34");
+  EXPECT_EQ(check("").message(), "connection token of 0 bytes; an HMAC token has 34");
 }
 
-TEST(HmacCallSignature, BoundToItsMethodKeyAndTime) {
-  HmacAuthMetadataProcessor processor(Keys(), absl::Minutes(5));
+TEST(HmacCallSignature, BoundToItsKeyMethodAndTime) {
+  absl::Time now = NowMs();
+  HmacAuthMetadataProcessor processor(Keys(), absl::Minutes(5), [&now] { return now; });
   auto run = [&](const std::string& authorization, const std::string& method, AuthContext* context,
                  AuthMetadataProcessor::OutputMetadata* response) {
     AuthMetadataProcessor::InputMetadata md = {{":path", method}};
@@ -112,7 +115,6 @@ TEST(HmacCallSignature, BoundToItsMethodKeyAndTime) {
     }
     return s;
   };
-  const absl::Time now = NowMs();
   const std::string good = MakeHmacCallAuthorization(7, kAliceSecret, kMethod, now, kNonce);
   EXPECT_FALSE(absl::StrContains(good, absl::BytesToHexString(kAliceSecret)));
   {
@@ -120,36 +122,62 @@ TEST(HmacCallSignature, BoundToItsMethodKeyAndTime) {
     AuthMetadataProcessor::OutputMetadata response;
     ASSERT_TRUE(run(good, kMethod, &c, &response).ok());
     EXPECT_EQ(c.GetPeerIdentity(), std::vector<std::string>{"alice"});
+    EXPECT_EQ(c.FindPropertyValues(kHmacKeyIdProperty), std::vector<std::string>{"7"});
     EXPECT_EQ(response.find("x-authenticated-as")->second, "alice");
   }
   AuthContext c;
   AuthMetadataProcessor::OutputMetadata response;
-  // The same signature for another method.
+  // The same signature for another method; the wrong secret; an unknown
+  // key: all read the same to the caller.
   absl::Status s = run(good, "/rdmarpc.examples.EchoService/Other", &c, &response);
-  EXPECT_EQ(s.message(), "signature of key 7 does not match /rdmarpc.examples.EchoService/Other");
-  // Signed with the wrong secret; too old; unknown key; malformed; missing.
-  s = run(MakeHmacCallAuthorization(7, kBobSecret, kMethod, now, kNonce), kMethod, &c, &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(s.message(), "RDMARPC-HMAC-SHA256 signature not valid");
+  s = run(MakeHmacCallAuthorization(7, kBobSecret, kMethod, now, kNonce), kMethod, &c, &response);
+  EXPECT_EQ(s.message(), "RDMARPC-HMAC-SHA256 signature not valid");
+  s = run(MakeHmacCallAuthorization(9, kAliceSecret, kMethod, now, kNonce), kMethod, &c, &response);
+  EXPECT_EQ(s.message(), "RDMARPC-HMAC-SHA256 signature not valid");
+  // Another key id on the same signature (the id is signed).
+  std::string other_key = good;
+  other_key.replace(other_key.find("key=7"), 5, "key=8");
+  EXPECT_EQ(run(other_key, kMethod, &c, &response).message(),
+            "RDMARPC-HMAC-SHA256 signature not valid");
+  // 6 minutes old.
   s = run(MakeHmacCallAuthorization(7, kAliceSecret, kMethod, now - absl::Minutes(6), kNonce),
           kMethod, &c, &response);
-  // The processor reads the clock itself, a moment after `now`.
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_TRUE(absl::StrContains(s.message(), ", 6m")) << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "from this host's clock (window 5m)")) << s;
-  s = run(MakeHmacCallAuthorization(9, kAliceSecret, kMethod, now, kNonce), kMethod, &c, &response);
-  EXPECT_EQ(s.message(), "unknown key id 9");
-  s = run("RDMARPC-HMAC-SHA256 key=7,ts=x", kMethod, &c, &response);
-  EXPECT_EQ(s.message(), "malformed authorization: expected key=ID,ts=MS,nonce=HEX16,sig=HEX64");
+  EXPECT_TRUE(absl::StrContains(s.message(), ", 6m from this host's clock (window 5m)")) << s;
+  // Malformed: not the signer's own digits, a field twice, a field short.
+  std::string padded_ts = good;
+  padded_ts.replace(padded_ts.find(",ts="), 4, ",ts=0");
+  std::string plus_key = good;
+  plus_key.replace(plus_key.find("key=7"), 5, "key=+7");
+  for (const std::string& bad :
+       {padded_ts, plus_key, std::string("RDMARPC-HMAC-SHA256 key=7,ts=x")}) {
+    EXPECT_EQ(run(bad, kMethod, &c, &response).message(),
+              "malformed authorization: expected key=ID,ts=MS,nonce=HEX16,sig=HEX64")
+        << bad;
+  }
+  EXPECT_EQ(run(good + ",key=7", kMethod, &c, &response).message(),
+            "malformed authorization: field 'key' given twice");
+  {
+    AuthMetadataProcessor::InputMetadata md = {
+        {":path", kMethod}, {"authorization", good}, {"authorization", good}};
+    AuthMetadataProcessor::OutputMetadata consumed;
+    EXPECT_EQ(processor.Process(md, &c, &consumed, &response).message(),
+              "more than one authorization entry");
+  }
   s = run("", kMethod, &c, &response);
   EXPECT_EQ(s.message(), "no RDMARPC-HMAC-SHA256 authorization metadata");
   EXPECT_EQ(response.find("www-authenticate")->second, "RDMARPC-HMAC-SHA256");
-  // A connection that authenticated as bob, a call signed by alice.
+  // A connection that authenticated with bob's key, a call signed with
+  // alice's.
   AuthContext bobs;
   bobs.AddProperty(kHmacKeyNameProperty, "bob");
+  bobs.AddProperty(kHmacKeyIdProperty, "8");
   bobs.SetPeerIdentityPropertyName(kHmacKeyNameProperty);
   s = run(good, kMethod, &bobs, &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(s.message(), "call signed with key 7 (alice) on a connection of bob");
+  EXPECT_EQ(s.message(), "call signed with key 7 on a connection of key 8");
 }
 
 class EchoImpl final : public EchoService::Service {

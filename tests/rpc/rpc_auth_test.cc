@@ -32,6 +32,10 @@ namespace {
 using Md = std::multimap<std::string, std::string>;
 
 constexpr char kWhoAmIMethod[] = "/rdmarpc.test.Auth/WhoAmI";
+// The same answer from a run_inline handler (on the worker) and from a
+// callback handler (a reactor): other paths through the server.
+constexpr char kWhoAmIInlineMethod[] = "/rdmarpc.test.Auth/WhoAmIInline";
+constexpr char kWhoAmICallbackMethod[] = "/rdmarpc.test.Auth/WhoAmICallback";
 
 // Answers who the server thinks is calling: text = the peer identity
 // (comma-joined), data = "key=value;" for every client metadata entry and
@@ -42,6 +46,18 @@ class AuthService final : public rdmarpc::Service {
     AddMethod(
         std::make_unique<internal::UnaryMethodHandler<AuthService, EchoRequest, EchoResponse>>(
             kWhoAmIMethod, this, &AuthService::WhoAmI));
+    AddMethod(
+        std::make_unique<internal::UnaryMethodHandler<AuthService, EchoRequest, EchoResponse>>(
+            kWhoAmIInlineMethod, this, &AuthService::WhoAmI, /*run_inline=*/true));
+    AddMethod(std::make_unique<
+              internal::CallbackUnaryMethodHandler<AuthService, EchoRequest, EchoResponse>>(
+        kWhoAmICallbackMethod, this, &AuthService::WhoAmICallback));
+  }
+  ServerUnaryReactor* WhoAmICallback(CallbackServerContext* ctx, const EchoRequest* req,
+                                     EchoResponse* resp) {
+    ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(WhoAmI(ctx, *req, resp));
+    return reactor;
   }
   absl::Status WhoAmI(ServerContext* ctx, const EchoRequest&, EchoResponse* resp) {
     calls.fetch_add(1);
@@ -206,12 +222,13 @@ struct AuthServer {
   Server server;
 };
 
-absl::Status WhoAmI(Channel* ch, EchoResponse* resp, ClientContext* ctx = nullptr) {
+absl::Status WhoAmI(Channel* ch, EchoResponse* resp, ClientContext* ctx = nullptr,
+                    const char* method = kWhoAmIMethod) {
   ClientContext own;
   if (ctx == nullptr) ctx = &own;
   ctx->set_deadline(absl::Now() + absl::Seconds(10));
   EchoRequest req;
-  return internal::BlockingUnaryCall(ch, kWhoAmIMethod, ctx, req, resp);
+  return internal::BlockingUnaryCall(ch, method, ctx, req, resp);
 }
 
 // --- connection tokens ---
@@ -499,6 +516,31 @@ TEST(CallAuth, RefusedCallsNeverReachTheHandler) {
   }
   EXPECT_EQ(processor->processed.load(), 3);
   EXPECT_EQ(s.service.calls.load(), 0);
+}
+
+TEST(CallAuth, InlineAndCallbackHandlersAreGuardedAlike) {
+  auto processor = std::make_shared<BearerProcessor>();
+  ServerOptions so;
+  so.auth_metadata_processor = processor;
+  AuthServer s(so);
+  ChannelOptions good;
+  good.call_credentials = std::make_shared<AddsMetadata>("authorization", "Bearer erin-token");
+  auto ch = s.Connect(good);
+  auto bare = s.Connect();
+  for (const char* method : {kWhoAmIInlineMethod, kWhoAmICallbackMethod}) {
+    EchoResponse resp;
+    absl::Status st = WhoAmI(ch.get(), &resp, nullptr, method);
+    ASSERT_TRUE(st.ok()) << method << ": " << st;
+    EXPECT_EQ(resp.text(), "erin") << method;
+    EXPECT_EQ(resp.data(), "prop:bearer=erin;prop:role=user;") << method;
+    ClientContext ctx;
+    st = WhoAmI(bare.get(), &resp, &ctx, method);
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnauthenticated) << method << ": " << st;
+    auto it = ctx.GetServerTrailingMetadata().find("www-authenticate");
+    ASSERT_NE(it, ctx.GetServerTrailingMetadata().end()) << method;
+    EXPECT_EQ(it->second, "Bearer") << method;
+  }
+  EXPECT_EQ(s.service.calls.load(), 2);  // the two good calls only
 }
 
 TEST(CallAuth, ContextCredentialsFollowTheChannels) {

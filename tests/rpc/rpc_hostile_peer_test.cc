@@ -14,9 +14,11 @@
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
+#include "runtime/rpc/metadata.h"
 #include "tests/rpc/raw_peer.h"
 #include "tests/rpc/stream_service.h"
 #include "tests/rpc/test_service.h"
+#include "tests/rpc/warning_sink.h"
 
 namespace rdmarpc {
 namespace test {
@@ -24,31 +26,6 @@ namespace {
 
 using internal::MsgKind;
 using internal::WireHeader;
-
-// Collects rdmarpc's WARNING-and-worse log lines.
-class WarningSink : public google::LogSink {
- public:
-  WarningSink() { google::AddLogSink(this); }
-  ~WarningSink() override { google::RemoveLogSink(this); }
-  void send(google::LogSeverity severity, const char*, const char*, int, const struct ::tm*,
-            const char* message, size_t message_len) override {
-    if (severity < google::GLOG_WARNING) return;
-    absl::MutexLock l(&mu_);
-    lines_.emplace_back(message, message_len);
-  }
-  // The first line naming `peer`, or "".
-  std::string LineFor(absl::string_view peer) {
-    absl::MutexLock l(&mu_);
-    for (const std::string& s : lines_) {
-      if (absl::StrContains(s, peer)) return s;
-    }
-    return "";
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
-};
 
 class HostilePeer : public ::testing::Test {
  protected:
@@ -81,7 +58,8 @@ class HostilePeer : public ::testing::Test {
     EXPECT_TRUE(peer->WaitClosedByServer(absl::Seconds(10)));
     std::string line;
     for (int i = 0; i < 200 && line.empty(); ++i) {
-      line = log_.LineFor(peer->LocalAddress());
+      std::vector<std::string> lines = log_.LinesWith(peer->LocalAddress());
+      if (!lines.empty()) line = lines[0];
       if (line.empty()) absl::SleepFor(absl::Milliseconds(10));
     }
     EXPECT_TRUE(absl::StrContains(line, why)) << "log line: '" << line << "', want '" << why << "'";
@@ -221,6 +199,36 @@ TEST_F(HostilePeer, ACancelForAStreamItNeverOpenedChangesNothing) {
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->header.status_code, 0u);
   EXPECT_EQ(imm, RawPeer::Imm(MsgKind::kResponse, 4, 1));
+}
+
+TEST_F(HostilePeer, AForgedPseudoHeaderInItsMetadataFailsItsCall) {
+  // ":path" is what the server hands an auth metadata processor as the
+  // method; a client's own copy must never reach it (or a handler).
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_.port()));
+  EchoRequest req;
+  req.set_text("forged");
+  const std::string payload = req.SerializeAsString();
+  const std::string meta =
+      internal::EncodeMetadata({{":path", "/rdmarpc.test.EchoService/Allowed"}});
+  WireHeader h;
+  h.kind = MsgKind::kRequest;
+  h.aux_len = static_cast<uint16_t>(std::strlen(kEchoMethod));
+  h.meta_len = static_cast<uint32_t>(meta.size());
+  h.payload_len = static_cast<uint32_t>(payload.size());
+  std::string bytes(internal::EncodedPrefixBytes(h), '\0');
+  internal::EncodePrefix(h, kEchoMethod, {}, {}, bytes.data(), meta);
+  bytes += payload;
+  ASSERT_EQ(peer.Send(bytes, RawPeer::Imm(MsgKind::kRequest, 6, 1)), IBV_WC_SUCCESS);
+  std::string answer;
+  uint32_t imm = 0;
+  ASSERT_TRUE(peer.Receive(&answer, &imm, absl::Seconds(10)));
+  absl::StatusOr<internal::ParsedMessage> m = internal::DecodeMessage(answer);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->header.status_code, static_cast<uint32_t>(absl::StatusCode::kInternal));
+  EXPECT_EQ(m->aux, "client metadata key ':path' is reserved (keys starting with ':')");
+  EXPECT_EQ(service_.calls(), 10);  // the set-up's calls only
+  ExpectGoodClientServed(10);
 }
 
 TEST_F(HostilePeer, ADescriptorPointingAnywhereClosesItsConnectionOnly) {

@@ -16,37 +16,11 @@
 #include "rdmarpc/rdmarpc.h"
 #include "tests/rpc/rpc_fixture.h"
 #include "tests/rpc/test_service.h"
+#include "tests/rpc/warning_sink.h"
 
 namespace rdmarpc {
 namespace test {
 namespace {
-
-// Collects WARNING-and-worse lines of rdmarpc's connection log.
-class WarningSink : public google::LogSink {
- public:
-  WarningSink() { google::AddLogSink(this); }
-  ~WarningSink() override { google::RemoveLogSink(this); }
-  void send(google::LogSeverity severity, const char*, const char*, int, const struct ::tm*,
-            const char* message, size_t message_len) override {
-    if (severity < google::GLOG_WARNING) return;
-    std::string line(message, message_len);
-    if (!absl::StartsWith(line, "rdmarpc: ")) return;
-    absl::MutexLock l(&mu_);
-    lines_.push_back(std::move(line));
-  }
-  std::vector<std::string> LinesWith(absl::string_view what) {
-    absl::MutexLock l(&mu_);
-    std::vector<std::string> out;
-    for (const std::string& s : lines_) {
-      if (absl::StrContains(s, what)) out.push_back(s);
-    }
-    return out;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
-};
 
 // Each line stands for itself and the lines held back before it.
 uint64_t EventsIn(const std::vector<std::string>& lines) {

@@ -57,15 +57,18 @@ TEST(Handshake, OfferCarriesVersionAndRing) {
 TEST(Handshake, OfferCarriesTheConnectionToken) {
   const Handshake::PrivateData pd = Handshake::Offer(kProtocolVersion, 64, 8192, "tok-123");
   EXPECT_EQ(pd.size(), kHandshakeBytes + 1 + 7);
-  absl::StatusOr<HandshakeData> h = DecodeHandshake(pd.data(), pd.size());
+  absl::StatusOr<HandshakeData> h =
+      DecodeHandshake(pd.data(), pd.size(), /*connect_request=*/true);
   ASSERT_TRUE(h.ok()) << h.status();
   EXPECT_EQ(h->token, "tok-123");
+  // Read as an accept or reject, the same bytes carry no token.
+  EXPECT_EQ(DecodeHandshake(pd.data(), pd.size())->token, "");
   EXPECT_EQ(h->recv_depth, 64);
   // The longest token fills rdma_cm's 56 bytes exactly.
   const std::string longest(kMaxConnectTokenBytes, 'L');
   const Handshake::PrivateData full = Handshake::Offer(kProtocolVersion, 64, 8192, longest);
   EXPECT_EQ(full.size(), kMaxConnectPrivateDataBytes);
-  EXPECT_EQ(DecodeHandshake(full.data(), full.size())->token, longest);
+  EXPECT_EQ(DecodeHandshake(full.data(), full.size(), true)->token, longest);
 }
 
 TEST(Handshake, ZeroPaddedRequestHasNoToken) {
@@ -74,7 +77,7 @@ TEST(Handshake, ZeroPaddedRequestHasNoToken) {
   EXPECT_EQ(pd.size(), kHandshakeBytes);
   std::string padded(pd.data(), pd.size());
   padded.resize(kMaxConnectPrivateDataBytes, '\0');
-  absl::StatusOr<HandshakeData> h = DecodeHandshake(padded.data(), padded.size());
+  absl::StatusOr<HandshakeData> h = DecodeHandshake(padded.data(), padded.size(), true);
   ASSERT_TRUE(h.ok()) << h.status();
   EXPECT_EQ(h->token, "");
 }
@@ -83,7 +86,7 @@ TEST(Handshake, TokenLengthOverrunningThePrivateDataIsRefused) {
   const Handshake::PrivateData pd = Handshake::Offer(kProtocolVersion, 64, 8192, "abc");
   std::string bytes(pd.data(), pd.size());
   bytes[kHandshakeBytes] = 4;  // one more than follows
-  absl::StatusOr<HandshakeData> h = DecodeHandshake(bytes.data(), bytes.size());
+  absl::StatusOr<HandshakeData> h = DecodeHandshake(bytes.data(), bytes.size(), true);
   ASSERT_FALSE(h.ok());
   EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(h.status().message(), "handshake token of 4 bytes overruns private data of 24 bytes");

@@ -135,6 +135,11 @@ class RDMARPC_EXPORT ConnectionAuthenticator {
 // Client: metadata that authenticates each call (gRPC's call credentials;
 // ChannelOptions::call_credentials for every call of a channel, and
 // ClientContext::set_credentials for one call, after the channel's).
+// Unlike gRPC, which sends call credentials only over a channel whose
+// security level allows it (TLS), rdmarpc always sends them, as plain
+// bytes on the fabric: prefer what a captured copy cannot reuse for long
+// (a signature bound to the method and the time, as examples/auth does)
+// over a long-lived bearer secret.
 class RDMARPC_EXPORT CallCredentials {
  public:
   using Metadata = std::multimap<std::string, std::string>;

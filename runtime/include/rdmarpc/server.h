@@ -68,7 +68,11 @@ struct RDMARPC_EXPORT ServerOptions {
   // the connection and its other calls carry on. It counts the calls
   // waiting for or running on the handler pool, callback calls and
   // streams; a run_inline unary call ends before the worker reads the
-  // connection's next message and never counts. 0: no cap.
+  // connection's next message and never counts. 0: no cap. Unlike gRPC
+  // (no cap by default; an HTTP/2 client queues streams over the peer's
+  // limit), rdmarpc caps by default and answers at once: every call in
+  // progress holds server memory (a request, a context, maybe a pulled
+  // large buffer), and one client connection must not take it all.
   int max_concurrent_streams = 4096;
   // Threads running synchronous handlers, kept even when idle; 0 = one per
   // hardware thread (std::thread::hardware_concurrency()). Handlers of
