@@ -109,10 +109,17 @@ absl::StatusOr<HmacKeyring> HmacKeyring::FromFile(const std::string& path) {
     std::vector<std::string> f = absl::StrSplit(text, ' ', absl::SkipEmpty());
     uint32_t id = 0;
     std::string secret;
-    if (f.size() != 3 || !absl::SimpleAtoi(f[0], &id) || id > 0xffff || f[2].size() % 2 != 0 ||
-        !absl::c_all_of(f[2], absl::ascii_isxdigit)) {
+    if (f.size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ":", n, ": ", f.size(), " fields; expected \"KEY_ID NAME SECRET_HEX\""));
+    }
+    if (!absl::SimpleAtoi(f[0], &id) || id > 0xffff) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", n, ": expected \"KEY_ID NAME SECRET_HEX\" (KEY_ID 0..65535)"));
+          absl::StrCat(path, ":", n, ": key id '", f[0], "' is not a number 0..65535"));
+    }
+    if (f[2].size() % 2 != 0 || !absl::c_all_of(f[2], absl::ascii_isxdigit)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", n, ": the secret of key ", id,
+                                                     " is not hex (an even count of 0-9a-f)"));
     }
     secret = absl::HexStringToBytes(f[2]);
     if (absl::Status s = ring.Add(static_cast<uint16_t>(id), f[1], secret); !s.ok()) {

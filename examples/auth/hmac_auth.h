@@ -84,6 +84,7 @@ class HmacKeyring {
   // or an id already present.
   absl::Status Add(uint16_t key_id, std::string name, std::string secret);
   const HmacKey* Find(uint16_t key_id) const;
+  size_t size() const { return keys_.size(); }
 
   // Reads "KEY_ID NAME SECRET" lines (SECRET in hex; '#' starts a comment).
   // INVALID_ARGUMENT names the line that does not parse; NOT_FOUND when the

@@ -4,18 +4,21 @@
 //
 //   secure_echo_client --target=127.0.0.1:7100 --key_id=7 --secret_file=alice.key
 //                      [--calls=10] [--payload_bytes=64] [--connection_auth=true]
-//                      [--call_auth=true]
+//                      [--call_auth=true] [--call_key_id=N --call_secret_file=FILE]
 //
 // alice.key holds the secret in hex (the same as the server's keyring line).
-// Turning one level off shows what the server does without it. Exit status
-// 0 when every call succeeded; 1 otherwise, after printing the status of
-// the first failure ("UNAUTHENTICATED: ...").
+// Turning one level off shows what the server does without it; signing the
+// calls with another key than the connection's (--call_key_id,
+// --call_secret_file) shows its PERMISSION_DENIED. Exit status 0 when every
+// call succeeded; 1 otherwise, after printing the status of the first
+// failure ("UNAUTHENTICATED: ..."); 2 for bad arguments.
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
 
 #include "absl/algorithm/container.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -27,12 +30,36 @@
 #include "rdmarpc/rdmarpc.h"
 
 DEFINE_string(target, "127.0.0.1:7100", "Server address, HOST:PORT (or any rdmarpc target)");
-DEFINE_int32(key_id, 0, "This client's key id (0..65535), as in the server's keyring");
-DEFINE_string(secret_file, "", "File holding this client's secret in hex");
+DEFINE_int32(key_id, -1, "This client's key id (0..65535), as in the server's keyring");
+DEFINE_string(secret_file, "", "File holding this client's secret in hex (at least 16 bytes)");
+DEFINE_int32(call_key_id, -1, "Sign calls with this key id instead (default: --key_id)");
+DEFINE_string(call_secret_file, "", "Secret for --call_key_id (default: --secret_file)");
 DEFINE_int32(calls, 10, "Echo calls to make, one after another");
 DEFINE_int32(payload_bytes, 64, "Bytes of payload per call");
 DEFINE_bool(connection_auth, true, "Send an HMAC token with each connect request");
 DEFINE_bool(call_auth, true, "Sign each call (authorization metadata)");
+
+namespace {
+
+// The secret in hex in `path` (its first word).
+absl::StatusOr<std::string> ReadSecret(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::string hex;
+  in >> hex;
+  if (hex.empty() || hex.size() % 2 != 0 || !absl::c_all_of(hex, absl::ascii_isxdigit)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " does not hold a secret in hex"));
+  }
+  std::string secret = absl::HexStringToBytes(hex);
+  if (secret.size() < rdmarpc::examples::kMinSecretBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " holds a secret of ", secret.size(),
+                                                   " bytes; need at least ",
+                                                   rdmarpc::examples::kMinSecretBytes));
+  }
+  return secret;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
@@ -44,25 +71,30 @@ int main(int argc, char** argv) {
     fprintf(stderr, "secure_echo_client: --key_id (0..65535) and --secret_file are required\n");
     return 2;
   }
-  std::ifstream in(FLAGS_secret_file);
-  std::string hex;
-  in >> hex;
-  hex = std::string(absl::StripAsciiWhitespace(hex));
-  if (!in || hex.size() % 2 != 0 || !absl::c_all_of(hex, absl::ascii_isxdigit)) {
-    fprintf(stderr, "secure_echo_client: %s does not hold a hex secret\n",
-            FLAGS_secret_file.c_str());
+  const int call_key_flag = FLAGS_call_key_id >= 0 ? FLAGS_call_key_id : FLAGS_key_id;
+  if (call_key_flag > 0xffff) {
+    fprintf(stderr, "secure_echo_client: --call_key_id must be 0..65535\n");
     return 2;
   }
-  const std::string secret = absl::HexStringToBytes(hex);
+  absl::StatusOr<std::string> secret = ReadSecret(FLAGS_secret_file);
+  absl::StatusOr<std::string> call_secret =
+      FLAGS_call_secret_file.empty() ? secret : ReadSecret(FLAGS_call_secret_file);
+  for (const absl::StatusOr<std::string>* s : {&secret, &call_secret}) {
+    if (!s->ok()) {
+      fprintf(stderr, "secure_echo_client: %s\n", std::string(s->status().message()).c_str());
+      return 2;
+    }
+  }
   const uint16_t key_id = static_cast<uint16_t>(FLAGS_key_id);
+  const uint16_t call_key_id = static_cast<uint16_t>(call_key_flag);
   rdmarpc::ChannelOptions options;
   if (FLAGS_connection_auth) {
     options.connection_credentials =
-        std::make_shared<rdmarpc::examples::HmacConnectionCredentials>(key_id, secret);
+        std::make_shared<rdmarpc::examples::HmacConnectionCredentials>(key_id, *secret);
   }
   if (FLAGS_call_auth) {
     options.call_credentials =
-        std::make_shared<rdmarpc::examples::HmacCallCredentials>(key_id, secret);
+        std::make_shared<rdmarpc::examples::HmacCallCredentials>(call_key_id, *call_secret);
   }
   absl::StatusOr<std::shared_ptr<rdmarpc::Channel>> channel =
       rdmarpc::CreateChannel(FLAGS_target, options);

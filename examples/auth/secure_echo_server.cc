@@ -57,10 +57,19 @@ int main(int argc, char** argv) {
     fprintf(stderr, "secure_echo_server: --keyring is required\n");
     return 2;
   }
+  if (FLAGS_window_s < 1) {
+    fprintf(stderr, "secure_echo_server: --window_s must be at least 1, got %d\n", FLAGS_window_s);
+    return 2;
+  }
   absl::StatusOr<rdmarpc::examples::HmacKeyring> keys =
       rdmarpc::examples::HmacKeyring::FromFile(FLAGS_keyring);
   if (!keys.ok()) {
     fprintf(stderr, "secure_echo_server: %s\n", std::string(keys.status().message()).c_str());
+    return 2;
+  }
+  if (keys->size() == 0) {
+    fprintf(stderr, "secure_echo_server: %s holds no key: nobody could get in\n",
+            FLAGS_keyring.c_str());
     return 2;
   }
   sigset_t stop_signals;

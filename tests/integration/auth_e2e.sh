@@ -10,6 +10,7 @@
 #   no connection token               UNAUTHENTICATED at the connection, exit 1
 #   a good connection, unsigned calls UNAUTHENTICATED "no RDMARPC-HMAC-SHA256
 #                                     authorization metadata", exit 1
+#   alice's connection, bob's call key PERMISSION_DENIED, exit 1
 # and the server logs why it refused (the wrong MAC), and exits 0 on SIGTERM.
 # No secret appears in either process's output.
 source "${BASH_SOURCE[0]%/*}/lib.sh" || { echo "FAIL: cannot load lib.sh"; exit 1; }
@@ -50,6 +51,8 @@ client unknown_id 1 "$REFUSED" --key_id=9 --secret_file="$SCRATCH/alice.key"
 client no_token 1 "$REFUSED" --key_id=7 --secret_file="$SCRATCH/alice.key" --connection_auth=false
 client unsigned 1 "call 1 of 10 failed: UNAUTHENTICATED: no RDMARPC-HMAC-SHA256 authorization metadata" \
   --key_id=7 --secret_file="$SCRATCH/alice.key" --call_auth=false
+client lent_key 1 "call 1 of 10 failed: PERMISSION_DENIED: call signed with key 8 on a connection of key 7" \
+  --key_id=7 --secret_file="$SCRATCH/alice.key" --call_key_id=8 --call_secret_file="$SCRATCH/bob.key"
 
 grep -q "connection token for key 7 has a wrong MAC" "$SCRATCH/server.err" ||
   fail "the server did not log the wrong MAC: $(tail -n 5 "$SCRATCH/server.err")"
@@ -59,4 +62,4 @@ for secret in "$ALICE" "$BOB"; do
     fail "a secret appears in the output above"
   fi
 done
-pass "shared-secret authentication: 2 clients in, 4 refused with UNAUTHENTICATED"
+pass "shared-secret authentication: 2 clients in, 4 refused with UNAUTHENTICATED, 1 PERMISSION_DENIED"

@@ -20,18 +20,47 @@
 //    refusal fails the call with the processor's status; the handler does
 //    not run.
 //
-//   // Client
+//   // Client: a bearer token on every call.
+//   class Bearer final : public rdmarpc::CallCredentials {
+//    public:
+//     absl::Status GetMetadata(absl::string_view target, absl::string_view method,
+//                              Metadata* md) override {
+//       md->emplace("authorization", "Bearer s3cr3t");
+//       return absl::OkStatus();
+//     }
+//   };
 //   rdmarpc::ChannelOptions co;
-//   co.connection_credentials = std::make_shared<MyConnectionToken>(secret);
-//   co.call_credentials = std::make_shared<MyBearerToken>(token);
+//   co.call_credentials = std::make_shared<Bearer>();
 //   auto channel = rdmarpc::CreateChannel("10.0.0.7:7000", co);
-//   // Server
+//
+//   // Server: check it, name the caller, hide the token from the handler.
+//   class CheckBearer final : public rdmarpc::AuthMetadataProcessor {
+//    public:
+//     absl::Status Process(const InputMetadata& md, rdmarpc::AuthContext* ctx,
+//                          OutputMetadata* consumed, OutputMetadata*) override {
+//       auto it = md.find("authorization");
+//       if (it == md.end() || it->second != "Bearer s3cr3t") {
+//         return absl::UnauthenticatedError("no valid bearer token");
+//       }
+//       consumed->insert(*it);
+//       ctx->AddProperty("user", "alice");
+//       ctx->SetPeerIdentityPropertyName("user");
+//       return absl::OkStatus();
+//     }
+//   };
 //   rdmarpc::ServerOptions so;
-//   so.connection_authenticator = std::make_shared<MyTokenCheck>(secret);
-//   so.auth_metadata_processor = std::make_shared<MyBearerCheck>();
-//   ...
-//   absl::Status Echo(rdmarpc::ServerContext* ctx, ...) override {
-//     std::vector<std::string> who = ctx->auth_context()->GetPeerIdentity();
+//   so.auth_metadata_processor = std::make_shared<CheckBearer>();
+//   // In a handler: ctx->auth_context()->GetPeerIdentity() is {"alice"}.
+//
+// ConnectionCredentials / ConnectionAuthenticator have the same shape for
+// the connect request's token.
+//
+// Differences from gRPC's API: CallCredentials::GetMetadata gets the
+// channel's target and the full method name ("/pkg.Service/Method") where
+// MetadataCredentialsPlugin gets a service URL, a method name and the
+// channel's AuthContext, and runs on the thread starting the call (async
+// calls included), so it must not block for long; AuthMetadataProcessor
+// has no IsBlocking(): Process runs where the handler will (see below).
 //
 // examples/auth/ does both with a shared secret: HMAC-SHA256 over a fresh
 // nonce and the time, so the secret itself never travels.

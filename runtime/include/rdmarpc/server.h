@@ -67,8 +67,10 @@ struct RDMARPC_EXPORT ServerOptions {
   // RESOURCE_EXHAUSTED naming both counts (retry after others finished);
   // the connection and its other calls carry on. It counts the calls
   // waiting for or running on the handler pool, callback calls and
-  // streams; a run_inline unary call ends before the worker reads the
-  // connection's next message and never counts. 0: no cap. Unlike gRPC
+  // streams; a run_inline unary call that runs on the worker ends before
+  // the worker reads the connection's next message and never counts (one
+  // whose request is too large to run inline goes to the pool and does).
+  // 0: no cap; negative: Start fails INVALID_ARGUMENT. Unlike gRPC
   // (no cap by default; an HTTP/2 client queues streams over the peer's
   // limit), rdmarpc caps by default and answers at once: every call in
   // progress holds server memory (a request, a context, maybe a pulled
