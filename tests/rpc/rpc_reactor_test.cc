@@ -448,14 +448,19 @@ class InlineProbe final : public ClientUnaryReactor {
  public:
   InlineProbe(Channel* ch, ClientContext* ctx, const EchoRequest& req) {
     internal::ClientReactorAccess::BindUnary(this, ch, kEchoMethod, ctx, &req, &response);
+    start_thread = std::this_thread::get_id();
     in_start_call = true;
     StartCall();
     in_start_call = false;
   }
   void OnDone(const absl::Status& s) override {
-    done_inside_start_call = in_start_call.load();
+    // Inline means on this thread while StartCall runs; the channel's
+    // thread may run OnDone while StartCall is still returning.
+    done_inside_start_call =
+        in_start_call.load() && std::this_thread::get_id() == start_thread;
     done.Set(s);
   }
+  std::thread::id start_thread;
   std::atomic<bool> in_start_call{false};
   bool done_inside_start_call = false;
   EchoResponse response;
