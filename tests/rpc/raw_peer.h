@@ -175,6 +175,26 @@ class RawPeer {
     return false;
   }
 
+  // One message from the server, decoded. `message`'s views point into
+  // `bytes`, so an Answer is neither copied nor moved.
+  struct Answer {
+    Answer() = default;
+    Answer(const Answer&) = delete;
+    Answer& operator=(const Answer&) = delete;
+    std::string bytes;
+    uint32_t imm = 0;
+    internal::ParsedMessage message;
+  };
+  // Receive, then DecodeMessage into `*out`; false when nothing came in
+  // `timeout` or it does not decode.
+  bool ReceiveMessage(Answer* out, absl::Duration timeout) {
+    if (!Receive(&out->bytes, &out->imm, timeout)) return false;
+    absl::StatusOr<internal::ParsedMessage> m = internal::DecodeMessage(out->bytes);
+    if (!m.ok()) return false;
+    out->message = *m;
+    return true;
+  }
+
   // True once the server closed the connection (rdma_cm DISCONNECTED, or
   // our receives flushed) within `timeout`.
   bool WaitClosedByServer(absl::Duration timeout) {

@@ -90,17 +90,15 @@ TEST_F(HostilePeer, ItsOwnValidCallIsAnswered) {
   WireHeader h;
   ASSERT_EQ(peer.Send(EchoRequestBytes("from raw", &h), RawPeer::Imm(MsgKind::kRequest, 3, 1)),
             IBV_WC_SUCCESS);
-  std::string bytes;
-  uint32_t imm = 0;
-  ASSERT_TRUE(peer.Receive(&bytes, &imm, absl::Seconds(10)));
-  absl::StatusOr<internal::ParsedMessage> m = internal::DecodeMessage(bytes);
-  ASSERT_TRUE(m.ok()) << m.status();
+  RawPeer::Answer a;
+  ASSERT_TRUE(peer.ReceiveMessage(&a, absl::Seconds(10)));
+  const internal::ParsedMessage* m = &a.message;
   EXPECT_EQ(m->header.kind, MsgKind::kResponse);
   EXPECT_EQ(m->header.status_code, 0u);
   EchoResponse resp;
   ASSERT_TRUE(resp.ParseFromArray(m->payload.data(), static_cast<int>(m->payload.size())));
   EXPECT_EQ(resp.text(), "from raw");
-  EXPECT_EQ(imm, RawPeer::Imm(MsgKind::kResponse, 3, 1));
+  EXPECT_EQ(a.imm, RawPeer::Imm(MsgKind::kResponse, 3, 1));
 }
 
 TEST_F(HostilePeer, GarbageBytesCloseItsConnectionOnly) {
@@ -192,13 +190,11 @@ TEST_F(HostilePeer, ACancelForAStreamItNeverOpenedChangesNothing) {
   WireHeader h;
   ASSERT_EQ(peer.Send(EchoRequestBytes("after cancel", &h), RawPeer::Imm(MsgKind::kRequest, 4, 1)),
             IBV_WC_SUCCESS);
-  std::string bytes;
-  uint32_t imm = 0;
-  ASSERT_TRUE(peer.Receive(&bytes, &imm, absl::Seconds(10)));
-  absl::StatusOr<internal::ParsedMessage> m = internal::DecodeMessage(bytes);
-  ASSERT_TRUE(m.ok());
+  RawPeer::Answer a;
+  ASSERT_TRUE(peer.ReceiveMessage(&a, absl::Seconds(10)));
+  const internal::ParsedMessage* m = &a.message;
   EXPECT_EQ(m->header.status_code, 0u);
-  EXPECT_EQ(imm, RawPeer::Imm(MsgKind::kResponse, 4, 1));
+  EXPECT_EQ(a.imm, RawPeer::Imm(MsgKind::kResponse, 4, 1));
 }
 
 TEST_F(HostilePeer, AForgedPseudoHeaderInItsMetadataFailsItsCall) {
@@ -220,11 +216,9 @@ TEST_F(HostilePeer, AForgedPseudoHeaderInItsMetadataFailsItsCall) {
   internal::EncodePrefix(h, kEchoMethod, {}, {}, bytes.data(), meta);
   bytes += payload;
   ASSERT_EQ(peer.Send(bytes, RawPeer::Imm(MsgKind::kRequest, 6, 1)), IBV_WC_SUCCESS);
-  std::string answer;
-  uint32_t imm = 0;
-  ASSERT_TRUE(peer.Receive(&answer, &imm, absl::Seconds(10)));
-  absl::StatusOr<internal::ParsedMessage> m = internal::DecodeMessage(answer);
-  ASSERT_TRUE(m.ok());
+  RawPeer::Answer a;
+  ASSERT_TRUE(peer.ReceiveMessage(&a, absl::Seconds(10)));
+  const internal::ParsedMessage* m = &a.message;
   EXPECT_EQ(m->header.status_code, static_cast<uint32_t>(absl::StatusCode::kInternal));
   EXPECT_EQ(m->aux, "client metadata key ':path' is reserved (keys starting with ':')");
   EXPECT_EQ(service_.calls(), 10);  // the set-up's calls only
@@ -265,11 +259,9 @@ TEST_F(HostilePeer, AnOversizedDescriptorFailsItsCallWithResourceExhausted) {
   ASSERT_EQ(
       peer.Send(RawPeer::Message(h, kEchoMethod, "", huge), RawPeer::Imm(MsgKind::kRequest, 2, 1)),
       IBV_WC_SUCCESS);
-  std::string bytes;
-  uint32_t imm = 0;
-  ASSERT_TRUE(peer.Receive(&bytes, &imm, absl::Seconds(10)));
-  absl::StatusOr<internal::ParsedMessage> m = internal::DecodeMessage(bytes);
-  ASSERT_TRUE(m.ok());
+  RawPeer::Answer a;
+  ASSERT_TRUE(peer.ReceiveMessage(&a, absl::Seconds(10)));
+  const internal::ParsedMessage* m = &a.message;
   EXPECT_EQ(m->header.status_code, static_cast<uint32_t>(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(m->aux, "request of 1073741824 bytes exceeds max_message_bytes 67108864");
   ExpectGoodClientServed(10);
