@@ -80,8 +80,8 @@ LargeBufferPoolTotals GetLargeBufferPoolTotals() {
           g_large_in_use.load(std::memory_order_relaxed)};
 }
 
-LargeBufferPool::LargeBufferPool(ibv_pd* pd, size_t limit_bytes, size_t keep_bytes)
-    : pd_(pd), limit_bytes_(limit_bytes), keep_bytes_(keep_bytes) {}
+LargeBufferPool::LargeBufferPool(ibv_pd* pd, size_t limit_bytes, size_t keep_bytes, int access)
+    : pd_(pd), access_(access), limit_bytes_(limit_bytes), keep_bytes_(keep_bytes) {}
 
 LargeBufferPool::~LargeBufferPool() {
   absl::MutexLock lock(&mu_);
@@ -131,7 +131,7 @@ absl::StatusOr<LargeBuffer*> LargeBufferPool::Get(size_t bytes) {
   if (data == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", want, " bytes"));
   }
-  absl::StatusOr<MrPtr> mr = RegisterMemory(pd_, data, want, kRemoteAccess);
+  absl::StatusOr<MrPtr> mr = RegisterMemory(pd_, data, want, access_);
   if (!mr.ok()) {
     std::free(data);
     return mr.status();
@@ -149,6 +149,29 @@ absl::StatusOr<LargeBuffer*> LargeBufferPool::Get(size_t bytes) {
 void LargeBufferPool::Put(LargeBuffer* b) {
   if (b == nullptr) return;
   absl::MutexLock lock(&mu_);
+  if (b->revoke_pending) {
+    // A peer may still reach it until the invalidation retires.
+    b->put_while_pending = true;
+    return;
+  }
+  PutLocked(b);
+}
+
+void LargeBufferPool::MarkRevokePending(LargeBuffer* b) {
+  absl::MutexLock lock(&mu_);
+  b->revoke_pending = true;
+}
+
+void LargeBufferPool::RevokeDone(LargeBuffer* b) {
+  absl::MutexLock lock(&mu_);
+  b->revoke_pending = false;
+  if (b->put_while_pending) {
+    b->put_while_pending = false;
+    PutLocked(b);
+  }
+}
+
+void LargeBufferPool::PutLocked(LargeBuffer* b) {
   --outstanding_;
   MirrorLarge(0, 0, -Signed(b->capacity));
   if (free_bytes_ + b->capacity > keep_bytes_) {
@@ -163,7 +186,7 @@ void LargeBufferPool::Put(LargeBuffer* b) {
 absl::Status LargeBufferPool::Rekey(LargeBuffer* b) {
   // Deregistering invalidates the old rkey; the new MR gets a fresh one.
   b->mr.reset();
-  absl::StatusOr<MrPtr> mr = RegisterMemory(pd_, b->data, b->capacity, kRemoteAccess);
+  absl::StatusOr<MrPtr> mr = RegisterMemory(pd_, b->data, b->capacity, access_);
   if (!mr.ok()) {
     absl::MutexLock lock(&mu_);
     --outstanding_;

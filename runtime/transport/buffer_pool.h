@@ -3,11 +3,14 @@
 //  * BufferSlab: `count` buffers of `buffer_bytes` in one allocation and one
 //    MR — a connection's receive ring or send buffers. get/put are for one
 //    thread (the connection's loop).
-//  * LargeBufferPool: buffers for rendezvous payloads, each with its own MR
-//    so that one buffer's remote access can be revoked (Rekey) without
+//  * LargeBufferPool: buffers for rendezvous payloads, each with its own MR.
+//    Where the device has type-2 memory windows the MRs allow local access
+//    and window binding only (kWindowedAccess): a peer reaches a buffer
+//    only through a window a connection bound for one stream
+//    (memory_windows.h). Otherwise the MRs allow remote access themselves,
+//    and one buffer's access is revoked by re-registering it (Rekey) without
 //    touching the others. Buffers are kept for reuse; registration happens
-//    only when the pool grows or on Rekey (a call ended while the buffer was
-//    exposed). Thread-safe.
+//    only when the pool grows or on Rekey. Thread-safe.
 #ifndef RDMARPC_RUNTIME_TRANSPORT_BUFFER_POOL_H_
 #define RDMARPC_RUNTIME_TRANSPORT_BUFFER_POOL_H_
 
@@ -29,6 +32,9 @@ namespace internal {
 inline constexpr int kLocalAccess = IBV_ACCESS_LOCAL_WRITE;
 inline constexpr int kRemoteAccess =
     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+// Large buffers on a device with type-2 memory windows: the MR's own rkey
+// grants nothing remotely; windows bound on it do.
+inline constexpr int kWindowedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND;
 
 class BufferSlab {
  public:
@@ -64,13 +70,18 @@ struct LargeBuffer {
   uint32_t lkey() const { return mr->lkey; }
   uint32_t rkey() const { return mr->rkey; }
   uint64_t addr() const { return reinterpret_cast<uint64_t>(data); }
+  // The pool's (under its lock): a window on the buffer is being
+  // invalidated (MarkRevokePending), and whether it was Put meanwhile.
+  bool revoke_pending = false;
+  bool put_while_pending = false;
 };
 
 class LargeBufferPool {
  public:
   // `limit_bytes`: most memory registered at once (0 = no limit).
   // `keep_bytes`: most memory kept in the free lists when unused.
-  LargeBufferPool(ibv_pd* pd, size_t limit_bytes, size_t keep_bytes);
+  // `access`: the MRs' access flags (kRemoteAccess or kWindowedAccess).
+  LargeBufferPool(ibv_pd* pd, size_t limit_bytes, size_t keep_bytes, int access = kRemoteAccess);
   ~LargeBufferPool();  // all buffers must have been Put back
 
   // A buffer of at least `bytes` (rounded up to 64 KiB), registered for
@@ -78,8 +89,18 @@ class LargeBufferPool {
   // (message names request, in-use and limit bytes) or registration fails.
   absl::StatusOr<LargeBuffer*> Get(size_t bytes);
   // Returns a buffer for reuse. The caller guarantees no peer may still
-  // access it through its current rkey (else call Rekey first).
+  // access it through its current rkey (else call Rekey first). A buffer
+  // whose window is still being invalidated (MarkRevokePending) is held
+  // back until RevokeDone.
   void Put(LargeBuffer* buffer);
+  // A window on `buffer` is being invalidated (a LOCAL_INV posted and not
+  // yet retired): a Put meanwhile does not make it reusable. Any thread.
+  void MarkRevokePending(LargeBuffer* buffer);
+  // The invalidation took effect: the buffer becomes reusable, at once when
+  // it was Put meanwhile. Any thread.
+  void RevokeDone(LargeBuffer* buffer);
+  // Whether the MRs grant remote access themselves (no windows).
+  bool remote_by_mr() const { return (access_ & IBV_ACCESS_REMOTE_READ) != 0; }
   // Revokes every rkey handed out for `buffer` by re-registering it. Slow
   // path: only for a buffer exposed by a call that ended early. On failure
   // the buffer is freed (it must not be reused) and the error returned.
@@ -91,7 +112,9 @@ class LargeBufferPool {
 
  private:
   void FreeLocked(LargeBuffer* buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PutLocked(LargeBuffer* buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ibv_pd* const pd_;
+  const int access_;
   const size_t limit_bytes_;
   const size_t keep_bytes_;
   mutable absl::Mutex mu_;

@@ -72,6 +72,37 @@ TEST(LargeBufferPool, ReusesWithoutRegistering) {
   pool.Put(*b);
 }
 
+TEST(LargeBufferPool, ABufferPutWhileItsWindowIsRevokedWaitsForRevokeDone) {
+  SoftPd pd;
+  LargeBufferPool pool(pd.pd(), 0, 1 << 30, kWindowedAccess);
+  EXPECT_FALSE(pool.remote_by_mr());
+  absl::StatusOr<LargeBuffer*> a = pool.Get(100000);
+  ASSERT_TRUE(a.ok());
+  LargeBuffer* held = *a;
+  const int64_t base = GetLargeBufferPoolTotals().in_use_bytes - 131072;
+  pool.MarkRevokePending(held);
+  pool.Put(held);  // a peer may still reach it: not reusable yet
+  EXPECT_EQ(GetLargeBufferPoolTotals().in_use_bytes - base, 131072);
+  absl::StatusOr<LargeBuffer*> b = pool.Get(100000);
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE(*b, held);
+  pool.RevokeDone(held);  // now it is: only b is in use
+  EXPECT_EQ(GetLargeBufferPoolTotals().in_use_bytes - base, 131072);
+  absl::StatusOr<LargeBuffer*> c = pool.Get(100000);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, held);
+  // Revoked before it was Put: Put makes it reusable at once.
+  pool.MarkRevokePending(*c);
+  pool.RevokeDone(*c);
+  pool.Put(*c);
+  absl::StatusOr<LargeBuffer*> d = pool.Get(100000);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(*d, held);
+  pool.Put(*d);
+  pool.Put(*b);
+  EXPECT_EQ(GetLargeBufferPoolTotals().in_use_bytes - base, 0);
+}
+
 TEST(LargeBufferPool, ExhaustionNamesTheSizes) {
   SoftPd pd;
   LargeBufferPool pool(pd.pd(), 256 * 1024, 256 * 1024);
