@@ -135,7 +135,8 @@ std::string StatuszText() {
                       "; credit stall ", c.credit_stall_us, " us\n");
       absl::StrAppend(&out, "      streams in flight ", c.streams_in_flight, ", queued frames ",
                       c.queued_frames, ", rendezvous in flight ", c.rendezvous_in_flight,
-                      ", buffers exposed ", c.exposed_buffers, "\n");
+                      ", buffers exposed ", c.exposed_buffers, " (", c.exposed_bytes,
+                      " bytes)\n");
       absl::StrAppend(&out, "      sent ", c.messages_sent, " messages / ", c.bytes_sent,
                       " bytes, received ", c.messages_received, " messages / ", c.bytes_received,
                       " bytes\n");

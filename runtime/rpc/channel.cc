@@ -265,6 +265,10 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
   copts.recv_buffer_bytes = options.eager_limit_bytes;
   copts.recv_depth = options.recv_depth;
   copts.max_message_bytes = options.max_message_bytes;
+  copts.max_exposed_bytes =
+      options.max_exposed_bytes_per_connection != 0
+          ? options.max_exposed_bytes_per_connection
+          : std::max<size_t>(size_t{4} << 30, 4 * options.max_message_bytes + (1u << 20));
   copts.connect_timeout = options.connect_timeout;
   if (options.connection_credentials != nullptr) {
     copts.connect_token = ConnectTokenFn(options.connection_credentials);

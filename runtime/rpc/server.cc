@@ -243,6 +243,11 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
     copts.recv_buffer_bytes = options_.recv_buffer_bytes;
     copts.recv_depth = options_.recv_depth;
     copts.max_message_bytes = options_.max_message_bytes;
+    copts.max_exposed_bytes =
+        options_.max_exposed_bytes_per_connection != 0
+            ? options_.max_exposed_bytes_per_connection
+            : std::max<size_t>(options_.large_buffer_pool_bytes / 2,
+                               2 * options_.max_message_bytes + (1u << 20));
     if (InstalledServerHooks() != nullptr) {
       copts.request_read_delay = [] {
         ServerHooks* hooks = InstalledServerHooks();

@@ -34,7 +34,13 @@ uint32_t Connection::StartCall(OutgoingRequest request, ResponseSink* sink) {
     // Fast path: straight into the send queue (no out_queue_ node); the
     // doorbell rings at the end of the loop step, with whatever else
     // became ready. SendRequest may fail the call (and recycle the slot).
-    SendRequest(handle);
+    if (!SendRequest(handle)) {
+      // Out of send-queue room after all: sent with the queue.
+      OutItem item;
+      item.kind = OutKind::kRequest;
+      item.handle = handle;
+      out_queue_.push_back(std::move(item));
+    }
     ScheduleEndOfStep();
     return streams_.Live(handle) != nullptr ? handle : 0;
   }
@@ -51,7 +57,7 @@ void Connection::FinishSlot(uint16_t idx, bool rekey) {
   Slot& s = streams_.slot(idx);
   if (pool_ != nullptr) {
     // A buffer the server could still READ or WRITE (the call ended without
-    // its response) must not be reused with the same rkey.
+    // its response) must not be reused while its rkey opens it.
     const bool exposed = rekey && s.sent;
     if (exposed && usable()) {
       // The connection lives on: the server was sent kCancel and answers
@@ -63,8 +69,7 @@ void Connection::FinishSlot(uint16_t idx, bool rekey) {
       streams_.Quarantine(idx, s.generation, s.request_buffer, s.reply_buffer);
     } else {
       for (LargeBuffer* b : {s.request_buffer, s.reply_buffer}) {
-        if (b == nullptr) continue;
-        exposed ? pool_->RekeyAndPut(b) : pool_->Put(b);
+        if (b != nullptr) RevokeAndPut(b, exposed);
       }
     }
   }
@@ -79,8 +84,19 @@ void Connection::ReleaseQuarantined(uint16_t slot, uint16_t gen) {
   if (streams_.quarantined_calls() == 0) return;
   // The server answered this retired call: it will not read or write these
   // buffers again.
-  for (LargeBuffer* b : streams_.TakeQuarantined(slot, gen)) {
-    if (pool_ != nullptr) pool_->Put(b);
+  for (LargeBuffer* b : streams_.TakeQuarantined(slot, gen)) RevokeAndPut(b, /*rekey=*/false);
+}
+
+void Connection::RevokeAndPut(LargeBuffer* b, bool rekey) {
+  if (pool_ == nullptr || b == nullptr) return;
+  // Without windows every exposure ends with a new registration, so the
+  // rkey the peer saw opens nothing once the stream ended.
+  rekey |= exposures_.exposed(b);
+  exposures_.Revoke(&send_queue_, b, usable() && qp_.get() != nullptr);
+  if (rekey && !exposures_.windows()) {
+    pool_->RekeyAndPut(b);
+  } else {
+    pool_->Put(b);
   }
 }
 

@@ -91,7 +91,8 @@ ConnectionStatus Connection::Describe() const {
   c.streams_in_flight = streams_.busy() + streams_.server_streams();
   c.queued_frames = out_queue_.size();
   c.rendezvous_in_flight = reads_.size() + pushes_.size() + delayed_reads_.size();
-  c.exposed_buffers = exposed_.size();
+  c.exposed_buffers = exposures_.exposed_buffers();
+  c.exposed_bytes = exposures_.exposed_bytes();
   c.messages_sent = messages_sent_;
   c.messages_received = recvs_seen_;
   c.bytes_sent = bytes_sent_;
@@ -200,6 +201,7 @@ absl::Status Connection::SetupQp() {
   absl::StatusOr<ibv_pd*> pd = device_->GetPd(id->verbs);
   if (!pd.ok()) return pd.status();
   pool_ = device_->large_pool();
+  exposures_.Init(*pd, pool_, device_->memory_windows(), options_.max_exposed_bytes);
   absl::StatusOr<ibv_cq*> cq = loop_->EnsureCq(id->verbs);
   if (!cq.ok()) return cq.status();
   const int cqe = kSendQueueDepth + options_.recv_depth;
@@ -356,7 +358,7 @@ void Connection::Close(absl::Status reason) {
     loop_->CancelTimer(connect_timer_);
     connect_timer_ = 0;
   }
-  // Fail every call; their exposed buffers are re-keyed since the peer may
+  // Fail every call; their exposed buffers are revoked since the peer may
   // still hold their rkeys.
   for (size_t i = 0; i < streams_.size(); ++i) {
     Slot& s = streams_.slot(static_cast<uint16_t>(i));
@@ -527,13 +529,15 @@ void Connection::Destroy() {
   delayed_reads_.clear();
   // The send slab goes; rendezvous pieces still on the ring belonged to
   // the transfers freed above.
-  send_queue_.Release([](const SqEntry&) {});
-  streams_.DrainQuarantine([this](LargeBuffer* b) {
-    if (pool_ != nullptr) pool_->RekeyAndPut(b);
+  // LOCAL_INVs still on the ring never ran: their windows are deallocated.
+  send_queue_.Release([this](const SqEntry& e) {
+    if (e.window != nullptr) exposures_.OnRetired(e, /*executed=*/false);
   });
-  for (auto& [ref, buf] : exposed_) {
-    if (pool_ != nullptr) pool_->RekeyAndPut(buf);
-  }
+  // Every window goes (deallocated, so invalidated) before the buffers
+  // under them are reused.
+  exposures_.Release();
+  streams_.DrainQuarantine([this](LargeBuffer* b) { RevokeAndPut(b, /*rekey=*/true); });
+  for (auto& [ref, buf] : exposed_) RevokeAndPut(buf, /*rekey=*/true);
   exposed_.clear();
   receive_ring_.Release();
   loop_->Retire(this);

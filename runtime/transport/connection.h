@@ -9,7 +9,8 @@
 // queue (send_queue.h: signalling, doorbells, send buffers), the receive
 // ring (receive_ring.h), the stream table (stream_table.h: client calls,
 // server streams, handles, quarantine), the handshake (handshake.h), the
-// credit window (credits.h). Its own files: set-up, close and teardown
+// credit window (credits.h), the buffers exposed to the peer and their
+// memory windows (exposure_table.h). Its own files: set-up, close and teardown
 // (connection.cc), the eager path and message decoding (eager.cc), streams
 // (streams.cc), rendezvous (rendezvous.cc), a call's life (call_slots.cc),
 // credit return (credit_return.cc) and keepalive (keepalive.cc). Servers
@@ -38,6 +39,7 @@
 #include "absl/time/time.h"
 #include "runtime/transport/buffer_pool.h"
 #include "runtime/transport/event_loop.h"
+#include "runtime/transport/exposure_table.h"
 #include "runtime/transport/handshake.h"
 #include "runtime/transport/credits.h"
 #include "runtime/transport/device.h"
@@ -68,6 +70,11 @@ struct ConnectionOptions {
   size_t recv_buffer_bytes = 8 * 1024;  // our receive buffers (advertised)
   int recv_depth = 64;                  // our receives (credits we grant)
   size_t max_message_bytes = 64 * 1024 * 1024;
+  // Most registered memory this connection exposes to its peer at once
+  // (request and reply buffers of calls, responses and stream messages
+  // waiting to be pulled; exposure_table.h), in bytes; 0 = no cap. A
+  // message that would pass it fails RESOURCE_EXHAUSTED on its own call.
+  size_t max_exposed_bytes = 0;
   absl::Duration connect_timeout = absl::Seconds(20);  // ChannelOptions's
   // Client: with calls in flight and nothing received for this long, probe
   // the server (keepalive.cc) so a silently dead one fails the calls with
@@ -124,7 +131,8 @@ struct ConnectionStatus {
   size_t streams_in_flight = 0;     // calls (client) or streams (server) open
   size_t queued_frames = 0;         // waiting for a credit or a send buffer
   size_t rendezvous_in_flight = 0;  // READ pulls and WRITE pushes not ended
-  size_t exposed_buffers = 0;       // registered buffers the peer may read
+  size_t exposed_buffers = 0;       // registered buffers the peer may read or write
+  size_t exposed_bytes = 0;         // their bytes (ConnectionOptions::max_exposed_bytes)
   uint64_t messages_sent = 0;       // SEND_WITH_IMM messages posted
   uint64_t messages_received = 0;   // receive completions
   uint64_t bytes_sent = 0;          // those messages, rendezvous pushes and buffers exposed
@@ -222,8 +230,8 @@ class Connection final : public CmEventHandler, public LoopClient {
   // Retires the call: its sink is never called again. A request already sent
   // is cancelled on the server (kCancel); the buffers it exposed stay out of
   // use until the server's answer for that slot and generation arrives (the
-  // server may still be reading or writing them), or are re-keyed when the
-  // connection ends first. A request not sent yet is dropped. No-op for a
+  // server may still be reading or writing them), or are revoked when the
+  // connection ends first (exposure_table.h). A request not sent yet is dropped. No-op for a
   // finished call.
   void CancelCall(uint32_t handle);
 
@@ -400,6 +408,9 @@ class Connection final : public CmEventHandler, public LoopClient {
   void NoteCreditStall();
   // An error completion (not a flush), for Describe.
   void NoteWcError(const ibv_wc& wc);
+  // A receive was flushed on a connection not closing: closes it as failed
+  // unless the peer's disconnect does first (eager.cc).
+  void NoteQpError();
 
   // Handshake (connection.cc).
   absl::Status SetupQp();
@@ -439,9 +450,16 @@ class Connection final : public CmEventHandler, public LoopClient {
   void Doorbell();
   // A WR retired without its own completion, never posted, or dropped: a
   // rendezvous piece counts as ended (failed).
-  void PutWrBuffers(const SqEntry& e) {
+  // `executed`: a successful completion retired it (a LOCAL_INV's window
+  // may be reused).
+  void PutWrBuffers(const SqEntry& e, bool executed) {
     if (e.bulk_id != 0) OnChunkDone(e, nullptr);
+    if (e.window != nullptr) exposures_.OnRetired(e, executed);
   }
+  // The peer's access to `b` ends (exposure_table.h), then `b` goes back
+  // to the pool; `rekey`: without windows, re-register it first (the peer
+  // may still hold its rkey).
+  void RevokeAndPut(LargeBuffer* b, bool rekey);
   void SendCreditMessage();
   void OnSendCompletion(const ibv_wc& wc);
   void OnRecvCompletion(const ibv_wc& wc);
@@ -469,6 +487,10 @@ class Connection final : public CmEventHandler, public LoopClient {
   void HandleStreamFrame(const Imm& imm, const ParsedMessage& m);
   void HandleWindow(const Imm& imm, const ParsedMessage& m);
   bool SendStreamItem(OutItem& item);
+  // A large stream message that cannot be exposed (the cap, no window):
+  // its stream ends RESOURCE_EXHAUSTED with `why` (client: the call fails
+  // and the server gets kCancel; server: trailers with that status).
+  void FailStreamItem(const OutItem& item, const absl::Status& why);
   // Tells the peer it may reuse a buffer it exposed (kRelease).
   void QueueRelease(uint32_t ref);
   // Forgets a stream's in-order state; frames still waiting that name a
@@ -549,6 +571,9 @@ class Connection final : public CmEventHandler, public LoopClient {
   // Buffers exposed to the peer until its kRelease: a server's large
   // responses and either side's large stream messages.
   absl::flat_hash_map<uint32_t, LargeBuffer*> exposed_;
+  // Every buffer the peer may reach (those above, and client calls'
+  // request and reply buffers), its window, and the cap.
+  ExposureTable exposures_;
   uint32_t next_ref_ = 1;
 
   std::vector<EventLoop::TimerId> timers_;
@@ -557,6 +582,7 @@ class Connection final : public CmEventHandler, public LoopClient {
   uint64_t recvs_seen_ = 0;           // receive completions, for the keepalive
   uint64_t recvs_at_last_probe_ = 0;  // recvs_seen_ when its timer was set
   bool close_when_sent_ = false;      // CloseWhenSent was called
+  bool qp_error_noted_ = false;       // NoteQpError ran
   bool local_close_ = false;          // Shutdown or CloseWhenSent: not a loss
   bool peer_disconnected_ = false;    // RDMA_CM_EVENT_DISCONNECTED closed it
   absl::Status close_when_sent_reason_;

@@ -47,6 +47,11 @@ class DeviceResources {
   absl::StatusOr<ibv_pd*> GetPd(ibv_context* context);
   // nullptr until GetPd succeeded once.
   LargeBufferPool* large_pool() const;
+  // Whether buffers are exposed through type-2 memory windows
+  // (memory_windows.h): the device reports IBV_DEVICE_MEM_WINDOW_TYPE_2B
+  // and max_mw > 0, and --rdmarpc_memory_windows is on. Decided by the
+  // first GetPd; false before.
+  bool memory_windows() const;
 
  private:
   const size_t large_limit_bytes_;
@@ -55,6 +60,7 @@ class DeviceResources {
   ibv_context* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   PdPtr pd_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<LargeBufferPool> pool_ ABSL_GUARDED_BY(mu_);
+  bool memory_windows_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace internal

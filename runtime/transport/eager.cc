@@ -18,6 +18,12 @@ namespace rdmarpc {
 namespace internal {
 namespace {
 constexpr size_t kMaxStatusMessage = 1024;  // keeps every response prefix eager
+// Send-queue entries one message may take: its SEND and the BIND_MWs of the
+// (at most two) buffers it exposes (exposure_table.h).
+constexpr int kWrsPerMessage = 3;
+// How long a QP found in the error state waits for the peer's DISCONNECTED
+// before the connection closes as failed (NoteQpError).
+constexpr absl::Duration kQpErrorGrace = absl::Seconds(1);
 }  // namespace
 
 size_t Connection::EagerLimit() const {
@@ -26,7 +32,7 @@ size_t Connection::EagerLimit() const {
 
 bool Connection::CanPostMessage() const {
   return credits_.has_value() && credits_->CanSendMessage() &&
-         send_queue_.has_room() && send_queue_.has_send_buffer();
+         send_queue_.room() >= kWrsPerMessage && send_queue_.has_send_buffer();
 }
 
 void Connection::SendResponse(const RequestToken& token, absl::StatusCode code,
@@ -114,6 +120,7 @@ bool Connection::TrySendResponseInPlace(const RequestToken& token, size_t size,
 
 void Connection::Flush() {
   if (state_ != ConnState::kEstablished && state_ != ConnState::kAccepting) return;
+  exposures_.PostPendingInvalidations(&send_queue_);
   PostRendezvousChunks();
   while (!out_queue_.empty() && CanPostMessage()) {
     if (!SendOne(out_queue_.front())) break;
@@ -223,6 +230,17 @@ bool Connection::SendRequest(uint32_t handle) {
         " bytes do not fit the eager limit ", EagerLimit())));
     return true;
   }
+  // The request, and a unary call's reply buffer (sized like the request),
+  // must fit under the connection's exposure cap. (Expose checks again
+  // with the reply buffer's capacity, which the pool rounds up.)
+  if (absl::Status room = exposures_.CheckRoom(payload_size + (r.stream ? 0 : eager_total));
+      !room.ok()) {
+    ResponseSink* sink = s->sink;
+    FinishSlot(idx, false);
+    sink->OnFailure(absl::ResourceExhaustedError(
+        absl::StrCat("request of ", payload_size, " bytes to ", peer_name_, ": ", room.message())));
+    return true;
+  }
   PooledBuffer req = std::move(r.registered);
   if (!req) {
     absl::StatusOr<LargeBuffer*> got = pool_->Get(payload_size);
@@ -250,11 +268,31 @@ bool Connection::SendRequest(uint32_t handle) {
       return true;
     }
     s->reply_buffer = *reply;
-    rb = RemoteBuffer{(*reply)->addr(), (*reply)->rkey(),
+    rb = RemoteBuffer{(*reply)->addr(), 0,
                       static_cast<uint32_t>(std::min<size_t>((*reply)->capacity, UINT32_MAX))};
   }
   s->request_buffer = req.release();
-  RemoteBuffer pr{s->request_buffer->addr(), s->request_buffer->rkey(), h.payload_len};
+  RemoteBuffer pr{s->request_buffer->addr(), 0, h.payload_len};
+  // Each buffer is reachable by the server for this call only: the request
+  // for its RDMA READ, the reply buffer for its RDMA WRITE.
+  absl::StatusOr<uint32_t> rkey =
+      exposures_.Expose(&send_queue_, s->request_buffer, pr.addr, pr.length,
+                        IBV_ACCESS_REMOTE_READ);
+  if (rkey.ok()) {
+    pr.rkey = *rkey;
+    if (s->reply_buffer != nullptr) {
+      rkey = exposures_.Expose(&send_queue_, s->reply_buffer, rb.addr, rb.length,
+                               IBV_ACCESS_REMOTE_WRITE);
+      if (rkey.ok()) rb.rkey = *rkey;
+    }
+  }
+  if (!rkey.ok()) {
+    // Nothing was sent: FinishSlot revokes what was exposed.
+    ResponseSink* sink = s->sink;
+    FinishSlot(idx, false);
+    sink->OnFailure(rkey.status());
+    return true;
+  }
   PostEager(MsgKind::kRequest, idx, gen, h, r.method, pr, rb, {}, nullptr, nullptr, 0, r.meta);
   s->sent = true;
   s->sink->OnSent();
@@ -358,13 +396,27 @@ bool Connection::SendResponseItem(OutItem& item) {
     return true;
   }
   // Expose: the client pulls with RDMA READ and sends kRelease.
+  RemoteBuffer pr{b->addr() + kWireHeaderBytes + head, 0, h.payload_len};
+  absl::StatusOr<uint32_t> rkey =
+      exposures_.Expose(&send_queue_, b.get(), pr.addr, pr.length, IBV_ACCESS_REMOTE_READ);
+  if (!rkey.ok()) {
+    // The call ends with the reason instead (the buffer goes back with b).
+    h.status_code = static_cast<uint32_t>(rkey.status().code());
+    std::string msg = absl::StrCat("response of ", payload_size, " bytes: ",
+                                   rkey.status().message().substr(0, kMaxStatusMessage));
+    h.aux_len = static_cast<uint16_t>(msg.size());
+    h.flags &= static_cast<uint8_t>(~kFlagMetaInPayload);
+    h.meta_len = 0;
+    h.payload_len = 0;
+    PostEager(MsgKind::kResponse, item.token.slot, item.token.generation, h, msg, {}, {}, {});
+    return true;
+  }
+  pr.rkey = *rkey;
   const uint32_t ref = next_ref_++;
-  LargeBuffer* exposed = b.release();
-  exposed_[ref] = exposed;
+  exposed_[ref] = b.release();
   h.flags |= kFlagPayloadRemote;
   h.ref = ref;
   bytes_sent_ += h.payload_len;  // the peer pulls them
-  RemoteBuffer pr{exposed->addr() + kWireHeaderBytes + head, exposed->rkey(), h.payload_len};
   PostEager(MsgKind::kResponse, item.token.slot, item.token.generation, h, item.message, pr, {},
             {}, nullptr, nullptr, 0, item.meta);
   return true;
@@ -418,6 +470,27 @@ void Connection::NoteCreditStall() {
   credit_stall_.Update(stalled, absl::ToUnixNanos(absl::Now()), &loop_->stats());
 }
 
+void Connection::NoteQpError() {
+  if (qp_error_noted_) return;
+  qp_error_noted_ = true;
+  // A receive flushed while we did not close: the QP is in the error state.
+  // A peer's disconnect does that just before its DISCONNECTED event
+  // arrives (then that closes us, as an orderly end); a refused RDMA access
+  // of the peer's to our memory does it with no event at all, and nothing
+  // else would fail this connection's calls before their deadlines.
+  timers_.push_back(loop_->AddTimer(
+      absl::Now() + kQpErrorGrace,
+      [this] {
+        if (!usable()) return;
+        Close(absl::UnavailableError(absl::StrCat(
+            "connection to ", peer_name_,
+            " failed: its QP entered the error state with no disconnect from the peer "
+            "(receives flushed); an RDMA access was refused, e.g. the peer used an rkey of a "
+            "buffer no longer exposed to it")));
+      },
+      /*needs_completions=*/false));
+}
+
 void Connection::NoteWcError(const ibv_wc& wc) {
   ++wc_errors_;
   if (first_wc_error_.empty()) first_wc_error_ = ibv_wc_status_str(wc.status);
@@ -426,7 +499,7 @@ void Connection::NoteWcError(const ibv_wc& wc) {
 void Connection::Doorbell() {
   // A piece that never entered the QP ends failed; Close below follows.
   const int rc = send_queue_.Doorbell(
-      [this](uint64_t /*seq*/, const SqEntry& e) { PutWrBuffers(e); });
+      [this](uint64_t /*seq*/, const SqEntry& e) { PutWrBuffers(e, /*executed=*/false); });
   if (rc != 0) {
     // A post error means the QP is unusable.
     Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_, ": ",
@@ -450,6 +523,12 @@ void Connection::OnSendCompletion(const ibv_wc& wc) {
     e.bulk_id = 0;
     OnChunkDone(piece, &wc);
   }
+  if (SqEntry& e = send_queue_.entry(seq); e.window != nullptr && wc.status != IBV_WC_SUCCESS) {
+    // A LOCAL_INV that failed or was flushed: its window is not reused.
+    const SqEntry inv = e;
+    e.window = nullptr;
+    exposures_.OnRetired(inv, /*executed=*/false);
+  }
   if (wc.status != IBV_WC_SUCCESS && wc.status != IBV_WC_WR_FLUSH_ERR) {
     NoteWcError(wc);
     // Close logs the cause at WARNING: the peer sees only "peer
@@ -465,7 +544,7 @@ void Connection::OnSendCompletion(const ibv_wc& wc) {
   bool lost_piece = false;
   send_queue_.RetireThrough(seq, [this, &lost_piece](const SqEntry& e) {
     lost_piece |= e.bulk_id != 0;
-    PutWrBuffers(e);
+    PutWrBuffers(e, /*executed=*/true);
   });
   if (lost_piece && usable()) {
     Close(absl::InternalError(absl::StrCat("connection to ", peer_name_,
@@ -486,6 +565,8 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
       Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
                                                 " failed on receive: ",
                                                 ibv_wc_status_str(wc.status))));
+    } else if (usable()) {
+      NoteQpError();
     }
     MaybeFinishClose();
     return;
@@ -665,6 +746,21 @@ void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
   }
   if (imm.kind == MsgKind::kResponseWritten) {
     // The payload lives in the reply buffer: deliver before recycling it.
+    // The server's access ends now; the pool takes the buffer back from
+    // the sink only once that took effect (without windows: the buffer is
+    // re-registered before the sink sees it).
+    const bool was_exposed = exposures_.exposed(s->reply_buffer);
+    exposures_.Revoke(&send_queue_, s->reply_buffer, usable());
+    if (was_exposed && !exposures_.windows()) {
+      if (absl::Status rekeyed = pool_->Rekey(s->reply_buffer); !rekeyed.ok()) {
+        s->reply_buffer = nullptr;  // freed by Rekey
+        FinishSlot(imm.slot, false);
+        sink->OnFailure(absl::ResourceExhaustedError(absl::StrCat(
+            "re-registering the reply buffer of a call to ", peer_name_, ": ",
+            rekeyed.message())));
+        return;
+      }
+    }
     PooledBuffer reply(pool_, s->reply_buffer);  // the sink may keep it
     s->reply_buffer = nullptr;
     FinishSlot(imm.slot, false);

@@ -103,6 +103,10 @@ const char* WrOpcodeName(WrOpcode op) {
       return "rdma_read";
     case WrOpcode::kRecv:
       return "recv";
+    case WrOpcode::kBindMw:
+      return "bind_mw";
+    case WrOpcode::kLocalInv:
+      return "local_inv";
     case WrOpcode::kCount:
       break;
   }

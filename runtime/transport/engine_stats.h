@@ -45,6 +45,8 @@ enum class WrOpcode : int {
   kRdmaWriteWithImm,
   kRdmaRead,
   kRecv,
+  kBindMw,    // a type-2 memory window bound for one stream (exposure_table.h)
+  kLocalInv,  // and invalidated when it ends
   kCount
 };
 const char* WrOpcodeName(WrOpcode op);

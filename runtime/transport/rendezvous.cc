@@ -381,7 +381,7 @@ void Connection::OnReadDone(uint64_t id) {
 void Connection::OnRelease(uint32_t ref) {
   auto it = exposed_.find(ref);
   if (it == exposed_.end()) return;
-  if (pool_ != nullptr) pool_->Put(it->second);
+  RevokeAndPut(it->second, /*rekey=*/false);
   exposed_.erase(it);
   if (close_when_sent_) MaybeFinishCloseWhenSent();
 }

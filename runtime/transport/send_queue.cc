@@ -34,6 +34,8 @@ WrOpcode CountedOpcode(ibv_wr_opcode op) {
     case IBV_WR_RDMA_WRITE: return WrOpcode::kRdmaWrite;
     case IBV_WR_RDMA_WRITE_WITH_IMM: return WrOpcode::kRdmaWriteWithImm;
     case IBV_WR_RDMA_READ: return WrOpcode::kRdmaRead;
+    case IBV_WR_BIND_MW: return WrOpcode::kBindMw;
+    case IBV_WR_LOCAL_INV: return WrOpcode::kLocalInv;
     default: return WrOpcode::kSend;  // the transport posts no other opcode
   }
 }

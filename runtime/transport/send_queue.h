@@ -43,6 +43,12 @@ struct SqEntry {
   // READ (pull) or a WRITE (push): the poster counts it ended.
   uint64_t bulk_id = 0;
   bool bulk_read = false;
+  // A LOCAL_INV of `window` (bound with `window_rkey` on `window_buffer`):
+  // the poster's ExposureTable recycles the window and lets the pool reuse
+  // the buffer once the WR retired (exposure_table.h).
+  ibv_mw* window = nullptr;
+  uint32_t window_rkey = 0;
+  LargeBuffer* window_buffer = nullptr;
 };
 
 class SendQueue {
@@ -71,6 +77,8 @@ class SendQueue {
 
   // True while a WR may still be queued (the ring is not full).
   bool has_room() const { return head_ - tail_ < static_cast<uint64_t>(kDepth); }
+  // WRs that may still be queued.
+  int room() const { return kDepth - static_cast<int>(head_ - tail_); }
   // True when every WR posted was retired.
   bool empty() const { return head_ == tail_; }
   // The sequence number the next PostWr gives.

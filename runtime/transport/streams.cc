@@ -123,6 +123,10 @@ bool Connection::SendStreamItem(OutItem& item) {
     return true;
   }
   // Large: exposed in registered memory; the peer pulls it and releases it.
+  if (absl::Status room = exposures_.CheckRoom(item.payload.size()); !room.ok()) {
+    FailStreamItem(item, room);
+    return true;
+  }
   absl::StatusOr<LargeBuffer*> got =
       pool_ != nullptr ? pool_->Get(item.payload.size())
                        : absl::StatusOr<LargeBuffer*>(absl::InternalError("no buffer pool"));
@@ -132,6 +136,13 @@ bool Connection::SendStreamItem(OutItem& item) {
         item.payload.size(), " bytes: ", got.status().message())));
     return true;
   }
+  absl::StatusOr<uint32_t> rkey = exposures_.Expose(&send_queue_, *got, (*got)->addr(),
+                                                    h.payload_len, IBV_ACCESS_REMOTE_READ);
+  if (!rkey.ok()) {
+    pool_->Put(*got);
+    FailStreamItem(item, rkey.status());
+    return true;
+  }
   std::memcpy((*got)->data, item.payload.data(), item.payload.size());
   loop_->stats().payload_bytes_copied.Add(item.payload.size());
   const uint32_t ref = next_ref_++;
@@ -139,9 +150,30 @@ bool Connection::SendStreamItem(OutItem& item) {
   h.flags |= kFlagPayloadRemote;
   h.ref = ref;
   bytes_sent_ += h.payload_len;  // the peer pulls them
-  RemoteBuffer pr{(*got)->addr(), (*got)->rkey(), h.payload_len};
+  RemoteBuffer pr{(*got)->addr(), *rkey, h.payload_len};
   PostEager(kind, item.slot, item.generation, h, {}, pr, {}, {});
   return true;
+}
+
+void Connection::FailStreamItem(const OutItem& item, const absl::Status& why) {
+  const absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+      "stream message of ", item.payload.size(), " bytes on the connection to ", peer_name_,
+      ": ", why.message()));
+  if (is_client_) {
+    // The call ends here; the server is told with kCancel.
+    Slot* s = streams_.Live(item.slot, item.generation);
+    if (s == nullptr) return;
+    ResponseSink* sink = s->sink;
+    CancelCall(PackHandle(item.slot, item.generation));
+    sink->OnFailure(status);
+    return;
+  }
+  // The stream ends with these trailers; later frames of it are dropped.
+  RequestToken token;
+  token.slot = item.slot;
+  token.generation = item.generation;
+  QueueResponse(token, status.code(), std::string(status.message()), std::string(),
+                std::string(), /*refused=*/false);
 }
 
 void Connection::QueueRelease(uint32_t ref) {

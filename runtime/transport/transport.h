@@ -49,10 +49,17 @@
 //    out of use ("quarantined") until the server's answer for that slot and
 //    generation arrives: the server answers every request exactly once,
 //    CANCELLED when it was told, and skips a READ it had not posted (or
-//    drops what it pulled). A buffer is re-keyed (LargeBufferPool::Rekey,
-//    the only registration on a call path) only when the connection ends
-//    first, so a late READ or WRITE of the server never meets a revoked
-//    rkey on a live connection (which would close it for every call).
+//    drops what it pulled). Only then is its exposure revoked
+//    (exposure_table.h: its memory window invalidated, or without windows
+//    its MR re-registered), so a late READ or WRITE of the server never
+//    meets a revoked rkey on a live connection (which would close it for
+//    every call).
+//  * Exposure: every buffer exposed for a stream is reachable only through
+//    a type-2 memory window bound to this connection's QP over the bytes
+//    advertised, with the access the peer needs, and invalidated when the
+//    stream ends (exposure_table.h); without windows, through its MR's
+//    rkey, re-registered when the exposure ends (a registration per large
+//    message: the fallback).
 //  * Credits: a sender posts a SEND / WRITE_WITH_IMM only while it holds a
 //    credit for a receive the peer has posted (CreditWindow). Credits return in
 //    every WireHeader; a kCredit message carries them when traffic is

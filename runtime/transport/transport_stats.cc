@@ -11,7 +11,7 @@ TransportStats GetTransportStats() {
   TransportStats s;
   s.payload_bytes_copied = static_cast<uint64_t>(t.payload_bytes_copied);
   for (int i = 0; i < static_cast<int>(WrOpcode::kCount); ++i) {
-    if (i != static_cast<int>(WrOpcode::kRecv)) s.send_wrs += static_cast<uint64_t>(t.wrs_posted[i]);
+    if (i < static_cast<int>(WrOpcode::kRecv)) s.send_wrs += static_cast<uint64_t>(t.wrs_posted[i]);
   }
   s.signalled_send_wrs = static_cast<uint64_t>(t.signalled_send_wrs);
   s.inline_send_wrs = static_cast<uint64_t>(t.inline_send_wrs);

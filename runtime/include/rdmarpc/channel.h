@@ -114,6 +114,16 @@ struct RDMARPC_EXPORT ChannelOptions {
   // receive is held in reserve for credit returns and with only two the
   // peers could each wait for the other's credit.
   int recv_depth = 64;
+  // Most registered memory one connection exposes to its server at once, in
+  // bytes: the request and reply buffers of calls with large messages (held
+  // until the server answered, also past a call's deadline) and large
+  // stream messages until the server pulled them. A call that would pass
+  // it fails at once with RESOURCE_EXHAUSTED naming the sizes (retry once
+  // others finished); the connection and its other calls carry on. It
+  // bounds what a server that never answers can pin. 0 (the default):
+  // max(4 GiB, 4 × max_message_bytes + 1 MiB), two calls of the largest
+  // size with room to spare.
+  size_t max_exposed_bytes_per_connection = 0;
   // Time allowed to set up one connection (address and route resolution,
   // connect, handshake). A call fails with UNAVAILABLE when it runs out
   // (its own deadline, when sooner, fails it first with DEADLINE_EXCEEDED).

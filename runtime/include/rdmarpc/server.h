@@ -76,6 +76,14 @@ struct RDMARPC_EXPORT ServerOptions {
   // progress holds server memory (a request, a context, maybe a pulled
   // large buffer), and one client connection must not take it all.
   int max_concurrent_streams = 4096;
+  // Most registered memory the server exposes to one client connection at
+  // once, in bytes: large responses and stream messages the client has not
+  // pulled yet. A response that would pass it ends its call with
+  // RESOURCE_EXHAUSTED naming the sizes, a stream message its stream; the
+  // connection and its other calls carry on. It keeps a client that never
+  // pulls from holding the whole large_buffer_pool_bytes. 0 (the default):
+  // max(large_buffer_pool_bytes / 2, 2 × max_message_bytes + 1 MiB).
+  size_t max_exposed_bytes_per_connection = 0;
   // Threads running synchronous handlers, kept even when idle; 0 = one per
   // hardware thread (std::thread::hardware_concurrency()). Handlers of
   // run_inline methods run on the workers instead.
