@@ -34,7 +34,7 @@ class RawPeer {
  public:
   static constexpr int kRecvDepth = 16;
   static constexpr size_t kRecvBytes = 8192;
-  static constexpr size_t kSendBytes = 64 * 1024;
+  static constexpr size_t kSendBytes = 256 * 1024;  // what one Send, Rdma or WriteWithImm moves at most
 
   RawPeer() = default;
   ~RawPeer() { Close(); }
@@ -60,24 +60,7 @@ class RawPeer {
         NextEvent(absl::Seconds(5)) != RDMA_CM_EVENT_ROUTE_RESOLVED) {
       return false;
     }
-    pd_ = softrdma::alloc_pd(id_->verbs);
-    cq_ = softrdma::create_cq(id_->verbs, 256, nullptr, nullptr, 0);
-    if (pd_ == nullptr || cq_ == nullptr) return false;
-    memory_.assign(kRecvDepth * kRecvBytes + kSendBytes, '\0');
-    mr_ =
-        softrdma::reg_mr(pd_, memory_.data(), memory_.size(),
-                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
-    if (mr_ == nullptr) return false;
-    ibv_qp_init_attr attr{};
-    attr.qp_type = IBV_QPT_RC;
-    attr.send_cq = cq_;
-    attr.recv_cq = cq_;
-    attr.cap.max_send_wr = 64;
-    attr.cap.max_recv_wr = kRecvDepth;
-    attr.cap.max_send_sge = 1;
-    attr.cap.max_recv_sge = 1;
-    if (softrdma::create_qp(id_, pd_, &attr) != 0) return false;
-    for (int i = 0; i < kRecvDepth; ++i) PostRecv(i);
+    if (!SetUpQp()) return false;
     const internal::Handshake::PrivateData offer =
         internal::Handshake::Offer(internal::kProtocolVersion, kRecvDepth, kRecvBytes);
     rdma_conn_param param{};
@@ -96,11 +79,108 @@ class RawPeer {
     return true;
   }
 
+  // Server role: listens on 127.0.0.1 at a port the system picks
+  // (`*port`); true once listening.
+  bool Listen(int* port) {
+    channel_ = softrdma::create_event_channel();
+    if (channel_ == nullptr) return false;
+    fcntl(channel_->fd, F_SETFL, fcntl(channel_->fd, F_GETFL) | O_NONBLOCK);
+    if (softrdma::create_id(channel_, &listen_id_, nullptr, RDMA_PS_TCP) != 0) return false;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (softrdma::bind_addr(listen_id_, reinterpret_cast<sockaddr*>(&addr)) != 0 ||
+        softrdma::listen(listen_id_, 4) != 0) {
+      return false;
+    }
+    const sockaddr_in* bound =
+        reinterpret_cast<const sockaddr_in*>(softrdma::get_local_addr(listen_id_));
+    *port = ntohs(bound->sin_port);
+    return true;
+  }
+
+  // Server role: accepts the next connect request within `timeout` with a
+  // well-formed answer (our ring: kRecvDepth x kRecvBytes); true once
+  // established. server() then holds the client's offer.
+  bool Accept(absl::Duration timeout) {
+    if (NextEvent(timeout) != RDMA_CM_EVENT_CONNECT_REQUEST) return false;
+    id_ = last_event_id_;
+    absl::StatusOr<internal::HandshakeData> h = internal::DecodeHandshake(
+        last_private_data_.data(), last_private_data_.size(), /*connect_request=*/true);
+    if (!h.ok()) return false;
+    server_ = *h;
+    if (!SetUpQp()) return false;
+    const internal::Handshake::PrivateData answer =
+        internal::Handshake::Offer(internal::kProtocolVersion, kRecvDepth, kRecvBytes);
+    rdma_conn_param param{};
+    param.private_data = answer.data();
+    param.private_data_len = answer.size();
+    param.responder_resources = 4;
+    param.initiator_depth = 4;
+    param.retry_count = 7;
+    param.rnr_retry_count = 7;
+    if (softrdma::accept(id_, &param) != 0) return false;
+    return NextEvent(absl::Seconds(5)) == RDMA_CM_EVENT_ESTABLISHED;
+  }
+
+  // One RDMA WRITE_WITH_IMM of `bytes` to the peer's `remote_addr` with
+  // `rkey` (imm_data `imm`, host order); its completion status.
+  ibv_wc_status WriteWithImm(absl::string_view bytes, uint64_t remote_addr, uint32_t rkey,
+                             uint32_t imm) {
+    char* buf = SendBuffer();
+    std::memcpy(buf, bytes.data(), bytes.size());
+    ibv_sge sge{reinterpret_cast<uint64_t>(buf), static_cast<uint32_t>(bytes.size()), mr_->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = ++next_wr_;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data = htonl(imm);
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = rkey;
+    return PostAndWait(&wr);
+  }
+  // The bytes the last Rdma(IBV_WR_RDMA_READ, ...) read (`length` of them).
+  absl::string_view ReadResult(uint32_t length) const {
+    return absl::string_view(memory_.data() + kRecvDepth * kRecvBytes, length);
+  }
+  // Fills the send buffer (what Rdma WRITEs) with `bytes`.
+  void SetWriteSource(absl::string_view bytes) {
+    std::memcpy(SendBuffer(), bytes.data(), bytes.size());
+  }
+
+ private:
+  bool SetUpQp() {
+    pd_ = softrdma::alloc_pd(id_->verbs);
+    cq_ = softrdma::create_cq(id_->verbs, 256, nullptr, nullptr, 0);
+    if (pd_ == nullptr || cq_ == nullptr) return false;
+    memory_.assign(kRecvDepth * kRecvBytes + kSendBytes, '\0');
+    mr_ =
+        softrdma::reg_mr(pd_, memory_.data(), memory_.size(),
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+    if (mr_ == nullptr) return false;
+    ibv_qp_init_attr attr{};
+    attr.qp_type = IBV_QPT_RC;
+    attr.send_cq = cq_;
+    attr.recv_cq = cq_;
+    attr.cap.max_send_wr = 64;
+    attr.cap.max_recv_wr = kRecvDepth;
+    attr.cap.max_send_sge = 1;
+    attr.cap.max_recv_sge = 1;
+    if (softrdma::create_qp(id_, pd_, &attr) != 0) return false;
+    for (int i = 0; i < kRecvDepth; ++i) PostRecv(i);
+    return true;
+  }
+
+ public:
   // The address the server sees ("127.0.0.1:PORT").
   std::string LocalAddress() const {
     const sockaddr_in* a = reinterpret_cast<const sockaddr_in*>(softrdma::get_local_addr(id_));
     return "127.0.0.1:" + std::to_string(ntohs(a->sin_port));
   }
+  // The peer's handshake: the server's accept, or (server role) the
+  // client's connect request.
   const internal::HandshakeData& server() const { return server_; }
 
   // Posts `bytes` as one SEND (with imm_data `imm`, host order, unless
@@ -217,7 +297,9 @@ class RawPeer {
     if (cq_ != nullptr) softrdma::destroy_cq(cq_);
     if (pd_ != nullptr) softrdma::dealloc_pd(pd_);
     if (id_ != nullptr) softrdma::destroy_id(id_);
+    if (listen_id_ != nullptr) softrdma::destroy_id(listen_id_);
     if (channel_ != nullptr) softrdma::destroy_event_channel(channel_);
+    listen_id_ = nullptr;
     mr_ = nullptr;
     cq_ = nullptr;
     pd_ = nullptr;
@@ -280,6 +362,7 @@ class RawPeer {
     rdma_cm_event* ev = nullptr;
     if (softrdma::get_cm_event(channel_, &ev) != 0) return false;
     *type = ev->event;
+    if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) last_event_id_ = ev->id;
     last_private_data_.clear();
     if (ev->param.conn.private_data != nullptr) {
       last_private_data_.assign(static_cast<const char*>(ev->param.conn.private_data),
@@ -303,6 +386,8 @@ class RawPeer {
   static constexpr uint64_t kRecvTag = uint64_t{1} << 63;
   rdma_event_channel* channel_ = nullptr;
   rdma_cm_id* id_ = nullptr;
+  rdma_cm_id* listen_id_ = nullptr;
+  rdma_cm_id* last_event_id_ = nullptr;  // of the last CONNECT_REQUEST
   ibv_pd* pd_ = nullptr;
   ibv_cq* cq_ = nullptr;
   ibv_mr* mr_ = nullptr;
