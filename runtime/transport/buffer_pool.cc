@@ -149,7 +149,7 @@ absl::StatusOr<LargeBuffer*> LargeBufferPool::Get(size_t bytes) {
 void LargeBufferPool::Put(LargeBuffer* b) {
   if (b == nullptr) return;
   absl::MutexLock lock(&mu_);
-  if (b->revoke_pending) {
+  if (b->revoke_pending > 0) {
     // A peer may still reach it until the invalidation retires.
     b->put_while_pending = true;
     return;
@@ -159,13 +159,13 @@ void LargeBufferPool::Put(LargeBuffer* b) {
 
 void LargeBufferPool::MarkRevokePending(LargeBuffer* b) {
   absl::MutexLock lock(&mu_);
-  b->revoke_pending = true;
+  ++b->revoke_pending;
 }
 
 void LargeBufferPool::RevokeDone(LargeBuffer* b) {
   absl::MutexLock lock(&mu_);
-  b->revoke_pending = false;
-  if (b->put_while_pending) {
+  --b->revoke_pending;
+  if (b->revoke_pending == 0 && b->put_while_pending) {
     b->put_while_pending = false;
     PutLocked(b);
   }

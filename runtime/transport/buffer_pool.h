@@ -7,7 +7,7 @@
 //    Where the device has type-2 memory windows the MRs allow local access
 //    and window binding only (kWindowedAccess): a peer reaches a buffer
 //    only through a window a connection bound for one stream
-//    (memory_windows.h). Otherwise the MRs allow remote access themselves,
+//    (exposure_table.h). Otherwise the MRs allow remote access themselves,
 //    and one buffer's access is revoked by re-registering it (Rekey) without
 //    touching the others. Buffers are kept for reuse; registration happens
 //    only when the pool grows or on Rekey. Thread-safe.
@@ -70,9 +70,9 @@ struct LargeBuffer {
   uint32_t lkey() const { return mr->lkey; }
   uint32_t rkey() const { return mr->rkey; }
   uint64_t addr() const { return reinterpret_cast<uint64_t>(data); }
-  // The pool's (under its lock): a window on the buffer is being
-  // invalidated (MarkRevokePending), and whether it was Put meanwhile.
-  bool revoke_pending = false;
+  // The pool's (under its lock): windows on the buffer being invalidated
+  // (MarkRevokePending minus RevokeDone), and whether it was Put meanwhile.
+  int revoke_pending = 0;
   bool put_while_pending = false;
 };
 
@@ -99,8 +99,7 @@ class LargeBufferPool {
   // The invalidation took effect: the buffer becomes reusable, at once when
   // it was Put meanwhile. Any thread.
   void RevokeDone(LargeBuffer* buffer);
-  // Whether the MRs grant remote access themselves (no windows).
-  bool remote_by_mr() const { return (access_ & IBV_ACCESS_REMOTE_READ) != 0; }
+
   // Revokes every rkey handed out for `buffer` by re-registering it. Slow
   // path: only for a buffer exposed by a call that ended early. On failure
   // the buffer is freed (it must not be reused) and the error returned.

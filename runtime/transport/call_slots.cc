@@ -34,13 +34,7 @@ uint32_t Connection::StartCall(OutgoingRequest request, ResponseSink* sink) {
     // Fast path: straight into the send queue (no out_queue_ node); the
     // doorbell rings at the end of the loop step, with whatever else
     // became ready. SendRequest may fail the call (and recycle the slot).
-    if (!SendRequest(handle)) {
-      // Out of send-queue room after all: sent with the queue.
-      OutItem item;
-      item.kind = OutKind::kRequest;
-      item.handle = handle;
-      out_queue_.push_back(std::move(item));
-    }
+    SendRequest(handle);
     ScheduleEndOfStep();
     return streams_.Live(handle) != nullptr ? handle : 0;
   }

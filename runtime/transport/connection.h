@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -574,6 +575,9 @@ class Connection final : public CmEventHandler, public LoopClient {
   // Every buffer the peer may reach (those above, and client calls'
   // request and reply buffers), its window, and the cap.
   ExposureTable exposures_;
+  // Server: streams FailStreamItem ended with trailers; the handler's own
+  // answer for one is dropped (once).
+  absl::flat_hash_set<uint32_t> answered_streams_;
   uint32_t next_ref_ = 1;
 
   std::vector<EventLoop::TimerId> timers_;

@@ -48,7 +48,7 @@ class DeviceResources {
   // nullptr until GetPd succeeded once.
   LargeBufferPool* large_pool() const;
   // Whether buffers are exposed through type-2 memory windows
-  // (memory_windows.h): the device reports IBV_DEVICE_MEM_WINDOW_TYPE_2B
+  // (exposure_table.h): the device reports IBV_DEVICE_MEM_WINDOW_TYPE_2B
   // and max_mw > 0, and --rdmarpc_memory_windows is on. Decided by the
   // first GetPd; false before.
   bool memory_windows() const;

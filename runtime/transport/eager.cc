@@ -45,6 +45,8 @@ void Connection::QueueResponse(const RequestToken& token, absl::StatusCode code,
                                std::string message, std::string payload, std::string meta,
                                bool refused) {
   if (!usable()) return;
+  // Trailers the transport already sent for this stream (FailStreamItem).
+  if (!answered_streams_.empty() && answered_streams_.erase(token.handle()) > 0) return;
   if (StreamIn* in = streams_.FindServerStream(token.handle()); in != nullptr) {
     // A stream's trailers: frames of it that still arrive are dropped.
     DropStreamIn(*in);
@@ -268,8 +270,9 @@ bool Connection::SendRequest(uint32_t handle) {
       return true;
     }
     s->reply_buffer = *reply;
+    // A response that does not fit is exposed for us to pull instead.
     rb = RemoteBuffer{(*reply)->addr(), 0,
-                      static_cast<uint32_t>(std::min<size_t>((*reply)->capacity, UINT32_MAX))};
+                      static_cast<uint32_t>(std::min((*reply)->capacity, kMaxWindowBytes))};
   }
   s->request_buffer = req.release();
   RemoteBuffer pr{s->request_buffer->addr(), 0, h.payload_len};
@@ -290,7 +293,9 @@ bool Connection::SendRequest(uint32_t handle) {
     // Nothing was sent: FinishSlot revokes what was exposed.
     ResponseSink* sink = s->sink;
     FinishSlot(idx, false);
-    sink->OnFailure(rkey.status());
+    sink->OnFailure(absl::Status(rkey.status().code(),
+                                 absl::StrCat("request of ", payload_size, " bytes to ",
+                                              peer_name_, ": ", rkey.status().message())));
     return true;
   }
   PostEager(MsgKind::kRequest, idx, gen, h, r.method, pr, rb, {}, nullptr, nullptr, 0, r.meta);
@@ -751,6 +756,15 @@ void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
     // re-registered before the sink sees it).
     const bool was_exposed = exposures_.exposed(s->reply_buffer);
     exposures_.Revoke(&send_queue_, s->reply_buffer, usable());
+    if (was_exposed && exposures_.windows()) {
+      // Its LOCAL_INV goes to the device now, not at the end of this loop
+      // step, so the server's access ends (on a NIC: once the WQE ran, a
+      // few µs) before the sink parses what it wrote; a write of its in that
+      // gap could change only this call's own response.
+      Doorbell();
+      s = streams_.Live(imm.slot, imm.generation);
+      if (s == nullptr) return;  // a failed post closed the connection and the call
+    }
     if (was_exposed && !exposures_.windows()) {
       if (absl::Status rekeyed = pool_->Rekey(s->reply_buffer); !rekeyed.ok()) {
         s->reply_buffer = nullptr;  // freed by Rekey

@@ -33,6 +33,11 @@ absl::StatusOr<uint32_t> ExposureTable::Expose(SendQueue* sq, LargeBuffer* buffe
   DCHECK(!exposed_.contains(buffer)) << "buffer exposed twice";
   DCHECK_GE(addr, buffer->addr());
   DCHECK_LE(addr + length, buffer->addr() + buffer->capacity);
+  if (length > kMaxWindowBytes) {
+    return absl::OutOfRangeError(absl::StrCat("a window of ", length,
+                                              " bytes exceeds the largest bound, ",
+                                              kMaxWindowBytes, " bytes"));
+  }
   if (absl::Status s = CheckRoom(length); !s.ok()) return s;
   Exposure e;
   e.bytes = length;
@@ -41,10 +46,9 @@ absl::StatusOr<uint32_t> ExposureTable::Expose(SendQueue* sq, LargeBuffer* buffe
     if (free_windows_.empty()) {
       ibv_mw* mw = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
       if (mw == nullptr) {
-        const int err = errno;
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "ibv_alloc_mw(IBV_MW_TYPE_2) failed: ", ErrnoToStatus("ibv_alloc_mw", err).message(),
-            " (", exposed_.size(), " windows bound on this connection)"));
+        const absl::Status s = ErrnoToStatus("ibv_alloc_mw(IBV_MW_TYPE_2)", errno);
+        return absl::Status(s.code(), absl::StrCat(s.message(), " (", exposed_.size(),
+                                                   " windows bound on this connection)"));
       }
       free_windows_.push_back(Window{mw, mw->rkey});
     }
@@ -77,12 +81,15 @@ void ExposureTable::Revoke(SendQueue* sq, LargeBuffer* buffer, bool qp_usable) {
   exposed_.erase(it);
   exposed_bytes_ -= e.bytes;
   if (e.window.mw == nullptr) return;
-  if (!qp_usable) {
-    Discard(e.window);  // invalidates it now; the buffer was never held back
-    return;
-  }
   pool_->MarkRevokePending(buffer);
   PendingInvalidation p{buffer, e.window};
+  if (!qp_usable) {
+    // Its BIND_MW may still wait in the send queue's batch or in the QP:
+    // the window is deallocated (and the buffer let go) in Release, once
+    // the QP is destroyed.
+    pending_.push_back(p);
+    return;
+  }
   if (sq->has_room() && pending_.empty()) {
     PostInvalidation(sq, p);
   } else {

@@ -42,6 +42,10 @@
 namespace rdmarpc {
 namespace internal {
 
+// The longest window bound, in bytes: mlx5 binds at most 2 GiB
+// (rdma-core's mlx5 set_bind_wr). A reply buffer advertises at most this.
+inline constexpr size_t kMaxWindowBytes = size_t{1} << 31;
+
 class ExposureTable {
  public:
   ExposureTable() = default;
@@ -63,15 +67,18 @@ class ExposureTable {
   // Revoke: returns the rkey to advertise. With windows the BIND_MW WR is
   // queued on `sq` (the caller checked it has room, before the message that
   // carries the rkey). A buffer is exposed at most once at a time. Errors:
-  // RESOURCE_EXHAUSTED over the cap (CheckRoom) or when ibv_alloc_mw fails;
-  // nothing is exposed then.
+  // RESOURCE_EXHAUSTED over the cap (CheckRoom); OUT_OF_RANGE for a length
+  // above kMaxWindowBytes; ibv_alloc_mw's errno as a status (ENOMEM:
+  // RESOURCE_EXHAUSTED). Nothing is exposed then.
   absl::StatusOr<uint32_t> Expose(SendQueue* sq, LargeBuffer* buffer, uint64_t addr,
                                   uint32_t length, int access);
   // The peer's access to `buffer` ends (no-op when it is not exposed). With
-  // a window: when `qp_usable`, a LOCAL_INV is queued on `sq` (or kept until
-  // it has room, PostPendingInvalidations) and the pool holds the buffer
-  // back until it retired (OnRetired); otherwise the window is deallocated
-  // now. The caller still hands the buffer back to the pool as usual.
+  // a window, the pool holds the buffer back until the window is gone: when
+  // `qp_usable`, a LOCAL_INV is queued on `sq` (or kept until it has room,
+  // PostPendingInvalidations) and OnRetired lets the buffer go; otherwise
+  // (the connection is closing, its QP in error or about to be) Release
+  // deallocates the window once the QP is destroyed. The caller still hands
+  // the buffer back to the pool as usual.
   void Revoke(SendQueue* sq, LargeBuffer* buffer, bool qp_usable);
   // Queues invalidations Revoke kept for lack of room, while `sq` has room.
   void PostPendingInvalidations(SendQueue* sq);

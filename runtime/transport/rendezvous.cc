@@ -121,13 +121,15 @@ void Connection::StartResponsePull(uint32_t handle, const ParsedMessage& m) {
   Slot& slot = streams_.slot(idx);
   ResponseSink* sink = slot.sink;
   // The server exposed its response instead of writing it into our reply
-  // buffer, so it will never write there for this call: recycle it now.
-  // (Were it kept until the READ ends, a deadline passing during the READ
-  // would quarantine it for the rest of the connection's life: no later
-  // response comes to release it.)
-  if (slot.reply_buffer != nullptr) {
-    if (pool_ != nullptr) pool_->Put(slot.reply_buffer);
-    slot.reply_buffer = nullptr;
+  // buffer, so it will never write there for this call, and having
+  // answered it reads our request no more: revoke and recycle both now.
+  // (Were they kept until the READ ends, a deadline passing during the READ
+  // would quarantine them for the rest of the connection's life: no later
+  // response comes to release them.)
+  for (LargeBuffer** b : {&slot.request_buffer, &slot.reply_buffer}) {
+    if (*b == nullptr) continue;
+    RevokeAndPut(*b, /*rekey=*/false);
+    *b = nullptr;
   }
   if (len > options_.max_message_bytes) {
     release();

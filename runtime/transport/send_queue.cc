@@ -53,8 +53,11 @@ uint64_t SendQueue::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
   }
   wr->wr_id = seq;
   if (stats_ != nullptr) {
-    stats_->wrs_posted[static_cast<int>(CountedOpcode(wr->opcode))].Add();
-    if (wr->send_flags & IBV_SEND_SIGNALED) stats_->signalled_send_wrs.Add();
+    const WrOpcode op = CountedOpcode(wr->opcode);
+    stats_->wrs_posted[static_cast<int>(op)].Add();
+    // Window binds and invalidations are not sends (TransportStats).
+    const bool send = op != WrOpcode::kBindMw && op != WrOpcode::kLocalInv;
+    if (send && (wr->send_flags & IBV_SEND_SIGNALED)) stats_->signalled_send_wrs.Add();
     if (wr->send_flags & IBV_SEND_INLINE) stats_->inline_send_wrs.Add();
     if (entry.send_buffer >= 0) stats_->send_buffers_taken.Add();
   }
@@ -92,8 +95,10 @@ int SendQueue::Doorbell(absl::FunctionRef<void(uint64_t seq, const SqEntry& entr
       SqEntry& e = ring_[seq % kDepth];
       if (stats_ != nullptr) {
         const ibv_send_wr& wr = batch_[i - 1].wr;
-        stats_->wrs_posted[static_cast<int>(CountedOpcode(wr.opcode))].Add(-1);
-        if (wr.send_flags & IBV_SEND_SIGNALED) stats_->signalled_send_wrs.Add(-1);
+        const WrOpcode op = CountedOpcode(wr.opcode);
+        stats_->wrs_posted[static_cast<int>(op)].Add(-1);
+        const bool send = op != WrOpcode::kBindMw && op != WrOpcode::kLocalInv;
+        if (send && (wr.send_flags & IBV_SEND_SIGNALED)) stats_->signalled_send_wrs.Add(-1);
         if (wr.send_flags & IBV_SEND_INLINE) stats_->inline_send_wrs.Add(-1);
       }
       if (e.send_buffer >= 0 && send_slab_ != nullptr) PutSendBuffer(e.send_buffer);

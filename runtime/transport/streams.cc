@@ -157,7 +157,7 @@ bool Connection::SendStreamItem(OutItem& item) {
 
 void Connection::FailStreamItem(const OutItem& item, const absl::Status& why) {
   const absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
-      "stream message of ", item.payload.size(), " bytes on the connection to ", peer_name_,
+      "stream frame of ", item.payload.size(), " bytes on the connection to ", peer_name_,
       ": ", why.message()));
   if (is_client_) {
     // The call ends here; the server is told with kCancel.
@@ -169,11 +169,15 @@ void Connection::FailStreamItem(const OutItem& item, const absl::Status& why) {
     return;
   }
   // The stream ends with these trailers; later frames of it are dropped.
+  // The handler is told as for a cancel (its writes fail from now on), and
+  // its own answer, when it comes, is not sent again.
   RequestToken token;
   token.slot = item.slot;
   token.generation = item.generation;
   QueueResponse(token, status.code(), std::string(status.message()), std::string(),
                 std::string(), /*refused=*/false);
+  answered_streams_.insert(token.handle());
+  if (handler_ != nullptr) handler_->OnCancel(this, token);
 }
 
 void Connection::QueueRelease(uint32_t ref) {

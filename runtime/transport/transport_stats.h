@@ -21,8 +21,9 @@ struct TransportStats {
   // NIC) add nothing.
   uint64_t payload_bytes_copied = 0;
   // Send work requests the transport posted (SEND_WITH_IMM, WRITE_WITH_IMM,
-  // READ; memory-window binds and invalidations not counted), and how many of them asked for a completion (IBV_SEND_SIGNALED):
-  // selective signalling shows as signalled_send_wrs ≈ send_wrs / 16.
+  // READ; memory-window binds and invalidations not counted), and how many
+  // of them asked for a completion (IBV_SEND_SIGNALED): selective
+  // signalling shows as signalled_send_wrs ≈ send_wrs / 16.
   uint64_t send_wrs = 0;
   uint64_t signalled_send_wrs = 0;
   // Of send_wrs, those posted with IBV_SEND_INLINE (the message fit the QP's

@@ -472,6 +472,35 @@ TEST(ClientExposureCap, ACallOverTheConnectionsCapFailsResourceExhausted) {
   EXPECT_EQ(service.calls(), 3);  // the refused call never reached the server
 }
 
+// A response too large for the call's reply buffer is exposed by the server
+// and pulled: the client's request and reply buffers are revoked as it
+// arrives, so a run of such calls never adds up against the cap.
+TEST(ClientExposureCap, RequestAndReplyBuffersComeBackWhenTheResponseIsPulled) {
+  EchoService service;
+  Server server;
+  ASSERT_TRUE(server.AddService(&service).ok());
+  ASSERT_TRUE(server.Start("127.0.0.1:0").ok());
+  ChannelOptions opts;
+  opts.pool_size = 1;
+  opts.max_exposed_bytes_per_connection = 300 * 1024;  // two calls' worth, not ten
+  auto ch = CreateChannel(absl::StrCat("127.0.0.1:", server.port()), opts);
+  ASSERT_TRUE(ch.ok());
+  int ok = 0;
+  for (int i = 0; i < 10; ++i) {
+    ClientContext ctx;
+    ctx.set_deadline(absl::Now() + absl::Seconds(10));
+    EchoRequest req;
+    req.set_text(absl::StrCat("pulled ", i));
+    req.set_data(std::string(60 * 1024, 'p'));  // request and a 64 KiB reply buffer exposed
+    req.set_reply_bytes(200000);                // does not fit the reply buffer
+    EchoResponse resp;
+    const absl::Status s = Echo(ch->get(), &ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << i << ": " << s;
+    if (s.ok() && resp.text() == req.text() && resp.data() == std::string(200000, 'r')) ++ok;
+  }
+  EXPECT_EQ(ok, 10);
+}
+
 INSTANTIATE_TEST_SUITE_P(Exposure, MaliciousServer, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& p) {
                            return p.param ? "Windows" : "MrRkeys";

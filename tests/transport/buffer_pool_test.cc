@@ -75,7 +75,6 @@ TEST(LargeBufferPool, ReusesWithoutRegistering) {
 TEST(LargeBufferPool, ABufferPutWhileItsWindowIsRevokedWaitsForRevokeDone) {
   SoftPd pd;
   LargeBufferPool pool(pd.pd(), 0, 1 << 30, kWindowedAccess);
-  EXPECT_FALSE(pool.remote_by_mr());
   absl::StatusOr<LargeBuffer*> a = pool.Get(100000);
   ASSERT_TRUE(a.ok());
   LargeBuffer* held = *a;

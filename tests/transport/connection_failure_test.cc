@@ -244,13 +244,15 @@ TEST(ConnectionFailure, PeerVanishesWithEightWritesInFlight) {
       EXPECT_EQ(writes[i].wr_id, writes[0].wr_id + i);
     }
     // Its 64 receives flushed too. The client had no send in flight: its
-    // only send CQE is its own drain marker (its 9 requests went unsignalled).
+    // only send CQE is its own drain marker, after the warm call's SEND and,
+    // per large request, the BIND_MWs of its request and reply buffers and
+    // its SEND (exposure_table.h).
     const auto server_recvs = ErrorsOf(all, server.vanished_qp_num_, /*recv=*/true);
     EXPECT_EQ(server_recvs.size(), 64u);
     const auto client_sends = ErrorsOf(all, client_qp_num, /*recv=*/false);
     ASSERT_EQ(client_sends.size(), 1u);
     EXPECT_EQ(client_sends[0].status, IBV_WC_WR_FLUSH_ERR);
-    EXPECT_EQ(client_sends[0].wr_id, 9u);
+    EXPECT_EQ(client_sends[0].wr_id, 1u + 3u * kCalls);
     EXPECT_EQ(ErrorsOf(all, client_qp_num, /*recv=*/true).size(), 64u);
     ASSERT_EQ(server.closed().size(), 1u);
     EXPECT_NE(server.closed()[0].message().find("transport retry counter exceeded"),
