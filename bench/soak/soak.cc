@@ -4,8 +4,8 @@
 // byte. It ends with the accounting, and fails (exit 1) unless:
 //   calls issued == terminal statuses seen (each call's end seen exactly
 //   once: 0 duplicates, 0 missing), 0 wrong payloads, and this process's
-//   QPs, MRs, CQs, PDs, cm ids and fds back to their baseline once the
-//   channel is gone.
+//   QPs, MRs, memory windows, CQs, PDs, cm ids and fds back to their
+//   baseline once the channel is gone.
 //
 //   soak --duration_s=1800 [--servers=3] [--client_threads=4] [--in_flight=16]
 //        [--kill_every_ms=4000] [--drop_every_ms=1500] [--max_payload_bytes=1048576]
@@ -189,12 +189,13 @@ struct Footprint {
   softrdma::Stats stats;
   int fds = 0;
   std::string ToString() const {
-    return absl::StrCat("qps=", stats.live_qps, " mrs=", stats.live_mrs, " cqs=", stats.live_cqs,
-                        " pds=", stats.live_pds, " cm_ids=", stats.live_cm_ids, " fds=", fds);
+    return absl::StrCat("qps=", stats.live_qps, " mrs=", stats.live_mrs, " mws=", stats.live_mws,
+                        " cqs=", stats.live_cqs, " pds=", stats.live_pds,
+                        " cm_ids=", stats.live_cm_ids, " fds=", fds);
   }
   bool SameAs(const Footprint& o) const {
     return stats.live_qps == o.stats.live_qps && stats.live_mrs == o.stats.live_mrs &&
-           stats.live_cqs == o.stats.live_cqs && stats.live_pds == o.stats.live_pds &&
+           stats.live_mws == o.stats.live_mws && stats.live_cqs == o.stats.live_cqs && stats.live_pds == o.stats.live_pds &&
            stats.live_cm_ids == o.stats.live_cm_ids && fds == o.fds;
   }
   static Footprint Now() { return Footprint{softrdma::GetStats(), CountOpenFds()}; }

@@ -559,6 +559,7 @@ Stats GetStats() {
   s.live_cqs = c.live_cqs;
   s.live_mrs = c.live_mrs;
   s.live_pds = c.live_pds;
+  s.live_mws = c.live_mws;
   return s;
 }
 

@@ -79,7 +79,7 @@ struct Counters {
       signaled_sends{0}, wc_polled{0}, poll_cq_calls{0}, qps_on_shm{0}, qps_on_tcp{0},
       shm_fallbacks{0}, shm_doorbells{0}, rd_atomic_waits{0}, max_rd_atomic_out{0};
   std::atomic<int64_t> live_cm_ids{0}, live_qps{0}, live_cqs{0}, live_mrs{0},
-      live_pds{0};
+      live_pds{0}, live_mws{0};
 };
 Counters& Stat();
 

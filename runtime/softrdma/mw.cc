@@ -34,6 +34,7 @@ ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type type) {
   m->mw.handle = m->mw.rkey >> 8;
   MwRegister(m);
   ToSoft(pd)->refs++;  // dealloc_pd fails with EBUSY while the window lives
+  Stat().live_mws++;
   return &m->mw;
 }
 
@@ -42,6 +43,7 @@ int DeallocMw(ibv_mw* mw) {
   SoftMw* m = ToSoft(mw);
   MwForget(m);  // its rkey stops working at once
   ToSoft(mw->pd)->refs--;
+  Stat().live_mws--;
   delete m;
   return 0;
 }

@@ -467,6 +467,7 @@ struct Stats {
   int64_t live_cqs = 0;
   int64_t live_mrs = 0;
   int64_t live_pds = 0;
+  int64_t live_mws = 0;  // memory windows (ibv_alloc_mw minus ibv_dealloc_mw)
 };
 Stats GetStats();
 void ResetStats();
