@@ -358,6 +358,7 @@ class Connection final : public CmEventHandler, public LoopClient {
     uint8_t flags = 0;        // kStreamMessage: kFlagNoMessage, kFlagEndStream
     std::string meta;         // kResponse, kHeaders
     bool refused = false;     // kResponse: with kFlagRefused
+    bool ends_failed_stream = false;  // kResponse: FailStreamItem's trailers
   };
   // How far one rendezvous transfer got (rendezvous.cc moves it in pieces).
   struct ChunkProgress {

@@ -138,6 +138,11 @@ bool Connection::SendOne(OutItem& item) {
     case OutKind::kRequest:
       return SendRequest(item.handle);
     case OutKind::kResponse:
+      // A handler's answer for a stream FailStreamItem already ended.
+      if (!answered_streams_.empty() && !item.ends_failed_stream &&
+          answered_streams_.erase(item.token.handle()) > 0) {
+        return true;
+      }
       return SendResponseItem(item);
     case OutKind::kRelease: {
       WireHeader h;

@@ -89,6 +89,10 @@ void Connection::GrantWindow(const RequestToken& token, uint32_t messages) {
 
 bool Connection::SendStreamItem(OutItem& item) {
   if (is_client_ && streams_.Live(item.slot, item.generation) == nullptr) return true;  // call ended
+  if (!is_client_ && !answered_streams_.empty() &&
+      answered_streams_.contains(PackHandle(item.slot, item.generation))) {
+    return true;  // FailStreamItem ended the stream
+  }
   WireHeader h;
   switch (item.kind) {
     case OutKind::kWindow:
@@ -168,16 +172,24 @@ void Connection::FailStreamItem(const OutItem& item, const absl::Status& why) {
     sink->OnFailure(status);
     return;
   }
-  // The stream ends with these trailers; later frames of it are dropped.
-  // The handler is told as for a cancel (its writes fail from now on), and
-  // its own answer, when it comes, is not sent again.
+  // The stream ends with these trailers instead of the handler's; its
+  // frames queued behind this one are dropped. A handler that has not
+  // answered yet is told as for a cancel (its writes fail from now on), and
+  // its answer, when it comes, is dropped too.
+  if (!usable()) return;
   RequestToken token;
   token.slot = item.slot;
   token.generation = item.generation;
+  bool handler_answered = false;  // its answer waits in out_queue_
+  for (const OutItem& queued : out_queue_) {
+    handler_answered |= queued.kind == OutKind::kResponse && queued.token.slot == token.slot &&
+                        queued.token.generation == token.generation;
+  }
   QueueResponse(token, status.code(), std::string(status.message()), std::string(),
                 std::string(), /*refused=*/false);
+  out_queue_.back().ends_failed_stream = true;
   answered_streams_.insert(token.handle());
-  if (handler_ != nullptr) handler_->OnCancel(this, token);
+  if (!handler_answered && handler_ != nullptr) handler_->OnCancel(this, token);
 }
 
 void Connection::QueueRelease(uint32_t ref) {

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
 #include "tests/rpc/raw_peer.h"
+#include "tests/rpc/stream_service.h"
 #include "tests/rpc/test_service.h"
 #include "tests/rpc/warning_sink.h"
 
@@ -248,6 +249,77 @@ TEST_P(ServerExposure, ResponsesOverTheConnectionsCapFailOnlyThemselves) {
   Exposed third;
   AskForExposedResponse(&peer, 3, &third);
   ExpectPullable(&peer, third);
+}
+
+TEST_P(ServerExposure, AStreamMessageOverTheCapEndsItsStreamResourceExhausted) {
+  ServerOptions so;
+  so.max_exposed_bytes_per_connection = 150 * 1024;
+  StreamService streams;
+  Server capped(so);
+  ASSERT_TRUE(capped.AddService(&streams).ok());
+  ASSERT_TRUE(capped.Start("127.0.0.1:0").ok());
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(capped.port()));
+  // Expand: three messages of kReplyBytes, each exposed for a pull this
+  // peer never makes.
+  EchoRequest req;
+  req.set_tag(3);
+  req.set_reply_bytes(kReplyBytes);
+  const std::string payload = req.SerializeAsString();
+  WireHeader h;
+  h.kind = MsgKind::kRequest;
+  h.flags = internal::kFlagStream | internal::kFlagEndStream;
+  h.aux_len = static_cast<uint16_t>(std::strlen(kExpandMethod));
+  h.payload_len = static_cast<uint32_t>(payload.size());
+  ASSERT_EQ(
+      peer.Send(RawPeer::Message(h, kExpandMethod, payload), RawPeer::Imm(MsgKind::kRequest, 4, 1)),
+      IBV_WC_SUCCESS);
+  std::vector<MsgKind> kinds;
+  std::string trailers_message;
+  uint32_t trailers_code = 0;
+  uint32_t first_length = 0;
+  for (;;) {
+    RawPeer::Answer a;
+    if (!peer.ReceiveMessage(&a, absl::Milliseconds(1500))) break;
+    kinds.push_back(a.message.header.kind);
+    if (a.message.header.kind == MsgKind::kStreamMessage && first_length == 0) {
+      EXPECT_TRUE(a.message.header.flags & internal::kFlagPayloadRemote);
+      first_length = a.message.payload_remote.length;
+    }
+    if (a.message.header.kind == MsgKind::kResponse) {
+      trailers_code = a.message.header.status_code;
+      trailers_message = std::string(a.message.aux);
+    }
+  }
+  // One message exposed, then the trailers: no second answer, no frame
+  // after them.
+  ASSERT_FALSE(kinds.empty());
+  if (kinds.front() == MsgKind::kHeaders) kinds.erase(kinds.begin());
+  EXPECT_EQ(kinds, (std::vector<MsgKind>{MsgKind::kStreamMessage, MsgKind::kResponse}));
+  EXPECT_EQ(trailers_code, static_cast<uint32_t>(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(trailers_message,
+            absl::StrCat("stream frame of ", first_length, " bytes on the connection to ",
+                         peer.LocalAddress(), ": exposing ", first_length,
+                         " more bytes would pass the connection's cap of ", 150 * 1024,
+                         " exposed bytes (", first_length,
+                         " bytes exposed in 1 buffer; max_exposed_bytes_per_connection)"));
+  // The connection carries on: a small stream on it ends OK.
+  EchoRequest small;
+  small.set_tag(1);
+  small.set_reply_bytes(100);
+  const std::string small_payload = small.SerializeAsString();
+  h.payload_len = static_cast<uint32_t>(small_payload.size());
+  ASSERT_EQ(peer.Send(RawPeer::Message(h, kExpandMethod, small_payload),
+                      RawPeer::Imm(MsgKind::kRequest, 5, 1)),
+            IBV_WC_SUCCESS);
+  uint32_t code = 99;
+  for (int i = 0; i < 4 && code == 99; ++i) {
+    RawPeer::Answer a;
+    ASSERT_TRUE(peer.ReceiveMessage(&a, absl::Seconds(10)));
+    EXPECT_EQ(internal::DecodeImm(a.imm)->slot, 5) << "a frame of the ended stream";
+    if (a.message.header.kind == MsgKind::kResponse) code = a.message.header.status_code;
+  }
+  EXPECT_EQ(code, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Exposure, ServerExposure, ::testing::Bool(),
