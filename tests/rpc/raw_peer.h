@@ -1,6 +1,7 @@
-// raw_peer.h: a client written against the raw verbs and rdma_cm API on
-// softrdma, for tests that play a hostile (or merely odd) peer of an rdmarpc
-// server: it speaks the handshake, then sends whatever bytes, imm_data and
+// raw_peer.h: a peer written against the raw verbs and rdma_cm API on
+// softrdma, for tests that play a hostile (or merely odd) client of an
+// rdmarpc server (Connect) or server of an rdmarpc channel (Listen,
+// Accept): it speaks the handshake, then sends whatever bytes, imm_data and
 // RDMA operations a test asks for, and reports the work completions and
 // connection events it gets back.
 //
@@ -63,13 +64,7 @@ class RawPeer {
     if (!SetUpQp()) return false;
     const internal::Handshake::PrivateData offer =
         internal::Handshake::Offer(internal::kProtocolVersion, kRecvDepth, kRecvBytes);
-    rdma_conn_param param{};
-    param.private_data = offer.data();
-    param.private_data_len = offer.size();
-    param.responder_resources = 4;
-    param.initiator_depth = 4;
-    param.retry_count = 7;
-    param.rnr_retry_count = 7;
+    rdma_conn_param param = ConnParam(offer);
     if (softrdma::connect(id_, &param) != 0) return false;
     if (NextEvent(absl::Seconds(5)) != RDMA_CM_EVENT_ESTABLISHED) return false;
     absl::StatusOr<internal::HandshakeData> h =
@@ -112,13 +107,7 @@ class RawPeer {
     if (!SetUpQp()) return false;
     const internal::Handshake::PrivateData answer =
         internal::Handshake::Offer(internal::kProtocolVersion, kRecvDepth, kRecvBytes);
-    rdma_conn_param param{};
-    param.private_data = answer.data();
-    param.private_data_len = answer.size();
-    param.responder_resources = 4;
-    param.initiator_depth = 4;
-    param.retry_count = 7;
-    param.rnr_retry_count = 7;
+    rdma_conn_param param = ConnParam(answer);
     if (softrdma::accept(id_, &param) != 0) return false;
     return NextEvent(absl::Seconds(5)) == RDMA_CM_EVENT_ESTABLISHED;
   }
@@ -151,6 +140,18 @@ class RawPeer {
   }
 
  private:
+  // rdma_connect's / rdma_accept's parameters with our handshake.
+  static rdma_conn_param ConnParam(const internal::Handshake::PrivateData& data) {
+    rdma_conn_param param{};
+    param.private_data = data.data();
+    param.private_data_len = data.size();
+    param.responder_resources = 4;
+    param.initiator_depth = 4;
+    param.retry_count = 7;
+    param.rnr_retry_count = 7;
+    return param;
+  }
+
   bool SetUpQp() {
     pd_ = softrdma::alloc_pd(id_->verbs);
     cq_ = softrdma::create_cq(id_->verbs, 256, nullptr, nullptr, 0);

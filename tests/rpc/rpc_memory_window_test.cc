@@ -73,20 +73,42 @@ class ServerExposure : public ::testing::TestWithParam<bool> {
     EXPECT_EQ(ok, n);
   }
 
-  // An eager Echo request on `slot` whose response (kReplyBytes of data)
-  // the server exposes for this peer to pull.
-  static void AskForExposedResponse(RawPeer* peer, uint16_t slot, Exposed* out) {
-    EchoRequest req;
-    req.set_text("pull me");
-    req.set_reply_bytes(kReplyBytes);
+  // A server with `service`, capped at `cap` bytes exposed per connection.
+  static std::unique_ptr<Server> StartCapped(Service* service, size_t cap) {
+    ServerOptions so;
+    so.max_exposed_bytes_per_connection = cap;
+    auto server = std::make_unique<Server>(so);
+    EXPECT_TRUE(server->AddService(service).ok());
+    EXPECT_TRUE(server->Start("127.0.0.1:0").ok());
+    return server;
+  }
+
+  // Sends an eager request for `method` with `req` on `slot` (generation 1).
+  static void SendRequest(RawPeer* peer, const char* method, const EchoRequest& req, uint16_t slot,
+                          uint8_t flags = 0) {
     const std::string payload = req.SerializeAsString();
     WireHeader h;
     h.kind = MsgKind::kRequest;
-    h.aux_len = static_cast<uint16_t>(std::strlen(kEchoMethod));
+    h.flags = flags;
+    h.aux_len = static_cast<uint16_t>(std::strlen(method));
     h.payload_len = static_cast<uint32_t>(payload.size());
-    ASSERT_EQ(peer->Send(RawPeer::Message(h, kEchoMethod, payload),
-                         RawPeer::Imm(MsgKind::kRequest, slot, 1)),
-              IBV_WC_SUCCESS);
+    ASSERT_EQ(
+        peer->Send(RawPeer::Message(h, method, payload), RawPeer::Imm(MsgKind::kRequest, slot, 1)),
+        IBV_WC_SUCCESS);
+  }
+
+  // Echo with a response of kReplyBytes, too large to go eagerly.
+  static EchoRequest PullMe() {
+    EchoRequest req;
+    req.set_text("pull me");
+    req.set_reply_bytes(kReplyBytes);
+    return req;
+  }
+
+  // An eager Echo request on `slot` whose response (kReplyBytes of data)
+  // the server exposes for this peer to pull.
+  static void AskForExposedResponse(RawPeer* peer, uint16_t slot, Exposed* out) {
+    SendRequest(peer, kEchoMethod, PullMe(), slot);
     ASSERT_TRUE(peer->ReceiveMessage(&out->answer, absl::Seconds(10)));
     const internal::ParsedMessage& m = out->answer.message;
     ASSERT_EQ(m.header.kind, MsgKind::kResponse);
@@ -206,28 +228,14 @@ TEST_P(ServerExposure, AWindowWorksOnlyOnTheConnectionItWasExposedTo) {
 TEST_P(ServerExposure, ResponsesOverTheConnectionsCapFailOnlyThemselves) {
   // A second server, capped at 150 KiB exposed per connection: one exposed
   // response of kReplyBytes fits, two do not.
-  ServerOptions so;
-  so.max_exposed_bytes_per_connection = 150 * 1024;
   EchoService service;
-  Server capped(so);
-  ASSERT_TRUE(capped.AddService(&service).ok());
-  ASSERT_TRUE(capped.Start("127.0.0.1:0").ok());
+  std::unique_ptr<Server> capped = StartCapped(&service, 150 * 1024);
   RawPeer peer;
-  ASSERT_TRUE(peer.Connect(capped.port()));
+  ASSERT_TRUE(peer.Connect(capped->port()));
   Exposed first;
   AskForExposedResponse(&peer, 1, &first);
   // Not pulled, not released: the next one would pass the cap.
-  EchoRequest req;
-  req.set_text("pull me");
-  req.set_reply_bytes(kReplyBytes);
-  const std::string payload = req.SerializeAsString();
-  WireHeader h;
-  h.kind = MsgKind::kRequest;
-  h.aux_len = static_cast<uint16_t>(std::strlen(kEchoMethod));
-  h.payload_len = static_cast<uint32_t>(payload.size());
-  ASSERT_EQ(
-      peer.Send(RawPeer::Message(h, kEchoMethod, payload), RawPeer::Imm(MsgKind::kRequest, 2, 1)),
-      IBV_WC_SUCCESS);
+  SendRequest(&peer, kEchoMethod, PullMe(), 2);
   RawPeer::Answer refused;
   ASSERT_TRUE(peer.ReceiveMessage(&refused, absl::Seconds(10)));
   EXPECT_EQ(refused.imm, RawPeer::Imm(MsgKind::kResponse, 2, 1));
@@ -252,35 +260,27 @@ TEST_P(ServerExposure, ResponsesOverTheConnectionsCapFailOnlyThemselves) {
 }
 
 TEST_P(ServerExposure, AStreamMessageOverTheCapEndsItsStreamResourceExhausted) {
-  ServerOptions so;
-  so.max_exposed_bytes_per_connection = 150 * 1024;
   StreamService streams;
-  Server capped(so);
-  ASSERT_TRUE(capped.AddService(&streams).ok());
-  ASSERT_TRUE(capped.Start("127.0.0.1:0").ok());
+  std::unique_ptr<Server> capped = StartCapped(&streams, 150 * 1024);
   RawPeer peer;
-  ASSERT_TRUE(peer.Connect(capped.port()));
+  ASSERT_TRUE(peer.Connect(capped->port()));
   // Expand: three messages of kReplyBytes, each exposed for a pull this
   // peer never makes.
   EchoRequest req;
   req.set_tag(3);
   req.set_reply_bytes(kReplyBytes);
-  const std::string payload = req.SerializeAsString();
-  WireHeader h;
-  h.kind = MsgKind::kRequest;
-  h.flags = internal::kFlagStream | internal::kFlagEndStream;
-  h.aux_len = static_cast<uint16_t>(std::strlen(kExpandMethod));
-  h.payload_len = static_cast<uint32_t>(payload.size());
-  ASSERT_EQ(
-      peer.Send(RawPeer::Message(h, kExpandMethod, payload), RawPeer::Imm(MsgKind::kRequest, 4, 1)),
-      IBV_WC_SUCCESS);
+  constexpr uint8_t kServerStream = internal::kFlagStream | internal::kFlagEndStream;
+  SendRequest(&peer, kExpandMethod, req, 4, kServerStream);
   std::vector<MsgKind> kinds;
   std::string trailers_message;
   uint32_t trailers_code = 0;
   uint32_t first_length = 0;
-  for (;;) {
+  // Frames until the trailers (each within 10 s), then any that follow
+  // within 1 s.
+  for (bool ended = false;;) {
     RawPeer::Answer a;
-    if (!peer.ReceiveMessage(&a, absl::Milliseconds(1500))) break;
+    if (!peer.ReceiveMessage(&a, ended ? absl::Seconds(1) : absl::Seconds(10))) break;
+    ended |= a.message.header.kind == MsgKind::kResponse;
     kinds.push_back(a.message.header.kind);
     if (a.message.header.kind == MsgKind::kStreamMessage && first_length == 0) {
       EXPECT_TRUE(a.message.header.flags & internal::kFlagPayloadRemote);
@@ -307,11 +307,7 @@ TEST_P(ServerExposure, AStreamMessageOverTheCapEndsItsStreamResourceExhausted) {
   EchoRequest small;
   small.set_tag(1);
   small.set_reply_bytes(100);
-  const std::string small_payload = small.SerializeAsString();
-  h.payload_len = static_cast<uint32_t>(small_payload.size());
-  ASSERT_EQ(peer.Send(RawPeer::Message(h, kExpandMethod, small_payload),
-                      RawPeer::Imm(MsgKind::kRequest, 5, 1)),
-            IBV_WC_SUCCESS);
+  SendRequest(&peer, kExpandMethod, small, 5, kServerStream);
   uint32_t code = 99;
   for (int i = 0; i < 4 && code == 99; ++i) {
     RawPeer::Answer a;
