@@ -136,7 +136,8 @@ std::string StatuszText() {
       absl::StrAppend(&out, "      streams in flight ", c.streams_in_flight, ", queued frames ",
                       c.queued_frames, ", rendezvous in flight ", c.rendezvous_in_flight,
                       ", buffers exposed ", c.exposed_buffers, " (", c.exposed_bytes,
-                      " bytes)\n");
+                      " bytes of ", c.max_exposed_bytes, ", ",
+                      c.memory_windows ? "memory windows" : "MR rkeys", ")\n");
       absl::StrAppend(&out, "      sent ", c.messages_sent, " messages / ", c.bytes_sent,
                       " bytes, received ", c.messages_received, " messages / ", c.bytes_received,
                       " bytes\n");

@@ -100,8 +100,8 @@ class LargeBufferPool {
   // it was Put meanwhile. Any thread.
   void RevokeDone(LargeBuffer* buffer);
 
-  // Revokes every rkey handed out for `buffer` by re-registering it. Slow
-  // path: only for a buffer exposed by a call that ended early. On failure
+  // Revokes every rkey handed out for `buffer` by re-registering it: on a
+  // device without memory windows, at the end of each exposure. On failure
   // the buffer is freed (it must not be reused) and the error returned.
   absl::Status Rekey(LargeBuffer* buffer);
   // Rekey then Put (or free on Rekey failure).

@@ -93,6 +93,8 @@ ConnectionStatus Connection::Describe() const {
   c.rendezvous_in_flight = reads_.size() + pushes_.size() + delayed_reads_.size();
   c.exposed_buffers = exposures_.exposed_buffers();
   c.exposed_bytes = exposures_.exposed_bytes();
+  c.max_exposed_bytes = options_.max_exposed_bytes;
+  c.memory_windows = exposures_.windows();
   c.messages_sent = messages_sent_;
   c.messages_received = recvs_seen_;
   c.bytes_sent = bytes_sent_;

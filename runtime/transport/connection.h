@@ -133,7 +133,9 @@ struct ConnectionStatus {
   size_t queued_frames = 0;         // waiting for a credit or a send buffer
   size_t rendezvous_in_flight = 0;  // READ pulls and WRITE pushes not ended
   size_t exposed_buffers = 0;       // registered buffers the peer may read or write
-  size_t exposed_bytes = 0;         // their bytes (ConnectionOptions::max_exposed_bytes)
+  size_t exposed_bytes = 0;         // their bytes
+  size_t max_exposed_bytes = 0;     // the cap on them (ConnectionOptions's; 0: none)
+  bool memory_windows = false;      // exposed through type-2 windows (else MR rkeys)
   uint64_t messages_sent = 0;       // SEND_WITH_IMM messages posted
   uint64_t messages_received = 0;   // receive completions
   uint64_t bytes_sent = 0;          // those messages, rendezvous pushes and buffers exposed

@@ -8,7 +8,7 @@
 DEFINE_bool(rdmarpc_memory_windows, true,
             "Expose rendezvous buffers to a peer through a type-2 memory window bound to its "
             "connection's QP for one stream, where the device has them; off: the buffers' MRs "
-            "grant remote access themselves and are re-registered when a stream ends early");
+            "grant remote access themselves and are re-registered each time an exposure ends");
 
 namespace rdmarpc {
 namespace internal {

@@ -412,8 +412,9 @@ bool Connection::SendResponseItem(OutItem& item) {
   if (!rkey.ok()) {
     // The call ends with the reason instead (the buffer goes back with b).
     h.status_code = static_cast<uint32_t>(rkey.status().code());
-    std::string msg = absl::StrCat("response of ", payload_size, " bytes: ",
-                                   rkey.status().message().substr(0, kMaxStatusMessage));
+    std::string msg =
+        absl::StrCat("response of ", payload_size, " bytes to ", peer_name_, ": ",
+                     rkey.status().message().substr(0, kMaxStatusMessage));
     h.aux_len = static_cast<uint16_t>(msg.size());
     h.flags &= static_cast<uint8_t>(~kFlagMetaInPayload);
     h.meta_len = 0;

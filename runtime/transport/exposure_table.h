@@ -18,8 +18,9 @@
 // index and moves its 8-bit key (ibv_inc_rkey), so an rkey the peer saw
 // before is stale for the next 255 binds of that window.
 //
-// Without windows, the MR's own rkey is advertised (and the connection
-// re-registers a buffer whose stream ended early, LargeBufferPool::Rekey).
+// Without windows, the MR's own rkey is advertised, and the connection
+// re-registers the buffer when its exposure ends (LargeBufferPool::Rekey):
+// a registration per large message.
 //
 // Either way the table counts the bytes exposed, against the
 // per-connection cap (ConnectionOptions::max_exposed_bytes).

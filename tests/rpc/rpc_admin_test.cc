@@ -198,6 +198,13 @@ TEST(AdminEndpoint, StatuszShowsServersConnectionsMemoryAndFlags) {
   EXPECT_TRUE(absl::StrContains(s, "(server) state established")) << s;
   EXPECT_TRUE(absl::StrContains(s, " RTS\n")) << s;
   EXPECT_TRUE(absl::StrContains(s, "      credits: send ")) << s;
+  // The default caps: the channel's 4 GiB; the server's room for two
+  // messages of max_message_bytes, 2 x 64 MiB + 1 MiB (more than half its
+  // 256 MiB pool). softrdma has type-2 windows.
+  EXPECT_TRUE(absl::StrContains(s, "buffers exposed 0 (0 bytes of 4294967296, memory windows)\n"))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s, "buffers exposed 0 (0 bytes of 135266304, memory windows)\n"))
+      << s;
   EXPECT_TRUE(absl::StrContains(s, "received 1 messages")) << s;
   EXPECT_TRUE(absl::StrContains(s, "error completions 0\n")) << s;
   EXPECT_TRUE(absl::StrContains(s, "\nmemory\n  registered: ")) << s;

@@ -243,9 +243,10 @@ TEST_P(ServerExposure, ResponsesOverTheConnectionsCapFailOnlyThemselves) {
             static_cast<uint32_t>(absl::StatusCode::kResourceExhausted));
   EXPECT_FALSE(refused.message.header.flags & internal::kFlagPayloadRemote);
   EXPECT_EQ(refused.message.aux,
-            absl::StrCat("response of ", first.remote.length, " bytes: exposing ",
-                         first.remote.length, " more bytes would pass the connection's cap of ",
-                         150 * 1024, " exposed bytes (", first.remote.length,
+            absl::StrCat("response of ", first.remote.length, " bytes to ", peer.LocalAddress(),
+                         ": exposing ", first.remote.length,
+                         " more bytes would pass the connection's cap of ", 150 * 1024,
+                         " exposed bytes (", first.remote.length,
                          " bytes exposed in 1 buffer; max_exposed_bytes_per_connection)"));
   // The first is still there to pull; once released, a third fits again.
   ExpectPullable(&peer, first);

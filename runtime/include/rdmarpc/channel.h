@@ -120,9 +120,12 @@ struct RDMARPC_EXPORT ChannelOptions {
   // stream messages until the server pulled them. A call that would pass
   // it fails at once with RESOURCE_EXHAUSTED naming the sizes (retry once
   // others finished); the connection and its other calls carry on. It
-  // bounds what a server that never answers can pin. 0 (the default):
-  // max(4 GiB, 4 × max_message_bytes + 1 MiB), two calls of the largest
-  // size with room to spare.
+  // bounds what a server that never answers can pin. A unary call with a
+  // large request counts the request and a reply buffer of about its size
+  // (so a 1 MiB request needs about 2 MiB). 0 (the default):
+  // max(4 GiB, 4 × max_message_bytes + 1 MiB): at least two calls of the
+  // largest size at once (about 32 of 64 MiB at the default
+  // max_message_bytes).
   size_t max_exposed_bytes_per_connection = 0;
   // Time allowed to set up one connection (address and route resolution,
   // connect, handshake). A call fails with UNAVAILABLE when it runs out

@@ -54,7 +54,9 @@
 //       accepting, established, closing)
 //   rdmarpc_connections_established_total, rdmarpc_connections_closed_total
 //   rdmarpc_work_requests_posted_total{opcode}  send, send_with_imm,
-//       rdma_write, rdma_write_with_imm, rdma_read, recv
+//       rdma_write, rdma_write_with_imm, rdma_read, recv, bind_mw and
+//       local_inv (a memory window bound for a large message and
+//       invalidated after it; README "What a peer can reach")
 //   rdmarpc_signalled_send_work_requests_total, rdmarpc_inline_send_work_requests_total
 //   rdmarpc_doorbells_total{queue}              ibv_post_send (send) and
 //       ibv_post_recv (recv) calls
