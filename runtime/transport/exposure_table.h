@@ -13,8 +13,9 @@
 // the buffer back (LargeBufferPool::MarkRevokePending) until that WR
 // retired, so a late or forged access by the peer fails with a remote
 // access error on its own connection and never lands in a buffer another
-// call reuses. A connection that is closing deallocates the window at once
-// instead (ibv_dealloc_mw invalidates it). A window's next rkey keeps its
+// call reuses. A connection that is closing posts no LOCAL_INV: it keeps
+// the window (and the buffer held back) until its QP is destroyed, then
+// deallocates it (ibv_dealloc_mw invalidates it). A window's next rkey keeps its
 // index and moves its 8-bit key (ibv_inc_rkey), so an rkey the peer saw
 // before is stale for the next 255 binds of that window.
 //
