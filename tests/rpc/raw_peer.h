@@ -45,10 +45,7 @@ class RawPeer {
   // Connects to 127.0.0.1:`port` with a well-formed handshake; true once
   // established.
   bool Connect(int port) {
-    channel_ = softrdma::create_event_channel();
-    if (channel_ == nullptr) return false;
-    fcntl(channel_->fd, F_SETFL, fcntl(channel_->fd, F_GETFL) | O_NONBLOCK);
-    if (softrdma::create_id(channel_, &id_, nullptr, RDMA_PS_TCP) != 0) return false;
+    if (!CreateId(&id_)) return false;
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -77,10 +74,7 @@ class RawPeer {
   // Server role: listens on 127.0.0.1 at a port the system picks
   // (`*port`); true once listening.
   bool Listen(int* port) {
-    channel_ = softrdma::create_event_channel();
-    if (channel_ == nullptr) return false;
-    fcntl(channel_->fd, F_SETFL, fcntl(channel_->fd, F_GETFL) | O_NONBLOCK);
-    if (softrdma::create_id(channel_, &listen_id_, nullptr, RDMA_PS_TCP) != 0) return false;
+    if (!CreateId(&listen_id_)) return false;
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -140,6 +134,14 @@ class RawPeer {
   }
 
  private:
+  // A non-blocking event channel and, on it, the cm id `*id`.
+  bool CreateId(rdma_cm_id** id) {
+    channel_ = softrdma::create_event_channel();
+    if (channel_ == nullptr) return false;
+    fcntl(channel_->fd, F_SETFL, fcntl(channel_->fd, F_GETFL) | O_NONBLOCK);
+    return softrdma::create_id(channel_, id, nullptr, RDMA_PS_TCP) == 0;
+  }
+
   // rdma_connect's / rdma_accept's parameters with our handshake.
   static rdma_conn_param ConnParam(const internal::Handshake::PrivateData& data) {
     rdma_conn_param param{};

@@ -97,6 +97,15 @@ class ServerExposure : public ::testing::TestWithParam<bool> {
         IBV_WC_SUCCESS);
   }
 
+  // kRelease(ref): the peer is done with the server's exposed buffer.
+  static void SendRelease(RawPeer* peer, uint32_t ref) {
+    WireHeader rel;
+    rel.kind = MsgKind::kRelease;
+    rel.ref = ref;
+    ASSERT_EQ(peer->Send(RawPeer::Message(rel, "", ""), RawPeer::Imm(MsgKind::kRelease, 0, 0)),
+              IBV_WC_SUCCESS);
+  }
+
   // Echo with a response of kReplyBytes, too large to go eagerly.
   static EchoRequest PullMe() {
     EchoRequest req;
@@ -155,11 +164,7 @@ TEST_P(ServerExposure, AReleasedResponseIsOutOfReachOfItsOldRkey) {
   ExpectPullable(&peer, e);
   // kRelease, then a call whose answer comes after the server handled it
   // (the invalidation is on the server's send queue ahead of that answer).
-  WireHeader rel;
-  rel.kind = MsgKind::kRelease;
-  rel.ref = e.ref;
-  ASSERT_EQ(peer.Send(RawPeer::Message(rel, "", ""), RawPeer::Imm(MsgKind::kRelease, 0, 0)),
-            IBV_WC_SUCCESS);
+  SendRelease(&peer, e.ref);
   Exposed next;
   AskForExposedResponse(&peer, 2, &next);
   EXPECT_EQ(peer.Rdma(IBV_WR_RDMA_READ, e.remote.addr, e.remote.rkey, 64), IBV_WC_REM_ACCESS_ERR);
@@ -250,11 +255,7 @@ TEST_P(ServerExposure, ResponsesOverTheConnectionsCapFailOnlyThemselves) {
                          " bytes exposed in 1 buffer; max_exposed_bytes_per_connection)"));
   // The first is still there to pull; once released, a third fits again.
   ExpectPullable(&peer, first);
-  WireHeader rel;
-  rel.kind = MsgKind::kRelease;
-  rel.ref = first.ref;
-  ASSERT_EQ(peer.Send(RawPeer::Message(rel, "", ""), RawPeer::Imm(MsgKind::kRelease, 0, 0)),
-            IBV_WC_SUCCESS);
+  SendRelease(&peer, first.ref);
   Exposed third;
   AskForExposedResponse(&peer, 3, &third);
   ExpectPullable(&peer, third);
