@@ -225,15 +225,22 @@ void DrainShmRings(SoftCq* c, bool polling) {
 // req_notify_cq (e.g. it only polls while it waits for something), the
 // timer puts the rings back to doorbell mode and drains them in its place.
 // One timer per polled CQ, not per QP.
+void WatchdogFired(const std::shared_ptr<void>& owner) {
+  auto watch = std::static_pointer_cast<SoftCq::ShmWatch>(owner);
+  const uint64_t now = watch->polls.load(std::memory_order_relaxed);
+  if (now != watch->polls_at_arm.load(std::memory_order_relaxed)) {
+    return ArmWatchdog(std::move(watch), now);  // still polling
+  }
+  // Disarm before the flags go up: a poll in between then re-arms.
+  watch->armed.store(false);
+  absl::MutexLock l(&watch->mu);
+  if (watch->cq != nullptr) DrainShmRings(watch->cq, /*polling=*/false);
+}
+
 void ArmWatchdog(std::shared_ptr<SoftCq::ShmWatch> watch, uint64_t polls) {
-  ProgressThread::Get().RunAfter(absl::Microseconds(kWatchdogMicros), [watch, polls] {
-    const uint64_t now = watch->polls.load(std::memory_order_relaxed);
-    if (now != polls) return ArmWatchdog(watch, now);  // still polling
-    // Disarm before the flags go up: a poll in between then re-arms.
-    watch->armed.store(false);
-    absl::MutexLock l(&watch->mu);
-    if (watch->cq != nullptr) DrainShmRings(watch->cq, /*polling=*/false);
-  });
+  watch->polls_at_arm.store(polls, std::memory_order_relaxed);
+  ProgressThread::Get().RunAfter(absl::Microseconds(kWatchdogMicros),
+                                 std::weak_ptr<void>(watch), &WatchdogFired);
 }
 
 }  // namespace
@@ -246,7 +253,12 @@ int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   // is seen by the next poll, as with a NIC writing CQEs to memory).
   if (c->ready.load(std::memory_order_acquire) == 0 && !c->overrun_hint.load()) return 0;
   int n = 0;
-  std::vector<SlotRelease> freed;
+  // The slots to give back, in a vector this thread keeps (no allocation per
+  // poll once it has grown); taken out of the thread_local while in use.
+  thread_local std::vector<SlotRelease> spare;
+  std::vector<SlotRelease> freed = std::move(spare);
+  freed.clear();
+  freed.reserve(static_cast<size_t>(std::max(num_entries, 16)));  // once per thread
   {
     absl::MutexLock l(&c->mu);
     int64_t now = 0;  // read only when a CQE carries a delay
@@ -262,10 +274,15 @@ int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
       --c->count;
     }
     c->ready.store(c->count, std::memory_order_relaxed);
-    if (n == 0 && c->overrun) return -EIO;
+    if (n == 0 && c->overrun) {
+      spare = std::move(freed);  // empty: nothing was taken
+      return -EIO;
+    }
   }
   // Outside SoftCq::mu: nothing here needs it, and QPs are not ours to lock.
   for (const SlotRelease& r : freed) ReleaseSlots(r);
+  freed.clear();
+  spare = std::move(freed);
   if (n > 0) Stat().wc_polled += static_cast<uint64_t>(n);
   for (int i = 0; i < n; ++i) {
     if (wc[i].status == IBV_WC_REM_ACCESS_ERR) Stat().rem_access_errors++;
@@ -312,6 +329,7 @@ ibv_comp_channel* create_comp_channel(ibv_context* context) {
     return nullptr;
   }
   auto* ch = new SoftCompChannel();
+  ch->events.reserve(16);  // raising an event then allocates nothing
   ch->ch.context = context;
   ch->ch.refcnt = 0;
   // Semaphore mode: each read takes exactly one event, which matches one
@@ -429,7 +447,7 @@ int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
     absl::MutexLock l(&ch->mu);
     if (ch->events.empty()) continue;  // the event's CQ was destroyed
     *cq = ch->events.front();
-    ch->events.pop_front();
+    ch->events.erase(ch->events.begin());
     *cq_context = (*cq)->cq_context;
     return 0;
   }

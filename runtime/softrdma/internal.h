@@ -39,7 +39,10 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
+#include "softrdma/frame_pool.h"
+#include "softrdma/ring_queue.h"
 #include "softrdma/softrdma.h"
 
 namespace softrdma {
@@ -243,7 +246,10 @@ int DeallocMw(ibv_mw* mw);
 struct SoftCompChannel {
   ibv_comp_channel ch;  // first member; ch.fd is an eventfd in semaphore mode
   absl::Mutex mu;
-  std::deque<ibv_cq*> events ABSL_GUARDED_BY(mu);
+  // Pending events, oldest first. A vector, not a deque: it keeps its room,
+  // so raising an event allocates nothing once it has grown (few are ever
+  // pending at once, so taking the front is cheap).
+  std::vector<ibv_cq*> events ABSL_GUARDED_BY(mu);
   int attached_cqs ABSL_GUARDED_BY(mu) = 0;
 };
 
@@ -307,6 +313,7 @@ struct SoftCq {
     absl::Mutex mu;
     SoftCq* cq ABSL_GUARDED_BY(mu) = nullptr;  // nullptr once destroy_cq ran
     std::atomic<uint64_t> polls{0};
+    std::atomic<uint64_t> polls_at_arm{0};  // `polls` when the timer was armed
     std::atomic<bool> armed{false};
   };
   std::shared_ptr<ShmWatch> watch = std::make_shared<ShmWatch>();
@@ -332,6 +339,11 @@ int ReqNotifyCq(ibv_cq* cq, int solicited_only);
 struct Frame;
 
 // ---- queue pairs ---------------------------------------------------------------
+// A work request's scatter/gather list. Four entries live inside the WQE
+// (rdmarpc posts one or two), so posting one allocates nothing; longer lists
+// (up to the QP's max_*_sge) spill to the heap.
+using SgeList = absl::InlinedVector<ibv_sge, 4>;
+
 struct SendWqe {
   uint64_t wr_id = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
@@ -355,11 +367,11 @@ struct SendWqe {
   uint32_t byte_len = 0;
   ibv_wc_status local_error = IBV_WC_SUCCESS;  // found at post; completes in order
   std::shared_ptr<const std::vector<uint8_t>> frame;  // kept for RNR retransmit
-  std::vector<ibv_sge> read_sges;                     // RDMA READ destination
+  SgeList read_sges;                                  // RDMA READ destination
   // SEND / WRITE (not inline): the payload's SGEs, whose lkeys are checked
   // again whenever the WR goes out after post (a NIC reads the buffers when
   // it executes or retransmits the WR).
-  std::vector<ibv_sge> data_sges;
+  SgeList data_sges;
   // BIND_MW / LOCAL_INV, kept from post until the operation is carried out.
   MwBindRequest bind;
   uint32_t invalidate_rkey = 0;
@@ -367,7 +379,7 @@ struct SendWqe {
 
 struct RecvWqe {
   uint64_t wr_id = 0;
-  std::vector<ibv_sge> sges;
+  SgeList sges;
 };
 
 // A shared receive queue: receives that any QP attached to it consumes.
@@ -375,7 +387,7 @@ struct SoftSrq {
   ibv_srq srq;  // first member
   absl::Mutex mu;
   ibv_srq_attr attr ABSL_GUARDED_BY(mu) = {};  // srq_limit 0 = limit event disarmed
-  std::deque<RecvWqe> rq ABSL_GUARDED_BY(mu);
+  RingQueue<RecvWqe> rq ABSL_GUARDED_BY(mu);
   std::atomic<int> qp_refs{0};
   AsyncEventCount events;
 };
@@ -404,8 +416,8 @@ struct SoftQp {
   ibv_qp_cap cap ABSL_GUARDED_BY(mu) = {};
   bool sq_sig_all ABSL_GUARDED_BY(mu) = false;
   ibv_qp_state state ABSL_GUARDED_BY(mu) = IBV_QPS_RESET;
-  std::deque<SendWqe> sq ABSL_GUARDED_BY(mu);
-  std::deque<RecvWqe> rq ABSL_GUARDED_BY(mu);
+  RingQueue<SendWqe> sq ABSL_GUARDED_BY(mu);
+  RingQueue<RecvWqe> rq ABSL_GUARDED_BY(mu);
   uint32_t next_psn ABSL_GUARDED_BY(mu) = 0;  // requester: PSN of the next WR
   uint32_t epsn ABSL_GUARDED_BY(mu) = 0;      // responder: PSN expected next
   uint8_t rnr_retry ABSL_GUARDED_BY(mu) = 7;  // 7 = retry forever (IB spec)
@@ -436,6 +448,7 @@ struct SoftQp {
   // Same-host link (shm_link.h): when set, QP frames go through its rings and
   // `conn` carries only doorbells and DISCONNECT.
   std::shared_ptr<ShmLink> shm ABSL_GUARDED_BY(mu);
+  FramePool frames ABSL_GUARDED_BY(mu);  // the frames of this QP's WRs and answers
   // Passive side between rdma_accept and RTU while the link is being decided:
   // WRs queue and go out once QpSetLink decides.
   bool link_hold ABSL_GUARDED_BY(mu) = false;

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -151,6 +152,54 @@ void ProgressThread::RunAfter(absl::Duration delay, std::function<void()> fn) {
   if (wake) Wake();
 }
 
+void ProgressThread::RunAfter(absl::Duration delay, std::weak_ptr<void> owner, OwnerTimerFn fn) {
+  bool wake;
+  {
+    absl::MutexLock l(&mu_);
+    const absl::Time when = absl::Now() + delay;
+    wake = when < NextDeadlineLocked();
+    owner_timers_.push_back(OwnerTimer{when, std::move(owner), fn});
+    std::push_heap(owner_timers_.begin(), owner_timers_.end());
+  }
+  if (wake) Wake();
+}
+
+absl::Time ProgressThread::NextDeadlineLocked() const {
+  absl::Time next = absl::InfiniteFuture();
+  if (!timers_.empty()) next = timers_.begin()->first;
+  if (!owner_timers_.empty()) next = std::min(next, owner_timers_.front().when);
+  return next;
+}
+
+void ProgressThread::RunDueTimers() {
+  for (;;) {
+    std::function<void()> fn;
+    OwnerTimerFn owner_fn = nullptr;
+    std::shared_ptr<void> owner;
+    {
+      absl::MutexLock l(&mu_);
+      const absl::Time now = absl::Now();
+      const bool closure_due = !timers_.empty() && timers_.begin()->first <= now;
+      const bool owner_due = !owner_timers_.empty() && owner_timers_.front().when <= now;
+      if (!closure_due && !owner_due) break;
+      if (owner_due && (!closure_due || owner_timers_.front().when <= timers_.begin()->first)) {
+        std::pop_heap(owner_timers_.begin(), owner_timers_.end());
+        owner = owner_timers_.back().owner.lock();
+        owner_fn = owner_timers_.back().fn;
+        owner_timers_.pop_back();
+      } else {
+        fn = std::move(timers_.begin()->second);
+        timers_.erase(timers_.begin());
+      }
+    }
+    if (fn) {
+      fn();
+    } else if (owner != nullptr) {
+      owner_fn(owner);
+    }
+  }
+}
+
 void ProgressThread::Wake() {
   uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof(one));
@@ -163,8 +212,9 @@ void ProgressThread::Loop() {
     int timeout_ms = -1;
     {
       absl::MutexLock l(&mu_);
-      if (!timers_.empty()) {
-        absl::Duration d = timers_.begin()->first - absl::Now();
+      const absl::Time next = NextDeadlineLocked();
+      if (next != absl::InfiniteFuture()) {
+        absl::Duration d = next - absl::Now();
         timeout_ms = d <= absl::ZeroDuration()
                          ? 0
                          : static_cast<int>(absl::ToInt64Milliseconds(d + absl::Microseconds(999)));
@@ -187,17 +237,7 @@ void ProgressThread::Loop() {
       }
       if (p) p->OnEvents(events[i].events);
     }
-    // Due timers.
-    for (;;) {
-      std::function<void()> fn;
-      {
-        absl::MutexLock l(&mu_);
-        if (timers_.empty() || timers_.begin()->first > absl::Now()) break;
-        fn = std::move(timers_.begin()->second);
-        timers_.erase(timers_.begin());
-      }
-      fn();
-    }
+    RunDueTimers();
   }
 }
 
@@ -256,6 +296,45 @@ void Conn::Send(std::shared_ptr<const std::vector<uint8_t>> frame) {
 }
 
 void Conn::SendFrame(const FrameHeader& h, const void* payload, uint32_t len) {
+  if (kHeaderSize + len <= kDirectFrameBytes && !vanished_.load()) {
+    // A small frame (a doorbell, an ACK, a control frame) goes straight to
+    // the socket when nothing waits before it: no buffer to allocate.
+    uint8_t bytes[kDirectFrameBytes];
+    FrameHeader hh = h;
+    hh.length = len;
+    EncodeHeader(hh, bytes);
+    if (len > 0) std::memcpy(bytes + kHeaderSize, payload, len);
+    const size_t total = kHeaderSize + len;
+    absl::MutexLock l(&write_mu_);
+    if (broken_) return;
+    if (wq_.empty() && !connecting_) {
+      size_t off = 0;
+      while (off < total) {
+        const ssize_t n = ::send(fd_, bytes + off, total - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+          off += static_cast<size_t>(n);
+          io_progress_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+          broken_ = true;  // the read side reports the loss
+          return;
+        }
+        break;  // the socket is full: queue the rest
+      }
+      if (off == total) return;
+      wq_.push_back(Chunk{std::make_shared<const std::vector<uint8_t>>(bytes, bytes + total), off});
+    } else {
+      wq_.push_back(Chunk{std::make_shared<const std::vector<uint8_t>>(bytes, bytes + total), 0});
+      if (connecting_) return;
+    }
+    if (!out_armed_) {
+      out_armed_ = true;
+      ProgressThread::Get().Modify(token_, fd_, EPOLLIN | EPOLLRDHUP | EPOLLOUT);
+    }
+    return;
+  }
   auto buf = NewFrame(h, len);
   if (len > 0) std::memcpy(buf->data() + kHeaderSize, payload, len);
   Send(std::move(buf));

@@ -50,6 +50,12 @@ class ProgressThread {
   void Unregister(uint64_t token, int fd);
   // Runs `fn` on the progress thread after `delay`.
   void RunAfter(absl::Duration delay, std::function<void()> fn);
+  // Runs `fn(owner)` on the progress thread after `delay`, unless `owner` is
+  // gone by then. Allocates nothing once the timer heap has grown to the
+  // number of such timers pending at once: for timers re-armed as traffic
+  // flows (a QP's transport timer, a CQ's poll watchdog).
+  using OwnerTimerFn = void (*)(const std::shared_ptr<void>& owner);
+  void RunAfter(absl::Duration delay, std::weak_ptr<void> owner, OwnerTimerFn fn);
 
  private:
   ProgressThread();
@@ -62,6 +68,18 @@ class ProgressThread {
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Pollable>> items_ ABSL_GUARDED_BY(mu_);
   std::multimap<absl::Time, std::function<void()>> timers_ ABSL_GUARDED_BY(mu_);
+  struct OwnerTimer {
+    absl::Time when;
+    std::weak_ptr<void> owner;
+    OwnerTimerFn fn;
+    // std::push_heap keeps the largest first: the earliest is "largest".
+    bool operator<(const OwnerTimer& o) const { return when > o.when; }
+  };
+  std::vector<OwnerTimer> owner_timers_ ABSL_GUARDED_BY(mu_);  // a min-heap by `when`
+  // The earliest deadline of both kinds; InfiniteFuture when none.
+  absl::Time NextDeadlineLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs every timer that is due.
+  void RunDueTimers();
 };
 
 // One RC connection's TCP socket. Owned by its cm id (shared with the QP for
@@ -160,6 +178,9 @@ class Conn : public Pollable, public std::enable_shared_from_this<Conn> {
   std::shared_ptr<SoftQp> qp_ ABSL_GUARDED_BY(attach_mu_);
 
   absl::Mutex write_mu_;
+  // Frames up to this size (header included) are written from the stack
+  // when the write queue is empty (SendFrame).
+  static constexpr size_t kDirectFrameBytes = 256;
   struct Chunk {
     std::shared_ptr<const std::vector<uint8_t>> buf;
     size_t off = 0;

@@ -200,7 +200,7 @@ bool CheckRemote(SoftQp* q, uint32_t rkey, uint64_t addr, uint64_t len, int need
 }
 
 // Scatters `len` bytes that belong at byte `offset` of the SGE list.
-void ScatterAt(const std::vector<ibv_sge>& sges, size_t offset, const uint8_t* data, size_t len) {
+void ScatterAt(const SgeList& sges, size_t offset, const uint8_t* data, size_t len) {
   for (const ibv_sge& s : sges) {
     if (len == 0) break;
     if (s.length == 0) continue;
@@ -299,11 +299,11 @@ void LinkSendHeaderLocked(SoftQp* q, const FrameHeader& h) ABSL_EXCLUSIVE_LOCKS_
 }
 
 // Appends the non-empty SGEs as a remote SGE list (shm_link.h).
-std::shared_ptr<std::vector<uint8_t>> NewSglFrame(const FrameHeader& h, const ibv_sge* sg,
-                                                  int n) {
+std::shared_ptr<std::vector<uint8_t>> NewSglFrame(FramePool* pool, const FrameHeader& h,
+                                                  const ibv_sge* sg, int n) {
   int used = 0;
   for (int i = 0; i < n; ++i) used += sg[i].length > 0 ? 1 : 0;
-  auto buf = NewFrame(h, static_cast<uint32_t>(used * kSglEntryBytes));
+  auto buf = pool->Get(h, static_cast<uint32_t>(used * kSglEntryBytes));
   uint8_t* out = buf->data() + kHeaderSize;
   for (int i = 0; i < n; ++i) {
     if (sg[i].length == 0) continue;
@@ -323,7 +323,7 @@ std::shared_ptr<const std::vector<uint8_t>> ToTcpFrame(
   if (!(h.flags & kRemoteData)) return frame;
   h.flags &= static_cast<uint8_t>(~kRemoteData);
   if (h.type == FrameType::kReadReq) return NewFrame(h, 0);
-  std::vector<iovec> sgl = DecodeSgl(frame->data() + kHeaderSize, h.length);
+  IovecList sgl = DecodeSgl(frame->data() + kHeaderSize, h.length);
   auto buf = NewFrame(h, h.read_len);
   uint8_t* out = buf->data() + kHeaderSize;
   for (const iovec& v : sgl) {
@@ -436,10 +436,10 @@ void ArmAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   q->seen_progress = LinkProgressLocked(q);
   // IB: the local ACK timeout is 4.096 us * 2^timeout.
   const absl::Duration period = absl::Nanoseconds(int64_t{4096} << q->timeout);
-  std::weak_ptr<SoftQp> weak = q->self;
-  ProgressThread::Get().RunAfter(period, [weak] {
-    if (std::shared_ptr<SoftQp> qp = weak.lock()) OnAckTimer(qp.get());
-  });
+  ProgressThread::Get().RunAfter(period, std::weak_ptr<void>(q->self),
+                                 [](const std::shared_ptr<void>& qp) {
+                                   OnAckTimer(static_cast<SoftQp*>(qp.get()));
+                                 });
 }
 
 // One transport timeout period passed. Progress (LinkProgressLocked: an
@@ -689,7 +689,7 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
         h.flags = wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? kFetchAdd : kCmpSwap;
         h.addr = wr->wr.atomic.remote_addr;
         h.rkey = wr->wr.atomic.rkey;
-        auto buf = NewFrame(h, 16);
+        auto buf = q->frames.Get(h, 16);
         PutU64(buf->data() + kHeaderSize, wr->wr.atomic.compare_add);
         PutU64(buf->data() + kHeaderSize + 8, wr->wr.atomic.swap);
         w.read_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
@@ -703,9 +703,9 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
         if (q->shm != nullptr && total > kShmInlineMax) {
           // The responder writes straight into our SGEs (process_vm_writev).
           h.flags |= kRemoteData;
-          w.frame = NewSglFrame(h, wr->sg_list, wr->num_sge);
+          w.frame = NewSglFrame(&q->frames, h, wr->sg_list, wr->num_sge);
         } else {
-          w.frame = NewFrame(h, 0);
+          w.frame = q->frames.Get(h, 0);
         }
       } else if (q->shm != nullptr && !is_inline && total > kShmInlineMax) {
         // Same-host link: the responder reads our SGEs when it handles the
@@ -713,14 +713,14 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
         SetSendOrWriteHeader(*wr, &h);
         h.flags |= kRemoteData;
         h.read_len = static_cast<uint32_t>(total);
-        w.frame = NewSglFrame(h, wr->sg_list, wr->num_sge);
+        w.frame = NewSglFrame(&q->frames, h, wr->sg_list, wr->num_sge);
         w.data_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
       } else {
         if (!is_inline) w.data_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
         SetSendOrWriteHeader(*wr, &h);
         // The payload is copied now (inline or not); the WR's buffers are free
         // for reuse earlier than on hardware, which is allowed.
-        auto buf = NewFrame(h, static_cast<uint32_t>(total));
+        auto buf = q->frames.Get(h, static_cast<uint32_t>(total));
         uint8_t* out = buf->data() + kHeaderSize;
         for (int i = 0; i < wr->num_sge; ++i) {
           // A zero-length SGE is skipped, as mlx5 does: its address (often
@@ -981,8 +981,8 @@ void UntakeRecvLocked(SoftQp* q, RecvWqe r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu)
 }
 
 // Local iovecs for the first `len` bytes of `sges` (zero-length SGEs skipped).
-std::vector<iovec> SgeIovecs(const std::vector<ibv_sge>& sges, size_t len) {
-  std::vector<iovec> out;
+IovecList SgeIovecs(const SgeList& sges, size_t len) {
+  IovecList out;
   for (const ibv_sge& s : sges) {
     if (len == 0) break;
     if (s.length == 0) continue;
@@ -996,7 +996,7 @@ std::vector<iovec> SgeIovecs(const std::vector<ibv_sge>& sges, size_t len) {
 // Copies a SEND / WRITE's data into local memory: from the frame, or on the
 // same-host link from the requester's SGEs. False when the requester's memory
 // could not be read (the caller NAKs kReqLocal).
-bool CopyInLocked(SoftQp* q, const Frame& f, std::vector<iovec> local)
+bool CopyInLocked(SoftQp* q, const Frame& f, IovecList local)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   if (f.h.length == 0) return true;
   if (f.sgl == nullptr) {
@@ -1199,7 +1199,7 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
       FrameHeader h;
       h.type = FrameType::kAtomicResp;
       h.psn = f.h.psn;
-      auto buf = NewFrame(h, 8);
+      auto buf = q->frames.Get(h, 8);
       PutU64(buf->data() + kHeaderSize, original);
       q->epsn++;
       LinkSendLocked(q, std::move(buf));

@@ -139,8 +139,8 @@ bool ProbePeer(const ShmHello& peer) {
   return false;
 }
 
-std::vector<iovec> DecodeSgl(const uint8_t* p, size_t bytes) {
-  std::vector<iovec> out;
+IovecList DecodeSgl(const uint8_t* p, size_t bytes) {
+  IovecList out;
   out.reserve(bytes / kSglEntryBytes);
   for (size_t off = 0; off + kSglEntryBytes <= bytes; off += kSglEntryBytes) {
     uint32_t len;
@@ -363,8 +363,8 @@ namespace {
 
 // process_vm_{readv,writev} move at most IOV_MAX iovecs per call and may stop
 // early; this walks both lists until every byte moved.
-bool VmCopy(bool write, pid_t pid, const std::vector<iovec>& local,
-            const std::vector<iovec>& remote, std::atomic<uint64_t>* work) {
+bool VmCopy(bool write, pid_t pid, const IovecList& local,
+            const IovecList& remote, std::atomic<uint64_t>* work) {
   size_t li = 0, ri = 0, loff = 0, roff = 0;
   constexpr size_t kBatch = 64;
   while (li < local.size() && ri < remote.size()) {
@@ -434,11 +434,11 @@ bool VmCopy(bool write, pid_t pid, const std::vector<iovec>& local,
 
 }  // namespace
 
-bool ShmLink::ReadFromPeer(const std::vector<iovec>& local, const std::vector<iovec>& remote) {
+bool ShmLink::ReadFromPeer(const IovecList& local, const IovecList& remote) {
   return VmCopy(/*write=*/false, peer_pid_, local, remote, &ctl(in_)->work);
 }
 
-bool ShmLink::WriteToPeer(const std::vector<iovec>& local, const std::vector<iovec>& remote) {
+bool ShmLink::WriteToPeer(const IovecList& local, const IovecList& remote) {
   return VmCopy(/*write=*/true, peer_pid_, local, remote, &ctl(in_)->work);
 }
 

@@ -64,11 +64,17 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "softrdma/shm_record.h"
 #include "softrdma/wire.h"
 
 namespace softrdma {
 namespace internal {
+
+// Local or remote memory of one transfer, as process_vm_{readv,writev}
+// take it. Four iovecs live inline (an SGE list of up to four, or a
+// peer's), so a same-host transfer of a small SGE list allocates nothing.
+using IovecList = absl::InlinedVector<iovec, 4>;
 
 // Bytes of records per ring direction. 512 KiB holds ~2000 small frames in
 // flight; a full ring spills into the producer's backlog (never blocks).
@@ -154,8 +160,8 @@ class ShmLink {
   // Copies `len` bytes from the peer's `remote` SGEs into local SGEs.
   // Both are called by the responder and move at most kVmCopyChunk bytes per
   // system call, counting each chunk as work (NoteWork).
-  bool ReadFromPeer(const std::vector<iovec>& local, const std::vector<iovec>& remote);
-  bool WriteToPeer(const std::vector<iovec>& local, const std::vector<iovec>& remote);
+  bool ReadFromPeer(const IovecList& local, const IovecList& remote);
+  bool WriteToPeer(const IovecList& local, const IovecList& remote);
 
   // ---- signs of life for the transport timer ----
   // The responder (consumer) records work done for the peer's requests:
@@ -194,7 +200,7 @@ class ShmLink {
 
 // Remote SGE list carried in a kRemoteData frame (kSglEntryBytes each,
 // shm_record.h).
-std::vector<iovec> DecodeSgl(const uint8_t* p, size_t bytes);
+IovecList DecodeSgl(const uint8_t* p, size_t bytes);
 
 }  // namespace internal
 }  // namespace softrdma
