@@ -209,6 +209,7 @@ bool Connection::SendRequest(uint32_t handle) {
   const size_t eager_total = kWireHeaderBytes + r.method.size() + r.meta.size() + payload_size;
   if (SendsEagerly(eager_total, EagerLimit())) {
     if (r.write != nullptr) {
+      if (r.write_copies) loop_->stats().payload_bytes_copied.Add(payload_size);
       PostEager(MsgKind::kRequest, idx, gen, h, r.method, {}, {}, {}, r.write, r.source,
                 payload_size, r.meta);
     } else {
@@ -259,7 +260,8 @@ bool Connection::SendRequest(uint32_t handle) {
     }
     req = PooledBuffer(pool_, *got);
     if (r.write != nullptr) {
-      r.write(r.source, req->data);  // serialisation, not a copy
+      r.write(r.source, req->data);  // serialisation, unless write_copies
+      if (r.write_copies) loop_->stats().payload_bytes_copied.Add(payload_size);
     } else {
       std::memcpy(req->data, r.payload.data(), payload_size);
       loop_->stats().payload_bytes_copied.Add(payload_size);

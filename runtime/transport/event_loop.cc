@@ -93,6 +93,10 @@ EventLoop::EventLoop(std::string name)
       cq_depth_(kCqDepth) {
   ApplyMutexDeadlockCheckFlag();
   RegisterEngineStats(&stats_);
+  // Room for the connections of a busy step, so that scheduling one
+  // allocates nothing.
+  end_of_step_.reserve(64);
+  end_of_step_batch_.reserve(64);
 }
 
 void EventLoop::ForEachLiveLoop(absl::FunctionRef<void(EventLoop*)> fn) {
@@ -179,6 +183,11 @@ void EventLoop::Stop(absl::AnyInvocable<void()> before_exit) {
   stop_.store(true);
   Wake();
   thread_.join();
+}
+
+void EventLoop::Post(TaskQueue::Task* task) {
+  tasks_.Push(task);
+  if (sleeping_.load()) Wake();
 }
 
 void EventLoop::Post(absl::AnyInvocable<void()> task) {

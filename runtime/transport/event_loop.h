@@ -140,6 +140,8 @@ class EventLoop {
   // Any thread: runs `task` on the loop (by whichever thread holds the
   // poller next), in order.
   void Post(absl::AnyInvocable<void()> task);
+  // The same with a node the caller keeps (TaskQueue::Task): no allocation.
+  void Post(TaskQueue::Task* task);
   // True when this thread drives this loop: the loop's own thread, or a
   // caller between TryLead and EndLead (e.g. inside a completion callback it
   // dispatched).

@@ -69,6 +69,10 @@ struct OutgoingRequest {
   PayloadWriteFn write = nullptr;
   const void* source = nullptr;
   size_t source_size = 0;
+  // `write` copies bytes the caller serialised already (an asynchronous
+  // call's own buffer, kept for its next call) rather than serialising:
+  // counted in EngineStats::payload_bytes_copied as a `payload` is.
+  bool write_copies = false;
   std::string payload;
   PooledBuffer registered;
   size_t registered_len = 0;

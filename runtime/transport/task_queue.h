@@ -15,9 +15,26 @@ namespace internal {
 
 class TaskQueue {
  public:
+  // A queue node. Push(fn) allocates one per task; an owner that hands
+  // tasks over often keeps its own (inside a per-call object, say) and
+  // pushes that, so the hand-off allocates nothing: it sets `fn` (small
+  // enough for AnyInvocable's inline storage, two pointers) and pushes it
+  // again only after the task has started to run. The task may destroy the
+  // object that holds its node: the queue touches a node no more once it
+  // took `fn` out of it.
+  class Task {
+   public:
+    absl::AnyInvocable<void()> fn;
+
+   private:
+    friend class TaskQueue;
+    std::atomic<Task*> next{nullptr};
+    bool heap = false;  // made by Push(fn): the queue deletes it
+  };
+
   TaskQueue() : head_(&stub_), tail_(&stub_) {}
   ~TaskQueue() {
-    while (Node* n = PopNode()) delete n;
+    while (Node* n = PopNode()) Release(n);
   }
   TaskQueue(const TaskQueue&) = delete;
   TaskQueue& operator=(const TaskQueue&) = delete;
@@ -25,9 +42,15 @@ class TaskQueue {
   // Any thread.
   void Push(absl::AnyInvocable<void()> fn) {
     Node* n = new Node;
+    n->heap = true;
     n->fn = std::move(fn);
     size_.fetch_add(1, std::memory_order_seq_cst);
     PushNode(n);
+  }
+  // Any thread: queues the caller's own node (see Task).
+  void Push(Task* task) {
+    size_.fetch_add(1, std::memory_order_seq_cst);
+    PushNode(task);
   }
   // Tasks pushed and not yet popped (a push in progress counts).
   int64_t size() const { return size_.load(std::memory_order_seq_cst); }
@@ -39,16 +62,20 @@ class TaskQueue {
     if (n == nullptr) return false;
     size_.fetch_sub(1, std::memory_order_seq_cst);
     absl::AnyInvocable<void()> fn = std::move(n->fn);
-    delete n;
+    if (n->heap) delete n;
     std::move(fn)();
     return true;
   }
 
  private:
-  struct Node {
-    std::atomic<Node*> next{nullptr};
-    absl::AnyInvocable<void()> fn;
-  };
+  using Node = Task;
+
+  // A task that never runs: its node freed, or its function (which may own
+  // the node's holder) destroyed.
+  static void Release(Node* n) {
+    absl::AnyInvocable<void()> fn = std::move(n->fn);
+    if (n->heap) delete n;
+  }
 
   void PushNode(Node* n) {
     n->next.store(nullptr, std::memory_order_relaxed);

@@ -2,6 +2,7 @@
 #include "runtime/transport/task_queue.h"
 
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -61,6 +62,48 @@ TEST(TaskQueue, DestroysUnrunTasks) {
   }
   EXPECT_EQ(counter.use_count(), 1);
   EXPECT_EQ(*counter, 0);
+}
+
+// A caller-owned node runs in order with heap tasks, and may be pushed
+// again once its task has started.
+TEST(TaskQueue, RunsAnOwnedTaskAndTakesItAgainAfterItRan) {
+  TaskQueue q;
+  std::vector<int> order;
+  TaskQueue::Task owned;
+  owned.fn = [&order] { order.push_back(2); };
+  q.Push([&order] { order.push_back(1); });
+  q.Push(&owned);
+  q.Push([&order] { order.push_back(3); });
+  while (q.RunOne()) {
+  }
+  owned.fn = [&order] { order.push_back(4); };
+  q.Push(&owned);
+  EXPECT_EQ(q.size(), 1);
+  EXPECT_TRUE(q.RunOne());
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_EQ(q.size(), 0);
+}
+
+// An owned node whose task owns the node's holder (a call that hands
+// itself over): the queue's destructor destroys the task, and with it the
+// holder, without touching the node after.
+TEST(TaskQueue, DestroysAnUnrunOwnedTaskThatOwnsItsNode) {
+  struct Holder {
+    TaskQueue::Task task;
+    std::shared_ptr<int> alive;
+  };
+  auto alive = std::make_shared<int>(0);
+  {
+    TaskQueue q;
+    auto holder = std::make_unique<Holder>();
+    holder->alive = alive;
+    Holder* raw = holder.get();
+    raw->task.fn = [owned = std::move(holder)] { ++*owned->alive; };
+    q.Push(&raw->task);
+    EXPECT_EQ(alive.use_count(), 2);
+  }
+  EXPECT_EQ(alive.use_count(), 1);  // the holder is gone (ASan: no leak, no use after free)
+  EXPECT_EQ(*alive, 0);
 }
 
 }  // namespace
