@@ -47,16 +47,30 @@ void HandlerPool::Submit(absl::AnyInvocable<void() &&> task) {
   if (sleepers_ > 0) work_.Signal();
   // More tasks queued than idle threads to take them: every thread is busy,
   // and a blocking handler must not wait for another.
-  if (static_cast<int>(queue_.size()) > idle_ && live_ < max_threads_ && !stopping_) {
+  if (static_cast<int>(queue_.size() - queue_head_) > idle_ && live_ < max_threads_ &&
+      !stopping_) {
     StartThread();
   }
 }
 
-std::deque<absl::AnyInvocable<void() &&>> HandlerPool::TakeQueued() {
+std::vector<absl::AnyInvocable<void() &&>> HandlerPool::TakeQueued() {
   absl::MutexLock lock(&mu_);
-  std::deque<absl::AnyInvocable<void() &&>> taken;
-  taken.swap(queue_);
+  std::vector<absl::AnyInvocable<void() &&>> taken;
+  while (!QueueEmptyLocked()) taken.push_back(PopLocked());
   return taken;
+}
+
+absl::AnyInvocable<void() &&> HandlerPool::PopLocked() {
+  absl::AnyInvocable<void() &&> task = std::move(queue_[queue_head_++]);
+  if (queue_head_ == queue_.size()) {
+    queue_.clear();  // keeps the room
+    queue_head_ = 0;
+  } else if (queue_head_ >= 64 && queue_head_ * 2 >= queue_.size()) {
+    // The queue rarely drains: compact it, moving what is left to the front.
+    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(queue_head_));
+    queue_head_ = 0;
+  }
+  return task;
 }
 
 void HandlerPool::Stop() {
@@ -80,9 +94,8 @@ bool HandlerPool::TakeTask(absl::AnyInvocable<void() &&>* task, bool extra) {
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      if (!queue_.empty()) {
-        *task = std::move(queue_.front());
-        queue_.pop_front();
+      if (!QueueEmptyLocked()) {
+        *task = PopLocked();
         --idle_;
         return true;
       }
@@ -90,18 +103,17 @@ bool HandlerPool::TakeTask(absl::AnyInvocable<void() &&>* task, bool extra) {
       if (absl::Now() >= spin_until) {
         ++sleepers_;
         const absl::Time give_up = absl::Now() + idle_exit_;
-        while (queue_.empty() && !stopping_) {
+        while (QueueEmptyLocked() && !stopping_) {
           if (!extra) {
             work_.Wait(&mu_);  // the minimum threads stay, however long idle
-          } else if (work_.WaitWithDeadline(&mu_, give_up) && queue_.empty()) {
+          } else if (work_.WaitWithDeadline(&mu_, give_up) && QueueEmptyLocked()) {
             --sleepers_;
             return false;  // an extra thread idle for idle_exit_
           }
         }
         --sleepers_;
-        if (!queue_.empty()) {
-          *task = std::move(queue_.front());
-          queue_.pop_front();
+        if (!QueueEmptyLocked()) {
+          *task = PopLocked();
           --idle_;
           return true;
         }

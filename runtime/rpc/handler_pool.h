@@ -15,7 +15,6 @@
 #ifndef RDMARPC_RUNTIME_RPC_HANDLER_POOL_H_
 #define RDMARPC_RUNTIME_RPC_HANDLER_POOL_H_
 
-#include <deque>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,7 +46,7 @@ class HandlerPool {
   void Submit(absl::AnyInvocable<void() &&> task);
   // Removes the tasks no thread has taken yet and returns them, in order
   // (the caller runs or drops them).
-  std::deque<absl::AnyInvocable<void() &&>> TakeQueued();
+  std::vector<absl::AnyInvocable<void() &&>> TakeQueued();
   // Runs the tasks still queued, then joins the threads. Idempotent.
   void Stop();
   // Threads now (started and not exited).
@@ -65,7 +64,15 @@ class HandlerPool {
   const absl::Duration spin_;
   const absl::Duration idle_exit_;
   absl::Mutex mu_;
-  std::deque<absl::AnyInvocable<void() &&>> queue_ ABSL_GUARDED_BY(mu_);
+  // Tasks queued: queue_[queue_head_ ..]. A vector rather than a deque,
+  // which allocates a block every few tasks as the queue moves: this one
+  // keeps its room, so a steady stream of calls allocates nothing.
+  bool QueueEmptyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return queue_head_ == queue_.size();
+  }
+  absl::AnyInvocable<void() &&> PopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<absl::AnyInvocable<void() &&>> queue_ ABSL_GUARDED_BY(mu_);
+  size_t queue_head_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int sleepers_ ABSL_GUARDED_BY(mu_) = 0;
   int idle_ ABSL_GUARDED_BY(mu_) = 0;  // threads in TakeTask (spinning or asleep)

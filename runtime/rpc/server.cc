@@ -1,6 +1,8 @@
 // server.cc: Server and ServerImpl.
 #include "rdmarpc/server.h"
 
+#include <sanitizer/asan_interface.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -516,9 +518,57 @@ void ServerImpl::RunInline(Worker* worker, Connection* conn, const IncomingReque
   if (reuse) cached.busy = false;
 }
 
+std::unique_ptr<ServerImpl::PoolCall> ServerImpl::Worker::TakeSpareCall(
+    const MethodHandler* handler) {
+  auto spares = spare_calls.find(handler);
+  if (spares == spare_calls.end() || spares->second.empty()) return std::make_unique<PoolCall>();
+  std::unique_ptr<PoolCall> call = std::move(spares->second.back());
+  spares->second.pop_back();
+  ASAN_UNPOISON_MEMORY_REGION(call.get(), sizeof(PoolCall));
+  return call;
+}
+
+ServerImpl::Worker::~Worker() {
+  for (auto& [handler, spares] : spare_calls) {
+    for (auto& call : spares) ASAN_UNPOISON_MEMORY_REGION(call.get(), sizeof(PoolCall));
+  }
+}
+
+void ServerImpl::Worker::KeepSpareCall(std::unique_ptr<PoolCall> call) {
+  if (call->stream != nullptr || call->callback != nullptr || call->request == nullptr ||
+      call->response == nullptr || call->request_bytes > kMaxSpareMessageBytes ||
+      call->response->ByteSizeLong() > kMaxSpareMessageBytes) {
+    return;  // only small synchronous unary calls are reused
+  }
+  std::vector<std::unique_ptr<PoolCall>>& spares = spare_calls[call->handler];
+  if (spares.size() >= kMaxSpareCalls) return;
+  // Everything back to a new call's state but the messages (their buffers
+  // are what is worth keeping; ParseFromArray and Clear reset them).
+  call->conn = nullptr;
+  call->token = RequestToken();
+  call->refused = false;
+  call->answered = false;
+  call->phase.store(PoolCall::kQueued, std::memory_order_relaxed);
+  call->context.~CallbackServerContext();
+  new (&call->context) CallbackServerContext();
+  call->request_buffer.reset();
+  call->request_payload = absl::string_view();
+  call->large_pool = nullptr;
+  call->eager_limit = 0;
+  call->response_buffer.reset();
+  call->response_size = 0;
+  call->interceptors.reset();
+  call->finish_status = absl::OkStatus();
+  call->request_bytes = 0;
+  ASAN_POISON_MEMORY_REGION(call.get(), sizeof(PoolCall));
+  spares.push_back(std::move(call));
+}
+
 void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRequest& req,
                               const std::string* method, const MethodHandler* handler) {
-  auto call = std::make_unique<PoolCall>();
+  std::unique_ptr<PoolCall> call = req.stream || handler->callback()
+                                       ? std::make_unique<PoolCall>()
+                                       : worker->TakeSpareCall(handler);
   if (req.stream) {
     call->stream = std::make_unique<ServerStreamState>(worker->loop.get(), &call->conn,
                                                        req.token, options_.max_message_bytes,
@@ -547,14 +597,20 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
     // A callback client-streaming call's response, sent by Finish(OK).
     if (handler->callback()) call->response = handler->NewResponse();
   } else {
-    call->request = handler->NewRequest();
+    // A spare call brings its messages (ParseFromArray clears the request).
+    if (call->request == nullptr) call->request = handler->NewRequest();
+    call->request_bytes = req.payload.size();
     if (!KeepPulledRequest(req, call.get()) &&
         !call->request->ParseFromArray(req.payload.data(), static_cast<int>(req.payload.size()))) {
       // Parsed here: the receive buffer is re-posted once this step ends.
       SendReply(conn, req.token, ParseFailure(req, *method, *call->request), nullptr);
       return;
     }
-    call->response = handler->NewResponse();
+    if (call->response == nullptr) {
+      call->response = handler->NewResponse();
+    } else {
+      call->response->Clear();
+    }
     call->large_pool = conn->large_pool();
     call->eager_limit = conn->eager_limit();
   }
@@ -699,10 +755,15 @@ void ServerImpl::RunOnPool(std::unique_ptr<PoolCall> call) {
   }
   Worker* worker = call->worker;
   // The reply is posted as soon as the worker runs this task: the handler
-  // does not wait for other handlers, or for the worker's poll batch.
-  worker->loop->Post([this, call = std::move(call), status = std::move(status)]() mutable {
-    FinishPoolCall(std::move(call), std::move(status));
-  });
+  // does not wait for other handlers, or for the worker's poll batch. The
+  // task's node is the call's own, and the task owns the call.
+  PoolCall* raw = call.get();
+  raw->finish_status = std::move(status);
+  raw->finish_task.fn = [this, owned = std::move(call)]() mutable {
+    absl::Status s = std::move(owned->finish_status);
+    FinishPoolCall(std::move(owned), std::move(s));
+  };
+  worker->loop->Post(&raw->finish_task);
   // Last: Shutdown waits for this count before it stops the workers, so
   // the task above is never posted to a stopped loop.
   pool_calls_.fetch_sub(1, std::memory_order_release);
@@ -757,6 +818,8 @@ absl::Status ServerImpl::InvokeStream(PoolCall* call) const {
 
 void ServerImpl::FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status status) {
   AnswerPoolCall(call.get(), std::move(status));
+  Worker* worker = call->worker;
+  worker->KeepSpareCall(std::move(call));
 }
 
 void ServerImpl::AnswerPoolCall(PoolCall* call, absl::Status status) {
@@ -766,8 +829,9 @@ void ServerImpl::AnswerPoolCall(PoolCall* call, absl::Status status) {
   if (calls != worker->pool_calls.end()) {
     auto it =
         calls->second.find(call->token.handle());
+    // An emptied map stays until the connection closes (OnClosed): the
+    // next call then inserts without allocating.
     if (it != calls->second.end() && it->second == call) calls->second.erase(it);
-    if (calls->second.empty()) worker->pool_calls.erase(calls);
   }
   if (auto old = worker->answered_calls.find(call->conn); old != worker->answered_calls.end()) {
     std::vector<PoolCall*>& v = old->second;

@@ -122,6 +122,13 @@ class ServerImpl final : public ServerStatusSource {
     // Callback methods on a server with interceptors: the call's chain,
     // kept until the call is freed (after OnDone).
     std::unique_ptr<InterceptorChain> interceptors;
+    // Synchronous calls: the hand-back from the pool thread to the worker
+    // (FinishPoolCall with `finish_status`), in a node of the call's own.
+    TaskQueue::Task finish_task;
+    absl::Status finish_status;
+    // Unary: the request's serialised size (whether the call is worth
+    // keeping as a spare, Worker::KeepSpareCall).
+    size_t request_bytes = 0;
   };
   // Per worker: its connections and the dispatch upcall.
   struct Worker final : ConnectionHandler {
@@ -145,6 +152,20 @@ class ServerImpl final : public ServerStatusSource {
       bool busy = false;
     };
     absl::flat_hash_map<const MethodHandler*, Messages> messages;
+    // Synchronous unary pool calls that ended, kept per method with their
+    // messages for the next call (at most kMaxSpareCalls each, and only
+    // those whose request and response were at most kMaxSpareMessageBytes:
+    // a message keeps the room it grew), so a small call on the handler
+    // pool allocates nothing in steady state. Under AddressSanitizer a
+    // spare is poisoned until it is taken. Loop thread only.
+    static constexpr size_t kMaxSpareCalls = 64;
+    static constexpr size_t kMaxSpareMessageBytes = 64 * 1024;
+    ~Worker() override;
+    absl::flat_hash_map<const MethodHandler*, std::vector<std::unique_ptr<PoolCall>>> spare_calls;
+    // A spare call of `handler` (ready for its next request), or a new one.
+    std::unique_ptr<PoolCall> TakeSpareCall(const MethodHandler* handler);
+    // Keeps an ended synchronous unary call as a spare; frees any other.
+    void KeepSpareCall(std::unique_ptr<PoolCall> call);
     void OnRequest(Connection* conn, const IncomingRequest& req) override;
     void OnCancel(Connection* conn, const RequestToken& token) override;
     void OnStreamMessage(Connection* conn, const RequestToken& token, absl::string_view payload,
