@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/random/distributions.h"
@@ -151,7 +152,11 @@ void ClientCall::Deliver(absl::Status status) {
     return;
   }
   auto cb = std::move(done);
-  delete this;
+  if (home != nullptr) {
+    ClientCallCache::Give(this);
+  } else {
+    delete this;
+  }
   std::move(cb)(std::move(status));
 }
 
@@ -471,7 +476,7 @@ bool ChannelImpl::RetryElsewhere(ClientCall* call, OutgoingRequest& request) {
     request.payload.erase(0, request.meta_in_payload);
     request.meta_in_payload = 0;
   }
-  const bool whole = call->request_message != nullptr ||
+  const bool whole = call->request_message != nullptr || request.write != nullptr ||
                      (request.registered && request.registered_len == call->sent_payload_bytes) ||
                      (!request.registered && request.payload.size() == call->sent_payload_bytes);
   if (!whole) return false;
@@ -510,7 +515,9 @@ bool ChannelImpl::RetryElsewhere(ClientCall* call, OutgoingRequest& request) {
     }
     call->bound = false;
   }
-  call->payload = std::move(request.payload);
+  // A `write` request's bytes are still the call's own (call->payload or
+  // its request message).
+  if (request.write == nullptr) call->payload = std::move(request.payload);
   call->registered = std::move(request.registered);
   call->registered_len = request.registered_len;
   call->meta = std::move(request.meta);
@@ -711,9 +718,13 @@ ChannelImpl::Route ChannelImpl::PickRoute(ClientCall* call) {
   return r;
 }
 
-void ChannelImpl::Start(ClientCall* call) {
-  const Route r = PickRoute(call);
-  call->loop->Post([this, call, r] { StartOnLoop(call, r.pool, r.slot); });
+void ChannelImpl::Start(ClientCall* call) { PostStart(call, PickRoute(call)); }
+
+void ChannelImpl::PostStart(ClientCall* call, const Route& r) {
+  call->start_pool = r.pool;
+  call->start_slot = r.slot;
+  call->start_task.fn = [this, call] { StartOnLoop(call, call->start_pool, call->start_slot); };
+  call->loop->Post(&call->start_task);
 }
 
 void ChannelImpl::RunBlocking(ClientCall* call) {
@@ -726,7 +737,7 @@ void ChannelImpl::RunBlocking(ClientCall* call) {
     if (loop->LeadUntil([waiter] { return waiter->done(); })) return;
   } else {
     // Follower: whoever holds the poller starts and finishes it.
-    loop->Post([this, call, r] { StartOnLoop(call, r.pool, r.slot); });
+    PostStart(call, r);
   }
   waiter->Wait();
 }
@@ -791,15 +802,26 @@ void ChannelImpl::StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot) 
     };
     req.source = call->request_message;
     req.source_size = call->request_size;
+  } else if (call->home != nullptr && call->meta.empty() && !call->registered) {
+    // A cached asynchronous call's serialised request stays in the call
+    // (whose string keeps its room for the next call); the transport
+    // copies it into the send buffer when posted.
+    req.write = [](const void* source, char* out) {
+      const auto* bytes = static_cast<const std::string*>(source);
+      std::memcpy(out, bytes->data(), bytes->size());
+    };
+    req.write_copies = true;
+    req.source = &call->payload;
+    req.source_size = call->payload.size();
   }
-  req.payload = std::move(call->payload);
+  if (req.write == nullptr) req.payload = std::move(call->payload);
   req.meta = std::move(call->meta);
   req.registered = std::move(call->registered);
   req.registered_len = call->registered_len;
   req.deadline = call->deadline;
   req.keep_for_retry = resolver_handler_ != nullptr || static_pools_.size() > 1;
   call->sent_payload_bytes = req.payload_size();
-  // May finish (and delete) the call before returning.
+  // May finish the call (and end its life) before returning.
   call->conn->StartCall(std::move(req), call);
 }
 

@@ -21,6 +21,7 @@
 #include "rdmarpc/client_context.h"
 #include "rdmarpc/resolver.h"
 #include "runtime/rpc/call_waiter.h"
+#include "runtime/rpc/client_call_cache.h"
 #include "runtime/rpc/context_access.h"
 #include "runtime/rpc/outlier_detection.h"
 #include "runtime/rpc/service_config.h"
@@ -37,22 +38,29 @@ class ChannelImpl;
 class RetryingCall;
 
 // One unary call in flight. Touched only by the loop's poller holder
-// after Start. Asynchronous: heap-allocated, owned by itself once started,
-// deleted right after `done` runs. Synchronous: on the caller's stack; Finish
-// stores the status in `*result` and notifies `waiter` (its last touch).
+// after Start. Asynchronous: from ClientCallCache (or the heap, `home`
+// nullptr), owned by itself once started, given back (or deleted) right
+// before `done` runs. Synchronous: on the caller's stack; Finish stores the
+// status in `*result` and notifies `waiter` (its last touch).
 class ClientCall final : public ResponseSink, public CallCanceller {
  public:
-  absl::string_view method;   // valid while the call lives (see method_storage)
-  std::string method_storage;  // asynchronous calls own their method name
+  // The ClientCallCache shard it came from (nullptr: new'd, deleted at the
+  // end); its link in that shard's lists is the last member.
+  ClientCallCache::Shard* home = nullptr;
+  // ChannelImpl::Start's hand-off to the call's loop, in the call's own
+  // node (no allocation), to StartOnLoop with the route it picked.
+  TaskQueue::Task start_task;
+  ConnectionPool* start_pool = nullptr;
+  int start_slot = -1;
+
+  absl::string_view method;  // valid while the call lives (see method_storage)
   // The request, one of: `request_message` (synchronous small request,
   // serialised straight into the send buffer when posted), `registered`
   // (serialised into registered memory), `payload` (serialised bytes).
   const google::protobuf::MessageLite* request_message = nullptr;
   size_t request_size = 0;
-  std::string payload;
   PooledBuffer registered;
   size_t registered_len = 0;
-  std::string meta;  // the context's metadata, encoded (runtime/rpc/metadata.h)
   // The response's metadata did not decode or is over the limit.
   absl::Status meta_error;
   size_t max_metadata_bytes = 0;  // ChannelOptions::max_metadata_bytes
@@ -116,9 +124,17 @@ class ClientCall final : public ResponseSink, public CallCanceller {
   // The call's own end (response, failure, deadline): delivered unless
   // TryCancel won the race, then OnCancelRequested delivers CANCELLED.
   void Finish(absl::Status status);
-  // Asynchronous: runs `done` and deletes this. Synchronous: stores the
-  // status and wakes the caller.
+  // Asynchronous: gives this back to ClientCallCache (or deletes it), then
+  // runs `done`. Synchronous: stores the status and wakes the caller.
   void Deliver(absl::Status status);
+
+  // Last, together: what ClientCallCache keeps of an ended call (the
+  // strings' room, and its link in the cache), left unpoisoned while the
+  // rest of a cached call is poisoned.
+  std::string method_storage;  // asynchronous calls own their method name
+  std::string payload;         // the serialised request (see request_message)
+  std::string meta;            // the context's metadata, encoded (runtime/rpc/metadata.h)
+  ClientCall* next_free = nullptr;
 };
 
 // The runtime's access to Channel's internals (the public class exposes none).
@@ -161,6 +177,9 @@ class ChannelImpl {
     EventLoop* loop;
     const std::string* peer;  // the pool's name (or the target); outlives every call
   };
+  // Any thread: hands `call` to its loop (call->loop, from `r`) to start
+  // there, in the call's own task node.
+  void PostStart(ClientCall* call, const Route& r);
   Route PickRoute();
   // Loop thread of `loop`: a route whose slot belongs to `loop` (every pool
   // of a resolver's channel has a slot on each loop); pool nullptr when

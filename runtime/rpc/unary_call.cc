@@ -195,8 +195,8 @@ void StartAsyncUnaryCall(Channel* channel, absl::string_view method, ClientConte
                         std::move(done));
     return;
   }
-  auto* call = new ClientCall;
-  call->method_storage = std::string(method);
+  ClientCall* call = ClientCallCache::Take();
+  call->method_storage.assign(method.data(), method.size());
   call->method = call->method_storage;
   const Metadata& md = ClientContextAccess::Metadata(context);
   if (!md.empty()) call->meta = EncodeMetadata(md);
