@@ -5,10 +5,12 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -92,10 +94,67 @@ uint32_t FreshKeyLocked(KeyTable& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
 
 }  // namespace
 
-Counters& Stat() {
-  static Counters* c = new Counters();
-  return *c;
+namespace {
+
+struct CounterRegistry {
+  absl::Mutex mu;
+  std::vector<Counters*> all ABSL_GUARDED_BY(mu);      // every block made; never freed
+  std::vector<Counters*> unowned ABSL_GUARDED_BY(mu);  // left by threads that exited
+};
+CounterRegistry& Registry() {
+  static CounterRegistry* r = new CounterRegistry;
+  return *r;
 }
+
+// This thread's block; trivially destructible, so Stat() stays usable in
+// other thread_local destructors (a block taken then is simply kept).
+thread_local Counters* t_counters = nullptr;
+
+// Gives the thread's block back when the thread exits.
+struct CounterReturn {
+  bool armed = false;
+  ~CounterReturn() {
+    if (t_counters == nullptr) return;
+    CounterRegistry& r = Registry();
+    absl::MutexLock l(&r.mu);
+    r.unowned.push_back(t_counters);
+    t_counters = nullptr;
+  }
+};
+thread_local CounterReturn t_counter_return;
+
+Counters* TakeCounters() {
+  CounterRegistry& r = Registry();
+  Counters* c;
+  {
+    absl::MutexLock l(&r.mu);
+    if (!r.unowned.empty()) {
+      c = r.unowned.back();
+      r.unowned.pop_back();
+    } else {
+      c = new Counters();
+      r.all.push_back(c);
+    }
+  }
+  t_counter_return.armed = true;  // constructed now: returns the block at thread exit
+  return c;
+}
+
+}  // namespace
+
+Counters& Stat() {
+  if (t_counters == nullptr) t_counters = TakeCounters();
+  return *t_counters;
+}
+
+void ForEachCounters(absl::FunctionRef<void(Counters&)> fn) {
+  CounterRegistry& r = Registry();
+  absl::MutexLock l(&r.mu);
+  for (Counters* c : r.all) fn(*c);
+}
+
+void LockCountersForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { Registry().mu.Lock(); }
+void UnlockCountersForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { Registry().mu.Unlock(); }
 
 ScopedMrAccess::ScopedMrAccess() ABSL_NO_THREAD_SAFETY_ANALYSIS { Keys().mu.ReaderLock(); }
 ScopedMrAccess::~ScopedMrAccess() ABSL_NO_THREAD_SAFETY_ANALYSIS { Keys().mu.ReaderUnlock(); }
@@ -529,66 +588,68 @@ int dereg_mr(ibv_mr* mr) {
 // ---- counters ------------------------------------------------------------------------
 
 Stats GetStats() {
-  internal::Counters& c = Stat();
   Stats s;
-  s.send = c.send;
-  s.send_with_imm = c.send_with_imm;
-  s.rdma_write = c.rdma_write;
-  s.rdma_write_with_imm = c.rdma_write_with_imm;
-  s.rdma_read = c.rdma_read;
-  s.atomic = c.atomic;
-  s.recv = c.recv;
-  s.bytes_sent = c.bytes_sent;
-  s.rnr_retries = c.rnr_retries;
-  s.post_send_calls = c.post_send_calls;
-  s.post_recv_calls = c.post_recv_calls;
-  s.reg_mr = c.reg_mr;
-  s.max_send_bytes = c.max_send_bytes;
-  s.rem_access_errors = c.rem_access_errors;
-  s.signaled_sends = c.signaled_sends;
-  s.wc_polled = c.wc_polled;
-  s.poll_cq_calls = c.poll_cq_calls;
-  s.qps_on_shm = c.qps_on_shm;
-  s.qps_on_tcp = c.qps_on_tcp;
-  s.shm_fallbacks = c.shm_fallbacks;
-  s.shm_doorbells = c.shm_doorbells;
-  s.rd_atomic_waits = c.rd_atomic_waits;
-  s.max_rd_atomic_out = c.max_rd_atomic_out;
-  s.live_cm_ids = c.live_cm_ids;
-  s.live_qps = c.live_qps;
-  s.live_cqs = c.live_cqs;
-  s.live_mrs = c.live_mrs;
-  s.live_pds = c.live_pds;
-  s.live_mws = c.live_mws;
+  internal::ForEachCounters([&s](internal::Counters& c) {
+    s.send += c.send;
+    s.send_with_imm += c.send_with_imm;
+    s.rdma_write += c.rdma_write;
+    s.rdma_write_with_imm += c.rdma_write_with_imm;
+    s.rdma_read += c.rdma_read;
+    s.atomic += c.atomic;
+    s.recv += c.recv;
+    s.bytes_sent += c.bytes_sent;
+    s.rnr_retries += c.rnr_retries;
+    s.post_send_calls += c.post_send_calls;
+    s.post_recv_calls += c.post_recv_calls;
+    s.reg_mr += c.reg_mr;
+    s.max_send_bytes = std::max<uint64_t>(s.max_send_bytes, c.max_send_bytes);
+    s.rem_access_errors += c.rem_access_errors;
+    s.signaled_sends += c.signaled_sends;
+    s.wc_polled += c.wc_polled;
+    s.poll_cq_calls += c.poll_cq_calls;
+    s.qps_on_shm += c.qps_on_shm;
+    s.qps_on_tcp += c.qps_on_tcp;
+    s.shm_fallbacks += c.shm_fallbacks;
+    s.shm_doorbells += c.shm_doorbells;
+    s.rd_atomic_waits += c.rd_atomic_waits;
+    s.max_rd_atomic_out = std::max<uint64_t>(s.max_rd_atomic_out, c.max_rd_atomic_out);
+    s.live_cm_ids += c.live_cm_ids;
+    s.live_qps += c.live_qps;
+    s.live_cqs += c.live_cqs;
+    s.live_mrs += c.live_mrs;
+    s.live_pds += c.live_pds;
+    s.live_mws += c.live_mws;
+  });
   return s;
 }
 
 void ResetStats() {
-  internal::Counters& c = Stat();
   // Gauges count live objects and are not reset.
-  c.send = 0;
-  c.send_with_imm = 0;
-  c.rdma_write = 0;
-  c.rdma_write_with_imm = 0;
-  c.rdma_read = 0;
-  c.atomic = 0;
-  c.recv = 0;
-  c.bytes_sent = 0;
-  c.rnr_retries = 0;
-  c.post_send_calls = 0;
-  c.post_recv_calls = 0;
-  c.reg_mr = 0;
-  c.max_send_bytes = 0;
-  c.rem_access_errors = 0;
-  c.signaled_sends = 0;
-  c.wc_polled = 0;
-  c.poll_cq_calls = 0;
-  c.qps_on_shm = 0;
-  c.qps_on_tcp = 0;
-  c.shm_fallbacks = 0;
-  c.shm_doorbells = 0;
-  c.rd_atomic_waits = 0;
-  c.max_rd_atomic_out = 0;
+  internal::ForEachCounters([](internal::Counters& c) {
+    c.send = 0;
+    c.send_with_imm = 0;
+    c.rdma_write = 0;
+    c.rdma_write_with_imm = 0;
+    c.rdma_read = 0;
+    c.atomic = 0;
+    c.recv = 0;
+    c.bytes_sent = 0;
+    c.rnr_retries = 0;
+    c.post_send_calls = 0;
+    c.post_recv_calls = 0;
+    c.reg_mr = 0;
+    c.max_send_bytes = 0;
+    c.rem_access_errors = 0;
+    c.signaled_sends = 0;
+    c.wc_polled = 0;
+    c.poll_cq_calls = 0;
+    c.qps_on_shm = 0;
+    c.qps_on_tcp = 0;
+    c.shm_fallbacks = 0;
+    c.shm_doorbells = 0;
+    c.rd_atomic_waits = 0;
+    c.max_rd_atomic_out = 0;
+  });
 }
 
 namespace internal {

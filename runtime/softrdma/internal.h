@@ -11,8 +11,10 @@
 //   SoftCmId::mu  ->  { SoftEventChannel::mu -> cm id registry,
 //                       event channel registry, Conn's attachment mutex,
 //                       ProgressThread::mu_ }
-// The key table mutex is innermost: it is held (shared, ScopedMrAccess) across
-// an access check and the copy it vouches for, with no other lock taken inside.
+// The key table mutex is innermost but for the counter registry's (taken
+// only by a thread's first count, Stat()): it is held (shared,
+// ScopedMrAccess) across an access check and the copy it vouches for, with
+// no other lock taken inside.
 // rdma_cm has no process-wide lock (cm.cc): each id's connection state is
 // guarded by its own SoftCmId::mu, which the calls on that id and the progress
 // thread's control frames for it (CONNECT_REQ, ACCEPT, REJECT, RTU,
@@ -40,6 +42,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "softrdma/frame_pool.h"
 #include "softrdma/ring_queue.h"
@@ -74,7 +77,10 @@ inline int64_t RnrTimerMicros(uint8_t code) {
 }
 
 // ---- counters ---------------------------------------------------------------
-struct Counters {
+// One block per thread (Stat()), on a cache line of its own, so counting a
+// work request touches no line another thread writes; GetStats sums the
+// blocks (the max_* fields: their maximum).
+struct alignas(64) Counters {
   std::atomic<uint64_t> send{0}, send_with_imm{0}, rdma_write{0},
       rdma_write_with_imm{0}, rdma_read{0}, atomic{0}, recv{0}, bytes_sent{0},
       rnr_retries{0}, post_send_calls{0}, post_recv_calls{0}, reg_mr{0},
@@ -84,7 +90,16 @@ struct Counters {
   std::atomic<int64_t> live_cm_ids{0}, live_qps{0}, live_cqs{0}, live_mrs{0},
       live_pds{0}, live_mws{0};
 };
+// The calling thread's block. A thread takes one at its first count and
+// leaves it, with its counts, to the next thread that starts when it exits;
+// blocks are never freed.
 Counters& Stat();
+// Calls `fn` on every block (GetStats, ResetStats), under the registry's
+// mutex.
+void ForEachCounters(absl::FunctionRef<void(Counters&)> fn);
+// The fork handlers hold the registry's mutex across fork (innermost).
+void LockCountersForFork();
+void UnlockCountersForFork();
 
 // ---- device objects -----------------------------------------------------------
 // The context is a verbs_context, as every rdma-core provider's is, so the

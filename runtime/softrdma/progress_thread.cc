@@ -57,17 +57,20 @@ ABSL_CONST_INIT absl::Mutex g_progress_thread_mu(absl::kConstInit);
 
 void AtForkPrepare() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // The child must not inherit the registries of cm ids and event channels
-  // (which its first rdma_cm call takes) or the key table locked by a thread
-  // it does not have, e.g. one inside a ScopedMrAccess (the key table last:
-  // the lock order).
+  // (which its first rdma_cm call takes), the key table or the counter
+  // registry locked by a thread it does not have, e.g. one inside a
+  // ScopedMrAccess (the key table, then the counters, last: the lock order).
   LockCmRegistriesForFork();
   LockKeyTableForFork();
+  LockCountersForFork();  // a thread taking its counter block
 }
 void AtForkParent() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  UnlockCountersForFork();
   UnlockKeyTableForFork();
   UnlockCmRegistriesForFork();
 }
 void AtForkChild() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  UnlockCountersForFork();
   UnlockKeyTableForFork();
   UnlockCmRegistriesForFork();
   g_progress_thread.store(nullptr);
