@@ -7,23 +7,55 @@ namespace internal {
 
 absl::Status SendQueue::CreateSendSlab(ibv_pd* pd, size_t buffer_bytes) {
   absl::StatusOr<std::unique_ptr<BufferSlab>> slab =
-      BufferSlab::Create(pd, kDepth, buffer_bytes, kLocalAccess);
+      BufferSlab::Create(pd, kFirstSendChunk, buffer_bytes, kLocalAccess);
   if (!slab.ok()) return slab.status();
   DropSendSlab();
-  send_slab_ = std::move(*slab);
-  if (stats_ != nullptr) stats_->send_buffers_capacity.Add(kDepth);
+  pd_ = pd;
+  buffer_bytes_ = buffer_bytes;
+  grow_failed_ = false;
+  chunks_.push_back(std::move(*slab));
+  capacity_ = kFirstSendChunk;
+  free_buffers_.reserve(kDepth);
+  for (int i = kFirstSendChunk - 1; i >= 0; --i) free_buffers_.push_back(i);
+  if (stats_ != nullptr) stats_->send_buffers_capacity.Add(kFirstSendChunk);
   return absl::OkStatus();
 }
 
+bool SendQueue::GrowSendBuffers() {
+  if (capacity_ >= kDepth || grow_failed_ || pd_ == nullptr) return false;
+  const int n = static_cast<int>(chunks_.size()) == 1 ? kFirstSendChunk : capacity_;
+  absl::StatusOr<std::unique_ptr<BufferSlab>> slab =
+      BufferSlab::Create(pd_, n, buffer_bytes_, kLocalAccess);
+  if (!slab.ok()) {
+    // Sends go on with the buffers there are (a message waits for one).
+    grow_failed_ = true;
+    return false;
+  }
+  chunks_.push_back(std::move(*slab));
+  for (int i = capacity_ + n - 1; i >= capacity_; --i) free_buffers_.push_back(i);
+  capacity_ += n;
+  if (stats_ != nullptr) stats_->send_buffers_capacity.Add(n);
+  return true;
+}
+
+int SendQueue::TakeSendBuffer() {
+  if (free_buffers_.empty()) return -1;
+  const int index = free_buffers_.back();
+  free_buffers_.pop_back();
+  return index;
+}
+
 void SendQueue::DropSendSlab() {
-  if (send_slab_ == nullptr) return;
+  if (chunks_.empty()) return;
   if (stats_ != nullptr) {
     // Buffers still out (the QP was destroyed with them posted) go with it.
-    const int out = kDepth - send_slab_->free_count();
+    const int out = capacity_ - free_send_buffers();
     stats_->send_buffers_returned.Add(out);
-    stats_->send_buffers_capacity.Add(-kDepth);
+    stats_->send_buffers_capacity.Add(-capacity_);
   }
-  send_slab_.reset();
+  chunks_.clear();
+  free_buffers_.clear();
+  capacity_ = 0;
 }
 
 namespace {
@@ -47,7 +79,7 @@ uint64_t SendQueue::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
   // so buffers of the unsignalled ones before it are recycled by its
   // completion.
   if (force_signal || ++unsignalled_run_ >= kSignalEvery ||
-      (send_slab_ != nullptr && send_slab_->free_count() < kSignalEvery)) {
+      (!chunks_.empty() && send_buffers_left() < kSignalEvery)) {
     wr->send_flags |= IBV_SEND_SIGNALED;
     unsignalled_run_ = 0;
   }
@@ -101,7 +133,7 @@ int SendQueue::Doorbell(absl::FunctionRef<void(uint64_t seq, const SqEntry& entr
         if (send && (wr.send_flags & IBV_SEND_SIGNALED)) stats_->signalled_send_wrs.Add(-1);
         if (wr.send_flags & IBV_SEND_INLINE) stats_->inline_send_wrs.Add(-1);
       }
-      if (e.send_buffer >= 0 && send_slab_ != nullptr) PutSendBuffer(e.send_buffer);
+      if (e.send_buffer >= 0 && !chunks_.empty()) PutSendBuffer(e.send_buffer);
       const SqEntry undone = e;
       e = SqEntry{};
       unposted(seq, undone);

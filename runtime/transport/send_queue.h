@@ -11,8 +11,15 @@
 // used go back then. WRs made ready together are queued (PostWr) and posted
 // as one chain with one ibv_post_send (Doorbell).
 //
-// The queue owns the eager send slab (kSendQueueDepth buffers, one per WR
-// at most) so that recycling a buffer is part of retiring its WR. What else
+// The queue owns the eager send buffers (kSendQueueDepth at most, one per WR)
+// so that recycling a buffer is part of retiring its WR. They are registered
+// in chunks as the connection needs them: kFirstSendChunk at set-up, then
+// doubling (16, 16, 32, 64, 128) each time a send needs one and none is
+// free, so an idle or lightly used connection holds 16 (128 KiB at the
+// default 8 KiB: one signalling interval, which a call at a time never
+// outgrows) and one that keeps many messages in flight grows to
+// kSendQueueDepth once (a registration at a new high-water mark, never
+// again). What else
 // a WR holds (SqEntry) is its poster's: it is handed back when the WR is
 // retired, undone or dropped, and the poster frees it.
 //
@@ -66,7 +73,13 @@ class SendQueue {
   SendQueue(const SendQueue&) = delete;
   SendQueue& operator=(const SendQueue&) = delete;
 
-  // Registers the eager send slab: kDepth buffers of `buffer_bytes`.
+  // Send buffers registered at set-up (a power of two).
+  static constexpr int kFirstSendChunk = kSignalEvery;
+  static_assert((kFirstSendChunk & (kFirstSendChunk - 1)) == 0 && kDepth % kFirstSendChunk == 0);
+
+  // Registers the first chunk of eager send buffers of `buffer_bytes` on
+  // `pd` (later chunks go on the same PD). RESOURCE_EXHAUSTED when the
+  // registration fails for lack of memory.
   absl::Status CreateSendSlab(ibv_pd* pd, size_t buffer_bytes);
   // The QP the doorbell posts to; nullptr once it is destroyed (queued WRs
   // are then dropped by Doorbell).
@@ -87,9 +100,24 @@ class SendQueue {
   bool retired(uint64_t seq) const { return tail_ > seq; }
   // True for a WR posted and not yet retired.
   bool outstanding(uint64_t seq) const { return seq >= tail_ && seq < head_; }
-  // Eager send buffers: the slab, and whether a send may take one now.
-  BufferSlab* send_slab() const { return send_slab_.get(); }
-  bool has_send_buffer() const { return send_slab_ != nullptr && send_slab_->free_count() > 0; }
+  // Eager send buffers: whether a send may take one now (with none free,
+  // registers the next chunk unless kDepth are registered or a registration
+  // failed before), taking one (-1 when none is free), and where buffer
+  // `index` lies.
+  bool has_send_buffer() { return !free_buffers_.empty() || GrowSendBuffers(); }
+  int TakeSendBuffer();
+  char* send_buffer(int index) const {
+    const int c = ChunkOf(index);
+    return chunks_[c]->data(index - ChunkStart(c));
+  }
+  uint32_t send_lkey(int index) const { return chunks_[ChunkOf(index)]->lkey(); }
+  // Buffers registered, free now, and that may still be taken (free plus
+  // not registered yet).
+  int send_buffer_capacity() const { return capacity_; }
+  int free_send_buffers() const { return static_cast<int>(free_buffers_.size()); }
+  int send_buffers_left() const {
+    return chunks_.empty() ? 0 : free_send_buffers() + (kDepth - capacity_);
+  }
   // The entry of WR `seq` (outstanding(seq)); the poster may change what
   // it holds (e.g. take a resource it already handled).
   SqEntry& entry(uint64_t seq) { return ring_[seq % kDepth]; }
@@ -120,7 +148,7 @@ class SendQueue {
     // In-order SQ completion: this one retires every WR up to it.
     for (; tail_ <= seq; ++tail_) {
       SqEntry& e = ring_[tail_ % kDepth];
-      if (e.send_buffer >= 0 && send_slab_ != nullptr) PutSendBuffer(e.send_buffer);
+      if (e.send_buffer >= 0 && !chunks_.empty()) PutSendBuffer(e.send_buffer);
       const SqEntry done = e;
       e = SqEntry{};
       retired(done);
@@ -139,7 +167,7 @@ class SendQueue {
     qp_ = nullptr;
     for (SqEntry& e : ring_) {
       const SqEntry held = e;
-      if (held.send_buffer >= 0 && send_slab_ != nullptr) PutSendBuffer(held.send_buffer);
+      if (held.send_buffer >= 0 && !chunks_.empty()) PutSendBuffer(held.send_buffer);
       e = SqEntry{};
       dropped(held);
     }
@@ -148,10 +176,21 @@ class SendQueue {
 
  private:
   void PutSendBuffer(int index) {
-    send_slab_->Put(index);
+    free_buffers_.push_back(index);
     if (stats_ != nullptr) stats_->send_buffers_returned.Add();
   }
-  // Frees the slab, taking its buffers out of the engine's capacity gauge.
+  // Chunk c holds buffers [ChunkStart(c), ChunkStart(c + 1)): chunk 0 and
+  // chunk 1 kFirstSendChunk each, every later one as many as before it.
+  static int ChunkOf(int index) {
+    const unsigned q = static_cast<unsigned>(index) / kFirstSendChunk;
+    return q == 0 ? 0 : 32 - __builtin_clz(q);
+  }
+  static int ChunkStart(int chunk) {
+    return chunk == 0 ? 0 : kFirstSendChunk << (chunk - 1);
+  }
+  // Registers the next chunk; false when kDepth are registered or it fails.
+  bool GrowSendBuffers();
+  // Frees every chunk, taking its buffers out of the engine's capacity gauge.
   void DropSendSlab();
 
   struct PendingWr {
@@ -163,7 +202,12 @@ class SendQueue {
   uint64_t tail_ = 0;        // oldest not retired
   int unsignalled_run_ = 0;  // WRs since the last signalled one
   std::vector<PendingWr> batch_;  // WRs waiting for the doorbell
-  std::unique_ptr<BufferSlab> send_slab_;
+  std::vector<std::unique_ptr<BufferSlab>> chunks_;
+  std::vector<int> free_buffers_;  // indexes, any chunk
+  int capacity_ = 0;               // buffers registered
+  ibv_pd* pd_ = nullptr;
+  size_t buffer_bytes_ = 0;
+  bool grow_failed_ = false;  // a chunk's registration failed: no more tries
   ibv_qp* qp_ = nullptr;
   EngineStats* stats_ = nullptr;
 };

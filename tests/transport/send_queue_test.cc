@@ -2,6 +2,8 @@
 // one ibv_post_send per doorbell, on softrdma.
 #include "runtime/transport/send_queue.h"
 
+#include <algorithm>
+#include <set>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -65,17 +67,17 @@ TEST(SendQueue, SignalledCompletionRetiresEveryWrBeforeIt) {
   ASSERT_TRUE(pair.ok());
   SendQueue q;
   ASSERT_TRUE(q.CreateSendSlab(pair.client_pd, 256).ok());
-  BufferSlab* slab = q.send_slab();
-  const int free_before = slab->free_count();
+  // Buffers taken and not back yet.
+  auto out = [&q] { return q.send_buffer_capacity() - q.free_send_buffers(); };
   std::vector<uint64_t> seqs;
   for (int i = 0; i < 5; ++i) {
     SqEntry e;
-    e.send_buffer = slab->Get();
+    e.send_buffer = q.TakeSendBuffer();
     ibv_sge sge;
     ibv_send_wr wr = ZeroLengthWrite(&sge);
     seqs.push_back(q.PostWr(&wr, e, /*force_signal=*/false));
   }
-  EXPECT_EQ(slab->free_count(), free_before - 5);
+  EXPECT_EQ(out(), 5);
   EXPECT_FALSE(q.empty());
   // The completion of the third retires the first three and their buffers.
   q.RetireThrough(seqs[2], [](const SqEntry&) {});
@@ -83,14 +85,14 @@ TEST(SendQueue, SignalledCompletionRetiresEveryWrBeforeIt) {
   EXPECT_TRUE(q.retired(seqs[2]));
   EXPECT_FALSE(q.retired(seqs[3]));
   EXPECT_TRUE(q.outstanding(seqs[3]));
-  EXPECT_EQ(slab->free_count(), free_before - 2);
+  EXPECT_EQ(out(), 2);
   // A completion for a WR already retired (or never posted) changes nothing.
   q.RetireThrough(seqs[1], [](const SqEntry&) { ADD_FAILURE() << "retired twice"; });
   q.RetireThrough(seqs[4] + 1, [](const SqEntry&) { ADD_FAILURE() << "never posted"; });
-  EXPECT_EQ(slab->free_count(), free_before - 2);
+  EXPECT_EQ(out(), 2);
   q.RetireThrough(seqs[4], [](const SqEntry&) {});
   EXPECT_TRUE(q.empty());
-  EXPECT_EQ(slab->free_count(), free_before);
+  EXPECT_EQ(out(), 0);
 }
 
 TEST(SendQueue, RetiredEntriesGoBackToThePosterOldestFirst) {
@@ -113,13 +115,48 @@ TEST(SendQueue, RetiredEntriesGoBackToThePosterOldestFirst) {
   EXPECT_EQ(back, (std::vector<uint64_t>{4}));
 }
 
+TEST(SendQueue, SendBuffersGrowByDoublingToTheDepth) {
+  softrdma::testing::ConnectedPair pair;
+  ASSERT_TRUE(pair.ok());
+  SendQueue q;
+  ASSERT_TRUE(q.CreateSendSlab(pair.client_pd, 64).ok());
+  EXPECT_EQ(q.send_buffer_capacity(), SendQueue::kFirstSendChunk);
+  std::vector<int> taken;
+  std::vector<int> capacities;
+  while (q.has_send_buffer()) {  // registers a chunk when none is free
+    const int b = q.TakeSendBuffer();
+    ASSERT_GE(b, 0);
+    taken.push_back(b);
+    if (capacities.empty() || capacities.back() != q.send_buffer_capacity()) {
+      capacities.push_back(q.send_buffer_capacity());
+    }
+  }
+  EXPECT_EQ(capacities, (std::vector<int>{16, 32, 64, 128, 256}));
+  ASSERT_EQ(taken.size(), static_cast<size_t>(SendQueue::kDepth));
+  EXPECT_EQ(q.TakeSendBuffer(), -1);
+  // Every index once, each buffer its own bytes in a registered chunk.
+  std::sort(taken.begin(), taken.end());
+  for (int i = 0; i < SendQueue::kDepth; ++i) EXPECT_EQ(taken[i], i);
+  std::set<char*> addrs;
+  for (int i = 0; i < SendQueue::kDepth; ++i) {
+    addrs.insert(q.send_buffer(i));
+    EXPECT_NE(q.send_lkey(i), 0u);
+    q.send_buffer(i)[63] = static_cast<char>(i);  // in bounds (ASan)
+  }
+  EXPECT_EQ(addrs.size(), static_cast<size_t>(SendQueue::kDepth));
+  EXPECT_EQ(q.send_lkey(0), q.send_lkey(15));
+  EXPECT_NE(q.send_lkey(15), q.send_lkey(16));
+}
+
 TEST(SendQueue, LowOnSendBuffersSignals) {
   softrdma::testing::ConnectedPair pair;
   ASSERT_TRUE(pair.ok());
   SendQueue q;
   ASSERT_TRUE(q.CreateSendSlab(pair.client_pd, 64).ok());
-  BufferSlab* slab = q.send_slab();
-  while (slab->free_count() >= SendQueue::kSignalEvery) slab->Get();
+  while (q.send_buffers_left() >= SendQueue::kSignalEvery) {
+    ASSERT_TRUE(q.has_send_buffer());
+    ASSERT_GE(q.TakeSendBuffer(), 0);
+  }
   ibv_sge sge;
   ibv_send_wr wr = ZeroLengthWrite(&sge);
   q.PostWr(&wr, SqEntry{}, /*force_signal=*/false);
@@ -200,12 +237,12 @@ TEST(SendQueue, CountsWrsDoorbellsAndBuffersAndUndoesARefusedPost) {
     q.set_stats(&stats);
     ASSERT_TRUE(q.CreateSendSlab(pair.client_pd, 64).ok());
     q.set_qp(pair.client->qp);
-    EXPECT_EQ(stats.send_buffers_capacity.Get(), SendQueue::kDepth);
+    EXPECT_EQ(stats.send_buffers_capacity.Get(), SendQueue::kFirstSendChunk);
     for (int i = 0; i < 3; ++i) {
       ibv_sge sge;
       ibv_send_wr wr = ZeroLengthWrite(&sge);
       SqEntry e;
-      e.send_buffer = q.send_slab()->Get();
+      e.send_buffer = q.TakeSendBuffer();
       q.PostWr(&wr, e, /*force_signal=*/i == 1);
     }
     const int kWrite = static_cast<int>(WrOpcode::kRdmaWrite);
