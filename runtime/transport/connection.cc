@@ -87,7 +87,8 @@ ConnectionStatus Connection::Describe() const {
     c.credits_owed = credits_->owed();
   }
   c.peer_recv_depth = peer_.recv_depth;
-  c.local_recv_depth = options_.recv_depth;
+  c.local_recv_depth = srq_ != nullptr ? srq_share_.in_use : options_.recv_depth;
+  c.shared_receive_queue = srq_ != nullptr;
   c.streams_in_flight = streams_.busy() + streams_.server_streams();
   c.queued_frames = out_queue_.size();
   c.rendezvous_in_flight = reads_.size() + pushes_.size() + delayed_reads_.size();
@@ -172,7 +173,7 @@ absl::StatusOr<Connection*> Connection::Accept(EventLoop* loop, DeviceResources*
   c->peer_ = peer;
   c->peer_identity_ = std::move(peer_identity);
   absl::Status s = c->SetupQp();
-  if (s.ok()) s = c->receive_ring_.PostAll(c->qp_.get());
+  if (s.ok() && c->srq_ == nullptr) s = c->receive_ring_.PostAll(c->qp_.get());
   if (!s.ok()) {
     const Handshake::PrivateData why =
         Handshake::Reject(kProtocolVersion, absl::IsResourceExhausted(s) ? kRejectNoResources : 0);
@@ -181,8 +182,11 @@ absl::StatusOr<Connection*> Connection::Accept(EventLoop* loop, DeviceResources*
     return s;
   }
   c->credits_.emplace(peer.recv_depth, c->options_.recv_depth);
+  // With a shared receive queue the client starts with its floor.
+  const int initial_credits = c->srq_ != nullptr ? c->srq_share_.in_use : c->options_.recv_depth;
+  if (c->srq_ != nullptr) c->credits_->SetPeerWindow(initial_credits);
   const Handshake::PrivateData pd =
-      Handshake::Offer(kProtocolVersion, c->options_.recv_depth, options.recv_buffer_bytes);
+      Handshake::Offer(kProtocolVersion, initial_credits, options.recv_buffer_bytes);
   rdma_conn_param param{};
   param.private_data = pd.data();
   param.private_data_len = pd.size();
@@ -206,16 +210,33 @@ absl::Status Connection::SetupQp() {
   exposures_.Init(*pd, pool_, device_->memory_windows(), options_.max_exposed_bytes);
   absl::StatusOr<ibv_cq*> cq = loop_->EnsureCq(id->verbs);
   if (!cq.ok()) return cq.status();
-  const int cqe = kSendQueueDepth + options_.recv_depth;
+  if (options_.shared_receive_queue) {
+    SharedReceiveQueue::Options so;
+    so.buffer_bytes = options_.recv_buffer_bytes;
+    so.extra_buffers = options_.srq_extra_buffers;
+    so.min_credits = options_.srq_min_credits;
+    so.max_credits = std::max(options_.recv_depth, options_.srq_min_credits);
+    absl::StatusOr<SharedReceiveQueue*> srq = loop_->EnsureSrq(*pd, so);
+    if (!srq.ok()) return srq.status();
+    srq_share_.owner = this;
+    srq_share_.on_granted = &Connection::OnSrqGranted;
+    if (absl::StatusOr<int> initial = (*srq)->Attach(&srq_share_); !initial.ok()) {
+      return initial.status();
+    }
+    srq_ = *srq;  // attached: Destroy detaches
+  }
+  // The SRQ reserved CQ entries for its own receives.
+  const int cqe = kSendQueueDepth + (srq_ != nullptr ? 0 : options_.recv_depth);
   if (absl::Status s = loop_->ReserveCqEntries(cqe); !s.ok()) return s;
   cq_entries_ = cqe;
   ibv_qp_init_attr attr{};
   attr.qp_type = IBV_QPT_RC;
   attr.send_cq = *cq;
   attr.recv_cq = *cq;
+  attr.srq = srq_ != nullptr ? srq_->srq() : nullptr;
   attr.sq_sig_all = 0;
   attr.cap.max_send_wr = kSendQueueDepth;
-  attr.cap.max_recv_wr = static_cast<uint32_t>(options_.recv_depth);
+  attr.cap.max_recv_wr = srq_ != nullptr ? 0 : static_cast<uint32_t>(options_.recv_depth);
   attr.cap.max_send_sge = 1;
   attr.cap.max_recv_sge = 1;
   attr.cap.max_inline_data = 128;
@@ -231,9 +252,12 @@ absl::Status Connection::SetupQp() {
   max_inline_ = attr.cap.max_inline_data;
   loop_->MapQp(qp_num_, this);
   send_queue_.set_qp(qp_.get());
-  if (absl::Status s = receive_ring_.Create(*pd, options_.recv_depth, options_.recv_buffer_bytes);
-      !s.ok()) {
-    return s;
+  if (srq_ == nullptr) {
+    if (absl::Status s =
+            receive_ring_.Create(*pd, options_.recv_depth, options_.recv_buffer_bytes);
+        !s.ok()) {
+      return s;
+    }
   }
   return send_queue_.CreateSendSlab(*pd, options_.eager_limit_bytes);
 }
@@ -252,7 +276,7 @@ void Connection::OnCmEvent(const CmEvent& ev) {
     case RDMA_CM_EVENT_ROUTE_RESOLVED: {
       if (state_ != ConnState::kResolvingRoute) return;
       absl::Status s = SetupQp();
-      if (s.ok()) s = receive_ring_.PostAll(qp_.get());
+      if (s.ok() && srq_ == nullptr) s = receive_ring_.PostAll(qp_.get());
       if (!s.ok()) {
         Close(absl::Status(s.code(), absl::StrCat("connecting to ", peer_name_, ": ",
                                                   s.message())));
@@ -512,6 +536,10 @@ void Connection::Destroy() {
   if (qp_num_ != 0) loop_->UnmapQp(qp_num_);
   send_queue_.set_qp(nullptr);  // Doorbell posts nothing from here on
   qp_.reset();  // the device stops touching our buffers here
+  if (srq_ != nullptr) {
+    srq_->Detach(&srq_share_);  // no receive can consume our credits any more
+    srq_ = nullptr;
+  }
   id_.reset();
   loop_->ReleaseCqEntries(cq_entries_);
   cq_entries_ = 0;
@@ -550,6 +578,9 @@ void Connection::Destroy() {
 void LoopClient::OnCompletion(const ibv_wc& wc) { static_cast<Connection*>(this)->OnCompletion(wc); }
 void LoopClient::RunEndOfStep() { static_cast<Connection*>(this)->RunEndOfStep(); }
 bool LoopClient::RequestIdleRepost() { return static_cast<Connection*>(this)->RequestIdleRepost(); }
+void LoopClient::OnQpAsyncError(const ibv_qp* qp) {
+  static_cast<Connection*>(this)->OnQpAsyncError(qp);
+}
 
 }  // namespace internal
 }  // namespace rdmarpc

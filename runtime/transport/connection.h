@@ -49,6 +49,7 @@
 #include "runtime/transport/receive_ring.h"
 #include "runtime/transport/socket_address.h"
 #include "runtime/transport/send_queue.h"
+#include "runtime/transport/shared_receive_queue.h"
 #include "runtime/transport/stream_table.h"
 #include "runtime/transport/transport.h"
 #include "runtime/verbs/verbs.h"
@@ -96,6 +97,15 @@ struct ConnectionOptions {
   // handshake.h). An error ends the attempt with that status. Unset: no
   // token.
   std::function<absl::StatusOr<std::string>(absl::string_view peer)> connect_token;
+  // Server: receive from the loop's shared receive queue
+  // (shared_receive_queue.h) instead of a ring of recv_depth buffers of the
+  // connection's own; recv_depth is then the most credits the peer may
+  // hold, `srq_min_credits` the credits it is always granted (and starts
+  // with), and the queue shares `srq_extra_buffers` beyond those floors.
+  // Every connection of one loop must agree on these and recv_buffer_bytes.
+  bool shared_receive_queue = false;
+  int srq_min_credits = 4;
+  int srq_extra_buffers = 512;
   // Test hook (server): asked once per rendezvous request; a positive result
   // delays posting its RDMA READ by that much (timer, loop keeps running).
   absl::Duration (*request_read_delay)() = nullptr;
@@ -128,7 +138,8 @@ struct ConnectionStatus {
   int send_credits = 0;      // credits this side may still spend
   int credits_owed = 0;      // receives re-posted, not yet returned to the peer
   int peer_recv_depth = 0;   // credits the peer granted at the handshake
-  int local_recv_depth = 0;  // credits this side granted
+  int local_recv_depth = 0;  // credits this side granted (ring depth, or SRQ in_use)
+  bool shared_receive_queue = false;  // receives from its loop's SRQ
   size_t streams_in_flight = 0;     // calls (client) or streams (server) open
   size_t queued_frames = 0;         // waiting for a credit or a send buffer
   size_t rendezvous_in_flight = 0;  // READ pulls and WRITE pushes not ended
@@ -329,9 +340,16 @@ class Connection final : public CmEventHandler, public LoopClient {
   void OnCmEvent(const CmEvent& event) override;
   void OnCompletion(const ibv_wc& wc);
   void RunEndOfStep();
+  // The device reported `qp` in error (EventLoop's async events): when it
+  // is ours and we did not close, fails as a flushed receive does.
+  void OnQpAsyncError(const ibv_qp* qp) {
+    if (qp_ && qp_.get() == qp && usable()) NoteQpError();
+  }
   // Going idle: re-post the receives held back for a batch at the next
   // RunEndOfStep. Returns true when there were any.
-  bool RequestIdleRepost() { return receive_ring_.RequestIdleRepost(); }
+  bool RequestIdleRepost() {
+    return srq_ != nullptr ? srq_->RequestIdleRepost() : receive_ring_.RequestIdleRepost();
+  }
 
  private:
   using Slot = StreamTable::Slot;
@@ -436,7 +454,8 @@ class Connection final : public CmEventHandler, public LoopClient {
 
   // Sending (eager.cc).
   size_t EagerLimit() const;
-  bool CanPostMessage() const;
+  // Registers more send buffers when none is free (SendQueue).
+  bool CanPostMessage();
   void Flush();
   bool SendOne(OutItem& item);  // false: leave it queued (out of resources)
   bool SendRequest(uint32_t handle);
@@ -449,6 +468,11 @@ class Connection final : public CmEventHandler, public LoopClient {
                  const void* source = nullptr, size_t payload_size = 0,
                  absl::string_view meta = absl::string_view());
   void RepostReceives();
+  // Shared receive queue: re-posts its pending buffers (for every
+  // connection of the loop) and serves starved shares.
+  void RepostSharedReceives();
+  // SrqShare::on_granted: `n` credits granted to a starved share.
+  static void OnSrqGranted(SrqShare* share, int n);
   // Posts the WRs queued on send_queue_ (one ibv_post_send); a failed post
   // closes the connection.
   void Doorbell();
@@ -540,7 +564,9 @@ class Connection final : public CmEventHandler, public LoopClient {
   uint32_t max_inline_ = 0;
   int cq_entries_ = 0;  // reserved on the loop's CQ
   LargeBufferPool* pool_ = nullptr;
-  ReceiveRing receive_ring_;
+  ReceiveRing receive_ring_;  // unused with a shared receive queue
+  SharedReceiveQueue* srq_ = nullptr;  // the loop's, from SetupQp to Destroy
+  SrqShare srq_share_;
   SendQueue send_queue_;  // and the eager send buffers
   HandshakeData peer_;
   bool goaway_sent_ = false;

@@ -29,10 +29,31 @@ void Connection::RepostReceives() {
   credits_->OnReposted(*n);
 }
 
+void Connection::RepostSharedReceives() {
+  const absl::StatusOr<int> n = srq_->PostPending();
+  if (!n.ok()) {
+    // The buffers stay pending for the next re-post; this connection,
+    // whose step found it, fails rather than wait on credits.
+    Close(absl::UnavailableError(absl::StrCat("connection to ", peer_name_,
+                                              ": shared receive queue: ", n.status().message())));
+  }
+}
+
+void Connection::OnSrqGranted(SrqShare* share, int n) {
+  Connection* c = static_cast<Connection*>(share->owner);
+  if (!c->credits_.has_value()) return;
+  c->credits_->OnReposted(n);
+  c->credits_->SetPeerWindow(share->in_use);
+  c->ScheduleEndOfStep();
+}
+
 void Connection::RunEndOfStep() {
+  // The loop's shared receive queue is re-posted by whichever of its
+  // connections ends a step first, closing or not.
+  if (srq_ != nullptr && srq_->RepostDue()) RepostSharedReceives();
   if (!usable()) return;
-  // Batched: one ibv_post_recv per re-post batch (transport.h).
-  if (receive_ring_.RepostDue()) {
+  if (srq_ == nullptr && receive_ring_.RepostDue()) {
+    // Batched: one ibv_post_recv per re-post batch (transport.h).
     RepostReceives();
     if (!usable()) return;
   }

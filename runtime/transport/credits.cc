@@ -9,7 +9,9 @@ namespace rdmarpc {
 namespace internal {
 
 CreditWindow::CreditWindow(int peer_recv_depth, int local_recv_depth)
-    : credits_(peer_recv_depth), threshold_(std::max(2, local_recv_depth / 2)) {}
+    : credits_(peer_recv_depth),
+      threshold_(std::max(2, local_recv_depth / 2)),
+      ring_threshold_(threshold_) {}
 
 void CreditWindow::Consume() {
   CHECK_GT(credits_, 0) << "send without a credit would provoke RNR";

@@ -6,6 +6,7 @@
 #ifndef RDMARPC_RUNTIME_TRANSPORT_CREDITS_H_
 #define RDMARPC_RUNTIME_TRANSPORT_CREDITS_H_
 
+#include <algorithm>
 #include <cstdint>
 
 #include "runtime/transport/engine_stats.h"
@@ -39,11 +40,21 @@ class CreditWindow {
   // because no other traffic will carry them soon: half the ring, at least 2
   // (a kCredit costs the peer one receive, so a threshold of 1 would ping-pong).
   bool ShouldSendCreditMessage() const { return owed_ >= threshold_ && CanSendCreditMessage(); }
+  // Receiving from a shared receive queue (shared_receive_queue.h), where
+  // the peer's window is what it was granted, not a ring: `in_use` credits
+  // are granted and not consumed. The explicit-return threshold becomes
+  // half of that (at least 2, at most half the ring): a peer blocked with
+  // one credit left means in_use - 1 owed here, and in_use >= 3 (the
+  // floor) makes that reach the threshold.
+  void SetPeerWindow(int in_use) {
+    threshold_ = std::max(2, std::min(ring_threshold_, in_use / 2));
+  }
 
  private:
   int credits_;
   int owed_ = 0;
   int threshold_;
+  int ring_threshold_;
 };
 
 // Times a sender's waits for credits (messages queued, no credit to send

@@ -30,7 +30,7 @@ size_t Connection::EagerLimit() const {
   return std::min<size_t>(options_.eager_limit_bytes, peer_.recv_buffer_bytes);
 }
 
-bool Connection::CanPostMessage() const {
+bool Connection::CanPostMessage() {
   return credits_.has_value() && credits_->CanSendMessage() &&
          send_queue_.room() >= kWrsPerMessage && send_queue_.has_send_buffer();
 }
@@ -441,10 +441,9 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
                            PayloadWriteFn write, const void* source, size_t payload_size,
                            absl::string_view meta) {
   if (IsSmallMessage(kind, h.flags)) NoteSmallMessage();  // rendezvous pacing
-  BufferSlab* slab = send_queue_.send_slab();
-  const int buf = slab->Get();
+  const int buf = send_queue_.TakeSendBuffer();
   CHECK_GE(buf, 0) << "caller checks CanPostMessage";
-  char* out = slab->data(buf);
+  char* out = send_queue_.send_buffer(buf);
   // Owed credits ride in this header: no separate kCredit message while
   // traffic flows both ways.
   h.credits = credits_->TakeOwed();
@@ -462,7 +461,8 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
   }
   const size_t len = prefix + payload_size;
   DCHECK_LE(len, EagerLimit());
-  ibv_sge sge{reinterpret_cast<uint64_t>(out), static_cast<uint32_t>(len), slab->lkey()};
+  ibv_sge sge{reinterpret_cast<uint64_t>(out), static_cast<uint32_t>(len),
+              send_queue_.send_lkey(buf)};
   ibv_send_wr wr{};
   wr.sg_list = &sge;
   wr.num_sge = 1;
@@ -569,9 +569,18 @@ void Connection::OnSendCompletion(const ibv_wc& wc) {
 }
 
 void Connection::OnRecvCompletion(const ibv_wc& wc) {
-  receive_ring_.OnCompleted();
   ++recvs_seen_;  // the peer is alive (keepalive.cc)
-  const int idx = ReceiveRing::BufferIndex(wc.wr_id);
+  int idx;
+  if (srq_ != nullptr) {
+    srq_->OnCompleted();
+    idx = SharedReceiveQueue::BufferIndex(wc.wr_id);
+    // The loop's buffer goes back whatever happens to this message (a
+    // flushed one too: the SRQ outlives this QP).
+    srq_->Consumed(idx);
+  } else {
+    receive_ring_.OnCompleted();
+    idx = ReceiveRing::BufferIndex(wc.wr_id);
+  }
   if (wc.status != IBV_WC_SUCCESS) {
     if (wc.status != IBV_WC_WR_FLUSH_ERR) {
       NoteWcError(wc);
@@ -588,7 +597,20 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
     MaybeFinishClose();
     return;
   }
-  receive_ring_.Consumed(idx);
+  if (srq_ != nullptr) {
+    // One credit spent; what the share allows comes back (owed).
+    const int granted = srq_->OnMessage(&srq_share_);
+    if (granted < 0) {
+      Close(absl::UnavailableError(absl::StrCat(
+          "protocol error from ", peer_name_,
+          ": a message beyond the credits granted on the shared receive queue")));
+      return;
+    }
+    credits_->OnReposted(granted);
+    credits_->SetPeerWindow(srq_share_.in_use);
+  } else {
+    receive_ring_.Consumed(idx);
+  }
   bytes_received_ += wc.byte_len;
   if (!(wc.wc_flags & IBV_WC_WITH_IMM)) {
     Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_,
@@ -640,7 +662,7 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
     // buffer to its own call only; the device bounded the WRITE by our rkey.
     bytes = absl::string_view(s->reply_buffer->data, *total);
   } else {
-    bytes = receive_ring_.data(idx, wc.byte_len);
+    bytes = srq_ != nullptr ? srq_->data(idx, wc.byte_len) : receive_ring_.data(idx, wc.byte_len);
   }
   absl::StatusOr<ParsedMessage> m = DecodeMessage(bytes);
   if (!m.ok()) {

@@ -327,6 +327,60 @@ void EventLoop::CancelTimer(TimerId id) {
   quiet_timers_.erase(id);
 }
 
+absl::StatusOr<SharedReceiveQueue*> EventLoop::EnsureSrq(
+    ibv_pd* pd, const SharedReceiveQueue::Options& options) {
+  if (srq_ != nullptr) {
+    const SharedReceiveQueue::Options& o = srq_->options();
+    if (srq_->pd() != pd || o.buffer_bytes != options.buffer_bytes ||
+        o.min_credits != options.min_credits || o.max_credits != options.max_credits ||
+        o.extra_buffers != options.extra_buffers) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          name_, ": its shared receive queue has buffers of ", o.buffer_bytes, " bytes, ",
+          o.min_credits, "..", o.max_credits, " credits per connection and ", o.extra_buffers,
+          " shared; asked for ", options.buffer_bytes, ", ", options.min_credits, "..",
+          options.max_credits, " and ", options.extra_buffers,
+          srq_->pd() != pd ? " on another protection domain" : ""));
+    }
+    return srq_.get();
+  }
+  absl::StatusOr<std::unique_ptr<SharedReceiveQueue>> q =
+      SharedReceiveQueue::Create(pd, options, this, &stats_);
+  if (!q.ok()) return q.status();
+  ibv_context* context = pd->context;
+  const int fd = context->async_fd;
+  if (absl::Status s = SetNonBlocking(fd, "async event fd"); !s.ok()) return s;
+  if (absl::Status s = WatchFd(fd, [this, context] { ReadAsyncEvents(context); }); !s.ok()) {
+    return s;
+  }
+  async_fd_ = fd;
+  srq_ = std::move(*q);
+  return srq_.get();
+}
+
+void EventLoop::ReadAsyncEvents(ibv_context* context) {
+  // Several loops may watch one device's fd; whichever reads an event
+  // hands it on. Acked before handing on: destroying the QP waits for it.
+  ibv_async_event ev{};
+  while (Verbs().get_async_event(context, &ev) == 0) {
+    const ibv_event_type type = ev.event_type;
+    const bool qp_error = type == IBV_EVENT_QP_FATAL || type == IBV_EVENT_QP_REQ_ERR ||
+                          type == IBV_EVENT_QP_ACCESS_ERR ||
+                          type == IBV_EVENT_QP_LAST_WQE_REACHED;
+    const ibv_qp* qp = qp_error ? ev.element.qp : nullptr;
+    const uint32_t qp_num = qp != nullptr ? qp->qp_num : 0;
+    VLOG(1) << name_ << ": async event " << ibv_event_type_str(type)
+            << (qp != nullptr ? absl::StrCat(" on QP ", qp_num) : std::string());
+    Verbs().ack_async_event(&ev);
+    if (qp == nullptr) continue;
+    ForEachLiveLoop([qp, qp_num](EventLoop* loop) {
+      loop->Post([loop, qp, qp_num] {
+        auto it = loop->qp_map_.find(qp_num);
+        if (it != loop->qp_map_.end()) it->second->OnQpAsyncError(qp);
+      });
+    });
+  }
+}
+
 absl::StatusOr<ibv_cq*> EventLoop::EnsureCq(ibv_context* context) {
   if (cq_ != nullptr) {
     if (cq_->context != context) {
@@ -468,7 +522,13 @@ int EventLoop::PollCq() {
       stats_.wc_errors[std::min<int>(wcs[i].status, kNumWcStatus - 1)].Add();
     }
     auto it = qp_map_.find(wcs[i].qp_num);
-    if (it == qp_map_.end()) continue;  // a connection already destroyed
+    if (it == qp_map_.end()) {  // a connection already destroyed
+      // Its SRQ receive still holds one of the loop's buffers.
+      if (srq_ != nullptr && SharedReceiveQueue::IsReceive(wcs[i].wr_id)) {
+        srq_->Orphaned(SharedReceiveQueue::BufferIndex(wcs[i].wr_id));
+      }
+      continue;
+    }
     LoopClient* c = it->second;
     c->OnCompletion(wcs[i]);
     c->ScheduleEndOfStep();
@@ -663,6 +723,9 @@ void EventLoop::Teardown() {
   quiet_timers_.clear();
   spare_timer_nodes_.clear();
   qp_map_.clear();
+  if (async_fd_ >= 0) UnwatchFd(async_fd_);
+  async_fd_ = -1;
+  srq_.reset();  // every QP attached to it is gone
   if (comp_channel_ != nullptr) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, comp_channel_->fd, nullptr);
   cq_.reset();  // every CQ event was acked as it was read
   comp_channel_.reset();

@@ -50,6 +50,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "runtime/transport/engine_stats.h"
+#include "runtime/transport/shared_receive_queue.h"
 #include "runtime/transport/spin_pause.h"
 #include "runtime/transport/task_queue.h"
 #include "runtime/verbs/verbs.h"
@@ -99,6 +100,9 @@ class LoopClient {
 
   // One work completion of this client's QP (send or receive).
   void OnCompletion(const ibv_wc& wc);
+  // The device reported QP `qp` in error (an async event): the client
+  // checks it is its own QP (numbers are reused) and fails it.
+  void OnQpAsyncError(const ibv_qp* qp);
   // The work asked for with ScheduleEndOfStep, at the end of a loop step.
   void RunEndOfStep();
   // The loop is about to sleep: receives held back for a re-post batch go
@@ -226,6 +230,22 @@ class EventLoop {
   void ForEachClient(absl::FunctionRef<void(LoopClient*)> fn) {
     for (auto& [raw, owned] : conns_) fn(raw);
   }
+  // The loop's shared receive queue (shared_receive_queue.h), made on first
+  // use on `pd` (the loop's CQ must exist). Every later caller must pass the
+  // same pd and options: FAILED_PRECONDITION names the difference. Other
+  // codes from SharedReceiveQueue::Create. Destroyed after the loop's
+  // connections, before its CQ.
+  //
+  // A QP on an SRQ that enters the error state flushes no receive (its
+  // receives are the SRQ's), so the loop also watches the device's async
+  // events: a QP error event (IBV_EVENT_QP_FATAL, _QP_REQ_ERR,
+  // _QP_ACCESS_ERR, _QP_LAST_WQE_REACHED) is acked at once and handed to
+  // the loop that owns the QP (a task to every live loop; the owner finds
+  // it in its QP map), which fails the connection as a flushed receive
+  // would (after the grace for a peer's disconnect).
+  absl::StatusOr<SharedReceiveQueue*> EnsureSrq(ibv_pd* pd,
+                                                const SharedReceiveQueue::Options& options);
+  SharedReceiveQueue* srq() const { return srq_.get(); }
   void MapQp(uint32_t qp_num, LoopClient* conn) { qp_map_[qp_num] = conn; }
   void UnmapQp(uint32_t qp_num) { qp_map_.erase(qp_num); }
   // Asks for conn->RunEndOfStep() (re-post receives, send what is queued,
@@ -261,6 +281,8 @@ class EventLoop {
   void RunDueTimers();
   int PollCq();
   void RequestIdleReposts();
+  // Reads every pending async event of `context` (non-blocking).
+  void ReadAsyncEvents(ibv_context* context);
   void PollFds();
   void RunFdHandlers(const epoll_event* events, int n);
   void Sleep();
@@ -278,6 +300,8 @@ class EventLoop {
   EventChannelPtr event_channel_;
   CompChannelPtr comp_channel_;
   CqPtr cq_;
+  std::unique_ptr<SharedReceiveQueue> srq_;  // after cq_: destroyed first
+  int async_fd_ = -1;  // the device's, watched while srq_ exists
   bool stopped_ = false;
 
   TaskQueue tasks_;  // lock-free: one exchange per Post

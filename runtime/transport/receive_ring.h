@@ -8,8 +8,8 @@
 // back (Consumed) until RepostBatchFor(depth) of them are pending, or until
 // the loop goes idle (RequestIdleRepost), and go back in one chained
 // ibv_post_recv (PostPending); only then are they credits owed to the peer
-// (transport.h: why holding them back cannot deadlock). The ring is its own
-// type so that a worker's connections may later share one SRQ instead.
+// (transport.h: why holding them back cannot deadlock). A server's
+// connections may instead share their worker's SRQ (shared_receive_queue.h).
 //
 // Threads: the owning connection's loop (poller holder) only.
 #ifndef RDMARPC_RUNTIME_TRANSPORT_RECEIVE_RING_H_

@@ -65,6 +65,13 @@
 //    every WireHeader; a kCredit message carries them when traffic is
 //    one-sided. One credit is reserved for kCredit so returning credits can
 //    never deadlock. RNR is therefore never provoked.
+//  * Receive queues: a connection receives into a ring of its own
+//    (ReceiveRing: recv_depth buffers, the peer's initial credits), or — a
+//    server's default — from its loop's shared receive queue
+//    (SharedReceiveQueue: one SRQ per worker), which grants each
+//    connection a floor of credits (its initial ones) and a fair share of
+//    the rest, never more than are posted. The wire is the same: a peer
+//    only sees how many credits it gets.
 //  * Sends are signalled one WR in kSignalInterval (15 unsignalled, then one
 //    signalled; always for READ and WRITE_WITH_IMM whose buffers must be
 //    recycled); a send buffer is recycled when a later signalled completion
@@ -114,8 +121,9 @@
 //    --rdmarpc_spin_yield_every-th time (spin_pause.h). A caller never sleeps on
 //    the channel itself: past the bound it hands the poller to the loop
 //    thread and sleeps on a futex until its call is finished.
-//  * Buffers: the receive ring (ReceiveRing) and the send slab (SendQueue)
-//    are owned by the Connection and registered once when it is made. A received payload view is valid only
+//  * Buffers: the receive ring (ReceiveRing) and the send buffers
+//    (SendQueue, registered in chunks as the connection needs more) are
+//    owned by the Connection; a shared receive queue's buffers by its loop. A received payload view is valid only
 //    during the upcall that delivers it (the buffer may be re-posted at the
 //    end of that loop step). LargeBuffers come from a LargeBufferPool shared by a
 //    Channel's or Server's loops (mutex inside, control plane only).
@@ -146,7 +154,10 @@ static_assert(kSendQueueDepth >= 2 * kSignalInterval,
 
 // Completion queue entries per loop (clamped to the device's max_cqe):
 // connections per loop × (recv_depth + kSendQueueDepth) must stay below
-// this, so at the default recv_depth of 64 one loop holds 204 connections.
+// this, so at the default recv_depth of 64 one loop holds 204 connections
+// with rings of their own; with a shared receive queue each connection
+// reserves kSendQueueDepth and the SRQ one entry per receive buffer it
+// registered (512 + 4 per connection at the defaults: ~250 connections).
 // 64 Ki CQEs of 64 bytes are 4 MiB per loop on mlx5.
 inline constexpr int kCqDepth = 65536;
 // Work completions taken per ibv_poll_cq call.
