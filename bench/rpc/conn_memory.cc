@@ -2,14 +2,15 @@
 // measured (WORKSPACE.notes, "Memory per connection").
 //
 // A forked child serves RpcBench.Echo on 127.0.0.1 with default
-// ServerOptions. The parent opens connections in steps (--steps, cumulative
+// ServerOptions but --receive_queue and --server_workers. The parent opens connections in steps (--steps, cumulative
 // counts), one Echo call on each new one (a channel with pool_size = the last
 // step, whose slots connect on first use), and after each step asks the child
 // for its registered memory -- softrdma::PinnedBytes(), the bytes a NIC's
 // driver pins and counts against RLIMIT_MEMLOCK -- and its VmRSS. Prints one
 // row per step and the per-connection slope between the first and last step.
 //
-// Usage: conn_memory [--steps=0,10,100,500]   (RDMARPC_PROVIDER=soft)
+// Usage: conn_memory [--steps=0,10,100,500] [--receive_queue=shared]
+//        (RDMARPC_PROVIDER=soft)
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +31,9 @@
 #include "runtime/softrdma/faults.h"
 
 DEFINE_string(steps, "0,10,100,500", "Cumulative connection counts to measure at");
+DEFINE_string(receive_queue, "shared",
+              "Server's ServerOptions::receive_queue: shared | per-connection");
+DEFINE_int32(server_workers, 2, "Server worker threads");
 
 namespace {
 
@@ -66,7 +70,12 @@ struct Sample {
 // Sample. Returns the exit status.
 int ServeChild(int cmd_fd, int reply_fd) {
   EchoImpl service;
-  rdmarpc::Server server;
+  rdmarpc::ServerOptions options;
+  options.num_workers = FLAGS_server_workers;
+  options.receive_queue = FLAGS_receive_queue == "shared"
+                              ? rdmarpc::ServerOptions::ReceiveQueue::kShared
+                              : rdmarpc::ServerOptions::ReceiveQueue::kPerConnection;
+  rdmarpc::Server server(options);
   CHECK(server.AddService(&service).ok());
   absl::Status s = server.Start("127.0.0.1:0");
   if (!s.ok()) {

@@ -113,11 +113,14 @@ struct ClientConfig {
   size_t max_message_bytes = 0;   // rdmarpc: the channel's limit; 0 = ChannelOptions'
 };
 
-// rdmarpc, with max_message_bytes = kLargeMessageBytes. Start returns the
+// rdmarpc, with max_message_bytes = kLargeMessageBytes, and each worker's
+// connections receiving from one shared receive queue when
+// `shared_receive_queue` (ServerOptions::receive_queue). Start returns the
 // Server::Start status (INVALID_ARGUMENT for a bad
 // address, UNAVAILABLE when the port is taken or no RDMA device opens).
 absl::StatusOr<std::unique_ptr<EchoServer>> StartRdmarpcServer(absl::string_view host, int port,
-                                                               int workers);
+                                                               int workers,
+                                                               bool shared_receive_queue);
 // INVALID_ARGUMENT / UNAVAILABLE as rdmarpc::CreateChannel; connecting is
 // lazy, so an absent server shows on the first call.
 absl::StatusOr<std::unique_ptr<EchoClient>> NewRdmarpcClient(const ClientConfig& config);

@@ -219,9 +219,12 @@ class RdmarpcClient final : public EchoClient {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EchoServer>> StartRdmarpcServer(absl::string_view host, int port,
-                                                               int workers) {
+                                                               int workers,
+                                                               bool shared_receive_queue) {
   ServerOptions options;
   options.num_workers = workers;
+  options.receive_queue = shared_receive_queue ? ServerOptions::ReceiveQueue::kShared
+                                               : ServerOptions::ReceiveQueue::kPerConnection;
   options.max_message_bytes = kLargeMessageBytes;
   // The most registered at once: a 64 MiB echo's request and response
   // buffers (`mixed`), or 4 bandwidth calls of 16 MiB in flight, each with

@@ -53,6 +53,8 @@ DEFINE_int32(port, 0, "rdmarpc server port (server: 0 = a free one)");
 DEFINE_int32(grpc_port, 0, "gRPC server port (server: 0 = a free one)");
 DEFINE_double(duration, 0, "Server: stop after this many seconds; 0 = at SIGINT/SIGTERM only");
 DEFINE_int32(server_workers, 1, "rdmarpc server worker threads");
+DEFINE_string(server_receive_queue, "shared",
+              "rdmarpc server's ServerOptions::receive_queue: shared | per-connection");
 DEFINE_int32(engine_threads, 1, "rdmarpc client: completion (engine) threads per channel");
 DEFINE_int64(connect_timeout_ms, 5000, "Client: time allowed to connect, in ms");
 DEFINE_string(modes, "latency,rate,bandwidth,budget,stream,mixed",
@@ -264,7 +266,8 @@ int RunServer(const std::vector<std::string>& systems) {
   std::vector<std::unique_ptr<EchoServer>> servers;
   for (const std::string& system : systems) {
     absl::StatusOr<std::unique_ptr<EchoServer>> server =
-        system == "rdmarpc" ? StartRdmarpcServer(FLAGS_host, FLAGS_port, FLAGS_server_workers)
+        system == "rdmarpc" ? StartRdmarpcServer(FLAGS_host, FLAGS_port, FLAGS_server_workers,
+                                                 FLAGS_server_receive_queue == "shared")
                             : StartGrpcServer(FLAGS_host, FLAGS_grpc_port);
     if (!server.ok()) {
       fprintf(stderr, "rpc_bench: %s server: %s\n", system.c_str(),

@@ -132,6 +132,7 @@ std::string StatuszText() {
                       "\n");
       absl::StrAppend(&out, "      credits: send ", c.send_credits, " of ", c.peer_recv_depth,
                       ", owed to peer ", c.credits_owed, " of ", c.local_recv_depth,
+                      c.shared_receive_queue ? " granted on the shared receive queue" : "",
                       "; credit stall ", c.credit_stall_us, " us\n");
       absl::StrAppend(&out, "      streams in flight ", c.streams_in_flight, ", queued frames ",
                       c.queued_frames, ", rendezvous in flight ", c.rendezvous_in_flight,

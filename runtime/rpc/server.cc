@@ -104,7 +104,12 @@ std::string ServerImpl::DescribeForStatusz() const {
       pool_calls_.load(), "\n", "    services: ",
       services.empty() ? "(none)" : absl::StrJoin(services, ", "), "\n", "    workers ",
       options_.num_workers, ", recv_depth ", options_.recv_depth, " x ",
-      options_.recv_buffer_bytes, " bytes, eager_limit ", options_.eager_limit_bytes,
+      options_.recv_buffer_bytes, " bytes, receive queue ",
+      options_.receive_queue == ServerOptions::ReceiveQueue::kShared
+          ? absl::StrCat("shared (", options_.srq_shared_buffers, " + ",
+                         options_.srq_min_credits, " per connection)")
+          : std::string("per connection"),
+      ", eager_limit ", options_.eager_limit_bytes,
       " bytes, max_message ", options_.max_message_bytes, " bytes, large buffer pool ",
       options_.large_buffer_pool_bytes, " bytes, call metrics ", metrics_installed_ ? "on" : "off",
       ", connection authenticator ", options_.connection_authenticator ? "on" : "off",
@@ -153,6 +158,13 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
         options_.recv_depth, " (2..65535), recv_buffer_bytes ", options_.recv_buffer_bytes,
         " (>= 256), eager_limit_bytes ", options_.eager_limit_bytes, " (>= 256), max_message_bytes ",
         options_.max_message_bytes, " (>= 1)"));
+  }
+  if (options_.receive_queue == ServerOptions::ReceiveQueue::kShared &&
+      (options_.srq_min_credits < 3 || options_.srq_min_credits > 65535 ||
+       options_.srq_shared_buffers < 1 || options_.srq_shared_buffers > 65535)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServerOptions: srq_min_credits ", options_.srq_min_credits,
+        " (3..65535), srq_shared_buffers ", options_.srq_shared_buffers, " (1..65535)"));
   }
   if (options_.max_concurrent_streams < 0) {
     return absl::InvalidArgumentError(absl::StrCat("ServerOptions: max_concurrent_streams ",
@@ -244,6 +256,12 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
     copts.eager_limit_bytes = options_.eager_limit_bytes;
     copts.recv_buffer_bytes = options_.recv_buffer_bytes;
     copts.recv_depth = options_.recv_depth;
+    copts.shared_receive_queue =
+        options_.receive_queue == ServerOptions::ReceiveQueue::kShared;
+    // A floor above the most a connection may hold is that most.
+    copts.srq_min_credits =
+        std::min(options_.srq_min_credits, std::max(kMinRecvDepth, options_.recv_depth));
+    copts.srq_extra_buffers = options_.srq_shared_buffers;
     copts.max_message_bytes = options_.max_message_bytes;
     copts.max_exposed_bytes =
         options_.max_exposed_bytes_per_connection != 0

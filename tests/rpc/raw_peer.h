@@ -269,13 +269,20 @@ class RawPeer {
     internal::ParsedMessage message;
   };
   // Receive, then DecodeMessage into `*out`; false when nothing came in
-  // `timeout` or it does not decode.
+  // `timeout` or it does not decode. kCredit messages (credits returned
+  // explicitly: a server granting from its shared receive queue sends them
+  // as soon as half of what it granted is owed) are skipped: this peer does
+  // not count credits.
   bool ReceiveMessage(Answer* out, absl::Duration timeout) {
-    if (!Receive(&out->bytes, &out->imm, timeout)) return false;
-    absl::StatusOr<internal::ParsedMessage> m = internal::DecodeMessage(out->bytes);
-    if (!m.ok()) return false;
-    out->message = *m;
-    return true;
+    const absl::Time deadline = absl::Now() + timeout;
+    while (true) {
+      if (!Receive(&out->bytes, &out->imm, deadline - absl::Now())) return false;
+      absl::StatusOr<internal::ParsedMessage> m = internal::DecodeMessage(out->bytes);
+      if (!m.ok()) return false;
+      if (m->header.kind == internal::MsgKind::kCredit) continue;
+      out->message = *m;
+      return true;
+    }
   }
 
   // True once the server closed the connection (rdma_cm DISCONNECTED, or

@@ -53,7 +53,37 @@ struct RDMARPC_EXPORT ServerOptions {
   size_t recv_buffer_bytes = 8 * 1024;
   // Receive buffers pre-posted per connection (= credits granted to a
   // client). Accepted range 2..65535; 2 is raised to 3 (see ChannelOptions).
+  // With a shared receive queue: the most credits one client connection
+  // may hold.
   int recv_depth = 64;
+  // Where a worker's receive buffers come from.
+  //  * kShared (the default): one shared receive queue (SRQ) per worker
+  //    serves all its connections. Receive memory grows with workers, not
+  //    connections: srq_shared_buffers per worker plus srq_min_credits per
+  //    connection (by default 512 x 8 KiB = 4 MiB, plus 32 KiB per
+  //    connection, against 512 KiB per connection with kPerConnection).
+  //    Measured with bench/rpc/conn_memory (WORKSPACE.notes): 189 KiB
+  //    registered and 320 KiB of RSS per connection, against 640 and 781
+  //    with kPerConnection; one connection's 32 B call rate was within the
+  //    noise of kPerConnection (median of 4 runs 0.93x, ranges overlapping). Every connection is
+  //    always granted srq_min_credits credits; a client that sends more
+  //    gets a fair share of the shared buffers (at most recv_depth), so no
+  //    client can take all receives, and one that spent its share waits for
+  //    credits, not on RNR. Each SRQ holds at most the device's max_srq_wr
+  //    receives (16384 on softrdma; ~32K on mlx5), so a worker takes at
+  //    most (max_srq_wr - srq_shared_buffers) / srq_min_credits
+  //    connections; more are rejected RESOURCE_EXHAUSTED.
+  //  * kPerConnection: each connection pre-posts recv_depth buffers of its
+  //    own (its client starts with recv_depth credits).
+  // Both speak the same protocol to every client.
+  enum class ReceiveQueue { kShared, kPerConnection };
+  ReceiveQueue receive_queue = ReceiveQueue::kShared;
+  // kShared: credits every connection is granted (and starts with).
+  // Accepted range 3..65535; above recv_depth it is recv_depth (at least 3).
+  int srq_min_credits = 4;
+  // kShared: buffers each worker's SRQ shares beyond the connections'
+  // minimum. Accepted range 1..65535.
+  int srq_shared_buffers = 512;
   // Largest request or response, in bytes; larger fail RESOURCE_EXHAUSTED.
   // At most kMaxProtobufMessageBytes (rdmarpc/channel.h; Start:
   // INVALID_ARGUMENT above).
