@@ -131,6 +131,12 @@ absl::StatusOr<Connection*> Connection::Connect(EventLoop* loop, DeviceResources
                                                 const SocketAddress& dst, std::string peer_name,
                                                 const ConnectionOptions& options,
                                                 ConnectionHandler* handler) {
+  if (options.shared_receive_queue) {
+    // A client advertises recv_depth credits in its connect request.
+    return absl::InvalidArgumentError(
+        absl::StrCat("connecting to ", peer_name, ": a client connection has no shared receive "
+                     "queue (ConnectionOptions::shared_receive_queue is for servers)"));
+  }
   std::unique_ptr<Connection> c(
       new Connection(loop, device, options, handler, peer_name, /*is_client=*/true));
   absl::StatusOr<CmIdPtr> id =

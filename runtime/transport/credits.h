@@ -42,12 +42,14 @@ class CreditWindow {
   bool ShouldSendCreditMessage() const { return owed_ >= threshold_ && CanSendCreditMessage(); }
   // Receiving from a shared receive queue (shared_receive_queue.h), where
   // the peer's window is what it was granted, not a ring: `in_use` credits
-  // are granted and not consumed. The explicit-return threshold becomes
-  // half of that (at least 2, at most half the ring): a peer blocked with
-  // one credit left means in_use - 1 owed here, and in_use >= 3 (the
-  // floor) makes that reach the threshold.
+  // are granted and not consumed. Credits go back explicitly once the peer
+  // may be down to a quarter of its window: the threshold is
+  // in_use - 1 - in_use / 4 (at least 2, at most half the ring). A peer
+  // blocked with one credit left means in_use - 1 owed here, which reaches
+  // it whenever in_use >= 3 (the floor); a response that follows a request
+  // soon carries the owed credits instead.
   void SetPeerWindow(int in_use) {
-    threshold_ = std::max(2, std::min(ring_threshold_, in_use / 2));
+    threshold_ = std::max(2, std::min(ring_threshold_, in_use - 1 - in_use / 4));
   }
 
  private:

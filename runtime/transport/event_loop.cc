@@ -533,6 +533,9 @@ int EventLoop::PollCq() {
     c->OnCompletion(wcs[i]);
     c->ScheduleEndOfStep();
   }
+  // The CQ was empty: receives of QPs destroyed before this poll began
+  // have all been seen (SharedReceiveQueue::Detach).
+  if (srq_ != nullptr && n < kPollBatch) srq_->OnCqDrained();
   RunScheduledEndOfSteps();
   return n;
 }

@@ -56,6 +56,7 @@ void SendQueue::DropSendSlab() {
   chunks_.clear();
   free_buffers_.clear();
   capacity_ = 0;
+  pd_ = nullptr;  // no chunk is registered after Release
 }
 
 namespace {

@@ -116,7 +116,12 @@ void SharedReceiveQueue::Detach(SrqShare* share) {
     share->starved = false;
   }
   SetWanting(share, false);
+  // Receives its QP consumed may still wait in the CQ, counted as posted:
+  // its credits keep backing them until two drained polls (OnCqDrained).
+  const int held = share->in_use;
   SetInUse(share, 0);
+  sum_in_use_ += held;
+  release_next_ += held;
   --attached_;
 }
 
@@ -143,10 +148,9 @@ int SharedReceiveQueue::OnMessage(SrqShare* share) {
   SetInUse(share, share->in_use - 1);
   const int floor = options_.min_credits;
   const int cap = FairCap(*share);
-  // One back for the one spent and one more, up to the cap. (Growing only
-  // while the peer's window looked short could not tell credits it holds
-  // from messages on their way: a peer pipelining 32 calls stayed at its
-  // floor, and the rate of one connection fell by a third.)
+  // One back for the one spent and one more, up to the cap (a peer's
+  // credits held cannot be told from its messages on their way, so every
+  // sender grows, as TCP's slow start does).
   const int want = std::min(2, cap - share->in_use);
   int granted = 0;
   while (granted < want && free_credits() > 0 &&
@@ -160,6 +164,10 @@ int SharedReceiveQueue::OnMessage(SrqShare* share) {
   if (share->in_use < floor && !share->starved) {
     share->starved = true;
     starved_.push_back(share);
+  } else if (share->starved && share->in_use >= floor) {
+    // Back at its floor through its own messages: nothing owed at a re-post.
+    share->starved = false;
+    starved_.erase(std::find(starved_.begin(), starved_.end(), share));
   }
   return granted;
 }
@@ -192,8 +200,10 @@ absl::StatusOr<int> SharedReceiveQueue::PostPending() {
     posted_ += static_cast<int>(done);
     posted = static_cast<int>(done);
     if (rc != 0) {
-      // The buffers not posted stay pending for the next try.
+      // The buffers not posted stay pending for the next try (the next
+      // idle re-post too).
       to_repost_.erase(to_repost_.begin(), to_repost_.begin() + static_cast<ptrdiff_t>(done));
+      force_repost_ = false;
       return ErrnoToStatus("ibv_post_srq_recv", rc);
     }
     to_repost_.clear();
@@ -203,7 +213,7 @@ absl::StatusOr<int> SharedReceiveQueue::PostPending() {
   size_t served = 0;
   while (served < starved_.size() && free_credits() > 0) {
     SrqShare* s = starved_[served];
-    const int n_grant = std::min(options_.min_credits - s->in_use, free_credits());
+    const int n_grant = std::max(0, std::min(options_.min_credits - s->in_use, free_credits()));
     SetInUse(s, s->in_use + n_grant);
     if (s->in_use >= options_.min_credits) {
       s->starved = false;

@@ -33,7 +33,9 @@
 //    that keeps sending ends up at its share, as with a ring of its own. A client that spends its
 //    share therefore waits for credits (CreditWindow), never on RNR.
 //  * A connection's credits are released only when its QP is destroyed
-//    (Detach): until then its peer may still consume receives.
+//    (Detach), and only after two polls that found the CQ empty
+//    (OnCqDrained): until then its peer may still consume receives, or
+//    their completions wait in the CQ with their buffers counted as posted.
 //  Not done: credits held by a connection that went idle are not taken back
 //  (that needs a revoke message); they count against the extras until it
 //  sends again.
@@ -94,9 +96,11 @@ class SharedReceiveQueue {
   // Makes the SRQ on `pd` (its device's max_srq_wr bounds the buffers) and
   // registers and posts extra_buffers. `loop` gives the CQ entries the
   // receives may complete into (EventLoop::ReserveCqEntries; one per
-  // buffer) and must outlive the SRQ. RESOURCE_EXHAUSTED: registration or
-  // the CQ's room; UNIMPLEMENTED: the device has no SRQ; other codes from
-  // ibv_create_srq / ibv_post_srq_recv.
+  // buffer) and must outlive the SRQ. INVALID_ARGUMENT: options out of
+  // range (min_credits < kMinRecvDepth, max_credits < min_credits,
+  // extra_buffers < 0, buffer_bytes 0); RESOURCE_EXHAUSTED: registration,
+  // max_srq_wr or the CQ's room; UNIMPLEMENTED: the device has no SRQ;
+  // other codes from ibv_query_device / ibv_create_srq / ibv_post_srq_recv.
   static absl::StatusOr<std::unique_ptr<SharedReceiveQueue>> Create(ibv_pd* pd,
                                                                     const Options& options,
                                                                     EventLoop* loop,
@@ -116,10 +120,20 @@ class SharedReceiveQueue {
   // posting a slab when needed). Returns the initial credits to advertise
   // (min_credits), already counted in `share`. RESOURCE_EXHAUSTED
   // when the device's SRQ or memory cannot hold another floor (the message
-  // names the numbers): reject the connection.
+  // names the numbers): reject the connection. Registration and
+  // ibv_post_srq_recv errors pass through with their codes.
   absl::StatusOr<int> Attach(SrqShare* share);
-  // The connection's QP was destroyed: its credits go back to the pool.
+  // The connection's QP was destroyed: its credits go back to the pool
+  // after the second OnCqDrained from now.
   void Detach(SrqShare* share);
+  // The loop polled its CQ and found fewer completions than it asked for
+  // (nothing was left in it): credits detached before the previous such
+  // poll are free now.
+  void OnCqDrained() {
+    sum_in_use_ -= release_armed_;
+    release_armed_ = release_next_;
+    release_next_ = 0;
+  }
 
   // --- data path ---
   // A receive completed (any status): it is no longer posted.
@@ -200,6 +214,8 @@ class SharedReceiveQueue {
   int borrowers_ = 0;     // shares with in_use > min_credits
   int wanting_ = 0;       // shares with `wanting` set
   int attached_ = 0;
+  int release_next_ = 0;   // detached since the last drained poll
+  int release_armed_ = 0;  // freed at the next drained poll
   int repost_batch_ = 16;
   bool force_repost_ = false;
   std::vector<int> to_repost_;

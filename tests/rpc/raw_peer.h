@@ -271,7 +271,7 @@ class RawPeer {
   // Receive, then DecodeMessage into `*out`; false when nothing came in
   // `timeout` or it does not decode. kCredit messages (credits returned
   // explicitly: a server granting from its shared receive queue sends them
-  // as soon as half of what it granted is owed) are skipped: this peer does
+  // sooner than one with rings) are skipped: this peer does
   // not count credits.
   bool ReceiveMessage(Answer* out, absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;

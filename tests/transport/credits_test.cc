@@ -44,6 +44,27 @@ TEST(CreditWindow, OwedCreditsAreTakenOnce) {
   EXPECT_EQ(w.TakeOwed(), 0);
 }
 
+TEST(CreditWindow, SharedReceiveQueueReturnsCreditsWhenThePeerMayBeLow) {
+  // A ring of 64 (half of it, 32, caps the threshold); in_use -> threshold: in_use - 1 - in_use / 4, at least 2, at most 32.
+  const int cases[][2] = {{3, 2}, {4, 2}, {5, 3}, {8, 5}, {16, 11}, {64, 32}, {1000, 32}};
+  for (const auto& c : cases) {
+    CreditWindow x(8, 64);
+    x.SetPeerWindow(c[0]);
+    x.OnReposted(c[1] - 1);
+    EXPECT_FALSE(x.ShouldSendCreditMessage()) << "in_use " << c[0];
+    x.OnReposted(1);
+    EXPECT_TRUE(x.ShouldSendCreditMessage()) << "in_use " << c[0];
+  }
+  // A peer blocked with one credit of in_use means in_use - 1 owed here:
+  // always enough for an explicit return from the floor (3) up.
+  for (int in_use = 3; in_use <= 200; ++in_use) {
+    CreditWindow x(8, 64);
+    x.SetPeerWindow(in_use);
+    x.OnReposted(in_use - 1);
+    EXPECT_TRUE(x.ShouldSendCreditMessage()) << "in_use " << in_use;
+  }
+}
+
 TEST(CreditWindow, ExplicitReturnAtHalfTheRingButNotForOne) {
   CreditWindow w(8, 8);
   w.OnReposted(3);

@@ -94,6 +94,8 @@ TEST_F(SharedReceiveQueueTest, APipeliningPeerGrowsToItsCap) {
   EXPECT_EQ(owed, 200 + 60);
   q->Detach(&a);
   EXPECT_EQ(q->borrowers(), 0);
+  q->OnCqDrained();
+  q->OnCqDrained();
   EXPECT_EQ(q->free_credits(), q->posted());
 }
 
@@ -170,6 +172,44 @@ TEST_F(SharedReceiveQueueTest, AStarvedFloorIsServedAtTheRepost) {
   q->Detach(&b);
 }
 
+TEST_F(SharedReceiveQueueTest, AStarvedShareThatRegainsItsFloorIsOwedNothingAtTheRepost) {
+  std::unique_ptr<SharedReceiveQueue> q = Make(256, 4, 10000);
+  ASSERT_NE(q, nullptr);
+  struct Counted : SrqShare {
+    int granted_later = 0;
+  };
+  Counted a;
+  Counted b;
+  Counted c;
+  a.on_granted = b.on_granted =
+      c.on_granted = [](SrqShare* s, int n) { static_cast<Counted*>(s)->granted_later += n; };
+  ASSERT_TRUE(q->Attach(&a).ok());
+  ASSERT_TRUE(q->Attach(&b).ok());
+  ASSERT_TRUE(q->Attach(&c).ok());
+  int idx = 0;
+  while (q->free_credits() > 0) Receive(q.get(), &a, idx++);
+  EXPECT_EQ(Receive(q.get(), &b, idx++), 0);
+  ASSERT_TRUE(b.starved);
+  // C goes: its credits come free, and B's next messages take B over its
+  // floor by itself.
+  q->Detach(&c);
+  q->OnCqDrained();
+  q->OnCqDrained();
+  // 3 - 1 + 2 = 4, then 4 - 1 + 2 = 5: each message spends one, gets two.
+  EXPECT_EQ(Receive(q.get(), &b, idx++), 2);
+  EXPECT_EQ(Receive(q.get(), &b, idx++), 2);
+  EXPECT_EQ(b.in_use, 5);
+  EXPECT_FALSE(b.starved);
+  EXPECT_EQ(q->starved(), 0);
+  // The re-post owes B nothing and takes nothing from it: it holds the 5
+  // it was granted.
+  ASSERT_TRUE(q->PostPending().ok());
+  EXPECT_EQ(b.granted_later, 0);
+  EXPECT_EQ(b.in_use, 5);
+  q->Detach(&a);
+  q->Detach(&b);
+}
+
 TEST_F(SharedReceiveQueueTest, AMessageBeyondTheCreditsIsAProtocolError) {
   std::unique_ptr<SharedReceiveQueue> q = Make(256, 4, 10000);
   ASSERT_NE(q, nullptr);
@@ -201,6 +241,12 @@ TEST_F(SharedReceiveQueueTest, DetachGivesTheCreditsBackAndGrowthStays) {
   EXPECT_EQ(q->free_credits(), 768 - 400);
   for (SrqShare& s : shares) q->Detach(&s);
   EXPECT_EQ(q->attached(), 0);
+  // Their completions may still wait in the CQ: the credits keep backing
+  // them until a poll that began after Detach found the CQ empty.
+  EXPECT_EQ(q->free_credits(), 768 - 400);
+  q->OnCqDrained();
+  EXPECT_EQ(q->free_credits(), 768 - 400);
+  q->OnCqDrained();
   EXPECT_EQ(q->free_credits(), 768);
   EXPECT_EQ(q->capacity(), 768);  // registered memory is kept
 }

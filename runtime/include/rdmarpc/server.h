@@ -62,17 +62,17 @@ struct RDMARPC_EXPORT ServerOptions {
   //    connections: srq_shared_buffers per worker plus srq_min_credits per
   //    connection (by default 512 x 8 KiB = 4 MiB, plus 32 KiB per
   //    connection, against 512 KiB per connection with kPerConnection).
-  //    Measured with bench/rpc/conn_memory (WORKSPACE.notes): 189 KiB
-  //    registered and 320 KiB of RSS per connection, against 640 and 781
-  //    with kPerConnection; one connection's 32 B call rate was within the
-  //    noise of kPerConnection (median of 4 runs 0.93x, ranges overlapping). Every connection is
+  //    The default was chosen from measurements (bench/README.md, "Shared
+  //    receive queues and memory per connection"): far less memory per
+  //    connection, the same call rate within the noise. Every connection is
   //    always granted srq_min_credits credits; a client that sends more
   //    gets a fair share of the shared buffers (at most recv_depth), so no
   //    client can take all receives, and one that spent its share waits for
   //    credits, not on RNR. Each SRQ holds at most the device's max_srq_wr
   //    receives (16384 on softrdma; ~32K on mlx5), so a worker takes at
   //    most (max_srq_wr - srq_shared_buffers) / srq_min_credits
-  //    connections; more are rejected RESOURCE_EXHAUSTED.
+  //    connections, and its completion queue about 250 at the defaults
+  //    (WORKSPACE.notes); more are rejected RESOURCE_EXHAUSTED.
   //  * kPerConnection: each connection pre-posts recv_depth buffers of its
   //    own (its client starts with recv_depth credits).
   // Both speak the same protocol to every client.
