@@ -116,9 +116,13 @@ int SendQueue::Doorbell(absl::FunctionRef<void(uint64_t seq, const SqEntry& entr
     batch_[i].wr.sg_list = &batch_[i].sge;
     batch_[i].wr.next = i + 1 < n ? &batch_[i + 1].wr : nullptr;
   }
+  // Counted before the post, as the WRs are in PostWr: once posted, the
+  // peer may answer (and a reader of the stats see that answer) before this
+  // thread runs on, and the figures must never show a WR without its
+  // doorbell.
+  if (stats_ != nullptr) stats_->send_doorbells.Add();
   ibv_send_wr* bad = nullptr;
   const int rc = ibv_post_send(qp_, &batch_[0].wr, &bad);
-  if (stats_ != nullptr) stats_->send_doorbells.Add();
   if (rc != 0) {
     // WRs from `bad` on never entered the queue: undo their accounting.
     size_t first_bad = 0;
@@ -152,13 +156,19 @@ bool SendQueue::PostDrainMarker() {
   wr.opcode = IBV_WR_SEND;
   wr.num_sge = 0;
   wr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad = nullptr;
-  const int rc = ibv_post_send(qp_, &wr, &bad);
-  if (stats_ != nullptr) stats_->send_doorbells.Add();
-  if (rc != 0) return false;
-  if (stats_ != nullptr) {
+  if (stats_ != nullptr) {  // before the post, as in Doorbell
+    stats_->send_doorbells.Add();
     stats_->wrs_posted[static_cast<int>(WrOpcode::kSend)].Add();
     stats_->signalled_send_wrs.Add();
+  }
+  ibv_send_wr* bad = nullptr;
+  const int rc = ibv_post_send(qp_, &wr, &bad);
+  if (rc != 0) {
+    if (stats_ != nullptr) {
+      stats_->wrs_posted[static_cast<int>(WrOpcode::kSend)].Add(-1);
+      stats_->signalled_send_wrs.Add(-1);
+    }
+    return false;
   }
   ring_[seq % kDepth] = SqEntry{};
   ++head_;
