@@ -604,9 +604,15 @@ class Connection final : public CmEventHandler, public LoopClient {
   // Every buffer the peer may reach (those above, and client calls'
   // request and reply buffers), its window, and the cap.
   ExposureTable exposures_;
-  // Server: streams FailStreamItem ended with trailers; the handler's own
-  // answer for one is dropped (once).
-  absl::flat_hash_set<uint32_t> answered_streams_;
+  // Server: streams FailStreamItem ended with trailers of its own. Until
+  // those trailers went out and the handler's own answer was dropped, the
+  // stream's frames still queued or still to come are dropped too: one
+  // reaching the exposure cap again would end the stream a second time.
+  struct FailedStream {
+    bool trailers_sent = false;
+    bool answer_dropped = false;
+  };
+  absl::flat_hash_map<uint32_t, FailedStream> failed_streams_;
   uint32_t next_ref_ = 1;
 
   std::vector<EventLoop::TimerId> timers_;

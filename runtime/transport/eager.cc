@@ -45,8 +45,15 @@ void Connection::QueueResponse(const RequestToken& token, absl::StatusCode code,
                                std::string message, std::string payload, std::string meta,
                                bool refused) {
   if (!usable()) return;
-  // Trailers the transport already sent for this stream (FailStreamItem).
-  if (!answered_streams_.empty() && answered_streams_.erase(token.handle()) > 0) return;
+  // The handler's answer for a stream whose trailers the transport queued
+  // already (FailStreamItem): dropped.
+  if (!failed_streams_.empty()) {
+    if (auto it = failed_streams_.find(token.handle()); it != failed_streams_.end()) {
+      it->second.answer_dropped = true;
+      if (it->second.trailers_sent) failed_streams_.erase(it);
+      return;
+    }
+  }
   if (StreamIn* in = streams_.FindServerStream(token.handle()); in != nullptr) {
     // A stream's trailers: frames of it that still arrive are dropped.
     DropStreamIn(*in);
@@ -138,10 +145,22 @@ bool Connection::SendOne(OutItem& item) {
     case OutKind::kRequest:
       return SendRequest(item.handle);
     case OutKind::kResponse:
-      // A handler's answer for a stream FailStreamItem already ended.
-      if (!answered_streams_.empty() && !item.ends_failed_stream &&
-          answered_streams_.erase(item.token.handle()) > 0) {
-        return true;
+      if (!failed_streams_.empty()) {
+        if (auto it = failed_streams_.find(item.token.handle()); it != failed_streams_.end()) {
+          if (!item.ends_failed_stream) {
+            // The handler answered before FailStreamItem ended the stream.
+            it->second.answer_dropped = true;
+            if (it->second.trailers_sent) failed_streams_.erase(it);
+            return true;
+          }
+          if (!SendResponseItem(item)) return false;
+          it = failed_streams_.find(item.token.handle());
+          if (it != failed_streams_.end()) {
+            it->second.trailers_sent = true;
+            if (it->second.answer_dropped) failed_streams_.erase(it);
+          }
+          return true;
+        }
       }
       return SendResponseItem(item);
     case OutKind::kRelease: {

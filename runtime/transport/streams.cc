@@ -89,8 +89,8 @@ void Connection::GrantWindow(const RequestToken& token, uint32_t messages) {
 
 bool Connection::SendStreamItem(OutItem& item) {
   if (is_client_ && streams_.Live(item.slot, item.generation) == nullptr) return true;  // call ended
-  if (!is_client_ && !answered_streams_.empty() &&
-      answered_streams_.contains(PackHandle(item.slot, item.generation))) {
+  if (!is_client_ && !failed_streams_.empty() &&
+      failed_streams_.contains(PackHandle(item.slot, item.generation))) {
     return true;  // FailStreamItem ended the stream
   }
   WireHeader h;
@@ -188,7 +188,7 @@ void Connection::FailStreamItem(const OutItem& item, const absl::Status& why) {
   QueueResponse(token, status.code(), std::string(status.message()), std::string(),
                 std::string(), /*refused=*/false);
   out_queue_.back().ends_failed_stream = true;
-  answered_streams_.insert(token.handle());
+  failed_streams_[token.handle()] = FailedStream{};
   if (!handler_answered && handler_ != nullptr) handler_->OnCancel(this, token);
 }
 
