@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
 #include "runtime/softrdma/softrdma.h"
+#include "runtime/transport/buffer_pool.h"
 #include "tests/rpc/rpc_fixture.h"
 #include "tests/rpc/test_service.h"
 
@@ -103,13 +104,23 @@ TEST(Rendezvous, LargeRequestGetsResponseWrittenIntoReplyBuffer) {
   EXPECT_EQ(softrdma::GetStats().rdma_write_with_imm, 1u);
 }
 
+// The rendezvous buffers of one call at a time are pooled: the pool
+// registers only while it climbs to its high-water mark, then reuses. That
+// mark depends on timing (a buffer goes back when its WR's signalled
+// completion or the peer's kRelease is seen, which on a loaded host can come
+// after the next call took buffers), so the test lets the pool climb for up
+// to three rounds of 5 calls; then a round must register nothing, and the
+// pool never holds more than two calls' worth of buffers (each call takes 4:
+// the client's request and reply buffers, the server's request and response
+// buffers, all from this process's one pool).
 TEST(Rendezvous, RepeatedLargeCallsRegisterNoNewMemory) {
   ChannelOptions co;
   co.pool_size = 1;
   EchoFixture f(ServerOptions(), co);
+  constexpr size_t kPayload = 3 << 20;
   auto call = [&](char fill) {
     EchoRequest req;
-    req.set_data(std::string(3 << 20, fill));
+    req.set_data(std::string(kPayload, fill));
     EchoResponse resp;
     ClientContext ctx;
     ctx.set_timeout(absl::Seconds(20));
@@ -119,9 +130,16 @@ TEST(Rendezvous, RepeatedLargeCallsRegisterNoNewMemory) {
   };
   call('a');  // warms the pools (registers)
   call('b');
-  const uint64_t regs = softrdma::GetStats().reg_mr;
-  for (char c = 'c'; c < 'h'; ++c) call(c);
-  EXPECT_EQ(softrdma::GetStats().reg_mr, regs);
+  int quiet_round = -1;
+  for (int round = 0; round < 4 && quiet_round < 0; ++round) {
+    const uint64_t regs = softrdma::GetStats().reg_mr;
+    for (char c = 'c'; c < 'h'; ++c) call(c);
+    if (softrdma::GetStats().reg_mr == regs) quiet_round = round;
+  }
+  EXPECT_GE(quiet_round, 0) << "every round of 5 identical calls registered memory";
+  // Buffers are rounded up to 64 KiB, plus room for the protobuf framing.
+  const int64_t buffer_bytes = kPayload + (64 << 10);
+  EXPECT_LE(internal::GetLargeBufferPoolTotals().registered_bytes, 8 * buffer_bytes);
 }
 
 TEST(RoundRobin, EightThreadsTwoServersEachCountsItsShare) {
