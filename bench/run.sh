@@ -15,6 +15,10 @@
 # 10 s of the run). Extra arguments go to the client, e.g.
 #   bench/run.sh --modes=latency --sizes=32,4096
 #   bench/run.sh --modes=stream,mixed
+#   RDMARPC_BENCH_SHARED_CORE=1 bench/run.sh --modes=latency,rate
+#                                  (both processes on core 0; <date>-shared-core*.json)
+# The CPU/call figures are user + system time of both processes (the
+# server's read from /proc/<pid>/stat) over each measured phase.
 # Takes about 2 minutes after the build. Exit status: 0 on success.
 # softrdma acknowledges in a thread of the receiving process, not in a NIC: a
 # process stalled past the QP's transport timeout (~0.5 s; e.g. run under
@@ -44,8 +48,15 @@ json="$results/$(date -u +%Y-%m-%d)$suffix.json"
 work=$(mktemp -d /tmp/rdmarpc-bench.XXXXXX)
 
 # Client and server on different cores; with one core there is nothing to pin.
+# RDMARPC_BENCH_SHARED_CORE=1 pins both to core 0 instead: an oversubscribed
+# host, where every spinning thread takes time from the one it waits for.
 server_pin=() client_pin=()
-if (($(nproc) >= 2)) && command -v taskset >/dev/null; then
+if [[ "${RDMARPC_BENCH_SHARED_CORE:-0}" == 1 ]] && command -v taskset >/dev/null; then
+  server_pin=(taskset -c 0)
+  client_pin=(taskset -c 0)
+  suffix="-shared-core$suffix"
+  json="$results/$(date -u +%Y-%m-%d)$suffix.json"
+elif (($(nproc) >= 2)) && command -v taskset >/dev/null; then
   server_pin=(taskset -c 1)
   client_pin=(taskset -c 0)
 fi
@@ -89,7 +100,8 @@ echo "run.sh: server on 127.0.0.1 rdmarpc :$port, gRPC :$grpc_port (${server_pin
 
 started=$SECONDS
 "${client_pin[@]}" "$bench" --mode=client --systems=rdmarpc,grpc --host=127.0.0.1 \
-  --port="$port" --grpc_port="$grpc_port" --json_out="$json" --plot_dir="$work" "$@" \
+  --port="$port" --grpc_port="$grpc_port" --server_pid="$server_pid" --json_out="$json" \
+  --plot_dir="$work" "$@" \
   | tee "$work/table.txt"
 
 # Plots: both systems on each; "NaN" (a figure one system lacks) is skipped.

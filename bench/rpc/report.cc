@@ -22,6 +22,9 @@ std::string Num(double v) {
   return absl::StrFormat("%.6g", v);
 }
 
+// A CPU figure for JSON: null when unknown (-1).
+std::string CpuNum(double v) { return v < 0 ? "null" : Num(v); }
+
 double PerCall(uint64_t count, uint64_t calls) {
   return calls == 0 ? 0 : static_cast<double>(count) / static_cast<double>(calls);
 }
@@ -60,12 +63,24 @@ std::vector<Figure> Figures(const std::vector<SystemResults>& all) {
       add(size + "p99", label + "p99", "us", s.system, l.p99_us);
       add(size + "p999", label + "p99.9", "us", s.system, l.p999_us);
       add(size + "max", label + "max", "us", s.system, l.max_us);
+      // CPU of both processes per call: shown only when the server's is known.
+      if (l.cpu.total_us() >= 0) {
+        add(size + "cpu_us_per_call", label + "CPU/call", "us", s.system, l.cpu.total_us());
+      }
     }
     if (s.rate) {
       add("rate_rpc_per_s",
           absl::StrCat("rate ", SizeLabel(s.rate->size_bytes), " x", s.rate->in_flight_per_thread,
                        " x", s.rate->threads, "thr"),
           "RPC/s", s.system, s.rate->rpc_per_s);
+      const CpuPerCall& cpu = s.rate->cpu;
+      if (cpu.client_us >= 0) {
+        add("rate_client_cpu_us_per_call", "rate CPU/call client", "us", s.system, cpu.client_us);
+      }
+      if (cpu.server_us >= 0) {
+        add("rate_server_cpu_us_per_call", "rate CPU/call server", "us", s.system, cpu.server_us);
+        add("rate_cpu_us_per_call", "rate CPU/call both", "us", s.system, cpu.total_us());
+      }
     }
     for (const ThroughputResult& b : s.bandwidth) {
       add(absl::StrCat("bandwidth_", b.size_bytes, "_B_gb_per_s"),
@@ -189,7 +204,9 @@ std::string Json(const std::vector<SystemResults>& all, const std::vector<Figure
       absl::StrAppend(&out, "{\"size_bytes\": ", l.size_bytes, ", \"calls\": ", l.calls,
                       ", \"p50_us\": ", Num(l.p50_us), ", \"p99_us\": ", Num(l.p99_us),
                       ", \"p999_us\": ", Num(l.p999_us), ", \"max_us\": ", Num(l.max_us),
-                      ", \"mean_us\": ", Num(l.mean_us), "}");
+                      ", \"mean_us\": ", Num(l.mean_us),
+                      ", \"client_cpu_us_per_call\": ", CpuNum(l.cpu.client_us),
+                      ", \"server_cpu_us_per_call\": ", CpuNum(l.cpu.server_us), "}");
     };
     absl::StrAppend(&out, "      \"latency\": [");
     for (size_t j = 0; j < s.latency.size(); ++j) {
@@ -202,7 +219,8 @@ std::string Json(const std::vector<SystemResults>& all, const std::vector<Figure
                       ", \"in_flight_per_thread\": ", t.in_flight_per_thread,
                       ", \"calls\": ", t.calls, ", \"seconds\": ", Num(t.seconds),
                       ", \"rpc_per_s\": ", Num(t.rpc_per_s), ", \"gb_per_s\": ", Num(t.gb_per_s),
-                      "}");
+                      ", \"client_cpu_us_per_call\": ", CpuNum(t.cpu.client_us),
+                      ", \"server_cpu_us_per_call\": ", CpuNum(t.cpu.server_us), "}");
     };
     absl::StrAppend(&out, "      \"rate\": ");
     if (s.rate) {

@@ -1,9 +1,12 @@
 // Tests of rpc_bench's pure parts: flag parsing, percentiles, the JSON, the
 // table and the gnuplot data, on hand-made results with known values.
+#include <unistd.h>
+
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "bench/rpc/cpu_time.h"
 #include "bench/rpc/parse.h"
 #include "bench/rpc/report.h"
 #include "bench/rpc/results.h"
@@ -70,7 +73,7 @@ TEST(RpcBenchWorkloads, RequestPayloadIsSizedAndNotConstant) {
 std::vector<SystemResults> TwoSystems() {
   SystemResults r;
   r.system = "rdmarpc";
-  r.latency.push_back({32, 100, 10.0, 20.0, 40.0, 50.0, 12.5});
+  r.latency.push_back({32, 100, 10.0, 20.0, 40.0, 50.0, 12.5, {}});
   ThroughputResult rate;
   rate.size_bytes = 32;
   rate.in_flight_per_thread = 32;
@@ -95,8 +98,8 @@ std::vector<SystemResults> TwoSystems() {
   MixedResult mixed;
   mixed.small_size_bytes = 32;
   mixed.large_size_bytes = 64 << 20;
-  mixed.alone = {32, 1000, 2.0, 4.0, 8.0, 10.0, 2.5};
-  mixed.loaded = {32, 500, 20.0, 100.0, 400.0, 500.0, 30.0};
+  mixed.alone = {32, 1000, 2.0, 4.0, 8.0, 10.0, 2.5, {}};
+  mixed.loaded = {32, 500, 20.0, 100.0, 400.0, 500.0, 30.0, {}};
   mixed.large_calls = 10;
   mixed.large_seconds = 2.5;
   mixed.large_calls_per_s = 4;
@@ -105,7 +108,7 @@ std::vector<SystemResults> TwoSystems() {
 
   SystemResults g;
   g.system = "grpc";
-  g.latency.push_back({32, 100, 40.0, 80.0, 80.0, 100.0, 45.0});
+  g.latency.push_back({32, 100, 40.0, 80.0, 80.0, 100.0, 45.0, {}});
   rate.rpc_per_s = 25000;
   g.rate = rate;
   g.budget_note = "no verbs: gRPC runs over TCP sockets";
@@ -137,7 +140,8 @@ TEST(RpcBenchReport, JsonHasUnitsRatiosAndBudgetPerCall) {
   EXPECT_NE(json.find("\"time_utc\": \"2026-11-30T07:00:00Z\""), std::string::npos);
   EXPECT_NE(json.find("\"config\": {\"host\": \"h\"},"), std::string::npos);
   EXPECT_NE(json.find("{\"size_bytes\": 32, \"calls\": 100, \"p50_us\": 10, \"p99_us\": 20, "
-                      "\"p999_us\": 40, \"max_us\": 50, \"mean_us\": 12.5}"),
+                      "\"p999_us\": 40, \"max_us\": 50, \"mean_us\": 12.5, "
+                      "\"client_cpu_us_per_call\": null, \"server_cpu_us_per_call\": null}"),
             std::string::npos)
       << json;
   EXPECT_NE(json.find("\"rpc_per_s\": 100000"), std::string::npos);
@@ -174,9 +178,11 @@ TEST(RpcBenchReport, JsonHasStreamAndMixedWithUnits) {
   EXPECT_NE(json.find("\"mixed\": {\"small_size_bytes\": 32, \"large_size_bytes\": 67108864, "
                       "\"pool_size\": 1,\n"
                       "        \"alone\": {\"size_bytes\": 32, \"calls\": 1000, \"p50_us\": 2, "
-                      "\"p99_us\": 4, \"p999_us\": 8, \"max_us\": 10, \"mean_us\": 2.5},\n"
+                      "\"p99_us\": 4, \"p999_us\": 8, \"max_us\": 10, \"mean_us\": 2.5, "
+                      "\"client_cpu_us_per_call\": null, \"server_cpu_us_per_call\": null},\n"
                       "        \"loaded\": {\"size_bytes\": 32, \"calls\": 500, \"p50_us\": 20, "
-                      "\"p99_us\": 100, \"p999_us\": 400, \"max_us\": 500, \"mean_us\": 30},\n"
+                      "\"p99_us\": 100, \"p999_us\": 400, \"max_us\": 500, \"mean_us\": 30, "
+                      "\"client_cpu_us_per_call\": null, \"server_cpu_us_per_call\": null},\n"
                       "        \"p50_loaded_over_alone\": 10, \"p99_loaded_over_alone\": 25, "
                       "\"p999_loaded_over_alone\": 50,\n"
                       "        \"large_calls\": 10, \"large_seconds\": 2.5, "
@@ -250,6 +256,68 @@ TEST(RpcBenchReport, SizeLabels) {
   EXPECT_EQ(SizeLabel(4096), "4 KiB");
   EXPECT_EQ(SizeLabel(16 << 20), "16 MiB");
   EXPECT_EQ(SizeLabel(1000), "1000 B");
+}
+
+TEST(RpcBenchCpu, ProcStatTimesAreFields14And15AfterTheCommandName) {
+  // A command name with spaces and parentheses; utime 250 and stime 75
+  // ticks at 100 ticks/s.
+  absl::StatusOr<CpuTime> t =
+      ParseProcStat("4242 (rpc (bench) x) S 1 2 3 4 5 6 7 8 9 10 250 75 0 0 20 0 9", 100);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->user_us, 2500000);
+  EXPECT_EQ(t->sys_us, 750000);
+  EXPECT_EQ(t->total_us(), 3250000);
+  EXPECT_EQ(ParseProcStat("4242 rpc_bench S 1", 100).status().message(),
+            "no ')' after the command name in \"4242 rpc_bench S 1\"");
+  EXPECT_EQ(ParseProcStat("4242 (rpc) S 1 2 3", 100).status().message(),
+            "/proc stat line has 4 fields after the command name, utime and stime need 13");
+  EXPECT_EQ(ParseProcStat("1 (a) S 1 2 3 4 5 6 7 8 9 10 x 75", 100).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // This process's own line parses, and its time only grows.
+  absl::StatusOr<CpuTime> self = ProcessCpuTime(getpid());
+  ASSERT_TRUE(self.ok()) << self.status();
+  EXPECT_GE(self->total_us(), 0);
+  EXPECT_EQ(ProcessCpuTime(-1).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(RpcBenchCpu, PerCallDividesEachProcessAndNeedsBoth) {
+  CpuSample before{{100, 50}, CpuTime{1000, 0}};
+  CpuSample after{{300, 150}, CpuTime{1600, 100}};
+  CpuPerCall c = PerCall(before, after, 100);
+  EXPECT_EQ(c.client_us, 3);
+  EXPECT_EQ(c.server_us, 7);
+  EXPECT_EQ(c.total_us(), 10);
+  after.server.reset();
+  c = PerCall(before, after, 100);
+  EXPECT_EQ(c.client_us, 3);
+  EXPECT_EQ(c.server_us, -1);
+  EXPECT_EQ(c.total_us(), -1);
+  EXPECT_EQ(PerCall(before, after, 0).client_us, -1);
+}
+
+TEST(RpcBenchReport, CpuPerCallShowsInTheFiguresAndJson) {
+  std::vector<SystemResults> all = TwoSystems();
+  all[0].rate->cpu = CpuPerCall{0.75, 0.5};
+  all[0].latency[0].cpu = CpuPerCall{2, 1.5};
+  all[1].rate->cpu = CpuPerCall{20, 30};  // gRPC
+  std::vector<Figure> figures = Figures(all);
+  auto value = [&](const std::string& key, const std::string& system) {
+    for (const Figure& f : figures) {
+      if (f.key == key && f.value.count(system) > 0) return f.value.at(system);
+    }
+    return -99.0;
+  };
+  EXPECT_EQ(value("rate_client_cpu_us_per_call", "rdmarpc"), 0.75);
+  EXPECT_EQ(value("rate_server_cpu_us_per_call", "rdmarpc"), 0.5);
+  EXPECT_EQ(value("rate_cpu_us_per_call", "rdmarpc"), 1.25);
+  EXPECT_EQ(value("rate_cpu_us_per_call", "grpc"), 50);
+  EXPECT_EQ(value("latency_32_B_cpu_us_per_call", "rdmarpc"), 3.5);
+  EXPECT_EQ(value("latency_32_B_cpu_us_per_call", "grpc"), -99);  // unknown: not shown
+  std::string json = Json(all, figures, "2026-12-03T10:00:00Z", "{}");
+  EXPECT_NE(json.find("\"client_cpu_us_per_call\": 0.75, \"server_cpu_us_per_call\": 0.5}"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"rate_cpu_us_per_call\": 0.025"), std::string::npos) << json;
 }
 
 }  // namespace

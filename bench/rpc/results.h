@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/rpc/cpu_time.h"
 #include "bench/rpc/echo_system.h"
 
 namespace rdmarpc {
@@ -25,6 +26,7 @@ struct LatencyResult {
   size_t size_bytes = 0;
   uint64_t calls = 0;
   double p50_us = 0, p99_us = 0, p999_us = 0, max_us = 0, mean_us = 0;
+  CpuPerCall cpu;  // over the timed calls (cpu_time.h)
 };
 
 // A closed-loop run (rate or bandwidth).
@@ -36,6 +38,7 @@ struct ThroughputResult {
   double seconds = 0;
   double rpc_per_s = 0;
   double gb_per_s = 0;  // request + response payload bytes, 10^9 B/s
+  CpuPerCall cpu;       // over the measured seconds (cpu_time.h)
 };
 
 // Verbs work over `calls` calls, both processes.

@@ -88,6 +88,9 @@ DEFINE_int64(mixed_large_size, 64 << 20, "Mixed: the large calls' payload bytes"
 DEFINE_int64(mixed_calls, 10000, "Mixed: at most this many timed small calls per phase");
 DEFINE_double(mixed_seconds, 2.0,
               "Mixed: time budget of each phase's small calls (alone, then loaded), in s");
+DEFINE_int32(server_pid, 0,
+             "Client: the server process's pid on this host, whose CPU time (from "
+             "/proc/<pid>/stat) the CPU/call figures add; 0 = unknown: client CPU only");
 DEFINE_string(json_out, "", "Client: write the results as JSON to this file");
 DEFINE_string(plot_dir, "",
               "Client: write gnuplot data (latency.dat, rate.dat, bandwidth.dat) here");
@@ -372,11 +375,11 @@ int RunClient(std::vector<std::string> systems) {
         "\"latency_calls_max\": %d, \"latency_seconds_max\": %g, \"rate_seconds\": %g, "
         "\"bandwidth_seconds\": %g, \"warmup_seconds\": %g, \"engine_threads\": %d, "
         "\"stream_messages\": %d, \"stream_runs\": %d, \"mixed_calls_max\": %d, "
-        "\"mixed_seconds_max\": %g}",
+        "\"mixed_seconds_max\": %g, \"server_pid\": %d}",
         FLAGS_host, provider == nullptr ? "" : provider, FLAGS_warmup_calls, FLAGS_latency_calls,
         FLAGS_latency_seconds, FLAGS_rate_seconds, FLAGS_bandwidth_seconds, FLAGS_warmup_seconds,
         FLAGS_engine_threads, FLAGS_stream_messages, FLAGS_stream_runs, FLAGS_mixed_calls,
-        FLAGS_mixed_seconds);
+        FLAGS_mixed_seconds, FLAGS_server_pid);
     const std::string time_utc =
         absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
     absl::Status status = WriteFile(FLAGS_json_out, Json(all, figures, time_utc, config));
@@ -423,6 +426,7 @@ int main(int argc, char** argv) {
   }
   if (FLAGS_mode == "server") return RunServer(*systems);
   if (FLAGS_mode == "client") {
+    SetServerPid(static_cast<pid_t>(FLAGS_server_pid));
     const int rc = RunClient(*systems);
     if (Has(*systems, "grpc")) {
       // Skip exit-time destruction, where gRPC 1.51 double-frees its

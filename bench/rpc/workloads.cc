@@ -58,6 +58,7 @@ absl::StatusOr<LatencyResult> MeasureLatency(EchoClient& client, size_t size,
   }
   std::vector<double> samples_us;
   samples_us.reserve(static_cast<size_t>(std::min<int64_t>(options.max_calls, 1 << 20)));
+  const CpuSample cpu_before = TakeCpuSample();
   const Clock::time_point begin = Clock::now();
   while (static_cast<int64_t>(samples_us.size()) < options.max_calls &&
          (samples_us.empty() || SecondsSince(begin) < options.max_seconds)) {
@@ -72,9 +73,11 @@ absl::StatusOr<LatencyResult> MeasureLatency(EchoClient& client, size_t size,
     }
     samples_us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
   }
+  const CpuSample cpu_after = TakeCpuSample();
   LatencyResult r;
   r.size_bytes = size;
   r.calls = samples_us.size();
+  r.cpu = PerCall(cpu_before, cpu_after, r.calls);
   double sum = 0;
   for (double s : samples_us) sum += s;
   std::sort(samples_us.begin(), samples_us.end());
@@ -197,11 +200,13 @@ absl::StatusOr<ThroughputResult> MeasureThroughput(const std::vector<EchoClient*
       absl::SleepFor(absl::Milliseconds(1));
     }
   }
+  const CpuSample cpu_before = TakeCpuSample();
   const uint64_t before = total();
   const Clock::time_point begin = Clock::now();
   absl::SleepFor(absl::Seconds(seconds));
   const uint64_t after = total();
   const double elapsed = SecondsSince(begin);
+  const CpuSample cpu_after = TakeCpuSample();
   absl::Status status;
   for (auto& loop : loops) loop->Stop();
   for (auto& loop : loops) {
@@ -217,6 +222,7 @@ absl::StatusOr<ThroughputResult> MeasureThroughput(const std::vector<EchoClient*
   r.seconds = elapsed;
   r.rpc_per_s = static_cast<double>(r.calls) / elapsed;
   r.gb_per_s = r.rpc_per_s * 2.0 * static_cast<double>(size) / 1e9;
+  r.cpu = PerCall(cpu_before, cpu_after, r.calls);
   return r;
 }
 
