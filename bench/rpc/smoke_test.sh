@@ -58,7 +58,7 @@ timeout 40 "$bench" --mode=client --systems=rdmarpc --host=127.0.0.1 --port="$po
   --modes=latency,rate,bandwidth,budget --sizes=32 --latency_calls=25 --warmup_calls=2 \
   --rate_seconds=0.2 --warmup_seconds=0.05 --concurrency=4 \
   --bandwidth_sizes=65536 --bandwidth_seconds=0.3 --bandwidth_concurrency=2 \
-  --budget_runs=32x1,32x4 --budget_calls=40 \
+  --budget_runs=32x1,32x4 --budget_calls=40 --server_pid="$server_pid" \
   --json_out="$dir/out.json" --plot_dir="$dir" >"$dir/client.log" 2>"$dir/client.err.log" \
   || fail "client failed"
 
@@ -69,7 +69,11 @@ expect() {
 expect '"tool": "rpc_bench"'
 expect '"rdmarpc": {'
 # Exactly the 25 timed calls of 32 B asked for (the time budget is 2 s).
-expect '{"size_bytes": 32, "calls": 25, "p50_us": [0-9.e+-]*, "p99_us": [0-9.e+-]*, "p999_us": [0-9.e+-]*, "max_us": [0-9.e+-]*, "mean_us": [0-9.e+-]*}'
+expect '{"size_bytes": 32, "calls": 25, "p50_us": [0-9.e+-]*, "p99_us": [0-9.e+-]*, "p999_us": [0-9.e+-]*, "max_us": [0-9.e+-]*, "mean_us": [0-9.e+-]*, "client_cpu_us_per_call": [0-9.e+-]*, "server_cpu_us_per_call": [0-9.e+-]*}'
+# Both processes' CPU per call over the rate phase (the server's from its
+# /proc/<pid>/stat, --server_pid), and the figure that adds them.
+expect '"client_cpu_us_per_call": [0-9.e+-]*, "server_cpu_us_per_call": [0-9.e+-]*}'
+grep -q 'rate CPU/call both' "$dir/client.log" || fail "no 'rate CPU/call both' row in the table"
 expect '"rate": {"size_bytes": 32, "threads": 1, "in_flight_per_thread": 4, "calls": [1-9][0-9]*, "seconds": [0-9.e+-]*, "rpc_per_s": [0-9.e+-]*, "gb_per_s": '
 expect '"bandwidth": \[ *{"size_bytes": 65536, "threads": 1, "in_flight_per_thread": 2, "calls": [1-9]'
 expect '{"size_bytes": 32, "in_flight": 1, "calls": 40, *"post_send_calls_per_call": [0-9.e+-]*, "post_send_calls_per_message": '
