@@ -330,6 +330,14 @@ void RenderTransportMetrics(std::string* out) {
   Family(out, "rdmarpc_keepalive_probes_total", "counter",
          "Keepalive probes posted to peers that had been silent.",
          Sample("rdmarpc_keepalive_probes_total", "", t.keepalive_probes));
+  Family(out, "rdmarpc_completion_loop_sleeps_total", "counter",
+         "Times a completion loop thread stopped polling and slept on its completion channel.",
+         Sample("rdmarpc_completion_loop_sleeps_total", "", t.loop_sleeps));
+  Family(out, "rdmarpc_spins_refused_total", "counter",
+         "Times a completion loop or a caller driving its own call would have busy-polled but "
+         "found the process's spinning threads at their limit (one per CPU, or "
+         "--rdmarpc_spinning_threads) and slept instead.",
+         Sample("rdmarpc_spins_refused_total", "", t.spins_refused));
 
   const RegisteredMemoryTotals mem = GetRegisteredMemoryTotals();
   Family(out, "rdmarpc_registered_memory_bytes", "gauge",

@@ -43,6 +43,8 @@ void AddCounters(const EngineStats& s, EngineTotals* t) {
   t->payload_bytes_copied += s.payload_bytes_copied.Get();
   t->connections_established += s.connections_established.Get();
   t->connections_closed += s.connections_closed.Get();
+  t->loop_sleeps += s.loop_sleeps.Get();
+  t->spins_refused += s.spins_refused.Get();
 }
 
 void AddGauges(const EngineStats& s, EngineTotals* t) {
@@ -75,6 +77,8 @@ void SubtractCounters(const EngineTotals& base, EngineTotals* t) {
   t->payload_bytes_copied -= base.payload_bytes_copied;
   t->connections_established -= base.connections_established;
   t->connections_closed -= base.connections_closed;
+  t->loop_sleeps -= base.loop_sleeps;
+  t->spins_refused -= base.spins_refused;
 }
 
 EngineTotals SumLocked(Registry& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) {

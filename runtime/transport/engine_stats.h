@@ -94,6 +94,12 @@ struct EngineStats {
   EngineCounter send_buffers_capacity;
   EngineCounter connections_established;  // reached kEstablished
   EngineCounter connections_closed;       // ended, for any reason
+  // Times the loop thread slept on its completion channel, and times a
+  // poller (loop thread or leading caller) that would have spun found every
+  // spinning slot of the process taken and slept or handed back instead
+  // (spin_governor.h).
+  EngineCounter loop_sleeps;
+  EngineCounter spins_refused;
   // Live connections by state (a gauge: +1 on entry, -1 on exit).
   EngineCounter connections_in_state[kNumCountedConnStates];
 };
@@ -120,6 +126,8 @@ struct EngineTotals {
   int64_t send_buffers_capacity = 0;
   int64_t connections_established = 0;
   int64_t connections_closed = 0;
+  int64_t loop_sleeps = 0;
+  int64_t spins_refused = 0;
   int64_t connections_in_state[kNumCountedConnStates] = {};
   int engines = 0;  // engines alive now
 };

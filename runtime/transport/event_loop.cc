@@ -89,6 +89,7 @@ EventLoop::EventLoop(std::string name)
       spin_yield_every_(
           static_cast<uint32_t>(std::clamp<int32_t>(FLAGS_rdmarpc_spin_yield_every, 1, 1 << 20))),
       in_flight_spin_(spin_ == absl::ZeroDuration() ? absl::ZeroDuration() : kMaxInFlightSpin),
+      spin_policy_(spin_, in_flight_spin_),
       cq_free_(kCqDepth),
       cq_depth_(kCqDepth) {
   ApplyMutexDeadlockCheckFlag();
@@ -233,6 +234,7 @@ bool EventLoop::TryLead() {
   }
   saved_current_ = t_current_;
   t_current_ = this;
+  ++leads_;
   return true;
 }
 
@@ -585,6 +587,7 @@ void EventLoop::Sleep() {
   }
   // Asleep, the loop thread does not hold the poller: a caller making a
   // synchronous call takes it and drives the loop without waking us.
+  stats_.loop_sleeps.Add();
   holder_.store(0);
   epoll_event events[8];
   const int n = epoll_wait(epoll_fd_, events, 8, timeout_ms);
@@ -628,13 +631,22 @@ void EventLoop::Loop() {
   t_current_ = this;
   AcquireForLoopThread();
   absl::Time last_work = absl::Now();
+  // When the present wait for calls in flight began (the last work before
+  // it); InfinitePast when there is none this thread may learn from
+  // (spin_governor.h).
+  absl::Time in_flight_wait_start = absl::InfinitePast();
   bool back_from_leader = false;
   SpinPause idle_pause(spin_yield_every_);
+  // Held while this thread spins; given back before it sleeps or steps
+  // aside (a leader takes its own).
+  SpinSlot slot(&SpinSlots::Process());
   while (!stop_.load()) {
     const bool worked = Step();
     if (wants_.load() > 0) {
       // A caller wants to drive a synchronous call itself: step aside until
       // it hands the poller back (and do not snatch it back meanwhile).
+      slot.Release();
+      in_flight_wait_start = absl::InfinitePast();
       holder_.store(0);
       while (wants_.load() > 0 && holder_.load() == 0 && !stop_.load()) {
         std::this_thread::yield();
@@ -655,17 +667,33 @@ void EventLoop::Loop() {
     }
     if (worked || tasks_.size() > 0) {
       last_work = absl::Now();
+      if (worked && in_flight_wait_start != absl::InfinitePast()) {
+        spin_policy_.OnInFlightWait(last_work - in_flight_wait_start);
+      }
+      in_flight_wait_start = absl::InfinitePast();
       back_from_leader = false;
       continue;
     }
-    const absl::Duration idle = absl::Now() - last_work;
-    if (idle < spin_ || (calls_in_flight_ > 0 && idle < in_flight_spin_)) {
-      // Spin politely: a software device (softrdma) or the peer may need
-      // this core to make the very progress we are waiting for; a yield on
-      // every iteration, though, is a syscall per poll (spin_pause.h).
-      idle_pause.Pause();
-      continue;
+    const bool in_flight = calls_in_flight_ > 0;
+    if (in_flight && in_flight_wait_start == absl::InfinitePast() &&
+        last_work != absl::InfinitePast()) {
+      in_flight_wait_start = last_work;
     }
+    const absl::Duration idle = absl::Now() - last_work;
+    // With calls in flight, spin for the learnt budget (--rdmarpc_spin_us
+    // to kMaxInFlightSpin); otherwise for --rdmarpc_spin_us. Only with a
+    // spinning slot.
+    if (idle < (in_flight ? std::max(spin_, spin_policy_.in_flight_budget()) : spin_)) {
+      if (slot.Acquire()) {
+        // Spin politely: a software device (softrdma) or the peer may need
+        // this core to make the very progress we are waiting for; a yield
+        // on every iteration, though, is a syscall per poll (spin_pause.h).
+        idle_pause.Pause();
+        continue;
+      }
+      stats_.spins_refused.Add();
+    }
+    slot.Release();
     if (!back_from_leader) RequestIdleReposts();
     back_from_leader = false;
     // Arming makes softrdma's same-host link ask the peer for a doorbell per
@@ -687,9 +715,13 @@ void EventLoop::Loop() {
         continue;
       }
     }
+    const uint64_t leads_before = leads_;
     Sleep();
     graveyard_.clear();
     last_work = absl::Now();
+    // Callers led meanwhile: the wait that ends next is not all this
+    // thread's.
+    if (leads_ != leads_before) in_flight_wait_start = absl::InfinitePast();
   }
   RunTasks();
   RunScheduledEndOfSteps();

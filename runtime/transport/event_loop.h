@@ -5,7 +5,9 @@
 //
 // The loop drains posted tasks, fires due timers and polls the CQ. It
 // busy-polls while calls are in flight (bounded by kMaxInFlightSpin without
-// a completion) and for --rdmarpc_spin_us after the last completion; then it
+// a completion) and for --rdmarpc_spin_us after the last completion, each
+// cut to the budget the loop learnt from its recent waits, and only while it
+// holds one of the process's spinning slots (spin_governor.h); then it
 // arms the CQ, polls once more (a completion that landed between the last
 // poll and the arm raises no event), and sleeps in epoll on the completion
 // channel, the cm event channel and a wake-up eventfd (an idle loop burns
@@ -51,6 +53,7 @@
 #include "absl/time/time.h"
 #include "runtime/transport/engine_stats.h"
 #include "runtime/transport/shared_receive_queue.h"
+#include "runtime/transport/spin_governor.h"
 #include "runtime/transport/spin_pause.h"
 #include "runtime/transport/task_queue.h"
 #include "runtime/verbs/verbs.h"
@@ -161,23 +164,30 @@ class EventLoop {
   // Returns true when it found work.
   bool Step();
   // Leader: polls until `done()` returns true, or until no completion came
-  // for the in-flight spin bound (kMaxInFlightSpin, or at once when
-  // --rdmarpc_spin_us is 0); then hands the poller back (EndLead). Returns
-  // `done()` at that point: false means the caller must sleep until its call
-  // completes (the loop thread goes on polling for it).
+  // for the in-flight spin bound (kMaxInFlightSpin), or at once when it
+  // finds no spinning slot free (spin_governor.h) or --rdmarpc_spin_us is 0;
+  // then hands the poller back (EndLead). Returns `done()` at that point: false means the caller
+  // must sleep until its call completes (the loop thread goes on polling for it).
   template <class Done>
   bool LeadUntil(Done done) {
     absl::Time last = absl::Now();
     SpinPause pause(spin_yield_every_);
+    SpinSlot slot(&SpinSlots::Process());
     while (!done()) {
       if (Step()) {
         last = absl::Now();
         continue;
       }
       if (done()) break;
-      if (stop_.load(std::memory_order_relaxed) || absl::Now() - last >= in_flight_spin_) break;
+      if (stop_.load(std::memory_order_relaxed)) break;
+      if (!slot.Acquire()) {
+        stats_.spins_refused.Add();
+        break;
+      }
+      if (absl::Now() - last >= in_flight_spin_) break;
       pause.Pause();  // yields now and then: a software device may need this core
     }
+    slot.Release();
     const bool finished = done();
     EndLead();
     return finished;
@@ -318,6 +328,12 @@ class EventLoop {
   absl::Duration spin_;                // --rdmarpc_spin_us
   uint32_t spin_yield_every_;          // --rdmarpc_spin_yield_every
   absl::Duration in_flight_spin_;      // kMaxInFlightSpin, 0 when spin_ is 0
+  // How long the loop thread spins a wait for calls in flight, learnt from
+  // its waits (poller holder only).
+  AdaptiveSpin spin_policy_;
+  // TryLead successes (poller holder): a loop thread that slept through
+  // leaders' calls does not take their waits for its own.
+  uint64_t leads_ = 0;
   bool always_arm_ = true;
   // When the loop thread, asleep, wakes on its own: its earliest timer as
   // it went to sleep (written before it releases the poller, read by a

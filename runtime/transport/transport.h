@@ -115,18 +115,20 @@
 //    loop by EventLoop::Post(task). Never more than one thread polls a CQ.
 //  * Completion loops busy-poll while calls are in flight (up to
 //    kMaxInFlightSpin without a completion) and for --rdmarpc_spin_us after
-//    the last completion, then arm the CQ, poll once more (the arm/re-poll
-//    race) and sleep on the completion channel. An empty poll is followed
+//    the last completion, both cut to the loop's learnt budget and only
+//    while the process has a spinning slot free (spin_governor.h), then arm
+//    the CQ, poll once more (the arm/re-poll race) and sleep on the
+//    completion channel. An empty poll is followed
 //    by a CPU pause hint, and by a sched_yield only every
 //    --rdmarpc_spin_yield_every-th time (spin_pause.h). A caller never sleeps on
 //    the channel itself: past the bound it hands the poller to the loop
 //    thread and sleeps on a futex until its call is finished.
 //  * Buffers: the receive ring (ReceiveRing) and the send buffers
 //    (SendQueue, registered in chunks as the connection needs more) are
-//    owned by the Connection; a shared receive queue's buffers by its loop. A received payload view is valid only
-//    during the upcall that delivers it (the buffer may be re-posted at the
-//    end of that loop step). LargeBuffers come from a LargeBufferPool shared by a
-//    Channel's or Server's loops (mutex inside, control plane only).
+//    owned by the Connection; a shared receive queue's buffers by its loop. A received payload view
+//    is valid only during the upcall that delivers it (the buffer may be re-posted at the end of
+//    that loop step). LargeBuffers come from a LargeBufferPool shared by a Channel's or Server's
+//    loops (mutex inside, control plane only).
 //  * Nothing is freed while the device may still touch it: a closing
 //    connection waits for the flush of its posted work requests (bounded by
 //    kFlushWait), then destroys the QP, then the cm id, then the buffers.

@@ -25,10 +25,22 @@
 #include "tests/rpc/test_service.h"
 
 DECLARE_int64(rdmarpc_spin_us);
+DECLARE_int32(rdmarpc_spinning_threads);
 
 namespace rdmarpc {
 namespace test {
 namespace {
+
+// Client and server share this process: their pollers (two server
+// workers, the client's loop, a leading caller) outnumber its CPUs, so the
+// spinning-slot limit (spin_governor.h) would put some to sleep between
+// calls. The counts here are those of processes whose pollers each have a
+// core; the slots are read once, at first use, so the limit goes before
+// any test runs.
+[[maybe_unused]] const bool kNoSpinningLimit = [] {
+  FLAGS_rdmarpc_spinning_threads = -1;
+  return true;
+}();
 
 // Keeps every completion loop spinning for the whole test, so no side goes
 // idle between two calls (an idle loop re-posts its held-back receives
