@@ -6,8 +6,10 @@
 // /proc/<pid>/stat (utime and stime, fields 14 and 15 of proc(5), every
 // thread, in clock ticks of 1/sysconf(_SC_CLK_TCK) s: 10 ms at the usual
 // 100 Hz), so a measured phase must last seconds for the server's figure to
-// be precise (3 s at 32 in flight: about 0.3 % per tick). The server's pid
-// is known only when both run on this host (--server_pid).
+// be precise (a server that uses a core for 3 s: about 0.3 % per tick). The
+// server's pid is known only when both run on this host (--server_pid).
+//
+// Threads: any; SetServerPid before the workloads start.
 #ifndef RDMARPC_BENCH_RPC_CPU_TIME_H_
 #define RDMARPC_BENCH_RPC_CPU_TIME_H_
 
@@ -38,8 +40,9 @@ CpuTime SelfCpuTime();
 // sysconf(_SC_CLK_TCK). INVALID_ARGUMENT naming what is missing.
 absl::StatusOr<CpuTime> ParseProcStat(absl::string_view line, long ticks_per_s);
 // Another process on this host, all threads. NOT_FOUND when /proc/<pid>/stat
-// cannot be read (the process ended, or another PID namespace); then the
-// caller reports no server figure.
+// cannot be read (the process ended, or another PID namespace);
+// INVALID_ARGUMENT (from ParseProcStat) when its line is malformed. Either
+// way the caller reports no server figure.
 absl::StatusOr<CpuTime> ProcessCpuTime(pid_t pid);
 
 // Both processes at one instant; `server` is empty when the server's pid is

@@ -273,10 +273,16 @@ TEST(RpcBenchCpu, ProcStatTimesAreFields14And15AfterTheCommandName) {
             "/proc stat line has 4 fields after the command name, utime and stime need 13");
   EXPECT_EQ(ParseProcStat("1 (a) S 1 2 3 4 5 6 7 8 9 10 x 75", 100).status().code(),
             absl::StatusCode::kInvalidArgument);
-  // This process's own line parses, and its time only grows.
+  // This process's own line parses, and its time grows while it works
+  // (by at least one 10 ms tick over 50 ms of spinning).
   absl::StatusOr<CpuTime> self = ProcessCpuTime(getpid());
   ASSERT_TRUE(self.ok()) << self.status();
-  EXPECT_GE(self->total_us(), 0);
+  const CpuTime own_before = SelfCpuTime();
+  volatile uint64_t spin = 0;
+  while (SelfCpuTime().total_us() - own_before.total_us() < 50000) ++spin;
+  absl::StatusOr<CpuTime> later = ProcessCpuTime(getpid());
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_GT(later->total_us(), self->total_us());
   EXPECT_EQ(ProcessCpuTime(-1).status().code(), absl::StatusCode::kNotFound);
 }
 

@@ -72,7 +72,7 @@ expect '"rdmarpc": {'
 expect '{"size_bytes": 32, "calls": 25, "p50_us": [0-9.e+-]*, "p99_us": [0-9.e+-]*, "p999_us": [0-9.e+-]*, "max_us": [0-9.e+-]*, "mean_us": [0-9.e+-]*, "client_cpu_us_per_call": [0-9.e+-]*, "server_cpu_us_per_call": [0-9.e+-]*}'
 # Both processes' CPU per call over the rate phase (the server's from its
 # /proc/<pid>/stat, --server_pid), and the figure that adds them.
-expect '"client_cpu_us_per_call": [0-9.e+-]*, "server_cpu_us_per_call": [0-9.e+-]*}'
+expect '"gb_per_s": [0-9.e+-]*, "client_cpu_us_per_call": [0-9.e+-]*, "server_cpu_us_per_call": [0-9.e+-]*}'
 grep -q 'rate CPU/call both' "$dir/client.log" || fail "no 'rate CPU/call both' row in the table"
 expect '"rate": {"size_bytes": 32, "threads": 1, "in_flight_per_thread": 4, "calls": [1-9][0-9]*, "seconds": [0-9.e+-]*, "rpc_per_s": [0-9.e+-]*, "gb_per_s": '
 expect '"bandwidth": \[ *{"size_bytes": 65536, "threads": 1, "in_flight_per_thread": 2, "calls": [1-9]'

@@ -744,6 +744,9 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
                                                     ": stream ", key, " opened twice")));
           return;
         }
+        // The peer reuses the handle (its generation wrapped): what was
+        // left of an earlier stream the cap ended there is moot.
+        if (!failed_streams_.empty()) failed_streams_.erase(key);
       }
       if (m.header.flags & kFlagPayloadRemote) {
         StartRequestPull(imm, m);

@@ -712,6 +712,10 @@ void EventLoop::Loop() {
       }
       if (PollCq() > 0) {
         last_work = absl::Now();
+        if (in_flight_wait_start != absl::InfinitePast()) {
+          spin_policy_.OnInFlightWait(last_work - in_flight_wait_start);
+        }
+        in_flight_wait_start = absl::InfinitePast();
         continue;
       }
     }
@@ -723,6 +727,7 @@ void EventLoop::Loop() {
     // thread's.
     if (leads_ != leads_before) in_flight_wait_start = absl::InfinitePast();
   }
+  slot.Release();
   RunTasks();
   RunScheduledEndOfSteps();
   absl::AnyInvocable<void()> before_exit;

@@ -5,9 +5,9 @@
 //
 // The loop drains posted tasks, fires due timers and polls the CQ. It
 // busy-polls while calls are in flight (bounded by kMaxInFlightSpin without
-// a completion) and for --rdmarpc_spin_us after the last completion, each
-// cut to the budget the loop learnt from its recent waits, and only while it
-// holds one of the process's spinning slots (spin_governor.h); then it
+// a completion, or the loop thread's learnt budget, never below the idle
+// window) and for --rdmarpc_spin_us after the last completion, and only
+// while it holds one of the process's spinning slots (spin_governor.h); then it
 // arms the CQ, polls once more (a completion that landed between the last
 // poll and the arm raises no event), and sleeps in epoll on the completion
 // channel, the cm event channel and a wake-up eventfd (an idle loop burns
@@ -179,12 +179,11 @@ class EventLoop {
         continue;
       }
       if (done()) break;
-      if (stop_.load(std::memory_order_relaxed)) break;
+      if (stop_.load(std::memory_order_relaxed) || absl::Now() - last >= in_flight_spin_) break;
       if (!slot.Acquire()) {
         stats_.spins_refused.Add();
         break;
       }
-      if (absl::Now() - last >= in_flight_spin_) break;
       pause.Pause();  // yields now and then: a software device may need this core
     }
     slot.Release();

@@ -2,6 +2,9 @@
 
 #include <sched.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "gflags/gflags.h"
 
 DEFINE_int32(rdmarpc_spinning_threads, 0,
@@ -17,9 +20,12 @@ namespace {
 int AffinityCpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  const int n = CPU_COUNT(&set);
-  return n > 0 ? n : 1;
+  // EINVAL on a host with more CPUs than a cpu_set_t holds (1024): every
+  // online CPU then.
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+    return std::max(1u, std::thread::hardware_concurrency());
+  }
+  return std::max(1, CPU_COUNT(&set));
 }
 
 }  // namespace

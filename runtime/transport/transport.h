@@ -115,8 +115,9 @@
 //    loop by EventLoop::Post(task). Never more than one thread polls a CQ.
 //  * Completion loops busy-poll while calls are in flight (up to
 //    kMaxInFlightSpin without a completion) and for --rdmarpc_spin_us after
-//    the last completion, both cut to the loop's learnt budget and only
-//    while the process has a spinning slot free (spin_governor.h), then arm
+//    the last completion (the in-flight bound is the loop thread's learnt
+//    budget, never below that idle window), and only while the process has
+//    a spinning slot free (spin_governor.h), then arm
 //    the CQ, poll once more (the arm/re-poll race) and sleep on the
 //    completion channel. An empty poll is followed
 //    by a CPU pause hint, and by a sched_yield only every

@@ -74,13 +74,13 @@ TEST(SpinSlotsTaken, BlockingCallsSleepInsteadOfSpinningAndAllComplete) {
   // between calls: at least the server's worker once per call.
   EXPECT_GE(after.spins_refused - before.spins_refused, kCalls);
   EXPECT_GE(after.loop_sleeps - before.loop_sleeps, kCalls);
-  EXPECT_EQ(SpinSlots::Process().in_use(), SpinSlots::Process().capacity());
 }
 
 TEST(SpinSlotsTaken, AsyncCallsInFlightCompleteWithSleepingLoops) {
   EchoFixture f;
   AllSlotsTaken taken;
   ASSERT_EQ(taken.taken(), SpinSlots::Process().capacity());
+  const internal::EngineTotals before = internal::SumEngineStats();
   constexpr int kCalls = 64;
   std::vector<std::unique_ptr<ClientContext>> contexts;
   std::vector<EchoRequest> requests(kCalls);
@@ -108,17 +108,28 @@ TEST(SpinSlotsTaken, AsyncCallsInFlightCompleteWithSleepingLoops) {
     EXPECT_TRUE(statuses[i].ok()) << i << ": " << statuses[i];
     EXPECT_EQ(responses[i].text(), requests[i].text());
   }
+  const internal::EngineTotals after = internal::SumEngineStats();
+  // The client's loop and the server's worker each wanted to spin and
+  // slept instead.
+  EXPECT_GE(after.spins_refused - before.spins_refused, 2);
+  EXPECT_GE(after.loop_sleeps - before.loop_sleeps, 2);
 }
 
-TEST(SpinSlotsTaken, SlotsGoBackWhenTheLoopsSleep) {
-  {
-    EchoFixture f;
-    EchoResponse resp;
-    for (int i = 0; i < 20; ++i) ASSERT_TRUE(EchoOnce(f.channel.get(), "x", &resp).ok());
+TEST(SpinSlotsTaken, IdleLoopsGiveTheirSlotsBack) {
+  EchoFixture f;
+  EchoResponse resp;
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(EchoOnce(f.channel.get(), "x", &resp).ok());
+  // Idle, every loop of the fixture sleeps once its idle window
+  // (--rdmarpc_spin_us, 50 us) is over, and a sleeping loop holds no slot:
+  // all of them come free while the server and channel are still up.
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (SpinSlots::Process().in_use() > 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
   }
-  // Every poller of the fixture has ended (its loops slept or stopped):
-  // none holds a slot any more.
   EXPECT_EQ(SpinSlots::Process().in_use(), 0);
+  // Calls start again, taking slots as they spin.
+  ASSERT_TRUE(EchoOnce(f.channel.get(), "again", &resp).ok());
+  EXPECT_EQ(resp.text(), "again");
 }
 
 }  // namespace
