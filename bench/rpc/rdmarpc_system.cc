@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/rpc/echo_system.h"
 #include "bench/rpc/parse.h"
@@ -15,7 +16,13 @@
 #include "rdmarpc/rdmarpc.h"
 #include "rpc_bench.rdmarpc.pb.h"
 #include "runtime/transport/transport_stats.h"
+#include "gflags/gflags.h"
 #include "softrdma/softrdma.h"
+
+DEFINE_int64(server_delay_us, 0,
+             "Server (rdmarpc): each Echo sleeps this many µs on the worker before it "
+             "answers, a slow handler (calls on one worker are then served one after "
+             "another); for measuring what a client's completion loop spends waiting");
 
 namespace rdmarpc {
 namespace rpcbench {
@@ -124,6 +131,7 @@ class RpcBenchImpl final : public RpcBench::Service {
  public:
   absl::Status Echo(ServerContext* /*context*/, const EchoRequest& request,
                     EchoResponse* response) override {
+    if (FLAGS_server_delay_us > 0) absl::SleepFor(absl::Microseconds(FLAGS_server_delay_us));
     response->set_payload(request.payload());
     return absl::OkStatus();
   }
