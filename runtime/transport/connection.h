@@ -519,6 +519,10 @@ class Connection final : public CmEventHandler, public LoopClient {
   // its stream ends RESOURCE_EXHAUSTED with `why` (client: the call fails
   // and the server gets kCancel; server: trailers with that status).
   void FailStreamItem(const OutItem& item, const absl::Status& why);
+  // A stream FailStreamItem ended: notes that its trailers went out
+  // (`trailers_sent`) or that the handler's answer was dropped, and forgets
+  // the stream once both happened. False when `handle` is no such stream.
+  bool SettleFailedStream(uint32_t handle, bool trailers_sent);
   // Tells the peer it may reuse a buffer it exposed (kRelease).
   void QueueRelease(uint32_t ref);
   // Forgets a stream's in-order state; frames still waiting that name a

@@ -47,12 +47,8 @@ void Connection::QueueResponse(const RequestToken& token, absl::StatusCode code,
   if (!usable()) return;
   // The handler's answer for a stream whose trailers the transport queued
   // already (FailStreamItem): dropped.
-  if (!failed_streams_.empty()) {
-    if (auto it = failed_streams_.find(token.handle()); it != failed_streams_.end()) {
-      it->second.answer_dropped = true;
-      if (it->second.trailers_sent) failed_streams_.erase(it);
-      return;
-    }
+  if (!failed_streams_.empty() && SettleFailedStream(token.handle(), /*trailers_sent=*/false)) {
+    return;
   }
   if (StreamIn* in = streams_.FindServerStream(token.handle()); in != nullptr) {
     // A stream's trailers: frames of it that still arrive are dropped.
@@ -145,22 +141,15 @@ bool Connection::SendOne(OutItem& item) {
     case OutKind::kRequest:
       return SendRequest(item.handle);
     case OutKind::kResponse:
-      if (!failed_streams_.empty()) {
-        if (auto it = failed_streams_.find(item.token.handle()); it != failed_streams_.end()) {
-          if (!item.ends_failed_stream) {
-            // The handler answered before FailStreamItem ended the stream.
-            it->second.answer_dropped = true;
-            if (it->second.trailers_sent) failed_streams_.erase(it);
-            return true;
-          }
-          if (!SendResponseItem(item)) return false;
-          it = failed_streams_.find(item.token.handle());
-          if (it != failed_streams_.end()) {
-            it->second.trailers_sent = true;
-            if (it->second.answer_dropped) failed_streams_.erase(it);
-          }
+      if (!failed_streams_.empty() && failed_streams_.contains(item.token.handle())) {
+        if (!item.ends_failed_stream) {
+          // The handler answered before FailStreamItem ended the stream.
+          SettleFailedStream(item.token.handle(), /*trailers_sent=*/false);
           return true;
         }
+        if (!SendResponseItem(item)) return false;
+        SettleFailedStream(item.token.handle(), /*trailers_sent=*/true);
+        return true;
       }
       return SendResponseItem(item);
     case OutKind::kRelease: {

@@ -640,6 +640,14 @@ void EventLoop::Loop() {
   // Held while this thread spins; given back before it sleeps or steps
   // aside (a leader takes its own).
   SpinSlot slot(&SpinSlots::Process());
+  // Work was found at `now`: a wait for calls in flight that was going on
+  // ends there and teaches the budget.
+  auto end_in_flight_wait = [&](absl::Time now) {
+    if (in_flight_wait_start != absl::InfinitePast()) {
+      spin_policy_.OnInFlightWait(now - in_flight_wait_start);
+    }
+    in_flight_wait_start = absl::InfinitePast();
+  };
   while (!stop_.load()) {
     const bool worked = Step();
     if (wants_.load() > 0) {
@@ -667,10 +675,11 @@ void EventLoop::Loop() {
     }
     if (worked || tasks_.size() > 0) {
       last_work = absl::Now();
-      if (worked && in_flight_wait_start != absl::InfinitePast()) {
-        spin_policy_.OnInFlightWait(last_work - in_flight_wait_start);
+      if (worked) {
+        end_in_flight_wait(last_work);
+      } else {
+        in_flight_wait_start = absl::InfinitePast();
       }
-      in_flight_wait_start = absl::InfinitePast();
       back_from_leader = false;
       continue;
     }
@@ -712,10 +721,7 @@ void EventLoop::Loop() {
       }
       if (PollCq() > 0) {
         last_work = absl::Now();
-        if (in_flight_wait_start != absl::InfinitePast()) {
-          spin_policy_.OnInFlightWait(last_work - in_flight_wait_start);
-        }
-        in_flight_wait_start = absl::InfinitePast();
+        end_in_flight_wait(last_work);
         continue;
       }
     }

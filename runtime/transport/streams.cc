@@ -192,6 +192,14 @@ void Connection::FailStreamItem(const OutItem& item, const absl::Status& why) {
   if (!handler_answered && handler_ != nullptr) handler_->OnCancel(this, token);
 }
 
+bool Connection::SettleFailedStream(uint32_t handle, bool trailers_sent) {
+  auto it = failed_streams_.find(handle);
+  if (it == failed_streams_.end()) return false;
+  (trailers_sent ? it->second.trailers_sent : it->second.answer_dropped) = true;
+  if (it->second.trailers_sent && it->second.answer_dropped) failed_streams_.erase(it);
+  return true;
+}
+
 void Connection::QueueRelease(uint32_t ref) {
   OutItem rel;
   rel.kind = OutKind::kRelease;
