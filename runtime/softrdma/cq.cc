@@ -398,6 +398,31 @@ ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context,
   return &c->cq;
 }
 
+int resize_cq(ibv_cq* cq, int cqe) {
+  if (cq == nullptr || cqe < 1 || cqe > internal::kMaxCqe) return EINVAL;
+  if (int err = 0; internal::TakeInjectedFailure(FaultOp::kResizeCq, &err)) return err;
+  SoftCq* c = internal::ToSoft(cq);
+  absl::MutexLock l(&c->mu);
+  // As mlx4 / mlx5: the CQEs not yet polled move into the new ring, which
+  // must hold them (and a CQ in error stays in error).
+  if (static_cast<size_t>(cqe) < c->count) return EINVAL;
+  std::vector<ibv_wc> ring(static_cast<size_t>(cqe));
+  std::vector<internal::SlotRelease> release(static_cast<size_t>(cqe));
+  std::vector<int64_t> visible_at(static_cast<size_t>(cqe));
+  for (size_t i = 0; i < c->count; ++i) {
+    const size_t from = (c->head + i) % c->ring.size();
+    ring[i] = c->ring[from];
+    release[i] = std::move(c->release[from]);
+    visible_at[i] = c->visible_at[from];
+  }
+  c->ring = std::move(ring);
+  c->release = std::move(release);
+  c->visible_at = std::move(visible_at);
+  c->head = 0;
+  cq->cqe = cqe;
+  return 0;
+}
+
 int destroy_cq(ibv_cq* cq) {
   if (cq == nullptr) return EINVAL;
   SoftCq* c = internal::ToSoft(cq);

@@ -405,7 +405,7 @@ int query_device(ibv_context* context, ibv_device_attr* a) {
     a->atomic_cap = IBV_ATOMIC_NONE;
   }
   a->max_srq = 65536;
-  a->max_srq_wr = internal::kMaxQpWr;
+  a->max_srq_wr = internal::kMaxSrqWr;
   a->max_srq_sge = internal::kMaxSge;
   a->max_mw = internal::kMaxMw;
   a->max_pkeys = 1;

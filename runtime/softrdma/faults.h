@@ -29,6 +29,7 @@
 //   SOFTRDMA_FAULT_FAIL_REQ_NOTIFY_CQ=count:errno[:after] FailNext(kReqNotifyCq, ...)
 //   SOFTRDMA_FAULT_FAIL_CREATE_QP=count:errno[:after]     FailNext(kCreateQp, ...)
 //   SOFTRDMA_FAULT_FAIL_ARM_NEW_CQ=count:errno[:after]    FailNext(kArmNewCq, ...)
+//   SOFTRDMA_FAULT_FAIL_RESIZE_CQ=count:errno[:after]     FailNext(kResizeCq, ...)
 //       count, after: decimal >= 0 (after defaults to 0); errno: decimal
 //       (12) or a name (ENOMEM, EINVAL, EPERM, ENOSPC, EAGAIN, EBUSY, ENODEV,
 //       EIO, EFAULT, EACCES, EOPNOTSUPP), e.g. SOFTRDMA_FAULT_FAIL_REG_MR=2:ENOMEM
@@ -60,6 +61,7 @@ enum class FaultOp {
   kCreateQp,     // ibv_create_qp and rdma_create_qp: NULL / -1, errno set
   kArmNewCq,     // only the FIRST ibv_req_notify_cq of each CQ (its set-up
                  // arm); re-arms of a CQ in use neither fail nor count
+  kResizeCq,     // ibv_resize_cq: returns the errno value, the CQ unchanged
 };
 
 // After `after` more calls of `op` succeed, the next `count` calls (any

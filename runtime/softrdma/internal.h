@@ -55,10 +55,12 @@ class Conn;
 class ShmLink;
 struct SoftCmId;
 
-// Device limits, reported by query_device / query_port and enforced.
-inline constexpr uint32_t kMaxQpWr = 16384;
+// Device limits, reported by query_device / query_port and enforced;
+// max_qp_wr, max_srq_wr and max_cqe are ConnectX-5/6's (ibv_devinfo -v).
+inline constexpr uint32_t kMaxQpWr = 32768;
+inline constexpr uint32_t kMaxSrqWr = 32767;
 inline constexpr uint32_t kMaxSge = 16;
-inline constexpr int kMaxCqe = 65536;
+inline constexpr int kMaxCqe = 4194303;
 inline constexpr uint32_t kMaxInlineData = 256;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;  // bytes, per WR
 inline constexpr int kMaxRdAtom = 16;

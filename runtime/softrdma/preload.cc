@@ -82,6 +82,7 @@ SOFTRDMA_EXPORT ibv_cq* ibv_create_cq(ibv_context* c, int cqe, void* ctx, ibv_co
   return softrdma::create_cq(c, cqe, ctx, ch, vec);
 }
 SOFTRDMA_EXPORT int ibv_destroy_cq(ibv_cq* cq) { return softrdma::destroy_cq(cq); }
+SOFTRDMA_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) { return softrdma::resize_cq(cq, cqe); }
 SOFTRDMA_EXPORT int ibv_get_cq_event(ibv_comp_channel* ch, ibv_cq** cq, void** ctx) {
   return softrdma::get_cq_event(ch, cq, ctx);
 }

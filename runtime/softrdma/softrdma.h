@@ -325,6 +325,12 @@ int destroy_comp_channel(ibv_comp_channel* channel);
 ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context,
                   ibv_comp_channel* channel, int comp_vector);
 int destroy_cq(ibv_cq* cq);
+// ibv_resize_cq: the CQ holds `cqe` entries from now on (cq->cqe), with the
+// CQEs not yet polled kept in order. 0, or EINVAL for a null cq, cqe < 1,
+// cqe > max_cqe or fewer than the CQEs it holds now (as mlx4 / mlx5); an
+// injected errno (FaultOp::kResizeCq). Safe while QPs use the CQ and
+// another thread polls it.
+int resize_cq(ibv_cq* cq, int cqe);
 int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context);
 void ack_cq_events(ibv_cq* cq, unsigned int nevents);
 

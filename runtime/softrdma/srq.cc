@@ -57,7 +57,7 @@ bool SrqTake(ibv_srq* srq, RecvWqe* out) {
 
 ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   if (pd == nullptr || attr == nullptr || attr->attr.max_wr == 0 ||
-      attr->attr.max_wr > internal::kMaxQpWr || attr->attr.max_sge > internal::kMaxSge ||
+      attr->attr.max_wr > internal::kMaxSrqWr || attr->attr.max_sge > internal::kMaxSge ||
       attr->attr.srq_limit > attr->attr.max_wr) {
     errno = EINVAL;
     return nullptr;

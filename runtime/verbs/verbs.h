@@ -53,6 +53,7 @@ struct VerbsApi {
   ibv_cq* (*create_cq)(ibv_context* context, int cqe, void* cq_context,
                        ibv_comp_channel* channel, int comp_vector);
   int (*destroy_cq)(ibv_cq* cq);
+  int (*resize_cq)(ibv_cq* cq, int cqe);  // ibv_resize_cq: 0 or an errno value
   int (*get_cq_event)(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context);
   void (*ack_cq_events)(ibv_cq* cq, unsigned int nevents);
 

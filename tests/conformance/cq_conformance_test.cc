@@ -1,6 +1,7 @@
 // Completion queues and completion channels (ibv_create_cq(3),
 // ibv_req_notify_cq(3), ibv_get_cq_event(3)):
-//  - a CQ holds at least the cqe asked for (cq->cqe may be larger);
+//  - a CQ holds at least the cqe asked for (cq->cqe may be larger), also
+//    after ibv_resize_cq(3), which keeps the WCs it holds;
 //  - after ibv_req_notify_cq(cq, 0) the next WC added to the CQ raises one
 //    event on its channel: ibv_get_cq_event returns the CQ and its cq_context;
 //    each event is acknowledged with ibv_ack_cq_events;
@@ -61,6 +62,29 @@ TEST_F(CqConformance, CreatedCqHoldsAtLeastTheCqeAsked) {
   EXPECT_EQ(too_big, nullptr);
   EXPECT_EQ(errno, EINVAL);
   if (too_big != nullptr) Verbs().destroy_cq(too_big);
+}
+
+TEST_F(CqConformance, ResizedCqKeepsItsWcsAndHoldsAtLeastTheCqeAsked) {
+  // ibv_resize_cq(3): the CQ holds at least the new cqe (cq->cqe may be
+  // larger); WCs already in it stay, in order, and the QPs on it carry on.
+  std::unique_ptr<Region> dst = NewRegion(server_pd(), 4096, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(dst);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(PostRecv(server_qp(), 90 + i, *dst, i * 64, 64), 0);
+  SendOne(1, 0);
+  SendOne(2, 0);
+  absl::SleepFor(absl::Milliseconds(50));  // let the receiver's WCs land
+  const int grown = server_cq()->cqe * 2 + 1;
+  ASSERT_EQ(Verbs().resize_cq(server_cq(), grown), 0);
+  EXPECT_GE(server_cq()->cqe, grown);
+  SendOne(3, 0);
+  absl::StatusOr<std::vector<ibv_wc>> wcs = PollN(server_cq(), 3);
+  ASSERT_TRUE(wcs.ok()) << wcs.status();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ((*wcs)[i].wr_id, static_cast<uint64_t>(90 + i));
+    EXPECT_EQ((*wcs)[i].status, IBV_WC_SUCCESS) << WcStatusName((*wcs)[i].status);
+  }
+  // Beyond the device's max_cqe: EINVAL.
+  EXPECT_EQ(Verbs().resize_cq(server_cq(), device_attr().max_cqe + 1), EINVAL);
 }
 
 TEST_F(CqConformance, ArmedCqRaisesOneChannelEvent) {

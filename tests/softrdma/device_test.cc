@@ -34,9 +34,10 @@ TEST_F(DeviceTest, ReportsOneActiveEthernetPortAndLimits) {
   ibv_device_attr a;
   ASSERT_EQ(query_device(ctx_, &a), 0);
   EXPECT_EQ(a.phys_port_cnt, 1);
-  EXPECT_EQ(a.max_qp_wr, 16384);
+  EXPECT_EQ(a.max_qp_wr, 32768);
+  EXPECT_EQ(a.max_srq_wr, 32767);
   EXPECT_EQ(a.max_sge, 16);
-  EXPECT_EQ(a.max_cqe, 65536);
+  EXPECT_EQ(a.max_cqe, 4194303);
   EXPECT_EQ(a.max_qp_rd_atom, 16);
   EXPECT_GE(a.max_mr_size, 1ull << 40);
   ibv_port_attr pa;

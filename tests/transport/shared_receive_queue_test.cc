@@ -268,9 +268,9 @@ TEST_F(SharedReceiveQueueTest, OrphanedReceivesComeBack) {
 }
 
 TEST_F(SharedReceiveQueueTest, TheDevicesMaxSrqWrBoundsTheConnections) {
-  // softrdma's max_srq_wr is 16384: 16000 shared leave room for 96 floors
-  // of 4 (whole slabs of 256: 16128 + 256 = 16384).
-  std::unique_ptr<SharedReceiveQueue> q = Make(16000, 4, 64, /*buffer_bytes=*/64);
+  // softrdma's max_srq_wr is 32767, so at most 127 whole slabs of 256
+  // (32512): 32000 shared leave room for 128 floors of 4.
+  std::unique_ptr<SharedReceiveQueue> q = Make(32000, 4, 64, /*buffer_bytes=*/64);
   ASSERT_NE(q, nullptr);
   std::vector<SrqShare> shares(200);
   int attached = 0;
@@ -283,10 +283,10 @@ TEST_F(SharedReceiveQueueTest, TheDevicesMaxSrqWrBoundsTheConnections) {
     }
     ++attached;
   }
-  EXPECT_EQ(attached, 96);
+  EXPECT_EQ(attached, 128);
   EXPECT_EQ(last.code(), absl::StatusCode::kResourceExhausted) << last;
   EXPECT_NE(last.message().find("max_srq_wr"), absl::string_view::npos) << last;
-  EXPECT_EQ(q->capacity(), 16384);
+  EXPECT_EQ(q->capacity(), 32512);
   for (int i = 0; i < attached; ++i) q->Detach(&shares[i]);
 }
 
