@@ -338,6 +338,10 @@ void RenderTransportMetrics(std::string* out) {
          "found the process's spinning threads at their limit (one per CPU, or "
          "--rdmarpc_spinning_threads) and slept instead.",
          Sample("rdmarpc_spins_refused_total", "", t.spins_refused));
+  Family(out, "rdmarpc_cq_resizes_total", "counter",
+         "Times a completion loop grew its completion queue (ibv_resize_cq) to hold more "
+         "connections.",
+         Sample("rdmarpc_cq_resizes_total", "", t.cq_resizes));
 
   const RegisteredMemoryTotals mem = GetRegisteredMemoryTotals();
   Family(out, "rdmarpc_registered_memory_bytes", "gauge",

@@ -45,6 +45,7 @@ void AddCounters(const EngineStats& s, EngineTotals* t) {
   t->connections_closed += s.connections_closed.Get();
   t->loop_sleeps += s.loop_sleeps.Get();
   t->spins_refused += s.spins_refused.Get();
+  t->cq_resizes += s.cq_resizes.Get();
 }
 
 void AddGauges(const EngineStats& s, EngineTotals* t) {
@@ -79,6 +80,7 @@ void SubtractCounters(const EngineTotals& base, EngineTotals* t) {
   t->connections_closed -= base.connections_closed;
   t->loop_sleeps -= base.loop_sleeps;
   t->spins_refused -= base.spins_refused;
+  t->cq_resizes -= base.cq_resizes;
 }
 
 EngineTotals SumLocked(Registry& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) {

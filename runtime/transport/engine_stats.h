@@ -100,6 +100,8 @@ struct EngineStats {
   // (spin_governor.h).
   EngineCounter loop_sleeps;
   EngineCounter spins_refused;
+  // Times the loop grew its CQ for more connections (ibv_resize_cq).
+  EngineCounter cq_resizes;
   // Live connections by state (a gauge: +1 on entry, -1 on exit).
   EngineCounter connections_in_state[kNumCountedConnStates];
 };
@@ -128,6 +130,7 @@ struct EngineTotals {
   int64_t connections_closed = 0;
   int64_t loop_sleeps = 0;
   int64_t spins_refused = 0;
+  int64_t cq_resizes = 0;
   int64_t connections_in_state[kNumCountedConnStates] = {};
   int engines = 0;  // engines alive now
 };

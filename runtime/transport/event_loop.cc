@@ -107,10 +107,30 @@ void EventLoop::ForEachLiveLoop(absl::FunctionRef<void(EventLoop*)> fn) {
 }
 
 absl::Status EventLoop::ReserveCqEntries(int n) {
+  if (n > cq_free_ && cq_ != nullptr) {
+    // Grow the CQ (ibv_resize_cq keeps the CQEs not yet polled): double it,
+    // or more when one reservation needs more, up to the device's max_cqe.
+    const int64_t used = static_cast<int64_t>(cq_depth_) - cq_free_;
+    const int64_t want = std::min<int64_t>(
+        std::max<int64_t>(2 * static_cast<int64_t>(cq_depth_), used + n), cq_max_depth_);
+    if (want >= used + n) {
+      if (int rc = Verbs().resize_cq(cq_.get(), static_cast<int>(want)); rc == 0) {
+        const int depth = std::max(cq_.get()->cqe, static_cast<int>(want));
+        cq_free_ += depth - cq_depth_;
+        cq_depth_ = depth;
+        stats_.cq_resizes.Add();
+      } else {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(name_, ": completion queue has room for ", cq_free_, " more entries of ",
+                         cq_depth_, "; a connection needs ", n, " and growing it to ", want,
+                         " failed: ", ErrnoToStatus("ibv_resize_cq", rc).message()));
+      }
+    }
+  }
   if (n > cq_free_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         name_, ": completion queue has room for ", cq_free_, " more entries of ", cq_depth_,
-        "; a connection needs ", n));
+        " (the device's max_cqe is ", cq_max_depth_, "); a connection needs ", n));
   }
   cq_free_ -= n;
   return absl::OkStatus();
@@ -394,9 +414,11 @@ absl::StatusOr<ibv_cq*> EventLoop::EnsureCq(ibv_context* context) {
   if (!ch.ok()) return ch.status();
   if (absl::Status s = SetNonBlocking((*ch)->fd, "completion channel"); !s.ok()) return s;
   int depth = kCqDepth;
+  int max_depth = kCqDepth;
   ibv_device_attr attr{};
-  if (Verbs().query_device(context, &attr) == 0 && attr.max_cqe > 0 && attr.max_cqe < depth) {
-    depth = attr.max_cqe;
+  if (Verbs().query_device(context, &attr) == 0 && attr.max_cqe > 0) {
+    depth = std::min(depth, attr.max_cqe);
+    max_depth = attr.max_cqe;
   }
   absl::StatusOr<CqPtr> cq = CreateCq(context, depth, ch->get());
   if (!cq.ok()) return cq.status();
@@ -426,6 +448,7 @@ absl::StatusOr<ibv_cq*> EventLoop::EnsureCq(ibv_context* context) {
   // Reservations made before the CQ existed count against the smaller depth.
   cq_free_ -= cq_depth_ - depth;
   cq_depth_ = depth;
+  cq_max_depth_ = max_depth;
   comp_channel_ = std::move(*ch);
   cq_ = std::move(*cq);
   return cq_.get();

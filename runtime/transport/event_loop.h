@@ -231,7 +231,10 @@ class EventLoop {
   void Retire(LoopClient* conn);
   // CQ entries are shared by the loop's QPs; a QP may only be made when
   // its send + receive depth still fits, or the CQ could overflow (fatal on
-  // a NIC). RESOURCE_EXHAUSTED names the numbers.
+  // a NIC). When it does not fit the CQ grows (ibv_resize_cq, doubling, up
+  // to the device's max_cqe; never shrinks). RESOURCE_EXHAUSTED names the
+  // numbers when even max_cqe cannot hold `n` more, or the resize failed:
+  // the caller refuses the connection. Loop thread only.
   absl::Status ReserveCqEntries(int n);
   void ReleaseCqEntries(int n) { cq_free_ += n; }
   // Every connection the loop owns now (not the retired ones), in no
@@ -360,6 +363,7 @@ class EventLoop {
   TimerId next_timer_ = 1;
   int cq_free_;
   int cq_depth_;  // entries of cq_ (kCqDepth until the CQ is made)
+  int cq_max_depth_ = 0;  // the device's max_cqe, once the CQ is made
   absl::flat_hash_map<LoopClient*, std::unique_ptr<LoopClient>> conns_;
   std::vector<std::unique_ptr<LoopClient>> graveyard_;
   absl::flat_hash_map<uint32_t, LoopClient*> qp_map_;
