@@ -155,13 +155,13 @@ inline constexpr int kSignalInterval = 16;
 static_assert(kSendQueueDepth >= 2 * kSignalInterval,
               "an unsignalled run must leave room for the signalled WR that retires it");
 
-// Completion queue entries per loop (clamped to the device's max_cqe):
-// connections per loop × (recv_depth + kSendQueueDepth) must stay below
-// this, so at the default recv_depth of 64 one loop holds 204 connections
-// with rings of their own; with a shared receive queue each connection
-// reserves kSendQueueDepth and the SRQ one entry per receive buffer it
-// registered (512 + 4 per connection at the defaults: ~250 connections).
-// 64 Ki CQEs of 64 bytes are 4 MiB per loop on mlx5.
+// Completion queue entries a loop's CQ starts with (clamped to the device's
+// max_cqe). Each connection reserves recv_depth + kSendQueueDepth of them
+// (kSendQueueDepth with a shared receive queue, whose receive buffers
+// reserve one each), so this holds ~250 server connections; past that the
+// loop doubles its CQ with ibv_resize_cq, up to max_cqe (4 Mi CQEs on
+// ConnectX-5/6: ~16,000 connections per loop). 64 Ki CQEs of 64 bytes are
+// 4 MiB on mlx5.
 inline constexpr int kCqDepth = 65536;
 // Work completions taken per ibv_poll_cq call.
 inline constexpr int kPollBatch = 32;
