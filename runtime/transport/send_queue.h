@@ -14,10 +14,11 @@
 // The queue owns the eager send buffers (kSendQueueDepth at most, one per WR)
 // so that recycling a buffer is part of retiring its WR. They are registered
 // in chunks as the connection needs them: kFirstSendChunk at set-up, then
-// doubling (16, 16, 32, 64, 128) each time a send needs one and none is
-// free, so an idle or lightly used connection holds 16 (128 KiB at the
-// default 8 KiB: one signalling interval, which a call at a time never
-// outgrows) and one that keeps many messages in flight grows to
+// doubling (4, 4, 8, 16, 32, 64, 128) each time a send needs one and none
+// is free, so an idle or lightly used connection holds 4 (32 KiB at the
+// default 8 KiB; while fewer than kSignalEvery are free every send is
+// signalled, so a call at a time gets its buffer back before it needs the
+// next) and one that keeps many messages in flight grows to
 // kSendQueueDepth once (a registration at a new high-water mark, never
 // again). What else
 // a WR holds (SqEntry) is its poster's: it is handed back when the WR is
@@ -73,8 +74,11 @@ class SendQueue {
   SendQueue(const SendQueue&) = delete;
   SendQueue& operator=(const SendQueue&) = delete;
 
-  // Send buffers registered at set-up (a power of two).
-  static constexpr int kFirstSendChunk = kSignalEvery;
+  // Send buffers registered at set-up (a power of two). Small, because an
+  // idle connection keeps them: with thousands of connections per server
+  // they are most of its memory per connection (WORKSPACE.notes, "Memory
+  // per connection").
+  static constexpr int kFirstSendChunk = 4;
   static_assert((kFirstSendChunk & (kFirstSendChunk - 1)) == 0 && kDepth % kFirstSendChunk == 0);
 
   // Registers the first chunk of eager send buffers of `buffer_bytes` on

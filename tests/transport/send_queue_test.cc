@@ -72,6 +72,7 @@ TEST(SendQueue, SignalledCompletionRetiresEveryWrBeforeIt) {
   std::vector<uint64_t> seqs;
   for (int i = 0; i < 5; ++i) {
     SqEntry e;
+    ASSERT_TRUE(q.has_send_buffer());  // registers a chunk when none is free
     e.send_buffer = q.TakeSendBuffer();
     ibv_sge sge;
     ibv_send_wr wr = ZeroLengthWrite(&sge);
@@ -131,7 +132,7 @@ TEST(SendQueue, SendBuffersGrowByDoublingToTheDepth) {
       capacities.push_back(q.send_buffer_capacity());
     }
   }
-  EXPECT_EQ(capacities, (std::vector<int>{16, 32, 64, 128, 256}));
+  EXPECT_EQ(capacities, (std::vector<int>{4, 8, 16, 32, 64, 128, 256}));
   ASSERT_EQ(taken.size(), static_cast<size_t>(SendQueue::kDepth));
   EXPECT_EQ(q.TakeSendBuffer(), -1);
   // Every index once, each buffer its own bytes in a registered chunk.
@@ -144,7 +145,10 @@ TEST(SendQueue, SendBuffersGrowByDoublingToTheDepth) {
     q.send_buffer(i)[63] = static_cast<char>(i);  // in bounds (ASan)
   }
   EXPECT_EQ(addrs.size(), static_cast<size_t>(SendQueue::kDepth));
-  EXPECT_EQ(q.send_lkey(0), q.send_lkey(15));
+  // Chunks of 4, 4, 8, 16, ...: one registration (lkey) each.
+  EXPECT_EQ(q.send_lkey(0), q.send_lkey(3));
+  EXPECT_NE(q.send_lkey(3), q.send_lkey(4));
+  EXPECT_EQ(q.send_lkey(8), q.send_lkey(15));
   EXPECT_NE(q.send_lkey(15), q.send_lkey(16));
 }
 
