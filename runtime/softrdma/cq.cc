@@ -148,7 +148,20 @@ namespace {
 // every poller that may still read an older snapshot has left (a removed QP
 // is about to be destroyed); otherwise old snapshots wait in shm_retired.
 void PublishShmSnapshot(SoftCq* c, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->links_mu) {
-  auto* next = c->shm_qps.empty() ? nullptr : new SoftCq::ShmSnapshot(c->shm_qps);
+  SoftCq::ShmSnapshot* next = nullptr;
+  if (!c->shm_qps.empty()) {
+    next = new SoftCq::ShmSnapshot();
+    next->all = c->shm_qps;
+    for (const SoftCq::ShmEntry& e : c->shm_qps) {
+      if (e.slot < 0 || !e.link->marked_by_peer()) next->scan.push_back(e);
+      if (e.slot >= 0) {
+        if (next->by_slot.size() <= static_cast<size_t>(e.slot)) {
+          next->by_slot.resize(static_cast<size_t>(e.slot) + 1, SoftCq::ShmEntry{nullptr, nullptr});
+        }
+        next->by_slot[static_cast<size_t>(e.slot)] = e;
+      }
+    }
+  }
   SoftCq::ShmSnapshot* old = c->shm_snapshot.exchange(next, std::memory_order_seq_cst);
   if (old != nullptr) c->shm_retired.push_back(old);
   // A poller counts itself in before it loads the pointer (both seq_cst), so
@@ -164,25 +177,61 @@ void PublishShmSnapshot(SoftCq* c, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->l
 
 }  // namespace
 
-void CqAddShmQp(ibv_cq* cq, SoftQp* qp, std::shared_ptr<ShmLink> link) {
+bool CqAddShmQp(ibv_cq* cq, SoftQp* qp, std::shared_ptr<ShmLink> link, bool want_slot,
+                HintOffer* offer) {
   SoftCq* c = ToSoft(cq);
   absl::MutexLock l(&c->links_mu);
-  bool found = false;
+  SoftCq::ShmEntry* entry = nullptr;
   for (SoftCq::ShmEntry& e : c->shm_qps) {
     if (e.qp == qp) {
       e.link = link;
-      found = true;
+      entry = &e;
     }
   }
-  if (!found) c->shm_qps.push_back(SoftCq::ShmEntry{qp, std::move(link)});
+  if (entry == nullptr) {
+    c->shm_qps.push_back(SoftCq::ShmEntry{qp, std::move(link)});
+    entry = &c->shm_qps.back();
+  }
+  if (want_slot && entry->slot < 0) {
+    if (c->hints == nullptr) {
+      c->hints = ShmHintTable::Create();
+      c->hints_for_pollers.store(c->hints.get(), std::memory_order_release);
+    }
+    if (c->hints != nullptr) entry->slot = c->hints->AllocSlot();
+  }
+  const bool offered = want_slot && entry->slot >= 0;
+  if (offered) {
+    offer->slot = static_cast<uint32_t>(entry->slot);
+    offer->fd = c->hints->fd();
+    offer->inode = c->hints->inode();
+    offer->pid = LocalIdentity().pid;
+  }
+  // The new ring starts in doorbell mode: the next poll tells it (and the
+  // others) that a poller is active.
+  c->rings_sleeping.store(true, std::memory_order_relaxed);
+  PublishShmSnapshot(c, /*wait=*/false);
+  return offered;
+}
+
+namespace {
+
+// The peers of some QPs on `scan` now mark their slots: publish a snapshot
+// without them.
+void RefreshShmScan(SoftCq* c) {
+  absl::MutexLock l(&c->links_mu);
   PublishShmSnapshot(c, /*wait=*/false);
 }
+
+}  // namespace
 
 void CqRemoveShmQp(ibv_cq* cq, SoftQp* qp) {
   SoftCq* c = ToSoft(cq);
   absl::MutexLock l(&c->links_mu);
   auto& v = c->shm_qps;
   const size_t before = v.size();
+  for (const SoftCq::ShmEntry& e : v) {
+    if (e.qp == qp && e.slot >= 0 && c->hints != nullptr) c->hints->FreeSlot(e.slot);
+  }
   v.erase(std::remove_if(v.begin(), v.end(), [qp](const SoftCq::ShmEntry& e) { return e.qp == qp; }),
           v.end());
   if (v.size() != before) PublishShmSnapshot(c, /*wait=*/true);
@@ -201,19 +250,47 @@ void ArmWatchdog(std::shared_ptr<SoftCq::ShmWatch> watch, uint64_t polls);
 void DrainShmRings(SoftCq* c, bool polling) {
   if (c->shm_snapshot.load(std::memory_order_relaxed) == nullptr) return;
   bool woke = false;
+  bool refresh = false;
   c->shm_readers.fetch_add(1, std::memory_order_seq_cst);
   if (const SoftCq::ShmSnapshot* snap = c->shm_snapshot.load(std::memory_order_seq_cst)) {
     const bool armed = c->armed_hint.load(std::memory_order_relaxed);
-    for (const SoftCq::ShmEntry& e : *snap) {
-      if (!polling) {
-        e.link->MarkSleeping();
-      } else if (!armed) {
-        woke |= e.link->MarkPolling();
-      }
+    auto drain = [](const SoftCq::ShmEntry& e) {
       if (e.link->HasIncoming()) QpDrainShm(e.qp, e.link.get());
+    };
+    if (!polling) {
+      // Every flag up, then one fence for all of them, then the drains that
+      // recheck (shm_link.h's protocol; a fence per link would make going to
+      // sleep cost one per connection). Every ring, marked or not.
+      for (const SoftCq::ShmEntry& e : snap->all) e.link->MarkSleeping();
+      c->rings_sleeping.store(true, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      for (const SoftCq::ShmEntry& e : snap->all) drain(e);
+    } else {
+      // Waking: tell every ring a poller is active (once per wake, not per
+      // poll), and look at them all once.
+      const bool waking = !armed && c->rings_sleeping.load(std::memory_order_relaxed) &&
+                          c->rings_sleeping.exchange(false, std::memory_order_relaxed);
+      if (waking) {
+        for (const SoftCq::ShmEntry& e : snap->all) woke |= e.link->MarkPolling();
+        for (const SoftCq::ShmEntry& e : snap->all) drain(e);
+      } else {
+        if (ShmHintTable* t = c->hints_for_pollers.load(std::memory_order_acquire)) {
+          const int marked = t->TakeMarked([&](int slot) {
+            if (static_cast<size_t>(slot) >= snap->by_slot.size()) return;
+            const SoftCq::ShmEntry& e = snap->by_slot[static_cast<size_t>(slot)];
+            if (e.qp != nullptr) drain(e);
+          });
+          if (marked > 0) Stat().shm_marked_drains += static_cast<uint64_t>(marked);
+        }
+        for (const SoftCq::ShmEntry& e : snap->scan) {
+          drain(e);
+          if (e.slot >= 0 && e.link->marked_by_peer()) refresh = true;
+        }
+      }
     }
   }
   c->shm_readers.fetch_sub(1, std::memory_order_release);
+  if (refresh) RefreshShmScan(c);
   if (polling) c->watch->polls.fetch_add(1, std::memory_order_relaxed);
   if (woke && !c->watch->armed.exchange(true)) {
     ArmWatchdog(c->watch, c->watch->polls.load(std::memory_order_relaxed));

@@ -46,6 +46,8 @@
 #include "absl/synchronization/mutex.h"
 #include "softrdma/frame_pool.h"
 #include "softrdma/ring_queue.h"
+#include "softrdma/shm_hint.h"
+#include "softrdma/shm_record.h"
 #include "softrdma/softrdma.h"
 
 namespace softrdma {
@@ -83,12 +85,12 @@ inline int64_t RnrTimerMicros(uint8_t code) {
 // work request touches no line another thread writes; GetStats sums the
 // blocks (the max_* fields: their maximum).
 struct alignas(64) Counters {
-  std::atomic<uint64_t> send{0}, send_with_imm{0}, rdma_write{0},
-      rdma_write_with_imm{0}, rdma_read{0}, atomic{0}, recv{0}, bytes_sent{0},
-      rnr_retries{0}, post_send_calls{0}, post_recv_calls{0}, reg_mr{0},
-      max_send_bytes{0}, rem_access_errors{0},
-      signaled_sends{0}, wc_polled{0}, poll_cq_calls{0}, qps_on_shm{0}, qps_on_tcp{0},
-      shm_fallbacks{0}, shm_doorbells{0}, rd_atomic_waits{0}, max_rd_atomic_out{0};
+  std::atomic<uint64_t> send{0}, send_with_imm{0}, rdma_write{0}, rdma_write_with_imm{0},
+      rdma_read{0}, atomic{0}, recv{0}, bytes_sent{0}, rnr_retries{0}, post_send_calls{0},
+      post_recv_calls{0}, reg_mr{0}, max_send_bytes{0}, rem_access_errors{0}, signaled_sends{0},
+      wc_polled{0}, poll_cq_calls{0}, qps_on_shm{0}, qps_on_tcp{0}, shm_fallbacks{0},
+      shm_doorbells{0}, shm_marked_qps{0}, shm_marked_drains{0}, rd_atomic_waits{0},
+      max_rd_atomic_out{0};
   std::atomic<int64_t> live_cm_ids{0}, live_qps{0}, live_cqs{0}, live_mrs{0},
       live_pds{0}, live_mws{0};
 };
@@ -308,13 +310,29 @@ struct SoftCq {
   // themselves in `shm_readers` around it, and a writer (under links_mu)
   // publishes a new snapshot and frees the old ones once no reader is left;
   // a removal waits for that, so no poller touches a destroyed QP.
+  //
+  // A QP with a slot in `hints` (shm_hint.h) is looked at only when its
+  // peer marked the slot, once the peer acknowledged the offer; until then,
+  // and for QPs without a slot, on every poll (`scan`). Every QP is looked
+  // at when the CQ's poller goes to sleep or wakes (`all`).
   struct ShmEntry {
     SoftQp* qp;
     std::shared_ptr<ShmLink> link;
+    int slot = -1;  // in `hints`; -1: none
   };
-  using ShmSnapshot = std::vector<ShmEntry>;
+  struct ShmSnapshot {
+    std::vector<ShmEntry> all;
+    std::vector<ShmEntry> scan;     // no slot, or the peer does not mark it yet
+    std::vector<ShmEntry> by_slot;  // indexed by slot; qp == nullptr: free
+  };
   absl::Mutex links_mu;
   std::vector<ShmEntry> shm_qps ABSL_GUARDED_BY(links_mu);
+  // Made with the first QP that gets a slot; lives until destroy_cq.
+  std::unique_ptr<ShmHintTable> hints ABSL_GUARDED_BY(links_mu);
+  std::atomic<ShmHintTable*> hints_for_pollers{nullptr};
+  // The rings are in doorbell mode (the poller slept since it last told
+  // them it polls); the next poll marks them all polling again.
+  std::atomic<bool> rings_sleeping{true};
   std::vector<ShmSnapshot*> shm_retired ABSL_GUARDED_BY(links_mu);
   std::atomic<ShmSnapshot*> shm_snapshot{nullptr};  // nullptr: none
   std::atomic<int> shm_readers{0};
@@ -348,7 +366,10 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots = SlotRelease(),
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 // Registers / forgets a QP whose rings the CQ's pollers drain. Call without
 // the QP's mutex held.
-void CqAddShmQp(ibv_cq* cq, SoftQp* qp, std::shared_ptr<ShmLink> link);
+// Adds a same-host QP to the CQ's pollers. With `want_slot`, gives it a slot
+// of the CQ's table and fills `*offer` for the peer (true), else false.
+bool CqAddShmQp(ibv_cq* cq, SoftQp* qp, std::shared_ptr<ShmLink> link, bool want_slot,
+                HintOffer* offer);
 void CqRemoveShmQp(ibv_cq* cq, SoftQp* qp);
 int ReqNotifyCq(ibv_cq* cq, int solicited_only);
 

@@ -1279,6 +1279,7 @@ void DrainShmLocked(SoftQp* q, ShmLink* link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->m
     link->NoteWork(1);
     DispatchLocked(q, f);
   });
+  if (link->TakeOwedDoorbell() && q->shm.get() == link) RingDoorbellLocked(q);
   q->ack_coalesce = false;
   if (q->ack_pending) {
     q->ack_pending = false;
@@ -1286,10 +1287,18 @@ void DrainShmLocked(SoftQp* q, ShmLink* link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->m
   }
 }
 
-// Registers the QP with its CQs' pollers. Without the QP's mutex.
+// Registers the QP with its CQs' pollers. Without the QP's mutex. A QP
+// whose send and receive CQs are one gets a slot in that CQ's table, which
+// its peer is asked to mark (shm_hint.h); with two CQs both poll its ring.
 void RegisterWithCqs(SoftQp* q, const std::shared_ptr<ShmLink>& link) {
-  CqAddShmQp(q->qp.send_cq, q, link);
-  if (q->qp.recv_cq != q->qp.send_cq) CqAddShmQp(q->qp.recv_cq, q, link);
+  const bool one_cq = q->qp.recv_cq == q->qp.send_cq;
+  HintOffer offer;
+  const bool offered = CqAddShmQp(q->qp.send_cq, q, link, one_cq && ShmHintsEnabled(), &offer);
+  if (!one_cq) CqAddShmQp(q->qp.recv_cq, q, link, false, nullptr);
+  if (offered) {
+    absl::MutexLock l(&q->mu);
+    if (q->shm == link && link->OfferHint(offer)) RingDoorbellLocked(q);
+  }
 }
 
 }  // namespace

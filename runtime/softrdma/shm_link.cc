@@ -1,7 +1,6 @@
 // shm_link.cc: shared-memory rings and process_vm copies (see shm_link.h).
 #include "softrdma/shm_link.h"
 
-
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -18,6 +17,7 @@
 
 #include "glog/logging.h"
 #include "softrdma/faults_internal.h"
+#include "softrdma/internal.h"
 #include "softrdma/softrdma.h"
 
 namespace softrdma {
@@ -233,7 +233,7 @@ uint8_t* ShmLink::data(int i) const {
 
 // ---- producer -------------------------------------------------------------------
 
-bool ShmLink::TryPush(const uint8_t* bytes, size_t n, bool* doorbell) {
+bool ShmLink::TryPush(const uint8_t* bytes, size_t n, bool* doorbell, uint32_t kind) {
   RingCtl* c = ctl(out_);
   uint8_t* d = data(out_);
   const size_t rec = Align8(kRecHeader + n);
@@ -254,12 +254,14 @@ bool ShmLink::TryPush(const uint8_t* bytes, size_t n, bool* doorbell) {
     t += pad;
     pos = 0;
   }
-  const uint32_t hdr[2] = {static_cast<uint32_t>(rec), kRecFrame};
+  const uint32_t hdr[2] = {static_cast<uint32_t>(rec), kind};
   std::memcpy(d + pos, hdr, sizeof(hdr));
-  std::memcpy(d + pos + kRecHeader, bytes, n);
+  if (n > 0) std::memcpy(d + pos + kRecHeader, bytes, n);
   c->tail.store(t + rec, std::memory_order_release);
-  // Dekker with the consumer's "set flag / store head; fence; reload tail".
+  // Dekker with the consumer's "set flag / store head; fence; reload tail",
+  // and with its "clear the slot's bit; reload tail" (shm_hint.h).
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (peer_table_ != nullptr) peer_table_->Mark(peer_slot_);
   if (c->need_doorbell.load(std::memory_order_relaxed) != 0 &&
       c->head.load(std::memory_order_relaxed) == tail) {
     *doorbell = true;  // the consumer had caught up and sleeps: wake it
@@ -268,8 +270,36 @@ bool ShmLink::TryPush(const uint8_t* bytes, size_t n, bool* doorbell) {
   return true;
 }
 
-bool ShmLink::Send(const std::shared_ptr<const std::vector<uint8_t>>& frame, bool* backlogged) {
+bool ShmLink::OfferHint(const HintOffer& offer) {
+  offer_ = offer;
+  offer_owed_ = true;
+  return PushOwedControl();
+}
+
+bool ShmLink::PushOwedControl() {
   bool doorbell = false;
+  if (!backlog_.empty()) return false;
+  if (offer_owed_) {
+    uint8_t body[kHintBodyBytes];
+    EncodeHintOffer(offer_, body);
+    if (TryPush(body, sizeof(body), &doorbell, kRecHint)) offer_owed_ = false;
+  }
+  if (ack_owed_ && TryPush(nullptr, 0, &doorbell, kRecHintAck)) ack_owed_ = false;
+  return doorbell;
+}
+
+void ShmLink::OnPeerHint(const HintOffer& h) {
+  // Only the table of the process at the other end of this link.
+  if (peer_table_ != nullptr || h.pid == 0 || static_cast<pid_t>(h.pid) != peer_pid_) return;
+  peer_table_ = ShmHintMap::Open(peer_pid_, h.fd, h.inode);
+  if (peer_table_ == nullptr) return;  // the peer goes on checking our ring itself
+  peer_slot_ = h.slot;
+  ack_owed_ = true;
+  if (PushOwedControl()) doorbell_owed_ = true;
+}
+
+bool ShmLink::Send(const std::shared_ptr<const std::vector<uint8_t>>& frame, bool* backlogged) {
+  bool doorbell = (offer_owed_ || ack_owed_) && PushOwedControl();
   if (backlog_.empty() && TryPush(frame->data(), frame->size(), &doorbell)) return doorbell;
   *backlogged = backlog_.empty();
   backlog_.push_back(frame);
@@ -281,7 +311,7 @@ bool ShmLink::SendHeader(const FrameHeader& h, bool* backlogged) {
   FrameHeader hh = h;
   hh.length = 0;
   EncodeHeader(hh, buf);
-  bool doorbell = false;
+  bool doorbell = (offer_owed_ || ack_owed_) && PushOwedControl();
   if (backlog_.empty() && TryPush(buf, sizeof(buf), &doorbell)) return doorbell;
   *backlogged = backlog_.empty();
   backlog_.push_back(std::make_shared<const std::vector<uint8_t>>(buf, buf + sizeof(buf)));
@@ -297,6 +327,7 @@ bool ShmLink::FlushBacklog(bool* empty) {
     doorbell |= d;
     backlog_.pop_front();
   }
+  if (backlog_.empty() && (offer_owed_ || ack_owed_)) doorbell |= PushOwedControl();
   *empty = backlog_.empty();
   return doorbell;
 }
@@ -319,7 +350,8 @@ size_t ShmLink::Drain(const std::function<void(Frame&)>& fn) {
       const size_t pos = head % kRingBytes;
       Frame f;
       uint32_t size = 0;
-      const ShmRecord r = ParseShmRecord(d + pos, kRingBytes - pos, &f, &size);
+      HintOffer hint;
+      const ShmRecord r = ParseShmRecord(d + pos, kRingBytes - pos, &f, &size, &hint);
       if (r == ShmRecord::kCorrupt) {
         // Not something our producer writes: skip everything published so
         // far rather than loop on it. The connection's frames are lost, as
@@ -335,6 +367,10 @@ size_t ShmLink::Drain(const std::function<void(Frame&)>& fn) {
       if (r == ShmRecord::kFrame) {
         ++frames;
         fn(f);
+      } else if (r == ShmRecord::kHint) {
+        OnPeerHint(hint);
+      } else if (r == ShmRecord::kHintAck) {
+        if (!marked_by_peer_.exchange(true, std::memory_order_acq_rel)) Stat().shm_marked_qps++;
       }
       head += size;
       // Free the record's space at once so a producer can reuse it.
@@ -352,10 +388,7 @@ bool ShmLink::MarkPolling() {
   return true;
 }
 
-void ShmLink::MarkSleeping() {
-  ctl(in_)->need_doorbell.store(1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-}
+void ShmLink::MarkSleeping() { ctl(in_)->need_doorbell.store(1, std::memory_order_relaxed); }
 
 // ---- process_vm copies -------------------------------------------------------------
 

@@ -65,6 +65,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "softrdma/shm_hint.h"
 #include "softrdma/shm_record.h"
 #include "softrdma/wire.h"
 
@@ -143,6 +144,19 @@ class ShmLink {
   // Moves backlog into the ring. Returns true when a doorbell is due;
   // *empty: nothing is left.
   bool FlushBacklog(bool* empty);
+  // Tells the peer which slot of which of our CQ's tables to mark after each
+  // record it produces for us (shm_hint.h): a kRecHint record, now or with
+  // the next record that fits. Returns true when the caller must ring the
+  // peer's doorbell (the peer sleeps: a later record would not wake it, as
+  // the peer would not have caught up with this one).
+  bool OfferHint(const HintOffer& offer);
+  // True once after a Drain pushed a record (a hint ack) that needs the
+  // peer's doorbell; the caller then rings it.
+  bool TakeOwedDoorbell() {
+    const bool owed = doorbell_owed_;
+    doorbell_owed_ = false;
+    return owed;
+  }
 
   // ---- consumer (caller holds the receiving QP's mutex) ----
   bool HasIncoming() const;
@@ -153,8 +167,13 @@ class ShmLink {
   // Called by ibv_poll_cq: a poller is active. True on the 1 -> 0 transition
   // of need_doorbell (the caller then arms its CQ's watchdog).
   bool MarkPolling();
-  // Sets need_doorbell; the caller must then Drain (the recheck).
+  // Sets need_doorbell; the caller must then issue a seq_cst fence and
+  // Drain (the recheck). One fence may serve the flags of many links.
   void MarkSleeping();
+  // True once the peer acknowledged our OfferHint (a kRecHintAck was
+  // drained): every record it publishes after that sets our slot's bit, so
+  // our CQ need not check this ring on every poll. Any thread.
+  bool marked_by_peer() const { return marked_by_peer_.load(std::memory_order_acquire); }
 
   // ---- process_vm copies; false with errno on failure ----
   // Copies `len` bytes from the peer's `remote` SGEs into local SGEs.
@@ -185,8 +204,13 @@ class ShmLink {
   ShmLink(std::string name, void* base, bool active);
   RingCtl* ctl(int i) const;
   uint8_t* data(int i) const;
-  // Appends one record; false when it does not fit now.
-  bool TryPush(const uint8_t* bytes, size_t n, bool* doorbell);
+  // Appends one record of `kind` with body `bytes`; false when it does not
+  // fit now. Marks the peer's slot when the peer asked for it.
+  bool TryPush(const uint8_t* bytes, size_t n, bool* doorbell, uint32_t kind = kRecFrame);
+  // Pushes a hint offer or ack still owed, if it fits and no backlog waits.
+  bool PushOwedControl();
+  // Consumer: a kRecHint from the peer. Maps the table and owes the ack.
+  void OnPeerHint(const HintOffer& h);
 
   std::string name_;
   void* base_ = nullptr;
@@ -196,6 +220,16 @@ class ShmLink {
   pid_t peer_pid_ = 0;
   uint64_t cached_head_ = 0;  // producer: the consumer's head as last read
   std::deque<std::shared_ptr<const std::vector<uint8_t>>> backlog_;
+  // Producer (under the QP's mutex, as all of the above): the peer CQ's
+  // table and our slot in it, the offer of ours not yet pushed, and the ack
+  // owed for the peer's offer.
+  std::shared_ptr<ShmHintMap> peer_table_;
+  uint32_t peer_slot_ = 0;
+  bool offer_owed_ = false;
+  HintOffer offer_;
+  bool ack_owed_ = false;
+  bool doorbell_owed_ = false;
+  std::atomic<bool> marked_by_peer_{false};
 };
 
 // Remote SGE list carried in a kRemoteData frame (kSglEntryBytes each,

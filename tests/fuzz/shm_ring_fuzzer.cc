@@ -38,7 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   while (pos < size) {
     Frame f;
     uint32_t rec = 0;
-    const ShmRecord r = ParseShmRecord(ring.get() + pos, size - pos, &f, &rec);
+    softrdma::internal::HintOffer hint;
+    const ShmRecord r = ParseShmRecord(ring.get() + pos, size - pos, &f, &rec, &hint);
     if (r == ShmRecord::kCorrupt) break;
     Check(rec >= 8 && rec % 8 == 0 && rec <= size - pos, "record size out of bounds");
     if (r == ShmRecord::kFrame) {
@@ -47,6 +48,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(body >= ring.get() + pos && body + n <= ring.get() + pos + rec,
             "frame body outside its record");
       for (size_t i = 0; i < n; ++i) sum += body[i];
+    }
+    if (r == ShmRecord::kHint) {
+      Check(rec >= 8 + softrdma::internal::kHintBodyBytes, "hint body outside its record");
+      sum += hint.slot + hint.inode;
     }
     pos += rec;
   }
