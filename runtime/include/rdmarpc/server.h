@@ -69,10 +69,11 @@ struct RDMARPC_EXPORT ServerOptions {
   //    gets a fair share of the shared buffers (at most recv_depth), so no
   //    client can take all receives, and one that spent its share waits for
   //    credits, not on RNR. Each SRQ holds at most the device's max_srq_wr
-  //    receives (16384 on softrdma; ~32K on mlx5), so a worker takes at
+  //    receives (32767 on softrdma and ConnectX-5/6), so a worker takes at
   //    most (max_srq_wr - srq_shared_buffers) / srq_min_credits
-  //    connections, and its completion queue about 250 at the defaults
-  //    (WORKSPACE.notes); more are rejected RESOURCE_EXHAUSTED.
+  //    connections (~8,000 at the defaults; its completion queue grows to
+  //    the device's max_cqe, ~16,000; WORKSPACE.notes); more are rejected
+  //    RESOURCE_EXHAUSTED naming the limit: raise num_workers.
   //  * kPerConnection: each connection pre-posts recv_depth buffers of its
   //    own (its client starts with recv_depth credits).
   // Both speak the same protocol to every client.
