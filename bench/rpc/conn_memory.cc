@@ -16,7 +16,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,77 +23,20 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "rpc_bench.rdmarpc.pb.h"
+#include "echo_server_child.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "rdmarpc/rdmarpc.h"
-#include "runtime/softrdma/faults.h"
+#include "rpc_bench.rdmarpc.pb.h"
 
 DEFINE_string(steps, "0,10,100,500", "Cumulative connection counts to measure at");
 DEFINE_string(receive_queue, "shared",
               "Server's ServerOptions::receive_queue: shared | per-connection");
 DEFINE_int32(server_workers, 2, "Server worker threads");
 
-namespace {
-
 using rdmarpc::rpcbench::EchoRequest;
 using rdmarpc::rpcbench::EchoResponse;
 using rdmarpc::rpcbench::RpcBench;
-
-class EchoImpl final : public RpcBench::Service {
- public:
-  absl::Status Echo(rdmarpc::ServerContext*, const EchoRequest& req, EchoResponse* resp) override {
-    resp->set_payload(req.payload());
-    return absl::OkStatus();
-  }
-};
-
-uint64_t RssKib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmRSS:", 0) != 0) continue;
-    uint64_t kib = 0;
-    std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &kib)) return kib;
-  }
-  return 0;
-}
-
-struct Sample {
-  uint64_t pinned_bytes = 0;
-  uint64_t rss_kib = 0;
-};
-
-// The child: serves until its command pipe closes; answers each 'm' with a
-// Sample. Returns the exit status.
-int ServeChild(int cmd_fd, int reply_fd) {
-  EchoImpl service;
-  rdmarpc::ServerOptions options;
-  options.num_workers = FLAGS_server_workers;
-  options.receive_queue = FLAGS_receive_queue == "shared"
-                              ? rdmarpc::ServerOptions::ReceiveQueue::kShared
-                              : rdmarpc::ServerOptions::ReceiveQueue::kPerConnection;
-  rdmarpc::Server server(options);
-  CHECK(server.AddService(&service).ok());
-  absl::Status s = server.Start("127.0.0.1:0");
-  if (!s.ok()) {
-    LOG(ERROR) << s;
-    return 1;
-  }
-  const int port = server.port();
-  CHECK_EQ(write(reply_fd, &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
-  char c = 0;
-  while (read(cmd_fd, &c, 1) == 1) {
-    Sample m{softrdma::PinnedBytes(), RssKib()};
-    CHECK_EQ(write(reply_fd, &m, sizeof(m)), static_cast<ssize_t>(sizeof(m)));
-  }
-  server.Shutdown(absl::ZeroDuration());
-  server.Wait();
-  return 0;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
@@ -122,7 +64,8 @@ int main(int argc, char** argv) {
   if (child == 0) {
     close(cmd[1]);
     close(reply[0]);
-    _exit(ServeChild(cmd[0], reply[1]));
+    _exit(rdmarpc::rpcbench::ServeEchoChild(cmd[0], reply[1], FLAGS_server_workers,
+                                            FLAGS_receive_queue));
   }
   close(cmd[0]);
   close(reply[1]);
@@ -131,7 +74,7 @@ int main(int argc, char** argv) {
   auto sample = [&] {
     const char c = 'm';
     CHECK_EQ(write(cmd[1], &c, 1), 1);
-    Sample m;
+    rdmarpc::rpcbench::MemorySample m;
     CHECK_EQ(read(reply[0], &m, sizeof(m)), static_cast<ssize_t>(sizeof(m)));
     return m;
   };
@@ -145,7 +88,7 @@ int main(int argc, char** argv) {
   CHECK(channel.ok()) << channel.status();
   std::unique_ptr<RpcBench::Stub> stub = RpcBench::NewStub(*channel);
   printf("%12s %16s %12s\n", "connections", "registered_KiB", "VmRSS_KiB");
-  std::vector<Sample> at;
+  std::vector<rdmarpc::rpcbench::MemorySample> at;
   int open = 0;
   for (int n : steps) {
     for (; open < n; ++open) {  // slot `open` connects on its first call

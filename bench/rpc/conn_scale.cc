@@ -26,22 +26,19 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "echo_server_child.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "rdmarpc/rdmarpc.h"
 #include "rpc_bench.rdmarpc.pb.h"
-#include "runtime/softrdma/faults.h"
 
 DEFINE_int32(connections, 10000, "Client connections in all, shared by the client processes");
 DEFINE_int32(client_processes, 8, "Client processes");
@@ -57,32 +54,8 @@ namespace {
 
 using rdmarpc::rpcbench::EchoRequest;
 using rdmarpc::rpcbench::EchoResponse;
+using rdmarpc::rpcbench::MemorySample;
 using rdmarpc::rpcbench::RpcBench;
-
-class EchoImpl final : public RpcBench::Service {
- public:
-  absl::Status Echo(rdmarpc::ServerContext*, const EchoRequest& req, EchoResponse* resp) override {
-    resp->set_payload(req.payload());
-    return absl::OkStatus();
-  }
-};
-
-uint64_t RssKib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmRSS:", 0) != 0) continue;
-    uint64_t kib = 0;
-    std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &kib)) return kib;
-  }
-  return 0;
-}
-
-struct Sample {
-  uint64_t pinned_bytes = 0;
-  uint64_t rss_kib = 0;
-};
 
 struct ClientReport {
   int32_t connected = 0;       // connections whose first call succeeded
@@ -97,33 +70,6 @@ void WriteAll(int fd, const void* p, size_t n) {
   CHECK_EQ(write(fd, p, n), static_cast<ssize_t>(n));
 }
 void ReadAll(int fd, void* p, size_t n) { CHECK_EQ(read(fd, p, n), static_cast<ssize_t>(n)); }
-
-// The server: answers each 'm' on `cmd_fd` with a Sample until it closes.
-int ServeChild(int cmd_fd, int reply_fd) {
-  EchoImpl service;
-  rdmarpc::ServerOptions options;
-  options.num_workers = FLAGS_server_workers;
-  options.receive_queue = FLAGS_receive_queue == "shared"
-                              ? rdmarpc::ServerOptions::ReceiveQueue::kShared
-                              : rdmarpc::ServerOptions::ReceiveQueue::kPerConnection;
-  rdmarpc::Server server(options);
-  CHECK(server.AddService(&service).ok());
-  absl::Status s = server.Start("127.0.0.1:0");
-  if (!s.ok()) {
-    LOG(ERROR) << s;
-    return 1;
-  }
-  const int port = server.port();
-  WriteAll(reply_fd, &port, sizeof(port));
-  char c = 0;
-  while (read(cmd_fd, &c, 1) == 1) {
-    Sample m{softrdma::PinnedBytes(), RssKib()};
-    WriteAll(reply_fd, &m, sizeof(m));
-  }
-  server.Shutdown(absl::ZeroDuration());
-  server.Wait();
-  return 0;
-}
 
 // Keeps `in_flight` async calls going until `until`; callbacks run on the
 // channel's engine threads.
@@ -251,7 +197,8 @@ int main(int argc, char** argv) {
   if (server == 0) {
     close(cmd[1]);
     close(reply[0]);
-    _exit(ServeChild(cmd[0], reply[1]));
+    _exit(rdmarpc::rpcbench::ServeEchoChild(cmd[0], reply[1], FLAGS_server_workers,
+                                            FLAGS_receive_queue));
   }
   close(cmd[0]);
   close(reply[1]);
@@ -260,11 +207,11 @@ int main(int argc, char** argv) {
   auto sample = [&] {
     const char c = 'm';
     WriteAll(cmd[1], &c, 1);
-    Sample m;
+    MemorySample m;
     ReadAll(reply[0], &m, sizeof(m));
     return m;
   };
-  const Sample before = sample();
+  const MemorySample before = sample();
 
   struct Client {
     pid_t pid;
@@ -307,7 +254,7 @@ int main(int argc, char** argv) {
     if (r.setup_errors > 0) fprintf(stderr, "client %d: %s\n", c.pid, r.first_error);
   }
   const double setup_s = absl::ToDoubleSeconds(absl::Now() - setup_start);
-  const Sample idle = sample();
+  const MemorySample idle = sample();
 
   for (const Client& c : clients) {
     const char g = 'g';
@@ -325,7 +272,7 @@ int main(int argc, char** argv) {
     seconds = std::max(seconds, r.seconds);
     if (r.failures > 0) fprintf(stderr, "client %d: %s\n", c.pid, r.first_error);
   }
-  const Sample busy = sample();
+  const MemorySample busy = sample();
   for (const Client& c : clients) {
     const char q = 'q';
     WriteAll(c.go_fd, &q, 1);

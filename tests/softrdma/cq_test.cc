@@ -47,6 +47,25 @@ TEST(CompletionChannel, FdBecomesReadableAfterArmAndCompletion) {
   EXPECT_EQ(errno, EAGAIN);
 }
 
+// Posts `n` receives on the server (wr_id first + i) and `n` unsignalled
+// SENDs from the client into them, so only the server's CQ gets CQEs.
+void SendUnsignalled(ConnectedPair& p, Buffer& rbuf, Buffer& sbuf, int first, int n) {
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(PostRecv(p.server->qp, static_cast<uint64_t>(first + i), rbuf,
+                       static_cast<uint64_t>((first + i) * 8), 8),
+              0);
+  }
+  for (int i = 0; i < n; ++i) {
+    ibv_sge sge{sbuf.addr(), 8, sbuf.mr->lkey};
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(p.client->qp, &wr, &bad), 0);
+  }
+}
+
 TEST(CompletionQueue, OverrunIsAnErrorNotASilentDrop) {
   PairOptions opt;
   opt.cqe = 2;
@@ -54,16 +73,7 @@ TEST(CompletionQueue, OverrunIsAnErrorNotASilentDrop) {
   ASSERT_TRUE(p.ok());
   Buffer rbuf(p.server_pd, 256, kAll);
   Buffer sbuf(p.client_pd, 256, kAll);
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(PostRecv(p.server->qp, i, rbuf, i * 8, 8), 0);
-  for (int i = 0; i < 3; ++i) {
-    ibv_sge sge{sbuf.addr(), 8, sbuf.mr->lkey};
-    ibv_send_wr wr{};
-    wr.opcode = IBV_WR_SEND;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;  // unsignalled: only the server's CQ fills up
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_send(p.client->qp, &wr, &bad), 0);
-  }
+  SendUnsignalled(p, rbuf, sbuf, 0, 3);  // only the server's CQ fills up
   // The third receive completion finds the CQ full: the CQ enters error.
   ibv_async_event ev{};
   ASSERT_TRUE(WaitAsyncEvent(p.server->verbs, IBV_EVENT_CQ_ERR, &ev));
@@ -95,25 +105,6 @@ TEST(CompletionQueue, SizeLimits) {
   EXPECT_EQ(destroy_cq(cq), 0);
   EXPECT_EQ(destroy_comp_channel(ch), 0);
   EXPECT_EQ(close_device(ctx), 0);
-}
-
-// Posts `n` receives on the server (wr_id first + i) and `n` unsignalled
-// SENDs from the client into them, so only the server's CQ gets CQEs.
-void SendUnsignalled(ConnectedPair& p, Buffer& rbuf, Buffer& sbuf, int first, int n) {
-  for (int i = 0; i < n; ++i) {
-    ASSERT_EQ(PostRecv(p.server->qp, static_cast<uint64_t>(first + i), rbuf,
-                       static_cast<uint64_t>((first + i) * 8), 8),
-              0);
-  }
-  for (int i = 0; i < n; ++i) {
-    ibv_sge sge{sbuf.addr(), 8, sbuf.mr->lkey};
-    ibv_send_wr wr{};
-    wr.opcode = IBV_WR_SEND;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_send(p.client->qp, &wr, &bad), 0);
-  }
 }
 
 TEST(CompletionQueue, ResizeKeepsUnpolledCqesInOrderAndMakesRoom) {
