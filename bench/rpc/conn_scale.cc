@@ -1,5 +1,5 @@
 // conn_scale: many client connections held open to one server process, each
-// making calls (issue 13, item 4; bench/README.md, "Connection scale").
+// making calls (bench/README.md, "Connection scale").
 //
 // Forks a server (RpcBench.Echo on 127.0.0.1, default ServerOptions but
 // --server_workers and --receive_queue) and --client_processes clients that

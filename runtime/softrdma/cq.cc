@@ -81,6 +81,7 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots, bool solicited) {
   const int64_t delay_ns = CompletionDelayNanos();
   bool notify = false;
   bool overrun_now = false;
+  int cqe = 0;  // for the log line; resize_cq writes cq->cqe under c->mu
   {
     absl::MutexLock l(&c->mu);
     if (c->overrun) return;  // already in error; hardware stops writing CQEs
@@ -90,6 +91,7 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots, bool solicited) {
       c->overrun = true;
       c->overrun_hint.store(true);
       overrun_now = true;
+      cqe = cq->cqe;
     } else {
       const size_t at = (c->head + c->count) % c->ring.size();
       c->ring[at] = wc;
@@ -115,7 +117,7 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots, bool solicited) {
     }
   }
   if (overrun_now) {
-    LOG(ERROR) << "softrdma: CQ overrun (cqe " << cq->cqe << "); CQ is now in error";
+    LOG(ERROR) << "softrdma: CQ overrun (cqe " << cqe << "); CQ is now in error";
     ibv_async_event ev{};
     ev.element.cq = cq;
     ev.event_type = IBV_EVENT_CQ_ERR;
@@ -267,18 +269,31 @@ void DrainShmRings(SoftCq* c, bool polling) {
       for (const SoftCq::ShmEntry& e : snap->all) drain(e);
     } else {
       // Waking: tell every ring a poller is active (once per wake, not per
-      // poll), and look at them all once.
+      // poll), and look at them all once. Every kFullCheckEvery polls too:
+      // a peer may have cleared others' bits in the table it maps.
       const bool waking = !armed && c->rings_sleeping.load(std::memory_order_relaxed) &&
                           c->rings_sleeping.exchange(false, std::memory_order_relaxed);
+      ShmHintTable* t = c->hints_for_pollers.load(std::memory_order_acquire);
+      const bool full_check =
+          t != nullptr && c->watch->polls.load(std::memory_order_relaxed) % kFullCheckEvery == 0;
       if (waking) {
         for (const SoftCq::ShmEntry& e : snap->all) woke |= e.link->MarkPolling();
+      }
+      if (waking || full_check) {
         for (const SoftCq::ShmEntry& e : snap->all) drain(e);
       } else {
-        if (ShmHintTable* t = c->hints_for_pollers.load(std::memory_order_acquire)) {
+        if (t != nullptr) {
           const int marked = t->TakeMarked([&](int slot) {
-            if (static_cast<size_t>(slot) >= snap->by_slot.size()) return;
-            const SoftCq::ShmEntry& e = snap->by_slot[static_cast<size_t>(slot)];
-            if (e.qp != nullptr) drain(e);
+            const SoftCq::ShmEntry* e = static_cast<size_t>(slot) < snap->by_slot.size()
+                                            ? &snap->by_slot[static_cast<size_t>(slot)]
+                                            : nullptr;
+            if (e != nullptr && e->qp != nullptr) {
+              drain(*e);
+            } else if (c->shm_snapshot.load(std::memory_order_acquire) != snap) {
+              // Another poller published a newer snapshot, which may hold
+              // the slot's QP: leave the mark for a poll that reads it.
+              t->Remark(slot);
+            }
           });
           if (marked > 0) Stat().shm_marked_drains += static_cast<uint64_t>(marked);
         }

@@ -331,7 +331,8 @@ struct SoftCq {
   std::unique_ptr<ShmHintTable> hints ABSL_GUARDED_BY(links_mu);
   std::atomic<ShmHintTable*> hints_for_pollers{nullptr};
   // The rings are in doorbell mode (the poller slept since it last told
-  // them it polls); the next poll marks them all polling again.
+  // them it polls, or a QP was added); the next poll while the CQ is not
+  // armed marks them all polling again.
   std::atomic<bool> rings_sleeping{true};
   std::vector<ShmSnapshot*> shm_retired ABSL_GUARDED_BY(links_mu);
   std::atomic<ShmSnapshot*> shm_snapshot{nullptr};  // nullptr: none
@@ -365,9 +366,9 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots = SlotRelease(),
 
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 // Registers / forgets a QP whose rings the CQ's pollers drain. Call without
-// the QP's mutex held.
-// Adds a same-host QP to the CQ's pollers. With `want_slot`, gives it a slot
-// of the CQ's table and fills `*offer` for the peer (true), else false.
+// the QP's mutex held. With `want_slot`, CqAddShmQp also gives the QP a slot
+// of the CQ's table (shm_hint.h) and fills `*offer` for its peer (true),
+// else returns false.
 bool CqAddShmQp(ibv_cq* cq, SoftQp* qp, std::shared_ptr<ShmLink> link, bool want_slot,
                 HintOffer* offer);
 void CqRemoveShmQp(ibv_cq* cq, SoftQp* qp);

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -96,27 +97,37 @@ void ShmHintTable::FreeSlot(int slot) {
 std::shared_ptr<ShmHintMap> ShmHintMap::Open(pid_t pid, int fd, uint64_t inode) {
   MapCache& cache = Cache();
   const auto key = std::make_tuple(pid, fd, inode);
-  absl::MutexLock l(&cache.mu);
-  if (auto it = cache.maps.find(key); it != cache.maps.end()) {
-    if (std::shared_ptr<ShmHintMap> m = it->second.lock()) return m;
-    cache.maps.erase(it);
+  {
+    absl::MutexLock l(&cache.mu);
+    if (auto it = cache.maps.find(key); it != cache.maps.end()) {
+      if (std::shared_ptr<ShmHintMap> m = it->second.lock()) return m;
+    }
   }
   if (fd < 0 || pid <= 0) return nullptr;
-  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-  const int mine = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  // The peer's own open file, as pidfd_getfd(2) duplicates it (allowed where
+  // process_vm_readv is): nothing is reopened with our credentials, so a
+  // peer cannot name a file only we may write.
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return nullptr;
+  const int mine = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+  ::close(pidfd);
   if (mine < 0) return nullptr;
+  // Only what Create makes: a file whose growing, shrinking and sealing are
+  // sealed (shmem: other files have no seals, F_GET_SEALS fails), of the
+  // table's size, with the inode the peer named.
+  const int seals = ::fcntl(mine, F_GET_SEALS);
   struct stat st {};
-  // Only what Create makes: a regular file of the table's size whose growing
-  // and shrinking are sealed (a memfd: other files cannot be sealed), with
-  // the inode the peer named, so a peer cannot make us write elsewhere.
-  const bool ok = ::fstat(mine, &st) == 0 && S_ISREG(st.st_mode) &&
-                  static_cast<size_t>(st.st_size) == kTableBytes &&
-                  static_cast<uint64_t>(st.st_ino) == inode &&
-                  (::fcntl(mine, F_GET_SEALS) & kSeals) == kSeals;
+  const bool ok = seals >= 0 && (seals & kSeals) == kSeals && ::fstat(mine, &st) == 0 &&
+                  S_ISREG(st.st_mode) && static_cast<size_t>(st.st_size) == kTableBytes &&
+                  static_cast<uint64_t>(st.st_ino) == inode;
   ShmHintWords* words = ok ? MapTable(mine) : nullptr;
   ::close(mine);
   if (words == nullptr) return nullptr;
   std::shared_ptr<ShmHintMap> m(new ShmHintMap(words));
+  absl::MutexLock l(&cache.mu);
+  if (auto it = cache.maps.find(key); it != cache.maps.end()) {
+    if (std::shared_ptr<ShmHintMap> other = it->second.lock()) return other;  // raced: theirs
+  }
   if (cache.maps.size() >= 64) {  // forget the tables of peers gone since
     for (auto it = cache.maps.begin(); it != cache.maps.end();) {
       it = it->second.expired() ? cache.maps.erase(it) : std::next(it);

@@ -24,16 +24,18 @@
 // The table is a sealed memfd (no name in /dev/shm, so nothing is left
 // behind when a process dies). A QP tells its peer the table's fd and inode
 // and its slot in a kRecHint record on the ring it produces into; the peer
-// opens /proc/<pid>/fd/<fd> (allowed where process_vm_readv is, which the
-// same-host link already needs), checks that it is a memfd sealed at the
+// takes the fd with pidfd_getfd(2) (allowed where process_vm_readv is, which
+// the same-host link already needs), checks that it is a memfd sealed at the
 // table's size with that inode, maps it, and from then on marks the slot
 // after each record, answering kRecHintAck in the ring the marked slot
 // names. Until the consumer has read that ack it keeps checking the ring on
 // every poll, as it does for QPs without a slot (a QP whose send and
 // receive CQs differ, or a CQ whose slots are all taken).
 //
-// A peer can set any bit of a table it maps; that only makes the consumer
-// look at rings with nothing in them.
+// A peer can write any word of a table it maps: setting bits only makes the
+// consumer look at rings with nothing in them, and clearing other peers'
+// bits is undone by the consumer looking at every ring every
+// kFullCheckEvery polls (and whenever it sleeps or wakes).
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_SHM_HINT_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_SHM_HINT_H_
 
@@ -54,6 +56,11 @@ bool ShmHintsEnabled();
 // Slots per CQ's table: QPs beyond this many on one CQ are checked on every
 // poll instead.
 inline constexpr uint32_t kHintSlots = 65536;
+// Polls between two looks at every ring of a CQ that has a table.
+inline constexpr uint64_t kFullCheckEvery = 1024;
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "the table's words are shared between processes");
 
 struct ShmHintWords {
   static constexpr uint32_t kLevel1 = kHintSlots / 64;
@@ -61,6 +68,21 @@ struct ShmHintWords {
   std::atomic<uint64_t> level0[kLevel0];
   std::atomic<uint64_t> level1[kLevel1];
 };
+
+// Sets `slot`'s bit and then its level-0 bit, each an RMW only when it is
+// not set yet (shm_hint.h's ordering). Slots past the table are ignored.
+inline void Mark(ShmHintWords* words, uint32_t slot) {
+  if (slot >= kHintSlots) return;
+  const uint32_t w = slot / 64;
+  const uint64_t bit = uint64_t{1} << (slot % 64);
+  if ((words->level1[w].load(std::memory_order_seq_cst) & bit) == 0) {
+    words->level1[w].fetch_or(bit, std::memory_order_seq_cst);
+  }
+  const uint64_t wbit = uint64_t{1} << (w % 64);
+  if ((words->level0[w / 64].load(std::memory_order_seq_cst) & wbit) == 0) {
+    words->level0[w / 64].fetch_or(wbit, std::memory_order_seq_cst);
+  }
+}
 
 // The consumer's table, owned by one CQ. Slot allocation is the CQ's (under
 // its links_mu); TakeMarked is the CQ's pollers' (any thread, concurrently:
@@ -77,11 +99,17 @@ class ShmHintTable {
   int fd() const { return fd_; }
   uint64_t inode() const { return inode_; }
 
+  // Sets `slot`'s bit again: a poller that took it but could not drain the
+  // slot (its snapshot predates the slot) hands it to the next poll.
+  void Remark(int slot) { Mark(words_, static_cast<uint32_t>(slot)); }
+
   // A free slot, or -1 when all kHintSlots are taken.
   int AllocSlot();
   void FreeSlot(int slot);
 
-  // Clears every set bit and calls fn(slot) for each. Returns the count.
+  // Clears every set bit and calls fn(slot) for each, after a seq_cst fence
+  // (so fn's loads of the rings' tails are ordered after the clears on any
+  // memory model). Returns the count.
   template <typename Fn>
   int TakeMarked(Fn&& fn) {
     int n = 0;
@@ -92,6 +120,8 @@ class ShmHintTable {
         const uint32_t w = i * 64 + static_cast<uint32_t>(__builtin_ctzll(l0));
         l0 &= l0 - 1;
         uint64_t l1 = words_->level1[w].exchange(0, std::memory_order_seq_cst);
+        if (l1 == 0) continue;
+        std::atomic_thread_fence(std::memory_order_seq_cst);
         while (l1 != 0) {
           fn(static_cast<int>(w * 64 + static_cast<uint32_t>(__builtin_ctzll(l1))));
           l1 &= l1 - 1;
@@ -126,18 +156,7 @@ class ShmHintMap {
 
   // After a record is published (and the producer's seq_cst fence): slot has
   // records. Slots past the table are ignored.
-  void Mark(uint32_t slot) {
-    if (slot >= kHintSlots) return;
-    const uint32_t w = slot / 64;
-    const uint64_t bit = uint64_t{1} << (slot % 64);
-    if ((words_->level1[w].load(std::memory_order_seq_cst) & bit) == 0) {
-      words_->level1[w].fetch_or(bit, std::memory_order_seq_cst);
-    }
-    const uint64_t wbit = uint64_t{1} << (w % 64);
-    if ((words_->level0[w / 64].load(std::memory_order_seq_cst) & wbit) == 0) {
-      words_->level0[w / 64].fetch_or(wbit, std::memory_order_seq_cst);
-    }
-  }
+  void Mark(uint32_t slot) { internal::Mark(words_, slot); }
 
  private:
   explicit ShmHintMap(ShmHintWords* words) : words_(words) {}

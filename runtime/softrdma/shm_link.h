@@ -26,6 +26,12 @@
 // "store head; fence; reload tail" until empty. Either side therefore sees the
 // other's store (Dekker), so no record waits unseen.
 //
+// Which rings a poller looks at (shm_hint.h): a QP offers its peer a slot
+// of its CQ's table in a kRecHint record; the peer then marks that slot
+// after each record it publishes (after the fence above) and answers
+// kRecHintAck, from which on the consumer's polls look at the ring only when
+// its bit is set. Going to sleep and waking still look at every ring.
+//
 // Large data never enters the ring (kShmInlineMax): SEND / WRITE frames carry
 // the requester's SGE list and the responder copies with process_vm_readv;
 // READ_REQ carries the requester's destination SGEs and the responder copies
@@ -164,8 +170,9 @@ class ShmLink {
   // call), looping until the ring stays empty (see the protocol above).
   // Returns the number of frames.
   size_t Drain(const std::function<void(Frame&)>& fn);
-  // Called by ibv_poll_cq: a poller is active. True on the 1 -> 0 transition
-  // of need_doorbell (the caller then arms its CQ's watchdog).
+  // Called by ibv_poll_cq when its poller wakes (not on every poll): a
+  // poller is active. True on the 1 -> 0 transition of need_doorbell (the
+  // caller then arms its CQ's watchdog).
   bool MarkPolling();
   // Sets need_doorbell; the caller must then issue a seq_cst fence and
   // Drain (the recheck). One fence may serve the flags of many links.

@@ -178,7 +178,10 @@ struct ShmHello {
   uint8_t name_len = 0;
   char name[64] = {};
 };
-inline constexpr uint8_t kShmHelloMagic[4] = {'S', 'H', 'M', '1'};
+// "SHM2": rings that carry kRecHint / kRecHintAck records (shm_record.h). A
+// peer with another magic (an older softrdma) is treated as offering no
+// same-host link, so the two fall back to TCP instead of misreading records.
+inline constexpr uint8_t kShmHelloMagic[4] = {'S', 'H', 'M', '2'};
 inline constexpr size_t kShmHelloFixed = 4 + 1 + 36 + 8 + 8 + 4 + 8 + 8 + 1;
 
 // rdma_cm parameters exchanged in CONNECT_REQ and ACCEPT.
