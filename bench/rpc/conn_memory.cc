@@ -11,8 +11,6 @@
 //
 // Usage: conn_memory [--steps=0,10,100,500] [--receive_queue=shared]
 //        (RDMARPC_PROVIDER=soft)
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -54,30 +52,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "--steps: want at least two counts\n");
     return 2;
   }
-  int cmd[2];
-  int reply[2];
-  CHECK_EQ(pipe(cmd), 0);
-  CHECK_EQ(pipe(reply), 0);
-  // Fork before anything of rdmarpc or softrdma exists in this process.
-  const pid_t child = fork();
-  CHECK_GE(child, 0);
-  if (child == 0) {
-    close(cmd[1]);
-    close(reply[0]);
-    _exit(rdmarpc::rpcbench::ServeEchoChild(cmd[0], reply[1], FLAGS_server_workers,
-                                            FLAGS_receive_queue));
-  }
-  close(cmd[0]);
-  close(reply[1]);
-  int port = 0;
-  CHECK_EQ(read(reply[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
-  auto sample = [&] {
-    const char c = 'm';
-    CHECK_EQ(write(cmd[1], &c, 1), 1);
-    rdmarpc::rpcbench::MemorySample m;
-    CHECK_EQ(read(reply[0], &m, sizeof(m)), static_cast<ssize_t>(sizeof(m)));
-    return m;
-  };
+  // Forked before anything of rdmarpc or softrdma exists in this process.
+  rdmarpc::rpcbench::EchoServerChild server(FLAGS_server_workers, FLAGS_receive_queue);
+  const int port = server.port();
+  auto sample = [&server] { return server.Sample(); };
 
   rdmarpc::ChannelOptions options;
   options.pool_size = steps.back() > 0 ? steps.back() : 1;
@@ -112,8 +90,5 @@ int main(int argc, char** argv) {
   }
   stub.reset();
   channel->reset();
-  close(cmd[1]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  return server.Stop();
 }

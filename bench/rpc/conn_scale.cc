@@ -187,30 +187,10 @@ int main(int argc, char** argv) {
   nofile.rlim_cur = nofile.rlim_max;
   CHECK_EQ(setrlimit(RLIMIT_NOFILE, &nofile), 0);
 
-  int cmd[2];
-  int reply[2];
-  CHECK_EQ(pipe(cmd), 0);
-  CHECK_EQ(pipe(reply), 0);
-  // Fork before anything of rdmarpc or softrdma exists in this process.
-  const pid_t server = fork();
-  CHECK_GE(server, 0);
-  if (server == 0) {
-    close(cmd[1]);
-    close(reply[0]);
-    _exit(rdmarpc::rpcbench::ServeEchoChild(cmd[0], reply[1], FLAGS_server_workers,
-                                            FLAGS_receive_queue));
-  }
-  close(cmd[0]);
-  close(reply[1]);
-  int port = 0;
-  ReadAll(reply[0], &port, sizeof(port));
-  auto sample = [&] {
-    const char c = 'm';
-    WriteAll(cmd[1], &c, 1);
-    MemorySample m;
-    ReadAll(reply[0], &m, sizeof(m));
-    return m;
-  };
+  // Forked before anything of rdmarpc or softrdma exists in this process.
+  rdmarpc::rpcbench::EchoServerChild server(FLAGS_server_workers, FLAGS_receive_queue);
+  const int port = server.port();
+  auto sample = [&server] { return server.Sample(); };
   const MemorySample before = sample();
 
   struct Client {
@@ -230,8 +210,7 @@ int main(int argc, char** argv) {
     const pid_t pid = fork();
     CHECK_GE(pid, 0);
     if (pid == 0) {
-      close(cmd[1]);
-      close(reply[0]);
+      server.CloseInOtherChild();
       for (const Client& c : clients) {
         close(c.go_fd);
         close(c.report_fd);
@@ -285,10 +264,7 @@ int main(int argc, char** argv) {
     close(c.go_fd);
     close(c.report_fd);
   }
-  close(cmd[1]);
-  int status = 0;
-  waitpid(server, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
+  if (server.Stop() != 0) rc = 1;
 
   const double n = connected > 0 ? connected : 1;
   printf("connections %d of %d open (%d failed) from %d processes in %.1f s\n", connected,

@@ -1,6 +1,7 @@
 // echo_server_child.cc: see echo_server_child.h.
 #include "echo_server_child.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -62,6 +63,46 @@ int ServeEchoChild(int cmd_fd, int reply_fd, int workers, const std::string& rec
   server.Shutdown(absl::ZeroDuration());
   server.Wait();
   return 0;
+}
+
+EchoServerChild::EchoServerChild(int workers, const std::string& receive_queue) {
+  int cmd[2];
+  int reply[2];
+  CHECK_EQ(pipe(cmd), 0);
+  CHECK_EQ(pipe(reply), 0);
+  pid_ = fork();
+  CHECK_GE(pid_, 0);
+  if (pid_ == 0) {
+    close(cmd[1]);
+    close(reply[0]);
+    _exit(ServeEchoChild(cmd[0], reply[1], workers, receive_queue));
+  }
+  close(cmd[0]);
+  close(reply[1]);
+  cmd_fd_ = cmd[1];
+  reply_fd_ = reply[0];
+  CHECK_EQ(read(reply_fd_, &port_, sizeof(port_)), static_cast<ssize_t>(sizeof(port_)));
+}
+
+MemorySample EchoServerChild::Sample() {
+  const char c = 'm';
+  CHECK_EQ(write(cmd_fd_, &c, 1), 1);
+  MemorySample m;
+  CHECK_EQ(read(reply_fd_, &m, sizeof(m)), static_cast<ssize_t>(sizeof(m)));
+  return m;
+}
+
+void EchoServerChild::CloseInOtherChild() {
+  close(cmd_fd_);
+  close(reply_fd_);
+}
+
+int EchoServerChild::Stop() {
+  close(cmd_fd_);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  close(reply_fd_);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 }  // namespace rpcbench

@@ -8,6 +8,8 @@
 #ifndef RDMARPC_BENCH_RPC_ECHO_SERVER_CHILD_H_
 #define RDMARPC_BENCH_RPC_ECHO_SERVER_CHILD_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -25,6 +27,31 @@ uint64_t RssKib();
 // Serves as above with `workers` workers and ServerOptions::receive_queue
 // given by name ("shared" or "per-connection"). Returns the exit status.
 int ServeEchoChild(int cmd_fd, int reply_fd, int workers, const std::string& receive_queue);
+
+// The parent's side: forks ServeEchoChild (construct it before anything of
+// rdmarpc or softrdma exists in the process) and waits for its port. Any
+// failure of fork, pipe, read or write aborts (CHECK): these are benches.
+class EchoServerChild {
+ public:
+  EchoServerChild(int workers, const std::string& receive_queue);
+  EchoServerChild(const EchoServerChild&) = delete;
+  EchoServerChild& operator=(const EchoServerChild&) = delete;
+
+  int port() const { return port_; }
+  // The server's memory now.
+  MemorySample Sample();
+  // In another child forked from the parent: closes the parent's pipe ends.
+  void CloseInOtherChild();
+  // Ends the server (closes the command pipe) and returns its exit status
+  // (1 when it did not exit normally).
+  int Stop();
+
+ private:
+  pid_t pid_ = -1;
+  int cmd_fd_ = -1;    // write end
+  int reply_fd_ = -1;  // read end
+  int port_ = 0;
+};
 
 }  // namespace rpcbench
 }  // namespace rdmarpc
