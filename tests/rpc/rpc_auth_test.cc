@@ -368,7 +368,7 @@ RawOutcome RawConnect(int port, absl::string_view token) {
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  rdma_cm_event_type type;
+  rdma_cm_event_type type = RDMA_CM_EVENT_ADDR_ERROR;
   std::string pd;
   EXPECT_EQ(softrdma::resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&addr), 1000), 0);
   EXPECT_TRUE(next(&type, &pd));
