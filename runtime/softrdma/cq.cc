@@ -209,9 +209,10 @@ bool CqAddShmQp(ibv_cq* cq, SoftQp* qp, std::shared_ptr<ShmLink> link, bool want
     offer->pid = LocalIdentity().pid;
   }
   // The new ring starts in doorbell mode: the next poll tells it (and the
-  // others) that a poller is active.
-  c->rings_sleeping.store(true, std::memory_order_relaxed);
+  // others) that a poller is active. Released after the table and the
+  // snapshot, so the poll that takes the flag sees both.
   PublishShmSnapshot(c, /*wait=*/false);
+  c->rings_sleeping.store(true, std::memory_order_release);
   return offered;
 }
 
@@ -250,57 +251,89 @@ void ArmWatchdog(std::shared_ptr<SoftCq::ShmWatch> watch, uint64_t polls);
 // for a sleeper); else the poller is going to sleep (req_notify_cq, or the
 // watchdog found it quiet), and producers must ring again.
 void DrainShmRings(SoftCq* c, bool polling) {
-  if (c->shm_snapshot.load(std::memory_order_relaxed) == nullptr) return;
+  if (c->shm_snapshot.load(std::memory_order_relaxed) == nullptr) {
+    // No same-host QP now; a table made for earlier ones must still say
+    // that the poller sleeps, or the producers of QPs added later would
+    // ring no doorbell while it does.
+    if (!polling) {
+      if (ShmHintTable* t = c->hints_for_pollers.load(std::memory_order_acquire)) {
+        t->SetPollerAsleep();
+      }
+      c->rings_sleeping.store(true, std::memory_order_relaxed);
+    }
+    return;
+  }
   bool woke = false;
   bool refresh = false;
   c->shm_readers.fetch_add(1, std::memory_order_seq_cst);
   if (const SoftCq::ShmSnapshot* snap = c->shm_snapshot.load(std::memory_order_seq_cst)) {
     const bool armed = c->armed_hint.load(std::memory_order_relaxed);
+    // Waking: tell the producers a poller is active (once per wake, not per
+    // poll). Decided before the table is read: a QP added meanwhile (which
+    // may make the table) sets rings_sleeping after publishing it.
+    const bool waking = polling && !armed && c->rings_sleeping.load(std::memory_order_relaxed) &&
+                        c->rings_sleeping.exchange(false, std::memory_order_acq_rel);
+    ShmHintTable* t = c->hints_for_pollers.load(std::memory_order_acquire);
     auto drain = [](const SoftCq::ShmEntry& e) {
       if (e.link->HasIncoming()) QpDrainShm(e.qp, e.link.get());
     };
+    auto entry = [](const SoftCq::ShmSnapshot* s, int slot) -> const SoftCq::ShmEntry* {
+      if (s == nullptr || static_cast<size_t>(slot) >= s->by_slot.size()) return nullptr;
+      const SoftCq::ShmEntry* e = &s->by_slot[static_cast<size_t>(slot)];
+      return e->qp != nullptr ? e : nullptr;
+    };
+    auto drain_marked = [&] {
+      if (t == nullptr) return;
+      const int marked = t->TakeMarked([&](int slot) {
+        const SoftCq::ShmEntry* e = entry(snap, slot);
+        if (e == nullptr) {
+          // A slot newer than this call's snapshot: the current one holds
+          // it (safe to read, as this thread still counts in shm_readers,
+          // so no snapshot is freed and no QP in one destroyed). A slot in
+          // neither was freed: its mark is stale.
+          e = entry(c->shm_snapshot.load(std::memory_order_seq_cst), slot);
+        }
+        if (e != nullptr) drain(*e);
+      });
+      if (marked > 0) Stat().shm_marked_drains += static_cast<uint64_t>(marked);
+    };
+    // A few rings in turn whether marked or not (shm_hint.h: a peer may
+    // have cleared others' bits): each is a cold cache line or two once
+    // there are thousands, so not on every poll. Racing pollers may look
+    // at the same ones twice; that costs a load, not a record.
+    auto check_some = [&] {
+      if (t == nullptr || snap->all.empty()) return;
+      const size_t n = snap->all.size();
+      size_t cur = c->check_cursor.load(std::memory_order_relaxed) % n;
+      for (uint32_t k = 0; k < kRingsChecked && k < n; ++k) {
+        drain(snap->all[cur]);
+        cur = cur + 1 == n ? 0 : cur + 1;
+      }
+      c->check_cursor.store(cur, std::memory_order_relaxed);
+    };
     if (!polling) {
-      // Every flag up, then one fence for all of them, then the drains that
-      // recheck (shm_link.h's protocol; a fence per link would make going to
-      // sleep cost one per connection). Every ring, marked or not.
-      for (const SoftCq::ShmEntry& e : snap->all) e.link->MarkSleeping();
+      // Producers must ring again: poller_active to 0 for the rings whose
+      // peers mark them, need_doorbell to 1 for the rest; then one fence
+      // for all of them, then the drains that recheck (shm_link.h's and
+      // shm_hint.h's protocols): one store per CQ plus one per unmarked
+      // ring.
+      if (t != nullptr) t->SetPollerAsleep();
+      for (const SoftCq::ShmEntry& e : snap->scan) e.link->MarkSleeping();
       c->rings_sleeping.store(true, std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      for (const SoftCq::ShmEntry& e : snap->all) drain(e);
+      drain_marked();
+      for (const SoftCq::ShmEntry& e : snap->scan) drain(e);
+      check_some();
     } else {
-      // Waking: tell every ring a poller is active (once per wake, not per
-      // poll), and look at them all once. Every kFullCheckEvery polls too:
-      // a peer may have cleared others' bits in the table it maps.
-      const bool waking = !armed && c->rings_sleeping.load(std::memory_order_relaxed) &&
-                          c->rings_sleeping.exchange(false, std::memory_order_relaxed);
-      ShmHintTable* t = c->hints_for_pollers.load(std::memory_order_acquire);
-      const bool full_check =
-          t != nullptr && c->watch->polls.load(std::memory_order_relaxed) % kFullCheckEvery == 0;
       if (waking) {
-        for (const SoftCq::ShmEntry& e : snap->all) woke |= e.link->MarkPolling();
+        if (t != nullptr) woke |= t->SetPollerActive();
+        for (const SoftCq::ShmEntry& e : snap->scan) woke |= e.link->MarkPolling();
       }
-      if (waking || full_check) {
-        for (const SoftCq::ShmEntry& e : snap->all) drain(e);
-      } else {
-        if (t != nullptr) {
-          const int marked = t->TakeMarked([&](int slot) {
-            const SoftCq::ShmEntry* e = static_cast<size_t>(slot) < snap->by_slot.size()
-                                            ? &snap->by_slot[static_cast<size_t>(slot)]
-                                            : nullptr;
-            if (e != nullptr && e->qp != nullptr) {
-              drain(*e);
-            } else if (c->shm_snapshot.load(std::memory_order_acquire) != snap) {
-              // Another poller published a newer snapshot, which may hold
-              // the slot's QP: leave the mark for a poll that reads it.
-              t->Remark(slot);
-            }
-          });
-          if (marked > 0) Stat().shm_marked_drains += static_cast<uint64_t>(marked);
-        }
-        for (const SoftCq::ShmEntry& e : snap->scan) {
-          drain(e);
-          if (e.slot >= 0 && e.link->marked_by_peer()) refresh = true;
-        }
+      drain_marked();
+      if (c->watch->polls.load(std::memory_order_relaxed) % kCheckRingsEvery == 0) check_some();
+      for (const SoftCq::ShmEntry& e : snap->scan) {
+        drain(e);
+        if (e.slot >= 0 && e.link->marked_by_peer()) refresh = true;
       }
     }
   }
@@ -315,7 +348,8 @@ void DrainShmRings(SoftCq* c, bool polling) {
 // While producers rely on this CQ's poller, a timer checks every
 // kWatchdogMicros that it still polls; when it stopped without
 // req_notify_cq (e.g. it only polls while it waits for something), the
-// timer puts the rings back to doorbell mode and drains them in its place.
+// timer puts the producers back to doorbell mode and drains the rings in
+// its place, as going to sleep does (DrainShmRings).
 // One timer per polled CQ, not per QP.
 void WatchdogFired(const std::shared_ptr<void>& owner) {
   auto watch = std::static_pointer_cast<SoftCq::ShmWatch>(owner);

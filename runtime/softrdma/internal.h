@@ -313,8 +313,9 @@ struct SoftCq {
   //
   // A QP with a slot in `hints` (shm_hint.h) is looked at only when its
   // peer marked the slot, once the peer acknowledged the offer; until then,
-  // and for QPs without a slot, on every poll (`scan`). Every QP is looked
-  // at when the CQ's poller goes to sleep or wakes (`all`).
+  // and for QPs without a slot, on every poll (`scan`). Every
+  // kCheckRingsEvery polls look at kRingsChecked of `all` too, in turn from
+  // `check_cursor`.
   struct ShmEntry {
     SoftQp* qp;
     std::shared_ptr<ShmLink> link;
@@ -330,10 +331,12 @@ struct SoftCq {
   // Made with the first QP that gets a slot; lives until destroy_cq.
   std::unique_ptr<ShmHintTable> hints ABSL_GUARDED_BY(links_mu);
   std::atomic<ShmHintTable*> hints_for_pollers{nullptr};
-  // The rings are in doorbell mode (the poller slept since it last told
-  // them it polls, or a QP was added); the next poll while the CQ is not
-  // armed marks them all polling again.
+  // The producers ring doorbells (the poller slept since it last told them
+  // it polls, or a QP was added); the next poll while the CQ is not armed
+  // tells them a poller is active again: the table's poller_active and the
+  // `scan` rings' need_doorbell.
   std::atomic<bool> rings_sleeping{true};
+  std::atomic<size_t> check_cursor{0};  // into the snapshot's `all`
   std::vector<ShmSnapshot*> shm_retired ABSL_GUARDED_BY(links_mu);
   std::atomic<ShmSnapshot*> shm_snapshot{nullptr};  // nullptr: none
   std::atomic<int> shm_readers{0};

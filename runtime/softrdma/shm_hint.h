@@ -21,6 +21,19 @@
 // argument), so a record is either seen by the drain that cleared the bit or
 // leaves the bit set for the next poll.
 //
+// The table also holds the CQ's "poller active" word, which stands in for
+// the per-ring need_doorbell flag (shm_link.h) of every ring that marks its
+// slot: going to sleep or waking is then one store, not one per connection.
+//
+//   producer = ... set the bits (above); seq_cst load of poller_active;
+//              0 and the ring's consumer had caught up: ring the doorbell
+//   sleeper  = store poller_active = 0; seq_cst fence; take and drain the
+//              marked slots (above)
+//
+// Either the producer's load sees the 0, or the sleeper's fence comes after
+// the producer's bits in the seq_cst order and its take sees them: no record
+// is left with neither a doorbell nor a drain.
+//
 // The table is a sealed memfd (no name in /dev/shm, so nothing is left
 // behind when a process dies). A QP tells its peer the table's fd and inode
 // and its slot in a kRecHint record on the ring it produces into; the peer
@@ -30,12 +43,18 @@
 // after each record, answering kRecHintAck in the ring the marked slot
 // names. Until the consumer has read that ack it keeps checking the ring on
 // every poll, as it does for QPs without a slot (a QP whose send and
-// receive CQs differ, or a CQ whose slots are all taken).
+// receive CQs differ, or a CQ whose slots are all taken), and sets and
+// clears the ring's own need_doorbell flag beside poller_active: the
+// producer reads poller_active instead of that flag from the moment it maps
+// the table, so the two agree while the ring switches over.
 //
-// A peer can write any word of a table it maps: setting bits only makes the
-// consumer look at rings with nothing in them, and clearing other peers'
-// bits is undone by the consumer looking at every ring every
-// kFullCheckEvery polls (and whenever it sleeps or wakes).
+// A peer can write any word of a table it maps. That is no new exposure:
+// the same-host link already needs it to be allowed process_vm_writev into
+// this process, which is worse. A peer that clears other peers' bits
+// delays their records until the CQ looks at their rings in turn (every
+// kCheckRingsEvery polls, kRingsChecked rings, and at each sleep); one
+// that sets poller_active while the poller sleeps withholds every marked
+// ring's doorbells until the poller next wakes for another reason.
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_SHM_HINT_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_SHM_HINT_H_
 
@@ -56,16 +75,28 @@ bool ShmHintsEnabled();
 // Slots per CQ's table: QPs beyond this many on one CQ are checked on every
 // poll instead.
 inline constexpr uint32_t kHintSlots = 65536;
-// Polls between two looks at every ring of a CQ that has a table.
-inline constexpr uint64_t kFullCheckEvery = 1024;
+// Every kCheckRingsEvery polls, and each time it goes to sleep, a CQ with a
+// table looks at kRingsChecked of its rings whether marked or not, taking
+// them in turn: with n rings, each is looked at every n * kCheckRingsEvery
+// / kRingsChecked polls. Our own choice: an eighth of a ring per poll. Two
+// on every poll (each a cold ShmLink and ring control block) were the
+// largest item of a conn_scale profile at 2,000 connections.
+inline constexpr uint64_t kCheckRingsEvery = 64;
+inline constexpr uint32_t kRingsChecked = 8;
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "the table's words are shared between processes");
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free,
               "the table's words are shared between processes");
 
 struct ShmHintWords {
   static constexpr uint32_t kLevel1 = kHintSlots / 64;
   static constexpr uint32_t kLevel0 = kLevel1 / 64;
-  std::atomic<uint64_t> level0[kLevel0];
+  // 1 while a poller busy-polls the CQ (no doorbells needed), 0 (as the
+  // memfd starts) while it sleeps. Written by the consumer only.
+  alignas(64) std::atomic<uint32_t> poller_active;
+  alignas(64) std::atomic<uint64_t> level0[kLevel0];
   std::atomic<uint64_t> level1[kLevel1];
 };
 
@@ -99,9 +130,17 @@ class ShmHintTable {
   int fd() const { return fd_; }
   uint64_t inode() const { return inode_; }
 
-  // Sets `slot`'s bit again: a poller that took it but could not drain the
-  // slot (its snapshot predates the slot) hands it to the next poll.
-  void Remark(int slot) { Mark(words_, static_cast<uint32_t>(slot)); }
+  // The CQ's poller wakes: producers of marked rings stop ringing doorbells.
+  // True on the 0 -> 1 transition (the caller then arms its watchdog).
+  bool SetPollerActive() {
+    if (words_->poller_active.load(std::memory_order_relaxed) != 0) return false;
+    words_->poller_active.store(1, std::memory_order_relaxed);
+    return true;
+  }
+  // The CQ's poller goes to sleep: producers of marked rings ring doorbells
+  // again. The caller must then issue a seq_cst fence and take the marked
+  // slots (the recheck); one fence may serve this and the rings' own flags.
+  void SetPollerAsleep() { words_->poller_active.store(0, std::memory_order_relaxed); }
 
   // A free slot, or -1 when all kHintSlots are taken.
   int AllocSlot();
@@ -157,6 +196,10 @@ class ShmHintMap {
   // After a record is published (and the producer's seq_cst fence): slot has
   // records. Slots past the table are ignored.
   void Mark(uint32_t slot) { internal::Mark(words_, slot); }
+  // After Mark: whether the CQ's poller busy-polls (seq_cst, shm_hint.h's
+  // ordering). False: the producer rings the doorbell if the consumer had
+  // caught up.
+  bool PollerActive() const { return words_->poller_active.load(std::memory_order_seq_cst) != 0; }
 
  private:
   explicit ShmHintMap(ShmHintWords* words) : words_(words) {}

@@ -261,9 +261,15 @@ bool ShmLink::TryPush(const uint8_t* bytes, size_t n, bool* doorbell, uint32_t k
   // Dekker with the consumer's "set flag / store head; fence; reload tail",
   // and with its "clear the slot's bit; reload tail" (shm_hint.h).
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (peer_table_ != nullptr) peer_table_->Mark(peer_slot_);
-  if (c->need_doorbell.load(std::memory_order_relaxed) != 0 &&
-      c->head.load(std::memory_order_relaxed) == tail) {
+  bool asleep;
+  if (peer_table_ != nullptr) {
+    // The peer CQ's poller_active stands in for this ring's flag.
+    peer_table_->Mark(peer_slot_);
+    asleep = !peer_table_->PollerActive();
+  } else {
+    asleep = c->need_doorbell.load(std::memory_order_relaxed) != 0;
+  }
+  if (asleep && c->head.load(std::memory_order_relaxed) == tail) {
     *doorbell = true;  // the consumer had caught up and sleeps: wake it
   }
   // (A consumer behind `tail` loops until it sees this record: shm_link.h.)

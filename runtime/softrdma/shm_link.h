@@ -15,22 +15,25 @@
 // NIC's provider reading CQEs from memory: no other thread is involved), or
 // the progress thread when the producer rang the doorbell.
 //
-// Doorbell protocol (the "consumer asleep" flag): `need_doorbell` is 1 unless
-// a poller is busy-polling the QP's CQ. A producer publishes `tail`, issues a
-// seq_cst fence, then reads `need_doorbell` and `head`; when the flag is set
-// and the consumer had caught up (head == the tail before this record), it
-// writes a header-only kDoorbell frame on the TCP socket, which wakes the
-// peer's progress thread to drain. A consumer that sets the flag (req_notify,
-// or the progress thread's watchdog when the poller went quiet for
-// kWatchdogMicros) issues a seq_cst fence and drains again; every drain loops
-// "store head; fence; reload tail" until empty. Either side therefore sees the
-// other's store (Dekker), so no record waits unseen.
+// Doorbell protocol (the "consumer asleep" flag): `need_doorbell` is 1 unless a
+// poller is busy-polling the QP's CQ (for a ring whose producer marks the CQ's
+// table, the table's poller_active word stands in for it; below). A producer
+// publishes `tail`, issues a seq_cst fence, then reads `need_doorbell` and
+// `head`; when the flag is set and the consumer had caught up (head == the tail
+// before this record), it writes a header-only kDoorbell frame on the TCP
+// socket, which wakes the peer's progress thread to drain. A consumer that sets
+// the flag (req_notify, or the progress thread's watchdog when the poller went
+// quiet for kWatchdogMicros) issues a seq_cst fence and drains again; every
+// drain loops "store head; fence; reload tail" until empty. Either side
+// therefore sees the other's store (Dekker), so no record waits unseen.
 //
 // Which rings a poller looks at (shm_hint.h): a QP offers its peer a slot
 // of its CQ's table in a kRecHint record; the peer then marks that slot
 // after each record it publishes (after the fence above) and answers
 // kRecHintAck, from which on the consumer's polls look at the ring only when
-// its bit is set. Going to sleep and waking still look at every ring.
+// its bit is set, and the producer reads the CQ's poller_active word in
+// the table instead of this ring's need_doorbell: going to sleep and waking
+// touch one word per CQ, not one per ring.
 //
 // Large data never enters the ring (kShmInlineMax): SEND / WRITE frames carry
 // the requester's SGE list and the responder copies with process_vm_readv;
@@ -170,12 +173,14 @@ class ShmLink {
   // call), looping until the ring stays empty (see the protocol above).
   // Returns the number of frames.
   size_t Drain(const std::function<void(Frame&)>& fn);
-  // Called by ibv_poll_cq when its poller wakes (not on every poll): a
-  // poller is active. True on the 1 -> 0 transition of need_doorbell (the
-  // caller then arms its CQ's watchdog).
+  // Called by ibv_poll_cq when its poller wakes (not on every poll) for
+  // rings its peer does not mark yet (shm_hint.h): a poller is active.
+  // True on the 1 -> 0 transition of need_doorbell (the caller then arms
+  // its CQ's watchdog).
   bool MarkPolling();
-  // Sets need_doorbell; the caller must then issue a seq_cst fence and
-  // Drain (the recheck). One fence may serve the flags of many links.
+  // Sets need_doorbell (for rings its peer does not mark yet); the caller
+  // must then issue a seq_cst fence and Drain (the recheck). One fence may
+  // serve the flags of many links.
   void MarkSleeping();
   // True once the peer acknowledged our OfferHint (a kRecHintAck was
   // drained): every record it publishes after that sets our slot's bit, so

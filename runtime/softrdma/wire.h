@@ -178,10 +178,12 @@ struct ShmHello {
   uint8_t name_len = 0;
   char name[64] = {};
 };
-// "SHM2": rings that carry kRecHint / kRecHintAck records (shm_record.h). A
-// peer with another magic (an older softrdma) is treated as offering no
-// same-host link, so the two fall back to TCP instead of misreading records.
-inline constexpr uint8_t kShmHelloMagic[4] = {'S', 'H', 'M', '2'};
+// "SHM3": rings that carry kRecHint / kRecHintAck records (shm_record.h),
+// whose producers read the marked table's poller_active word (shm_hint.h).
+// A peer with another magic (an older softrdma) is treated as offering no
+// same-host link, so the two fall back to TCP instead of misreading records
+// or missing doorbells.
+inline constexpr uint8_t kShmHelloMagic[4] = {'S', 'H', 'M', '3'};
 inline constexpr size_t kShmHelloFixed = 4 + 1 + 36 + 8 + 8 + 4 + 8 + 8 + 1;
 
 // rdma_cm parameters exchanged in CONNECT_REQ and ACCEPT.
