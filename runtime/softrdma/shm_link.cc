@@ -240,7 +240,21 @@ bool ShmLink::TryPush(const uint8_t* bytes, size_t n, bool* doorbell, uint32_t k
   CHECK_LE(rec, kRingBytes / 2) << "softrdma: shm record too large";
   const uint64_t tail = c->tail.load(std::memory_order_relaxed);
   size_t pos = tail % kRingBytes;
-  const size_t pad = pos + rec > kRingBytes ? kRingBytes - pos : 0;
+  size_t pad = pos + rec > kRingBytes ? kRingBytes - pos : 0;
+  if (pad == 0 && pos >= kRingRewindAt && rec <= pos &&
+      tail - rewind_checked_ >= kRewindCheckEvery) {
+    // Past the first kRingRewindAt bytes: if the consumer has caught up, pad
+    // to the end and go on at offset 0, so a ring that never holds much
+    // keeps touching the same few pages (each new page is a page fault and
+    // resident memory on both sides). Looked at once per kRewindCheckEvery
+    // bytes, so a busy ring does not read the consumer's head per record.
+    rewind_checked_ = tail;
+    cached_head_ = c->head.load(std::memory_order_acquire);
+    if (cached_head_ == tail) {
+      pad = kRingBytes - pos;
+      Stat().shm_ring_rewinds++;
+    }
+  }
   // The consumer's head is read only when the ring looks full, so a busy
   // producer does not pull the consumer's cache line in on every record.
   if (tail + pad + rec - cached_head_ > kRingBytes) {

@@ -9,6 +9,11 @@
 //   ring     = control block (tail, head, need_doorbell) + kRingBytes of records
 //   record   = u32 size (incl. these 8 bytes, 8-aligned), u32 kind, frame bytes
 //
+// A record that would cross the ring's end is preceded by a pad record to
+// the end and written at offset 0; a producer whose consumer has caught up
+// does the same early (kRingRewindAt), so a lightly used ring keeps to its
+// first pages.
+//
 // Each ring has one producer (the sending QP, under its SoftQp::mu) and one
 // consumer (the receiving QP, under its SoftQp::mu). The consumer is whoever
 // holds that mutex: ibv_poll_cq / ibv_req_notify_cq on a CQ of the QP (like a
@@ -89,6 +94,14 @@ using IovecList = absl::InlinedVector<iovec, 4>;
 // Bytes of records per ring direction. 512 KiB holds ~2000 small frames in
 // flight; a full ring spills into the producer's backlog (never blocks).
 inline constexpr size_t kRingBytes = 512 << 10;
+// A producer this many bytes into its ring whose consumer has caught up
+// goes back to offset 0 (a pad record to the end), looking at the
+// consumer's head once per kRewindCheckEvery bytes: a ring whose consumer
+// keeps up touches about its first kRingRewindAt + kRewindCheckEvery bytes
+// plus a record (up to kShmInlineMax), not all kRingBytes. Our own choice:
+// two pages, and one head read per page of records.
+inline constexpr size_t kRingRewindAt = 8192;
+inline constexpr uint64_t kRewindCheckEvery = 4096;
 // SEND / WRITE payloads up to this many bytes are copied into the ring at
 // post; larger ones (and READs larger than this) go by process_vm_*.
 inline constexpr uint32_t kShmInlineMax = 16384;
@@ -231,6 +244,7 @@ class ShmLink {
   int in_ = 1;   // ring index we consume
   pid_t peer_pid_ = 0;
   uint64_t cached_head_ = 0;  // producer: the consumer's head as last read
+  uint64_t rewind_checked_ = 0;  // producer: the tail at the last rewind check
   std::deque<std::shared_ptr<const std::vector<uint8_t>>> backlog_;
   // Producer (under the QP's mutex, as all of the above): the peer CQ's
   // table and our slot in it, the offer of ours not yet pushed, and the ack

@@ -5,7 +5,9 @@
 //   kind 1 (frame): body = one encoded frame (wire.h): header, then
 //                   header.length bytes (payload, or a kRemoteData frame's
 //                   SGE list)
-//   kind 2 (pad):   fills the ring's end; the next record starts at 0
+//   kind 2 (pad):   fills the ring's end; the next record starts at 0 (a
+//                   record that would cross the end, or a producer
+//                   rewinding a ring its consumer has caught up with)
 //   kind 3 (hint):  body = u32 slot | i32 fd | u64 inode | u32 pid | u32 0:
 //                   "after each record you put in the ring I produce into
 //                   your side of, mark `slot` of the table of fd `fd` of

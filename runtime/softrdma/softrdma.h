@@ -467,6 +467,7 @@ struct Stats {
   uint64_t shm_doorbells = 0;     // doorbells rung on TCP to wake a sleeping peer
   uint64_t shm_marked_qps = 0;    // same-host QPs whose peer marks their CQ's table (shm_hint.h)
   uint64_t shm_marked_drains = 0;  // marks polls took from their CQ's table (per ring and poll)
+  uint64_t shm_ring_rewinds = 0;   // times a producer went back to its ring's start (shm_link.h)
   uint64_t rd_atomic_waits = 0;   // times a READ / atomic waited in the SQ for its QP's max_rd_atomic
   uint64_t max_rd_atomic_out = 0; // most READs / atomics one QP had outstanding at once
   // Gauges: objects alive now (to check that nothing leaks).

@@ -504,6 +504,44 @@ TEST(ShmLink, PeerKilledWithSigkillFlushesAndDisconnects) {
   destroy_event_channel(ch);
 }
 
+// A producer whose consumer keeps up goes back to its ring's start once it
+// is kRingRewindAt bytes in (shm_link.h), so a lightly used connection
+// touches a few pages of its ring, not all of them; every message still
+// arrives intact and in order across the rewinds.
+TEST(ShmLink, RingOfAConsumerThatKeepsUpRewindsToItsStart) {
+  if (!EnvWantsShm()) GTEST_SKIP() << "SOFTRDMA_SHM=0: no same-host link";
+  ConnectedPair p;
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(QpUsesShm(p.client->qp));
+  Buffer cb(p.client_pd, 4096, kAll);
+  Buffer sb(p.server_pd, 4096, kAll);
+  ResetStats();
+  // 2000 SENDs of 200 bytes one at a time: ~450 KB of records (frame and
+  // ACK), nearly a whole ring's worth in each direction without rewinds.
+  constexpr int kMessages = 2000;
+  constexpr uint32_t kBytes = 200;
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_EQ(PostRecv(p.server->qp, i, sb, 0, kBytes), 0);
+    Fill(cb, 0, kBytes, static_cast<uint8_t>(i));
+    ASSERT_EQ(PostSend(p.client->qp, IBV_WR_SEND, i, cb, 0, kBytes), 0);
+    ibv_wc wc;
+    ASSERT_TRUE(PollOne(p.server_cq, &wc)) << "message " << i;
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    ASSERT_EQ(wc.wr_id, static_cast<uint64_t>(i));
+    ASSERT_EQ(wc.byte_len, kBytes);
+    ASSERT_TRUE(Matches(sb, 0, kBytes, static_cast<uint8_t>(i))) << "message " << i;
+    ASSERT_TRUE(PollOne(p.client_cq, &wc)) << "message " << i;
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    ASSERT_EQ(wc.wr_id, static_cast<uint64_t>(i));
+  }
+  // The SEND ring's records (each > kBytes) pass kRingRewindAt every
+  // ~40 messages at the most, so at least kMessages * kBytes /
+  // (kRingRewindAt + kRewindCheckEvery) rewinds: 32 here.
+  const uint64_t least =
+      kMessages * kBytes / (internal::kRingRewindAt + internal::kRewindCheckEvery);
+  EXPECT_GE(GetStats().shm_ring_rewinds, least);
+}
+
 // Both ends send at once, each from its own busy-polling thread, message sizes
 // crossing kShmInlineMax (ring and process_vm), every byte checked.
 TEST(ShmLink, StressBothWaysWithEveryByteChecked) {
