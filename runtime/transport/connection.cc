@@ -55,6 +55,7 @@ Connection::Connection(EventLoop* loop, DeviceResources* device, const Connectio
       pacer_({options.rendezvous_chunk_bytes, options.rendezvous_chunks_in_flight},
              {options.rendezvous_bulk_chunk_bytes, options.rendezvous_bulk_chunks_in_flight}) {
   send_queue_.set_stats(&loop->stats());
+  send_queue_.set_lean(loop->many_connections_flag());
   receive_ring_.set_stats(&loop->stats());
   loop->stats().connections_in_state[static_cast<int>(state_)].Add();
 }

@@ -585,6 +585,7 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
     // The loop's buffer goes back whatever happens to this message (a
     // flushed one too: the SRQ outlives this QP).
     srq_->Consumed(idx);
+    loop_->NoteHeldReceives(this);
   } else {
     receive_ring_.OnCompleted();
     idx = ReceiveRing::BufferIndex(wc.wr_id);
@@ -618,6 +619,7 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
     credits_->SetPeerWindow(srq_share_.in_use);
   } else {
     receive_ring_.Consumed(idx);
+    loop_->NoteHeldReceives(this);
   }
   bytes_received_ += wc.byte_len;
   if (!(wc.wc_flags & IBV_WC_WITH_IMM)) {

@@ -471,6 +471,7 @@ void EventLoop::UnwatchFd(int fd) {
 LoopClient* EventLoop::Adopt(std::unique_ptr<LoopClient> conn) {
   LoopClient* raw = conn.get();
   conns_[raw] = std::move(conn);
+  many_connections_ = conns_.size() > kLeanConnections;
   return raw;
 }
 
@@ -479,6 +480,7 @@ void EventLoop::Retire(LoopClient* conn) {
   if (it == conns_.end()) return;
   graveyard_.push_back(std::move(it->second));
   conns_.erase(it);
+  many_connections_ = conns_.size() > kLeanConnections;
 }
 
 bool EventLoop::DispatchOneCmEvent(rdma_event_channel* channel) {
@@ -585,10 +587,24 @@ void EventLoop::RunScheduledEndOfSteps() {
 
 void EventLoop::RequestIdleReposts() {
   // Going to sleep: receives held back for a re-post batch go back now, so
-  // the peer gets those credits even if this side stays quiet.
-  for (auto& [c, owned] : conns_) {
+  // the peer gets those credits even if this side stays quiet. The loop's
+  // shared receive queue first (its buffers may be a destroyed QP's, noted
+  // by no client; starved shares are granted here too), then the clients
+  // that consumed receives of their own since the last call.
+  if (srq_ != nullptr && srq_->RequestIdleRepost()) {
+    if (absl::StatusOr<int> n = srq_->PostPending(); !n.ok()) {
+      // The buffers stay pending for the next re-post.
+      LOG_EVERY_N(ERROR, 1000) << name_ << ": shared receive queue: " << n.status();
+    }
+  }
+  for (LoopClient* c : holding_receives_) {
+    // Retired meanwhile: skipped. (Its address reused by a new client only
+    // asks that one for a re-post it may not need.)
+    if (!conns_.contains(c)) continue;
+    c->holds_receives_ = false;
     if (c->RequestIdleRepost()) c->ScheduleEndOfStep();
   }
+  holding_receives_.clear();
   RunScheduledEndOfSteps();
 }
 

@@ -110,7 +110,8 @@ class LoopClient {
   void RunEndOfStep();
   // The loop is about to sleep: receives held back for a re-post batch go
   // back at the next RunEndOfStep. Returns true when there were any (the
-  // loop then schedules that RunEndOfStep itself).
+  // loop then schedules that RunEndOfStep itself). Asked only of clients
+  // noted with NoteHeldReceives since the loop last asked.
   bool RequestIdleRepost();
   // The loop stops: fails what is in flight and destroys the connection's
   // device resources at once (QP first); it Retires itself.
@@ -127,6 +128,7 @@ class LoopClient {
  private:
   friend class EventLoop;
   bool end_of_step_scheduled_ = false;
+  bool holds_receives_ = false;  // in the loop's holding_receives_
 };
 
 class EventLoop {
@@ -263,6 +265,20 @@ class EventLoop {
   // Asks for conn->RunEndOfStep() (re-post receives, send what is queued,
   // one doorbell) once the current loop step ends.
   void ScheduleEndOfStep(LoopClient* conn) { end_of_step_.push_back(conn); }
+  // `conn` holds back consumed receives for a re-post batch: when the loop
+  // next goes idle (RequestIdleReposts) it asks them back
+  // (RequestIdleRepost) of the clients noted since it last did, not of
+  // every connection.
+  inline void NoteHeldReceives(LoopClient* conn);
+  // Points at a flag that is true while the loop holds more than
+  // kLeanConnections connections: their send queues then signal so as not
+  // to grow past their first chunk of send buffers for a call or two in
+  // flight (SendQueue::set_lean). Stable for the loop's life. 64: past it
+  // 16 send buffers per connection (128 KiB at the default 8 KiB eager
+  // limit) would pass 8 MiB per loop; our own choice, measured with
+  // bench/rpc/conn_scale (bench/README.md).
+  static constexpr size_t kLeanConnections = 64;
+  const bool* many_connections_flag() const { return &many_connections_; }
   // Poller holder only: polls the CQ now and dispatches what it finds (a
   // connection told of its peer's disconnect takes what arrived first).
   int PollCompletionsNow() { return PollCq(); }
@@ -369,8 +385,19 @@ class EventLoop {
   absl::flat_hash_map<uint32_t, LoopClient*> qp_map_;
   absl::flat_hash_map<int, absl::AnyInvocable<void()>> fd_handlers_;
   std::vector<LoopClient*> end_of_step_;
+  // NoteHeldReceives since the last RequestIdleReposts (each once; keeps
+  // its capacity, so noting allocates nothing in steady state).
+  std::vector<LoopClient*> holding_receives_;
+  bool many_connections_ = false;               // conns_.size() > kLeanConnections
   std::vector<LoopClient*> end_of_step_batch_;  // RunScheduledEndOfSteps's scratch (keeps capacity)
 };
+
+inline void EventLoop::NoteHeldReceives(LoopClient* conn) {
+  if (!conn->holds_receives_) {
+    conn->holds_receives_ = true;
+    holding_receives_.push_back(conn);
+  }
+}
 
 inline void LoopClient::ScheduleEndOfStep() {
   if (!end_of_step_scheduled_) {

@@ -78,9 +78,14 @@ uint64_t SendQueue::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
   const uint64_t seq = head_++;
   // Signal every kSignalInterval-th WR (15 unsignalled, then one signalled)
   // so buffers of the unsignalled ones before it are recycled by its
-  // completion.
-  if (force_signal || ++unsignalled_run_ >= kSignalEvery ||
-      (!chunks_.empty() && send_buffers_left() < kSignalEvery)) {
+  // completion, and when send buffers run low: fewer than kSignalEvery
+  // left to take (free or not registered yet), or, on a lean queue, half
+  // or fewer of the registered ones free, so they come back before a send
+  // must register another chunk.
+  const bool low =
+      !chunks_.empty() && (lean() ? 2 * free_send_buffers() <= capacity_
+                                  : free_send_buffers() + (kDepth - capacity_) < kSignalEvery);
+  if (force_signal || ++unsignalled_run_ >= kSignalEvery || low) {
     wr->send_flags |= IBV_SEND_SIGNALED;
     unsignalled_run_ = 0;
   }

@@ -15,12 +15,15 @@
 // so that recycling a buffer is part of retiring its WR. They are registered
 // in chunks as the connection needs them: kFirstSendChunk at set-up, then
 // doubling (4, 4, 8, 16, 32, 64, 128) each time a send needs one and none
-// is free, so an idle or lightly used connection holds 4 (32 KiB at the
-// default 8 KiB; while fewer than kSignalEvery are free every send is
-// signalled, so a call at a time gets its buffer back before it needs the
-// next) and one that keeps many messages in flight grows to
-// kSendQueueDepth once (a registration at a new high-water mark, never
-// again). What else
+// is free, so an idle connection holds 4 (32 KiB at the default 8 KiB) and
+// one that keeps many messages in flight grows to kSendQueueDepth once (a
+// registration at a new high-water mark, never again). A busy connection
+// with a message or two in flight grows to kSignalEvery (16), so that one
+// WR in 16 is signalled; on a lean queue (set_lean: its loop holds many
+// connections, where 16 buffers each would be most of the process's
+// registered memory) a WR posted while half or fewer of the registered
+// buffers are free is signalled instead, so such a connection keeps its
+// first 4 at the price of more signalled completions. What else
 // a WR holds (SqEntry) is its poster's: it is handed back when the WR is
 // retired, undone or dropped, and the poster frees it.
 //
@@ -91,6 +94,11 @@ class SendQueue {
   // The engine whose counters this queue's posts and buffers count in
   // (engine_stats.h); set before the first post. Outlives the queue.
   void set_stats(EngineStats* stats) { stats_ = stats; }
+  // While *lean is true (read at every post; the loop's flag, which
+  // outlives the queue), the queue signals to keep its first chunk rather
+  // than grow (above). nullptr: never lean.
+  void set_lean(const bool* lean) { lean_ = lean; }
+  bool lean() const { return lean_ != nullptr && *lean_; }
 
   // True while a WR may still be queued (the ring is not full).
   bool has_room() const { return head_ - tail_ < static_cast<uint64_t>(kDepth); }
@@ -115,13 +123,9 @@ class SendQueue {
     return chunks_[c]->data(index - ChunkStart(c));
   }
   uint32_t send_lkey(int index) const { return chunks_[ChunkOf(index)]->lkey(); }
-  // Buffers registered, free now, and that may still be taken (free plus
-  // not registered yet).
+  // Buffers registered, and free now.
   int send_buffer_capacity() const { return capacity_; }
   int free_send_buffers() const { return static_cast<int>(free_buffers_.size()); }
-  int send_buffers_left() const {
-    return chunks_.empty() ? 0 : free_send_buffers() + (kDepth - capacity_);
-  }
   // The entry of WR `seq` (outstanding(seq)); the poster may change what
   // it holds (e.g. take a resource it already handled).
   SqEntry& entry(uint64_t seq) { return ring_[seq % kDepth]; }
@@ -131,9 +135,11 @@ class SendQueue {
 
   // Queues one WR (one SGE at most) for the next doorbell: gives it the next
   // sequence number as wr_id, and IBV_SEND_SIGNALED when `force_signal`,
-  // when kSignalEvery WRs ran unsignalled, or when send buffers run low (so
-  // a completion soon recycles them). Caller checks has_room(). Returns the
-  // sequence number.
+  // when kSignalEvery WRs ran unsignalled, or when send buffers run low, so
+  // a completion soon recycles them: fewer than kSignalEvery left to take
+  // (free, or not registered yet), or, when lean(), half or fewer of the
+  // registered ones free. Caller checks
+  // has_room(). Returns the sequence number.
   uint64_t PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal);
   // Posts every queued WR as one chain (one ibv_post_send). Returns 0, or the
   // error of ibv_post_send: the WRs from the failed one on never entered the
@@ -214,6 +220,7 @@ class SendQueue {
   bool grow_failed_ = false;  // a chunk's registration failed: no more tries
   ibv_qp* qp_ = nullptr;
   EngineStats* stats_ = nullptr;
+  const bool* lean_ = nullptr;
 };
 
 }  // namespace internal

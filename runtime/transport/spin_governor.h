@@ -109,7 +109,7 @@ class SpinSlot {
 inline constexpr absl::Duration kSpinPaysBelow = absl::Microseconds(250);
 // The budget is this many times the average wait (room for the tail of
 // the waits, whose average is far below their p99: 32 B calls here have a
-// p99 4-6x their p50, bench/README.md).
+// p99 4-6x their p50, bench/HISTORY.md).
 inline constexpr int kSpinHeadroom = 16;
 
 class AdaptiveSpin {

@@ -74,8 +74,11 @@
 //    only sees how many credits it gets.
 //  * Sends are signalled one WR in kSignalInterval (15 unsignalled, then one
 //    signalled; always for READ and WRITE_WITH_IMM whose buffers must be
-//    recycled); a send buffer is recycled when a later signalled completion
-//    covers it. Consumed receives are re-posted in one ibv_post_recv chain
+//    recycled), and earlier when send buffers run low (send_queue.h; in a
+//    loop of more than EventLoop::kLeanConnections connections, once half a
+//    connection's registered buffers are out, so it keeps its first 4); a
+//    send buffer is recycled when a later signalled completion covers it.
+//    Consumed receives are re-posted in one ibv_post_recv chain
 //    once RepostBatchFor(recv_depth) of them are pending (16 at the default
 //    depth), or when the completion loop goes idle; only then do they become
 //    credits owed to the peer (why this cannot deadlock: kRecvRepostBatch).
@@ -84,7 +87,8 @@
 // rpc_hotpath_test from softrdma's counters and TransportStats): one
 // ibv_post_send per message (owed credits ride in its header; WRs made
 // ready in one loop step share one doorbell), IBV_SEND_INLINE when the
-// message fits max_inline_data, 1/16 signalled send WR, 1/16 ibv_post_recv
+// message fits max_inline_data, 1/16 signalled send WR (up to 1/2 in a
+// lean loop, above), 1/16 ibv_post_recv
 // per message received, no ibv_reg_mr, no payload copy by the runtime: a
 // synchronous request is serialised straight into the registered send
 // buffer when posted, a small response likewise (TrySendResponseInPlace),
@@ -218,7 +222,7 @@ inline constexpr int kMinRecvDepth = 3;
 //  * otherwise (bulk only): kRendezvousBulkChunkBytes pieces,
 //    kRendezvousBulkChunksInFlight at once, for bandwidth.
 // Chosen with bench/rpc_bench (softrdma same-host, Release, client and server
-// pinned to one core each, 2-vCPU VM; bench/README.md): in --modes=mixed (32 B
+// pinned to one core each, 2-vCPU VM; bench/HISTORY.md): in --modes=mixed (32 B
 // calls next to 64 MiB echoes on one connection) the small calls' p50
 // follows the bytes in flight (one 64 MiB piece: 1,073 us; 1 MiB x 2:
 // 1,050 us; 256 KiB x 2: 146 us; 64 KiB x 4: 77 us; 64 KiB x 2 and 32 KiB x 4:

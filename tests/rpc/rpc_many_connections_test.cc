@@ -17,6 +17,9 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
+#include "runtime/transport/engine_stats.h"
+#include "runtime/transport/event_loop.h"
+#include "runtime/transport/send_queue.h"
 #include "softrdma/softrdma.h"
 #include "tests/rpc/rpc_fixture.h"
 #include "tests/rpc/test_service.h"
@@ -138,6 +141,26 @@ TEST(ManyConnections, PeersMarkTheCqTableAndEveryCallCompletes) {
   // 20,000 calls: each a request and a response record (plus acks), found
   // by their marks rather than by looking at all 128 rings.
   EXPECT_GE(after.shm_marked_drains - mid.shm_marked_drains, 20000u);
+}
+
+// Loops with more than EventLoop::kLeanConnections connections keep each
+// connection's first chunk of send buffers (SendQueue::set_lean): calls
+// taken in turn, one at a time, over 128 connections register nothing more
+// on either side, where each connection would otherwise grow to
+// kSignalEvery buffers.
+TEST(ManyConnections, CallsInTurnKeepEachConnectionsFirstSendBuffers) {
+  static_assert(kConnections > static_cast<int>(internal::EventLoop::kLeanConnections));
+  const int64_t capacity_before = internal::SumEngineStats().send_buffers_capacity;
+  EchoFixture f(OneWorker(), Pool(kConnections));
+  ASSERT_EQ(CallEachConnection(f.channel.get(), kConnections, "first"), 0);
+  const int64_t capacity_open = internal::SumEngineStats().send_buffers_capacity;
+  // Client and server end of each connection, kFirstSendChunk each.
+  EXPECT_EQ(capacity_open - capacity_before,
+            2 * kConnections * internal::SendQueue::kFirstSendChunk);
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_EQ(CallEachConnection(f.channel.get(), kConnections, absl::StrCat("round ", round)), 0);
+  }
+  EXPECT_EQ(internal::SumEngineStats().send_buffers_capacity, capacity_open);
 }
 
 TEST(ManyConnections, ConnectionsMadeAfterOthersClosedReuseSlotsAndWork) {

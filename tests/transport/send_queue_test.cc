@@ -157,14 +157,78 @@ TEST(SendQueue, LowOnSendBuffersSignals) {
   ASSERT_TRUE(pair.ok());
   SendQueue q;
   ASSERT_TRUE(q.CreateSendSlab(pair.client_pd, 64).ok());
-  while (q.send_buffers_left() >= SendQueue::kSignalEvery) {
+  // Takes n buffers, then posts a WR: whether it was signalled. "Left to
+  // take" counts the free buffers and those not registered yet.
+  auto post_after_taking = [&q](int n) {
+    for (int i = 0; i < n; ++i) {
+      EXPECT_TRUE(q.has_send_buffer());
+      EXPECT_GE(q.TakeSendBuffer(), 0);
+    }
+    ibv_sge sge;
+    ibv_send_wr wr = ZeroLengthWrite(&sge);
+    q.PostWr(&wr, SqEntry{}, /*force_signal=*/false);
+    return (wr.send_flags & IBV_SEND_SIGNALED) != 0;
+  };
+  // kSignalEvery left: not yet low (and the run is 1 long).
+  EXPECT_FALSE(post_after_taking(SendQueue::kDepth - SendQueue::kSignalEvery));
+  // One fewer: low.
+  EXPECT_TRUE(post_after_taking(1));
+}
+
+TEST(SendQueue, LeanQueueSignalsWhenHalfItsBuffersAreOut) {
+  softrdma::testing::ConnectedPair pair;
+  ASSERT_TRUE(pair.ok());
+  SendQueue q;
+  const bool lean = true;
+  q.set_lean(&lean);
+  ASSERT_TRUE(q.CreateSendSlab(pair.client_pd, 64).ok());
+  ASSERT_EQ(q.send_buffer_capacity(), SendQueue::kFirstSendChunk);
+  // Taking the first of four leaves three free: unsignalled; the second
+  // leaves two (half): signalled.
+  std::vector<bool> signalled;
+  for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(q.has_send_buffer());
-    ASSERT_GE(q.TakeSendBuffer(), 0);
+    SqEntry e;
+    e.send_buffer = q.TakeSendBuffer();
+    ASSERT_GE(e.send_buffer, 0);
+    ibv_sge sge;
+    ibv_send_wr wr = ZeroLengthWrite(&sge);
+    q.PostWr(&wr, e, /*force_signal=*/false);
+    signalled.push_back((wr.send_flags & IBV_SEND_SIGNALED) != 0);
   }
-  ibv_sge sge;
-  ibv_send_wr wr = ZeroLengthWrite(&sge);
-  q.PostWr(&wr, SqEntry{}, /*force_signal=*/false);
-  EXPECT_NE(wr.send_flags & IBV_SEND_SIGNALED, 0u);
+  EXPECT_EQ(signalled, (std::vector<bool>{false, true}));
+}
+
+// A connection with one message in flight whose completion is polled
+// before its next send: lean, it never needs more than kFirstSendChunk
+// buffers (every second WR is signalled and brings both back); otherwise
+// it grows to kSignalEvery and signals one WR in kSignalEvery.
+TEST(SendQueue, ACallAtATimeGrowsToTheIntervalUnlessLean) {
+  softrdma::testing::ConnectedPair pair;
+  ASSERT_TRUE(pair.ok());
+  for (const bool lean : {true, false}) {
+    SCOPED_TRACE(lean ? "lean" : "not lean");
+    SendQueue q;
+    q.set_lean(&lean);
+    ASSERT_TRUE(q.CreateSendSlab(pair.client_pd, 64).ok());
+    int signalled = 0;
+    for (int i = 0; i < 160; ++i) {
+      ASSERT_TRUE(q.has_send_buffer());
+      SqEntry e;
+      e.send_buffer = q.TakeSendBuffer();
+      ASSERT_GE(e.send_buffer, 0);
+      ibv_sge sge;
+      ibv_send_wr wr = ZeroLengthWrite(&sge);
+      const uint64_t seq = q.PostWr(&wr, e, /*force_signal=*/false);
+      if (wr.send_flags & IBV_SEND_SIGNALED) {
+        ++signalled;
+        q.RetireThrough(seq, [](const SqEntry&) {});
+      }
+    }
+    EXPECT_EQ(q.send_buffer_capacity(),
+              lean ? SendQueue::kFirstSendChunk : SendQueue::kSignalEvery);
+    EXPECT_EQ(signalled, lean ? 80 : 160 / SendQueue::kSignalEvery);
+  }
 }
 
 TEST(SendQueue, DoorbellPostsOneChain) {
