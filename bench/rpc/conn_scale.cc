@@ -11,13 +11,15 @@
 // client keeps --concurrency / --client_processes async 32-byte calls in
 // flight for --rate_seconds; calls take the pool's slots round-robin, so
 // every connection carries calls. Prints the idle memory per connection
-// (above the server's before any connection) and the aggregate rate.
+// (above the server's before any connection), the aggregate rate, and the
+// call latency (the median of the clients' p50s, the highest client's p99).
 //
 // The parent raises RLIMIT_NOFILE to its hard limit for all of them: each
 // softrdma connection holds a TCP socket on either side.
 //
 // Usage: conn_scale [--connections=10000] [--client_processes=8]
-//        [--concurrency=64] [--rate_seconds=3] (RDMARPC_PROVIDER=soft)
+//        [--concurrency=64] [--rate_seconds=3] [--connections_per_engine=0]
+//        (RDMARPC_PROVIDER=soft)
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,8 +49,9 @@ DEFINE_double(rate_seconds, 3, "Length of the rate phase, in seconds");
 DEFINE_int32(server_workers, 2, "Server worker threads");
 DEFINE_string(receive_queue, "shared",
               "Server's ServerOptions::receive_queue: shared | per-connection");
-DEFINE_int32(connections_per_engine, 1000,
-             "A client's Channel gets one engine thread per this many connections");
+DEFINE_int32(connections_per_engine, 0,
+             "A client's Channel gets one engine thread per this many connections "
+             "(0: one engine thread whatever the count, as with 10 connections)");
 
 namespace {
 
@@ -63,6 +66,8 @@ struct ClientReport {
   uint64_t calls = 0;          // calls answered in the rate phase
   uint64_t failures = 0;       // calls failed or answered wrong in the rate phase
   double seconds = 0;          // length of the rate phase as measured
+  double p50_us = 0;           // call latency in the rate phase, this client's
+  double p99_us = 0;
   char first_error[160] = {};  // the first failure's status, if any
 };
 
@@ -89,18 +94,36 @@ class RateLoop {
     report->seconds = absl::ToDoubleSeconds(absl::Now() - start);
     report->calls = calls_.load();
     report->failures = failures_.load();
+    std::vector<int64_t> all;
+    for (const Slot& s : slots_) {
+      all.insert(all.end(), s.latencies_ns.begin(), s.latencies_ns.end());
+    }
+    if (!all.empty()) {
+      auto at = [&all](double q) {
+        const size_t i = std::min(all.size() - 1, static_cast<size_t>(q * all.size()));
+        std::nth_element(all.begin(), all.begin() + static_cast<ptrdiff_t>(i), all.end());
+        return static_cast<double>(all[i]) / 1000;
+      };
+      report->p50_us = at(0.50);
+      report->p99_us = at(0.99);
+    }
     if (report->first_error[0] == '\0') {
       snprintf(report->first_error, sizeof(report->first_error), "%s", first_error_.c_str());
     }
   }
 
  private:
+  // One chain of calls: each starts when the last ended, so its fields are
+  // touched by one callback at a time.
   struct Slot {
     std::optional<rdmarpc::ClientContext> context;
     EchoResponse response;
+    int64_t started_ns = 0;
+    std::vector<int64_t> latencies_ns;
   };
 
   void Start(Slot* slot) {
+    slot->started_ns = absl::GetCurrentTimeNanos();
     slot->context.emplace();
     slot->context->set_timeout(absl::Seconds(10));
     stub_->async()->Echo(&*slot->context, request_, &slot->response,
@@ -110,6 +133,7 @@ class RateLoop {
   void Ended(Slot* slot, const absl::Status& s) {
     if (s.ok() && slot->response.payload() == request_.payload()) {
       calls_.fetch_add(1, std::memory_order_relaxed);
+      slot->latencies_ns.push_back(absl::GetCurrentTimeNanos() - slot->started_ns);
     } else if (failures_.fetch_add(1) == 0) {
       first_error_ = s.ok() ? "wrong payload" : s.ToString();
     }
@@ -136,7 +160,8 @@ class RateLoop {
 int ClientChild(int port, int connections, int in_flight, int go_fd, int report_fd) {
   rdmarpc::ChannelOptions options;
   options.pool_size = std::max(connections, 1);
-  options.engine_threads = options.pool_size / std::max(FLAGS_connections_per_engine, 1) + 1;
+  options.engine_threads =
+      FLAGS_connections_per_engine > 0 ? options.pool_size / FLAGS_connections_per_engine + 1 : 1;
   auto channel = rdmarpc::CreateChannel(absl::StrCat("127.0.0.1:", port), options);
   CHECK(channel.ok()) << channel.status();
   std::unique_ptr<RpcBench::Stub> stub = RpcBench::NewStub(*channel);
@@ -243,9 +268,13 @@ int main(int argc, char** argv) {
   uint64_t calls = 0;
   uint64_t failures = 0;
   double seconds = 0;
+  std::vector<double> p50s;
+  double p99_max = 0;
   for (const Client& c : clients) {
     ClientReport r;
     ReadAll(c.report_fd, &r, sizeof(r));
+    if (r.calls > 0) p50s.push_back(r.p50_us);  // a client with no call has no p50
+    p99_max = std::max(p99_max, r.p99_us);
     calls += r.calls;
     failures += r.failures;
     seconds = std::max(seconds, r.seconds);
@@ -284,6 +313,10 @@ int main(int argc, char** argv) {
   printf("rate: %.0f RPC/s (%llu calls, %llu failed, %d in flight, %.2f s)\n",
          seconds > 0 ? calls / seconds : 0, static_cast<unsigned long long>(calls),
          static_cast<unsigned long long>(failures), FLAGS_concurrency, seconds);
+  std::sort(p50s.begin(), p50s.end());
+  // Of an even count, the lower middle one.
+  printf("latency: p50 %.1f us (median of the clients'), p99 %.1f us (the highest client's)\n",
+         p50s.empty() ? 0 : p50s[(p50s.size() - 1) / 2], p99_max);
   if (setup_errors > 0 || failures > 0) rc = 1;
   return rc;
 }
