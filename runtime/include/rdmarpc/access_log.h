@@ -17,7 +17,7 @@
 //
 // Sizes are serialised message bytes as interceptors see them
 // (InterceptorBatchMethods::Get*MessageSize), without framing or metadata.
-// Cost: one interceptor per call (bench/README.md, "Interceptors").
+// Cost: one interceptor per call (bench/HISTORY.md, "Measured: interceptors").
 #ifndef RDMARPC_ACCESS_LOG_H_
 #define RDMARPC_ACCESS_LOG_H_
 

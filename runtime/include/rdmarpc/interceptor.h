@@ -78,7 +78,7 @@
 // without this API, plus one test of an empty vector per call (and of a null
 // pointer per stream message): no allocation, no virtual call, the same
 // verbs. With them, each call allocates its interceptors and one chain, and
-// each hook is one virtual call per interceptor; bench/README.md gives the
+// each hook is one virtual call per interceptor; bench/HISTORY.md gives the
 // measured cost (~0.15 us per side for one trivial interceptor).
 #ifndef RDMARPC_INTERCEPTOR_H_
 #define RDMARPC_INTERCEPTOR_H_
