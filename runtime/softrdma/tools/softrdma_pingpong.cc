@@ -322,9 +322,23 @@ int main(int argc, char** argv) {
     --argc;
     ++argv;
   }
+  if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::fprintf(stderr,
+                 "usage: softrdma_pingpong [iterations=200000] [payload_bytes=32] "
+                 "[big_bytes=16777216]\n"
+                 "       softrdma_pingpong rate [messages=2000000] [payload_bytes=32]\n"
+                 "SOFTRDMA_SHM=1 (default) same-host link, 0 TCP; server on CPU 1, client on "
+                 "CPU 0\n");
+    return 2;
+  }
   const int iters = argc > 1 ? std::atoi(argv[1]) : (rate ? 2000000 : 200000);
   const size_t payload = argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 32;
   const size_t big = rate ? 4096 : (argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 16 << 20);
+  if (iters < 1) {
+    std::fprintf(stderr, "iterations must be a number of at least 1 (got '%s'); --help\n",
+                 argv[1]);
+    return 2;
+  }
   if (payload < 2 || payload > 64) {
     std::fprintf(stderr, "payload_bytes must be 2..64 (inline SEND)\n");
     return 2;
