@@ -62,16 +62,16 @@ struct RDMARPC_EXPORT ServerOptions {
   //    connections: srq_shared_buffers per worker plus srq_min_credits per
   //    connection (by default 512 x 8 KiB = 4 MiB, plus 32 KiB per
   //    connection, against 512 KiB per connection with kPerConnection).
-  //    The default was chosen from measurements (bench/HISTORY.md, "From
-  //    Shared receive queues and memory per connection"): far less memory per
-  //    connection, the same call rate within the noise. Every connection is
-  //    always granted srq_min_credits credits; a client that sends more
-  //    gets a fair share of the shared buffers (at most recv_depth), so no
-  //    client can take all receives, and one that spent its share waits for
-  //    credits, not on RNR. Each SRQ holds at most the device's max_srq_wr
-  //    receives (32767 on softrdma and ConnectX-5/6), so a worker takes at
-  //    most (max_srq_wr - srq_shared_buffers) / srq_min_credits
-  //    connections (~8,000 at the defaults; its completion queue grows to
+  //    The default was chosen from measurements (bench/HISTORY.md, From
+  //    "Shared receive queues and memory per connection (issue 13)"): far
+  //    less memory per connection, the same call rate within the noise.
+  //    Every connection is always granted srq_min_credits credits; a
+  //    client that sends more gets a fair share of the shared buffers (at
+  //    most recv_depth), so no client can take all receives, and one that
+  //    spent its share waits for credits, not on RNR. Each SRQ holds at
+  //    most the device's max_srq_wr receives (32767 on softrdma and
+  //    ConnectX-5/6), so a worker takes at most (max_srq_wr -
+  //    srq_shared_buffers) / srq_min_credits connections (~8,000 at the defaults; its completion queue grows to
   //    the device's max_cqe, ~16,000; WORKSPACE.notes); more are rejected
   //    RESOURCE_EXHAUSTED naming the limit: raise num_workers.
   //  * kPerConnection: each connection pre-posts recv_depth buffers of its
