@@ -62,9 +62,9 @@ struct RDMARPC_EXPORT ServerOptions {
   //    connections: srq_shared_buffers per worker plus srq_min_credits per
   //    connection (by default 512 x 8 KiB = 4 MiB, plus 32 KiB per
   //    connection, against 512 KiB per connection with kPerConnection).
-  //    The default was chosen from measurements (bench/HISTORY.md, From
-  //    "Shared receive queues and memory per connection (issue 13)"): far
-  //    less memory per connection, the same call rate within the noise.
+  //    The default was chosen from measurements (bench/HISTORY.md, the
+  //    part on shared receive queues and memory per connection): far less
+  //    memory per connection, the same call rate within the noise.
   //    Every connection is always granted srq_min_credits credits; a
   //    client that sends more gets a fair share of the shared buffers (at
   //    most recv_depth), so no client can take all receives, and one that
