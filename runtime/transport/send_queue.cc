@@ -82,9 +82,8 @@ uint64_t SendQueue::PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal) {
   // left to take (free or not registered yet), or, on a lean queue, half
   // or fewer of the registered ones free, so they come back before a send
   // must register another chunk.
-  const bool low =
-      !chunks_.empty() && (lean() ? 2 * free_send_buffers() <= capacity_
-                                  : free_send_buffers() + (kDepth - capacity_) < kSignalEvery);
+  const bool low = !chunks_.empty() && (lean() ? 2 * free_send_buffers() <= capacity_
+                                               : send_buffers_left() < kSignalEvery);
   if (force_signal || ++unsignalled_run_ >= kSignalEvery || low) {
     wr->send_flags |= IBV_SEND_SIGNALED;
     unsignalled_run_ = 0;

@@ -123,9 +123,13 @@ class SendQueue {
     return chunks_[c]->data(index - ChunkStart(c));
   }
   uint32_t send_lkey(int index) const { return chunks_[ChunkOf(index)]->lkey(); }
-  // Buffers registered, and free now.
+  // Buffers registered, free now, and that may still be taken (free plus
+  // not registered yet).
   int send_buffer_capacity() const { return capacity_; }
   int free_send_buffers() const { return static_cast<int>(free_buffers_.size()); }
+  int send_buffers_left() const {
+    return chunks_.empty() ? 0 : free_send_buffers() + (kDepth - capacity_);
+  }
   // The entry of WR `seq` (outstanding(seq)); the poster may change what
   // it holds (e.g. take a resource it already handled).
   SqEntry& entry(uint64_t seq) { return ring_[seq % kDepth]; }
@@ -137,9 +141,8 @@ class SendQueue {
   // sequence number as wr_id, and IBV_SEND_SIGNALED when `force_signal`,
   // when kSignalEvery WRs ran unsignalled, or when send buffers run low, so
   // a completion soon recycles them: fewer than kSignalEvery left to take
-  // (free, or not registered yet), or, when lean(), half or fewer of the
-  // registered ones free. Caller checks
-  // has_room(). Returns the sequence number.
+  // (send_buffers_left), or, when lean(), half or fewer of the registered
+  // ones free. Caller checks has_room(). Returns the sequence number.
   uint64_t PostWr(ibv_send_wr* wr, SqEntry entry, bool force_signal);
   // Posts every queued WR as one chain (one ibv_post_send). Returns 0, or the
   // error of ibv_post_send: the WRs from the failed one on never entered the
