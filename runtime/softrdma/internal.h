@@ -314,8 +314,8 @@ struct SoftCq {
   // A QP with a slot in `hints` (shm_hint.h) is looked at only when its
   // peer marked the slot, once the peer acknowledged the offer; until then,
   // and for QPs without a slot, on every poll (`scan`). Every
-  // kCheckRingsEvery polls look at kRingsChecked of `all` too, in turn from
-  // `check_cursor`.
+  // kCheckRingsEvery polls, and each sleep, look at kRingsChecked of `all`
+  // too, in turn from `check_cursor`.
   struct ShmEntry {
     SoftQp* qp;
     std::shared_ptr<ShmLink> link;
