@@ -36,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "bench/rpc/workloads.h"
 #include "echo_server_child.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -94,19 +95,13 @@ class RateLoop {
     report->seconds = absl::ToDoubleSeconds(absl::Now() - start);
     report->calls = calls_.load();
     report->failures = failures_.load();
-    std::vector<int64_t> all;
+    std::vector<double> all_us;
     for (const Slot& s : slots_) {
-      all.insert(all.end(), s.latencies_ns.begin(), s.latencies_ns.end());
+      for (const int64_t ns : s.latencies_ns) all_us.push_back(static_cast<double>(ns) / 1000);
     }
-    if (!all.empty()) {
-      auto at = [&all](double q) {
-        const size_t i = std::min(all.size() - 1, static_cast<size_t>(q * all.size()));
-        std::nth_element(all.begin(), all.begin() + static_cast<ptrdiff_t>(i), all.end());
-        return static_cast<double>(all[i]) / 1000;
-      };
-      report->p50_us = at(0.50);
-      report->p99_us = at(0.99);
-    }
+    std::sort(all_us.begin(), all_us.end());
+    report->p50_us = rdmarpc::rpcbench::Percentile(all_us, 0.50);
+    report->p99_us = rdmarpc::rpcbench::Percentile(all_us, 0.99);
     if (report->first_error[0] == '\0') {
       snprintf(report->first_error, sizeof(report->first_error), "%s", first_error_.c_str());
     }
