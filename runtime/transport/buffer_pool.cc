@@ -4,7 +4,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
@@ -80,10 +82,121 @@ LargeBufferPoolTotals GetLargeBufferPoolTotals() {
           g_large_in_use.load(std::memory_order_relaxed)};
 }
 
+// The MRs one pool registered for lent regions, by region. Shared between
+// the pool and the regions: whichever dies first deregisters.
+class ExternalMrTable {
+ public:
+  explicit ExternalMrTable(ibv_pd* pd) : pd_(pd) {}
+  // The region's MR in this pool's PD, registered on first use.
+  absl::StatusOr<ibv_mr*> Get(const std::shared_ptr<ExternalMrTable>& self, ExternalRegion* region,
+                              int access) {
+    absl::MutexLock lock(&mu_);
+    if (dead_) return absl::FailedPreconditionError("buffer pool is shutting down");
+    auto it = mrs_.find(region);
+    if (it != mrs_.end()) return it->second.get();
+    absl::StatusOr<MrPtr> mr = RegisterMemory(pd_, region->data_, region->size_, access);
+    if (!mr.ok()) return mr.status();
+    ibv_mr* raw = mr->get();
+    mrs_.emplace(region, std::move(*mr));
+    absl::MutexLock region_lock(&region->mu_);
+    region->tables_.push_back(self);
+    return raw;
+  }
+  // The region is dying: its MR goes.
+  void Forget(const ExternalRegion* region) {
+    absl::MutexLock lock(&mu_);
+    mrs_.erase(region);
+  }
+  // The pool is dying: every MR goes.
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    dead_ = true;
+    mrs_.clear();
+  }
+
+ private:
+  ibv_pd* const pd_;
+  absl::Mutex mu_;
+  bool dead_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<const ExternalRegion*, MrPtr> mrs_ ABSL_GUARDED_BY(mu_);
+};
+
+ExternalRegion::ExternalRegion(char* data, size_t size, std::shared_ptr<void> owner)
+    : data_(data), size_(size), owner_(std::move(owner)) {}
+
+ExternalRegion::ExternalRegion(std::shared_ptr<void> pool_owner, LargeBufferPool* pool,
+                               LargeBuffer* buffer, size_t offset, size_t size)
+    : data_(buffer->data + offset),
+      size_(size),
+      home_pool_(pool),
+      home_buffer_(buffer),
+      owner_(std::move(pool_owner)) {}
+
+ExternalRegion::~ExternalRegion() {
+  std::vector<std::weak_ptr<ExternalMrTable>> tables;
+  {
+    absl::MutexLock lock(&mu_);
+    tables.swap(tables_);
+  }
+  for (const std::weak_ptr<ExternalMrTable>& weak : tables) {
+    if (std::shared_ptr<ExternalMrTable> table = weak.lock()) table->Forget(this);
+  }
+  // Only then may the memory go: back to its pool (kept alive by owner_,
+  // destroyed after this body), or freed by owner_.
+  if (home_pool_ != nullptr) home_pool_->Put(home_buffer_);
+}
+
+absl::StatusOr<LargeBuffer*> LargeBufferPool::Lend(std::shared_ptr<ExternalRegion> region,
+                                                   size_t offset, size_t length) {
+  if (offset > region->size() || length > region->size() - offset) {
+    return absl::OutOfRangeError(absl::StrCat("attachment of ", length, " bytes at offset ", offset,
+                                              " leaves its buffer of ", region->size(), " bytes"));
+  }
+  auto b = std::make_unique<LargeBuffer>();
+  b->data = region->data() + offset;
+  b->capacity = length;
+  if (access_ == kWindowedAccess) {
+    if (region->home_pool_ == this) {
+      b->borrowed_mr = region->home_buffer_->mr.get();
+    } else {
+      absl::StatusOr<ibv_mr*> mr = external_mrs_->Get(external_mrs_, region.get(), access_);
+      if (!mr.ok()) return mr.status();
+      b->borrowed_mr = *mr;
+    }
+  } else {
+    // Exposed through this MR's own rkey: one registration per loan, gone
+    // with it.
+    absl::StatusOr<MrPtr> mr =
+        RegisterMemory(pd_, b->data, length == 0 ? 1 : length, kRemoteAccess);
+    if (!mr.ok()) return mr.status();
+    b->mr = std::move(*mr);
+  }
+  b->external = std::move(region);
+  absl::MutexLock lock(&mu_);
+  ++outstanding_;
+  return b.release();
+}
+
+Attachment CopyToAttachment(const char* bytes, size_t length) {
+  char* data = AllocAligned(length);
+  CHECK(data != nullptr) << "cannot allocate " << length << " bytes for an attachment";
+  if (length > 0) std::memcpy(data, bytes, length);
+  Attachment a;
+  a.region = std::make_shared<ExternalRegion>(
+      data, length, std::shared_ptr<void>(data, [](void* p) { std::free(p); }));
+  a.length = length;
+  return a;
+}
+
 LargeBufferPool::LargeBufferPool(ibv_pd* pd, size_t limit_bytes, size_t keep_bytes, int access)
-    : pd_(pd), access_(access), limit_bytes_(limit_bytes), keep_bytes_(keep_bytes) {}
+    : pd_(pd),
+      access_(access),
+      limit_bytes_(limit_bytes),
+      keep_bytes_(keep_bytes),
+      external_mrs_(std::make_shared<ExternalMrTable>(pd)) {}
 
 LargeBufferPool::~LargeBufferPool() {
+  external_mrs_->Close();
   absl::MutexLock lock(&mu_);
   LOG_IF(ERROR, outstanding_ != 0) << outstanding_ << " large buffers still in use at pool exit";
   for (auto& [size, b] : free_) {
@@ -148,13 +261,14 @@ absl::StatusOr<LargeBuffer*> LargeBufferPool::Get(size_t bytes) {
 
 void LargeBufferPool::Put(LargeBuffer* b) {
   if (b == nullptr) return;
+  std::shared_ptr<ExternalRegion> lent;  // destroyed after the lock
   absl::MutexLock lock(&mu_);
   if (b->revoke_pending > 0) {
     // A peer may still reach it until the invalidation retires.
     b->put_while_pending = true;
     return;
   }
-  PutLocked(b);
+  PutLocked(b, &lent);
 }
 
 void LargeBufferPool::MarkRevokePending(LargeBuffer* b) {
@@ -163,16 +277,26 @@ void LargeBufferPool::MarkRevokePending(LargeBuffer* b) {
 }
 
 void LargeBufferPool::RevokeDone(LargeBuffer* b) {
+  std::shared_ptr<ExternalRegion> lent;  // destroyed after the lock
   absl::MutexLock lock(&mu_);
   --b->revoke_pending;
   if (b->revoke_pending == 0 && b->put_while_pending) {
     b->put_while_pending = false;
-    PutLocked(b);
+    PutLocked(b, &lent);
   }
 }
 
-void LargeBufferPool::PutLocked(LargeBuffer* b) {
+void LargeBufferPool::PutLocked(LargeBuffer* b, std::shared_ptr<ExternalRegion>* lent) {
   --outstanding_;
+  if (b->external != nullptr) {
+    // Lent memory is never reused. The region may die with this buffer,
+    // and its destructor takes this pool's lock when it lies in one of
+    // our buffers: the caller destroys it once the lock is released.
+    *lent = std::move(b->external);
+    b->mr.reset();
+    delete b;
+    return;
+  }
   MirrorLarge(0, 0, -Signed(b->capacity));
   if (free_bytes_ + b->capacity > keep_bytes_) {
     FreeLocked(b);
@@ -186,6 +310,7 @@ void LargeBufferPool::PutLocked(LargeBuffer* b) {
 absl::Status LargeBufferPool::Rekey(LargeBuffer* b) {
   // Deregistering invalidates the old rkey; the new MR gets a fresh one.
   b->mr.reset();
+  if (b->external != nullptr) return absl::OkStatus();  // its loan's MR was the only one
   absl::StatusOr<MrPtr> mr = RegisterMemory(pd_, b->data, b->capacity, access_);
   if (!mr.ok()) {
     absl::MutexLock lock(&mu_);

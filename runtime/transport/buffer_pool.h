@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -63,18 +64,78 @@ class BufferSlab {
   std::vector<int> free_;
 };
 
+class ExternalRegion;
+class ExternalMrTable;
+class LargeBufferPool;
+
 struct LargeBuffer {
   char* data = nullptr;
   size_t capacity = 0;  // bytes
   MrPtr mr;
-  uint32_t lkey() const { return mr->lkey; }
-  uint32_t rkey() const { return mr->rkey; }
+  // Lent memory (LargeBufferPool::Lend): the region it lies in, kept alive
+  // while the buffer is out, and the MR it uses when `mr` is empty (one
+  // the pool keeps for the region, or the region's own pool buffer's).
+  std::shared_ptr<ExternalRegion> external;
+  ibv_mr* borrowed_mr = nullptr;
+  const ibv_mr* active_mr() const { return mr ? mr.get() : borrowed_mr; }
+  uint32_t lkey() const { return active_mr()->lkey; }
+  uint32_t rkey() const { return active_mr()->rkey; }
   uint64_t addr() const { return reinterpret_cast<uint64_t>(data); }
   // The pool's (under its lock): windows on the buffer being invalidated
   // (MarkRevokePending minus RevokeDone), and whether it was Put meanwhile.
   int revoke_pending = 0;
   bool put_while_pending = false;
 };
+
+// Memory the transport may send from without copying it: a user's
+// rdmarpc::Buffer (runtime/include/rdmarpc/buffer.h). The region owns
+// `owner` (what frees the memory) and, when its memory is a buffer of a
+// LargeBufferPool (an attachment received into it), that buffer, returned
+// to its pool when the region dies. Each pool that sends from the region
+// registers it once (LargeBufferPool::Lend) and deregisters it when the
+// region or the pool dies, whichever comes first. Thread-safe.
+class ExternalRegion {
+ public:
+  // `data`, `size` bytes, stay valid until `owner` is destroyed (after the
+  // region's MRs are gone). `owner` may be null (memory not ours to free).
+  ExternalRegion(char* data, size_t size, std::shared_ptr<void> owner);
+  // A received attachment: the pool buffer `buffer` of `pool` (kept alive
+  // by `pool_owner`), `size` bytes at `offset` of it.
+  ExternalRegion(std::shared_ptr<void> pool_owner, LargeBufferPool* pool, LargeBuffer* buffer,
+                 size_t offset, size_t size);
+  ~ExternalRegion();
+  ExternalRegion(const ExternalRegion&) = delete;
+  ExternalRegion& operator=(const ExternalRegion&) = delete;
+
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  friend class LargeBufferPool;
+  friend class ExternalMrTable;
+  char* const data_;
+  const size_t size_;
+  // Pool-backed regions: the buffer and its pool.
+  LargeBufferPool* const home_pool_ = nullptr;
+  LargeBuffer* const home_buffer_ = nullptr;
+  absl::Mutex mu_;
+  // Pools' tables holding an MR of this region.
+  std::vector<std::weak_ptr<ExternalMrTable>> tables_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<void> owner_;  // last: freed after the MRs
+};
+
+// An attachment's bytes (header.h: kFlagAttachment): `length` bytes at
+// `offset` of `region`. Empty (no attachment) when `region` is null.
+struct Attachment {
+  std::shared_ptr<ExternalRegion> region;
+  size_t offset = 0;
+  size_t length = 0;  // bytes
+  explicit operator bool() const { return region != nullptr; }
+  const char* data() const { return region != nullptr ? region->data() + offset : nullptr; }
+};
+// `bytes` copied into heap memory of their own (an inline attachment as
+// it arrived, or one a user gave as bytes).
+Attachment CopyToAttachment(const char* bytes, size_t length);
 
 class LargeBufferPool {
  public:
@@ -107,11 +168,26 @@ class LargeBufferPool {
   // Rekey then Put (or free on Rekey failure).
   void RekeyAndPut(LargeBuffer* buffer);
 
+  // A LargeBuffer over `length` bytes at `offset` of `region`, to expose
+  // and send from like one of the pool's own (Put hands it back; it is
+  // never reused). Where the pool's MRs are kWindowedAccess the region is
+  // registered once per pool and that MR kept (a pool buffer's own MR when
+  // the region lies in one of this pool's buffers); otherwise each Lend
+  // registers the bytes with kRemoteAccess, and Rekey or Put deregisters
+  // them, which is what revokes the peer's access. Errors: OUT_OF_RANGE
+  // when [offset, offset + length) leaves the region; registration's
+  // (RESOURCE_EXHAUSTED for lack of locked memory).
+  absl::StatusOr<LargeBuffer*> Lend(std::shared_ptr<ExternalRegion> region, size_t offset,
+                                    size_t length);
+
   size_t registered_bytes() const;
 
  private:
   void FreeLocked(LargeBuffer* buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PutLocked(LargeBuffer* buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A lent buffer's region is moved to `*lent`, for the caller to drop
+  // after the lock.
+  void PutLocked(LargeBuffer* buffer, std::shared_ptr<ExternalRegion>* lent)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ibv_pd* const pd_;
   const int access_;
   const size_t limit_bytes_;
@@ -121,6 +197,9 @@ class LargeBufferPool {
   size_t free_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   size_t registered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   size_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  // MRs of regions lent with windows (shared with the regions, which
+  // deregister theirs when they die first).
+  std::shared_ptr<ExternalMrTable> external_mrs_;
 };
 
 // Rendezvous buffers over every LargeBufferPool of the process, in bytes:

@@ -60,15 +60,16 @@ void Connection::FinishSlot(uint16_t idx, bool rekey) {
       // connection for every other call on it, so both buffers are kept out
       // of use until that answer (or the connection's end) shows the server
       // is done with them.
-      streams_.Quarantine(idx, s.generation, s.request_buffer, s.reply_buffer);
+      streams_.Quarantine(idx, s.generation, s.request_buffer, s.reply_buffer, s.attachment_buffer);
     } else {
-      for (LargeBuffer* b : {s.request_buffer, s.reply_buffer}) {
+      for (LargeBuffer* b : {s.request_buffer, s.reply_buffer, s.attachment_buffer}) {
         if (b != nullptr) RevokeAndPut(b, exposed);
       }
     }
   }
   s.request_buffer = nullptr;
   s.reply_buffer = nullptr;
+  s.attachment_buffer = nullptr;
   if (s.stream) DropStreamIn(s.in);
   streams_.Free(idx);
   loop_->CallFinished();

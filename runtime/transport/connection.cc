@@ -489,7 +489,8 @@ void Connection::MaybeFinishCloseWhenSent() {
   // Delivered means: nothing queued, the peer pulled (and released) every
   // buffer we exposed to it, and we pulled what it exposed to us.
   if (!close_when_sent_ || !usable() || !out_queue_.empty() || !qp_ || !exposed_.empty() ||
-      !reads_.empty() || !pushes_.empty() || !delayed_reads_.empty()) {
+      !exposed_attachments_.empty() || !reads_.empty() || !pushes_.empty() ||
+      !delayed_reads_.empty()) {
     return;
   }
   if (!drain_marker_posted_) {
@@ -576,6 +577,8 @@ void Connection::Destroy() {
   streams_.DrainQuarantine([this](LargeBuffer* b) { RevokeAndPut(b, /*rekey=*/true); });
   for (auto& [ref, buf] : exposed_) RevokeAndPut(buf, /*rekey=*/true);
   exposed_.clear();
+  for (auto& [ref, buf] : exposed_attachments_) RevokeAndPut(buf, /*rekey=*/true);
+  exposed_attachments_.clear();
   receive_ring_.Release();
   loop_->Retire(this);
 }

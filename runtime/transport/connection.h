@@ -184,6 +184,9 @@ struct IncomingRequest {
   // parse a large request on another thread). Otherwise freed after
   // OnRequest.
   PooledBuffer* payload_buffer = nullptr;
+  // The request's attachment (header.h: kFlagAttachment), the handler's to
+  // keep; empty without one. Unary requests only.
+  Attachment attachment;
 };
 
 class ConnectionHandler {
@@ -210,6 +213,9 @@ class ConnectionHandler {
   // closes it). Server: the client answered a SendGoAway; no call follows.
   virtual void OnGoAway(Connection*) {}
 };
+
+// Longest status message sent, in bytes: keeps every response prefix eager.
+inline constexpr size_t kMaxStatusMessage = 1024;
 
 // Where a large response must be serialised to be sent without a copy: at
 // this offset of a LargeBuffer (room for the header in front).
@@ -259,9 +265,17 @@ class Connection final : public CmEventHandler, public LoopClient {
 
   // --- server role ---
   // Ends the request's call (a stream: its trailers; then `payload` holds
-  // the status details, `meta` the trailing metadata).
+  // the status details, `meta` the trailing metadata). `attachment` (an OK
+  // unary response only; dropped otherwise) goes beside the payload: inline
+  // when the whole response fits the eager limit, else exposed for the
+  // client to pull straight from its region until the client's kRelease.
+  // To a peer without kFeatureAttachment the call ends FAILED_PRECONDITION
+  // instead.
   void SendResponse(const RequestToken& token, absl::StatusCode code, std::string message,
-                    std::string payload, std::string meta = std::string());
+                    std::string payload, std::string meta = std::string(),
+                    Attachment attachment = Attachment());
+  // The peer's handshake offered kFeatureAttachment.
+  bool peer_takes_attachments() const { return (peer_.features & kFeatureAttachment) != 0; }
   // Answers UNAVAILABLE with `message` for a request the server did not
   // start (it is draining): marked kFlagRefused when the client understands
   // it, so it may send the call elsewhere.
@@ -379,6 +393,7 @@ class Connection final : public CmEventHandler, public LoopClient {
     std::string meta;         // kResponse, kHeaders
     bool refused = false;     // kResponse: with kFlagRefused
     bool ends_failed_stream = false;  // kResponse: FailStreamItem's trailers
+    Attachment attachment;            // kResponse: beside the payload
   };
   // How far one rendezvous transfer got (rendezvous.cc moves it in pieces).
   struct ChunkProgress {
@@ -408,7 +423,13 @@ class Connection final : public CmEventHandler, public LoopClient {
     uint32_t ref = 0;
     absl::StatusCode code = absl::StatusCode::kOk;
     std::string message;
-    ChunkProgress progress;  // length = remote.length
+    // An attachment pulled after the payload into the same buffer, at
+    // offset remote.length (an inline payload is then kept in
+    // inline_payload and remote.length is 0).
+    bool has_attachment = false;
+    RemoteBuffer attachment_remote;
+    std::string inline_payload;
+    ChunkProgress progress;  // length = remote.length + attachment_remote.length
   };
   // A large response pushed into the client's reply buffer: plain RDMA
   // WRITEs of [first_len, length), then one WRITE_WITH_IMM of [0, first_len)
@@ -460,13 +481,19 @@ class Connection final : public CmEventHandler, public LoopClient {
   bool SendOne(OutItem& item);  // false: leave it queued (out of resources)
   bool SendRequest(uint32_t handle);
   bool SendResponseItem(OutItem& item);
+  // SendRequest for a request with an attachment (attachments.cc).
+  void SendRequestWithAttachment(Slot* s, uint16_t idx, uint16_t gen);
+  // A call that cannot start ends with `why` (nothing of it was sent).
+  void FailUnsentCall(uint16_t idx, absl::Status why);
   // `payload` is copied (and counted); a non-null `write` serialises
   // `payload_size` bytes from `source` in place instead.
   void PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader h, absl::string_view aux,
                  const RemoteBuffer& payload_remote, const RemoteBuffer& reply,
                  absl::string_view payload, PayloadWriteFn write = nullptr,
                  const void* source = nullptr, size_t payload_size = 0,
-                 absl::string_view meta = absl::string_view());
+                 absl::string_view meta = absl::string_view(),
+                 const AttachmentDescriptor& attachment = AttachmentDescriptor(),
+                 absl::string_view inline_attachment = absl::string_view());
   void RepostReceives();
   // Shared receive queue: re-posts its pending buffers (for every
   // connection of the loop) and serves starved shares.
@@ -501,7 +528,19 @@ class Connection final : public CmEventHandler, public LoopClient {
   void OnGoAwayFrame();
   // SendResponse, and RefuseRequest with `refused`.
   void QueueResponse(const RequestToken& token, absl::StatusCode code, std::string message,
-                     std::string payload, std::string meta, bool refused);
+                     std::string payload, std::string meta, bool refused,
+                     Attachment attachment = Attachment());
+  // Exposes the OK response `item`'s attachment for the client's pull and
+  // posts the response with its descriptor (SendResponseItem). A failure
+  // ends the call with its status instead.
+  void SendResponseWithAttachment(OutItem& item);
+  // Starts pulling a message's remote attachment (and a remote payload
+  // before it) into one pool buffer: a request (server) or a response
+  // (client, `handle`). An inline payload is copied aside first.
+  void StartAttachmentPull(const Imm& imm, const ParsedMessage& m, bool is_request);
+  // The attachment a finished pull read (at offset remote.length of its
+  // buffer, which the attachment then owns).
+  Attachment PulledAttachment(const ReadCtx& ctx);
 
   // Streams (streams.cc).
   // The in-order state of a live stream, or nullptr (not a stream, ended).
@@ -550,7 +589,8 @@ class Connection final : public CmEventHandler, public LoopClient {
   void OnRelease(uint32_t ref);
   void DeliverRequest(const RequestToken& token, absl::string_view method,
                       absl::string_view payload, uint64_t timeout_us, uint8_t flags,
-                      absl::string_view meta, PooledBuffer* payload_buffer = nullptr);
+                      absl::string_view meta, PooledBuffer* payload_buffer = nullptr,
+                      Attachment attachment = Attachment());
 
   DeviceResources* const device_;
   const ConnectionOptions options_;
@@ -605,6 +645,10 @@ class Connection final : public CmEventHandler, public LoopClient {
   // Buffers exposed to the peer until its kRelease: a server's large
   // responses and either side's large stream messages.
   absl::flat_hash_map<uint32_t, LargeBuffer*> exposed_;
+  // A server's response attachments (lent buffers) exposed until the
+  // client's kRelease, by the response's ref (its payload, when exposed
+  // too, is in exposed_ under the same ref).
+  absl::flat_hash_map<uint32_t, LargeBuffer*> exposed_attachments_;
   // Every buffer the peer may reach (those above, and client calls'
   // request and reply buffers), its window, and the cap.
   ExposureTable exposures_;

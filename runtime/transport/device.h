@@ -38,7 +38,11 @@ RegisteredMemoryTotals GetRegisteredMemoryTotals();
 // no such count (rdma-core: the NIC retries in hardware). Any thread.
 int64_t GetProviderRnrRetries();
 
-class DeviceResources {
+// Owned by a shared_ptr where attachments are received (Channel, Server):
+// an attachment pulled into a buffer of the pool keeps the resources
+// alive (keepalive()) until the user drops it, which may be after the
+// Channel or Server is gone.
+class DeviceResources : public std::enable_shared_from_this<DeviceResources> {
  public:
   // `large_limit_bytes`: most registered memory for rendezvous (0 = none).
   DeviceResources(size_t large_limit_bytes, size_t large_keep_bytes);
@@ -47,6 +51,9 @@ class DeviceResources {
   absl::StatusOr<ibv_pd*> GetPd(ibv_context* context);
   // nullptr until GetPd succeeded once.
   LargeBufferPool* large_pool() const;
+  // What keeps these resources alive (nullptr when not owned by a
+  // shared_ptr, e.g. a test's own on the stack). Any thread.
+  std::shared_ptr<void> keepalive() { return weak_from_this().lock(); }
   // Whether buffers are exposed through type-2 memory windows
   // (exposure_table.h): the device reports IBV_DEVICE_MEM_WINDOW_TYPE_2B
   // and max_mw > 0, and --rdmarpc_memory_windows is on. Decided by the

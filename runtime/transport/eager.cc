@@ -17,7 +17,6 @@
 namespace rdmarpc {
 namespace internal {
 namespace {
-constexpr size_t kMaxStatusMessage = 1024;  // keeps every response prefix eager
 // Send-queue entries one message may take: its SEND and the BIND_MWs of the
 // (at most two) buffers it exposes (exposure_table.h).
 constexpr int kWrsPerMessage = 3;
@@ -35,15 +34,15 @@ bool Connection::CanPostMessage() {
          send_queue_.room() >= kWrsPerMessage && send_queue_.has_send_buffer();
 }
 
-void Connection::SendResponse(const RequestToken& token, absl::StatusCode code,
-                              std::string message, std::string payload, std::string meta) {
+void Connection::SendResponse(const RequestToken& token, absl::StatusCode code, std::string message,
+                              std::string payload, std::string meta, Attachment attachment) {
   QueueResponse(token, code, std::move(message), std::move(payload), std::move(meta),
-                /*refused=*/false);
+                /*refused=*/false, std::move(attachment));
 }
 
 void Connection::QueueResponse(const RequestToken& token, absl::StatusCode code,
                                std::string message, std::string payload, std::string meta,
-                               bool refused) {
+                               bool refused, Attachment attachment) {
   if (!usable()) return;
   // The handler's answer for a stream whose trailers the transport queued
   // already (FailStreamItem): dropped.
@@ -54,6 +53,22 @@ void Connection::QueueResponse(const RequestToken& token, absl::StatusCode code,
     // A stream's trailers: frames of it that still arrive are dropped.
     DropStreamIn(*in);
     streams_.EraseServerStream(token.handle());
+    attachment = Attachment();  // trailers carry none
+  }
+  if (code != absl::StatusCode::kOk) attachment = Attachment();
+  if (attachment && !peer_takes_attachments()) {
+    code = absl::StatusCode::kFailedPrecondition;
+    message = absl::StrCat("response attachment of ", attachment.length, " bytes: client ",
+                           peer_name_, " does not take attachments (an older rdmarpc)");
+    payload.clear();
+    attachment = Attachment();
+  }
+  if (attachment.length > options_.max_message_bytes) {
+    code = absl::StatusCode::kResourceExhausted;
+    message = absl::StrCat("response attachment of ", attachment.length,
+                           " bytes exceeds max_message_bytes ", options_.max_message_bytes);
+    payload.clear();
+    attachment = Attachment();
   }
   if (message.size() > kMaxStatusMessage) message.resize(kMaxStatusMessage);
   if (payload.size() > options_.max_message_bytes) {
@@ -70,6 +85,7 @@ void Connection::QueueResponse(const RequestToken& token, absl::StatusCode code,
   item.payload = std::move(payload);
   item.meta = std::move(meta);
   item.refused = refused;
+  item.attachment = std::move(attachment);
   out_queue_.push_back(std::move(item));
   ScheduleEndOfStep();
 }
@@ -185,14 +201,20 @@ bool Connection::SendRequest(uint32_t handle) {
   Slot* s = streams_.Live(idx, gen);
   if (s == nullptr) return true;  // cancelled while queued
   OutgoingRequest& r = s->request;
+  const size_t descriptors =
+      2 * kRemoteBufferBytes + (r.attachment ? kAttachmentDescriptorBytes : 0);
   if (!r.meta.empty() &&
-      !SendsEagerly(kWireHeaderBytes + r.method.size() + r.meta.size() + 2 * kRemoteBufferBytes,
+      !SendsEagerly(kWireHeaderBytes + r.method.size() + r.meta.size() + descriptors,
                     EagerLimit())) {
     // Too large for the eager prefix: the metadata leads the payload and
     // travels with it (runtime/rpc passes a request with metadata as bytes).
     r.payload.insert(0, r.meta);
     r.meta_in_payload = static_cast<uint32_t>(r.meta.size());
     r.meta.clear();
+  }
+  if (r.attachment) {
+    SendRequestWithAttachment(s, idx, gen);
+    return true;
   }
   const size_t payload_size = r.payload_size();
   WireHeader h;
@@ -342,6 +364,10 @@ void Connection::SendRegisteredResponse(const RequestToken& token, PooledBuffer 
 }
 
 bool Connection::SendResponseItem(OutItem& item) {
+  if (item.attachment) {
+    SendResponseWithAttachment(item);
+    return true;
+  }
   // The status message rides in the eager header even when the payload is
   // large, so it must leave room for the header and a descriptor.
   const size_t max_message = EagerLimit() - kWireHeaderBytes - 2 * kRemoteBufferBytes;
@@ -447,7 +473,8 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
                            absl::string_view aux, const RemoteBuffer& payload_remote,
                            const RemoteBuffer& reply, absl::string_view payload,
                            PayloadWriteFn write, const void* source, size_t payload_size,
-                           absl::string_view meta) {
+                           absl::string_view meta, const AttachmentDescriptor& attachment,
+                           absl::string_view inline_attachment) {
   if (IsSmallMessage(kind, h.flags)) NoteSmallMessage();  // rendezvous pacing
   const int buf = send_queue_.TakeSendBuffer();
   CHECK_GE(buf, 0) << "caller checks CanPostMessage";
@@ -457,7 +484,7 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
   h.credits = credits_->TakeOwed();
   h.aux_len = static_cast<uint16_t>(aux.size());
   if (!(h.flags & kFlagMetaInPayload)) h.meta_len = static_cast<uint32_t>(meta.size());
-  const size_t prefix = EncodePrefix(h, aux, payload_remote, reply, out, meta);
+  const size_t prefix = EncodePrefix(h, aux, payload_remote, reply, out, meta, attachment);
   if (write != nullptr) {
     if (payload_size > 0) write(source, out + prefix);  // serialised in place
   } else {
@@ -467,7 +494,11 @@ void Connection::PostEager(MsgKind kind, uint16_t slot, uint16_t gen, WireHeader
       loop_->stats().payload_bytes_copied.Add(payload_size);
     }
   }
-  const size_t len = prefix + payload_size;
+  if (!inline_attachment.empty()) {
+    std::memcpy(out + prefix + payload_size, inline_attachment.data(), inline_attachment.size());
+    loop_->stats().payload_bytes_copied.Add(inline_attachment.size());
+  }
+  const size_t len = prefix + payload_size + inline_attachment.size();
   DCHECK_LE(len, EagerLimit());
   ibv_sge sge{reinterpret_cast<uint64_t>(out), static_cast<uint32_t>(len),
               send_queue_.send_lkey(buf)};
@@ -689,7 +720,8 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
     NoteSmallMessage();  // rendezvous pacing
   }
   if (imm.kind == MsgKind::kResponseWritten &&
-      (m.header.kind != MsgKind::kResponse || (m.header.flags & kFlagPayloadRemote))) {
+      (m.header.kind != MsgKind::kResponse ||
+       (m.header.flags & (kFlagPayloadRemote | kFlagAttachment)))) {
     // The message lies in our reply buffer: it can only be the response
     // itself (a descriptor there would send us pulling into the buffer
     // the message is read from).
@@ -739,6 +771,17 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
         // left of an earlier stream the cap ended there is moot.
         if (!failed_streams_.empty()) failed_streams_.erase(key);
       }
+      if (m.has_attachment()) {
+        if (absl::Status bad = CheckAttachmentFrame(m); !bad.ok()) {
+          Close(absl::UnavailableError(
+              absl::StrCat("protocol error from ", peer_name_, ": ", bad.message())));
+          return;
+        }
+        if (m.attachment.remote) {
+          StartAttachmentPull(imm, m, /*is_request=*/true);
+          return;
+        }
+      }
       if (m.header.flags & kFlagPayloadRemote) {
         StartRequestPull(imm, m);
         return;
@@ -748,7 +791,10 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
       token.generation = imm.generation;
       token.has_reply_buffer = (m.header.flags & kFlagReplyBuffer) != 0;
       token.reply_buffer = m.reply_buffer;
-      DeliverRequest(token, m.aux, m.payload, m.header.timeout_us, m.header.flags, m.meta);
+      DeliverRequest(token, m.aux, m.payload, m.header.timeout_us, m.header.flags, m.meta, nullptr,
+                     m.has_attachment()
+                         ? CopyToAttachment(m.attachment_bytes.data(), m.attachment_bytes.size())
+                         : Attachment());
       return;
     }
     case MsgKind::kResponse:
@@ -773,6 +819,21 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
 void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
   Slot* s = streams_.Live(imm.slot, imm.generation);
   if (s == nullptr) ReleaseQuarantined(imm.slot, imm.generation);
+  if (m.has_attachment()) {
+    if (absl::Status bad = CheckAttachmentFrame(m); !bad.ok()) {
+      Close(absl::UnavailableError(
+          absl::StrCat("protocol error from ", peer_name_, ": ", bad.message())));
+      return;
+    }
+    if (m.attachment.remote) {
+      if (s == nullptr) {
+        QueueRelease(m.header.ref);  // a retired call: the server may free both
+        return;
+      }
+      StartAttachmentPull(imm, m, /*is_request=*/false);
+      return;
+    }
+  }
   if (m.header.flags & kFlagPayloadRemote) {
     if (s == nullptr) {
       // Late response to a retired call: let the server free its buffer.
@@ -833,6 +894,10 @@ void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
     return;
   }
   FinishSlot(imm.slot, false);
+  if (m.has_attachment()) {
+    sink->OnResponseAttachment(
+        CopyToAttachment(m.attachment_bytes.data(), m.attachment_bytes.size()));
+  }
   if (!m.meta.empty()) sink->OnResponseMetadata(m.meta);
   sink->OnResponse(code, m.aux, m.payload);
 }

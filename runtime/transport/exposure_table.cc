@@ -59,7 +59,7 @@ absl::StatusOr<uint32_t> ExposureTable::Expose(SendQueue* sq, LargeBuffer* buffe
     wr.opcode = IBV_WR_BIND_MW;
     wr.bind_mw.mw = w.mw;
     wr.bind_mw.rkey = w.rkey;
-    wr.bind_mw.bind_info.mr = buffer->mr.get();
+    wr.bind_mw.bind_info.mr = const_cast<ibv_mr*>(buffer->active_mr());
     wr.bind_mw.bind_info.addr = addr;
     wr.bind_mw.bind_info.length = length;
     wr.bind_mw.bind_info.mw_access_flags = static_cast<unsigned>(access);

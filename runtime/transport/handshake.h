@@ -56,7 +56,10 @@ inline constexpr size_t kMaxConnectTokenBytes = kMaxConnectPrivateDataBytes - kH
 // Feature bits (HandshakeData::features), offered by both sides.
 // kFeatureDrain: the side understands kGoAway and kFlagRefused (header.h).
 inline constexpr uint32_t kFeatureDrain = 1;
-inline constexpr uint32_t kOfferedFeatures = kFeatureDrain;
+// kFeatureAttachment: the side takes requests and responses with
+// kFlagAttachment (header.h).
+inline constexpr uint32_t kFeatureAttachment = 2;
+inline constexpr uint32_t kOfferedFeatures = kFeatureDrain | kFeatureAttachment;
 inline constexpr uint32_t kRejectVersion = 1;
 inline constexpr uint32_t kRejectShuttingDown = 2;
 // The server could not set the connection up (CQ full, registration refused).

@@ -49,11 +49,13 @@ size_t EncodedPrefixBytes(const WireHeader& h) {
   size_t n = kWireHeaderBytes + h.aux_len + ((h.flags & kFlagMetaInPayload) ? 0 : h.meta_len);
   if (h.flags & kFlagPayloadRemote) n += kRemoteBufferBytes;
   if (h.flags & kFlagReplyBuffer) n += kRemoteBufferBytes;
+  if (h.flags & kFlagAttachment) n += kAttachmentDescriptorBytes;
   return n;
 }
 
 size_t EncodePrefix(const WireHeader& h, absl::string_view aux, const RemoteBuffer& payload_remote,
-                    const RemoteBuffer& reply_buffer, char* out, absl::string_view meta) {
+                    const RemoteBuffer& reply_buffer, char* out, absl::string_view meta,
+                    const AttachmentDescriptor& attachment) {
   PutLittleEndian<uint16_t>(out, kHeaderMagic);
   out[2] = static_cast<char>(h.kind);
   out[3] = static_cast<char>(h.flags);
@@ -79,6 +81,12 @@ size_t EncodePrefix(const WireHeader& h, absl::string_view aux, const RemoteBuff
   if (h.flags & kFlagReplyBuffer) {
     PutRemote(out + off, reply_buffer);
     off += kRemoteBufferBytes;
+  }
+  if (h.flags & kFlagAttachment) {
+    PutLittleEndian<uint32_t>(out + off, attachment.length);
+    PutLittleEndian<uint32_t>(out + off + 4, attachment.remote ? 1 : 0);
+    PutRemote(out + off + 8, attachment.remote ? attachment.buffer : RemoteBuffer());
+    off += kAttachmentDescriptorBytes;
   }
   return off;
 }
@@ -162,15 +170,40 @@ absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
     m.reply_buffer = GetRemote(p + off);
     off += kRemoteBufferBytes;
   }
-  if (!(h.flags & kFlagPayloadRemote)) {
-    if (bytes.size() - off != h.payload_len) {
-      return absl::InvalidArgumentError(absl::StrCat("header announces a payload of ",
-                                                     h.payload_len, " bytes but ",
-                                                     bytes.size() - off, " follow"));
+  size_t inline_attachment = 0;
+  if (h.flags & kFlagAttachment) {
+    m.attachment.length = GetLittleEndian<uint32_t>(p + off);
+    const uint32_t mode = GetLittleEndian<uint32_t>(p + off + 4);
+    if (mode > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attachment descriptor has unknown mode ", mode));
     }
-    m.payload = bytes.substr(off);
+    m.attachment.remote = mode == 1;
+    if (m.attachment.remote) {
+      m.attachment.buffer = GetRemote(p + off + 8);
+      if (m.attachment.buffer.length != m.attachment.length) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("remote attachment descriptor of ", m.attachment.buffer.length,
+                         " bytes disagrees with the attachment's length ", m.attachment.length));
+      }
+    } else {
+      inline_attachment = m.attachment.length;
+    }
+    off += kAttachmentDescriptorBytes;
+  }
+  const size_t inline_payload = (h.flags & kFlagPayloadRemote) ? 0 : size_t{h.payload_len};
+  if (bytes.size() - off != inline_payload + inline_attachment) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("header announces an inline payload of ", inline_payload,
+                     " bytes and an inline "
+                     "attachment of ",
+                     inline_attachment, " bytes but ", bytes.size() - off, " follow"));
+  }
+  if (!(h.flags & kFlagPayloadRemote)) {
+    m.payload = bytes.substr(off, inline_payload);
     SplitMetaInPayload(h, &m.payload, &m.meta);  // lengths checked above
   }
+  if (inline_attachment > 0) m.attachment_bytes = bytes.substr(off + inline_payload);
   return m;
 }
 
@@ -183,7 +216,29 @@ absl::StatusOr<size_t> EncodedMessageBytes(absl::string_view start) {
                                                    " bytes of header, aux and descriptors but "
                                                    "only ", start.size(), " arrived with it"));
   }
-  return prefix + ((h.flags & kFlagPayloadRemote) ? 0 : size_t{h.payload_len});
+  size_t inline_attachment = 0;
+  if ((h.flags & kFlagAttachment) &&
+      GetLittleEndian<uint32_t>(start.data() + prefix - kAttachmentDescriptorBytes + 4) == 0) {
+    inline_attachment =
+        GetLittleEndian<uint32_t>(start.data() + prefix - kAttachmentDescriptorBytes);
+  }
+  return prefix + ((h.flags & kFlagPayloadRemote) ? 0 : size_t{h.payload_len}) + inline_attachment;
+}
+
+absl::Status CheckAttachmentFrame(const ParsedMessage& m) {
+  const WireHeader& h = m.header;
+  const bool unary_request = h.kind == MsgKind::kRequest && !(h.flags & kFlagStream);
+  if (!unary_request && h.kind != MsgKind::kResponse) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attachment on a frame of kind ", static_cast<int>(h.kind), " with flags 0x",
+                     absl::Hex(h.flags), " (only unary requests and responses)"));
+  }
+  if (!m.attachment.remote && (h.flags & kFlagPayloadRemote)) {
+    return absl::InvalidArgumentError(absl::StrCat("inline attachment of ", m.attachment.length,
+                                                   " bytes beside a remote payload of ",
+                                                   h.payload_len, " bytes"));
+  }
+  return absl::OkStatus();
 }
 
 bool SplitMetaInPayload(const WireHeader& h, absl::string_view* payload, absl::string_view* meta) {

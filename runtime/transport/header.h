@@ -75,10 +75,27 @@ enum HeaderFlags : uint8_t {
   // A response: the server did not start the call (it is draining), so the
   // client may send it elsewhere. Only to peers with kFeatureDrain.
   kFlagRefused = 64,
+  // A request or response carries an attachment (AttachmentDescriptor
+  // after the other descriptors): bytes beside the message that the
+  // transport moves without parsing, inline after the payload or, remote,
+  // pulled by the receiver with RDMA READ straight from the sender's
+  // buffer. Only to peers with kFeatureAttachment (handshake.h).
+  kFlagAttachment = 128,
 };
 inline constexpr uint8_t kKnownFlags = kFlagPayloadRemote | kFlagReplyBuffer | kFlagStream |
                                        kFlagEndStream | kFlagNoMessage | kFlagMetaInPayload |
-                                       kFlagRefused;
+                                       kFlagRefused | kFlagAttachment;
+// The attachment of a message with kFlagAttachment: `length` bytes, inline
+// (they follow the payload) or remote (`remote` names them; the receiver
+// pulls them, then a response's receiver sends kRelease with the header's
+// `ref`). Encoded as u32 length | u32 mode (0 inline, 1 remote) |
+// RemoteBuffer (zero when inline).
+struct AttachmentDescriptor {
+  uint32_t length = 0;  // bytes
+  bool remote = false;
+  RemoteBuffer buffer;  // valid when remote; buffer.length == length
+};
+inline constexpr size_t kAttachmentDescriptorBytes = 8 + kRemoteBufferBytes;
 struct WireHeader;
 // With kFlagMetaInPayload, splits a whole payload (`*payload`, e.g. pulled
 // by RDMA READ) into its metadata and the message; false when the payload
@@ -96,8 +113,9 @@ inline constexpr uint64_t kNoTimeout = ~uint64_t{0};
 // followed by aux_len bytes of aux (method name in a request, status message
 // in a response), meta_len bytes of metadata (opaque to the transport:
 // runtime/rpc encodes it), then the RemoteBuffers the flags announce
-// (payload first, then reply buffer), then payload_len bytes of payload
-// unless it is remote.
+// (payload first, then reply buffer), then the AttachmentDescriptor with
+// kFlagAttachment, then payload_len bytes of payload unless it is remote,
+// then an inline attachment's bytes.
 struct WireHeader {
   MsgKind kind = MsgKind::kCredit;
   uint8_t flags = 0;
@@ -118,16 +136,26 @@ struct ParsedMessage {
   RemoteBuffer payload_remote;  // valid with kFlagPayloadRemote
   RemoteBuffer reply_buffer;    // valid with kFlagReplyBuffer
   absl::string_view payload;    // empty when the payload is remote
+  AttachmentDescriptor attachment;     // valid with kFlagAttachment
+  absl::string_view attachment_bytes;  // an inline attachment (empty otherwise)
+  bool has_attachment() const { return (header.flags & kFlagAttachment) != 0; }
 };
+
+// OK for a frame whose attachment is where one may be: a unary request
+// (kRequest without kFlagStream) or a response, inline only beside an
+// inline payload. INVALID_ARGUMENT naming the kind and flags otherwise.
+absl::Status CheckAttachmentFrame(const ParsedMessage& m);
 
 // Bytes Encode writes before the payload.
 size_t EncodedPrefixBytes(const WireHeader& h);
 // Writes header, aux, metadata and descriptors into `out` (capacity >=
 // EncodedPrefixBytes). Returns bytes written. header.aux_len must equal
-// aux.size() and header.meta_len meta.size().
+// aux.size() and header.meta_len meta.size(); `attachment` is written
+// only with kFlagAttachment.
 size_t EncodePrefix(const WireHeader& h, absl::string_view aux, const RemoteBuffer& payload_remote,
                     const RemoteBuffer& reply_buffer, char* out,
-                    absl::string_view meta = absl::string_view());
+                    absl::string_view meta = absl::string_view(),
+                    const AttachmentDescriptor& attachment = AttachmentDescriptor());
 // The whole encoded size (prefix + inline payload) of the message whose
 // first bytes are `start` (at least its prefix): how a client learns the
 // size of a response pushed into its reply buffer, whose last piece (the
@@ -136,8 +164,9 @@ size_t EncodePrefix(const WireHeader& h, absl::string_view aux, const RemoteBuff
 // shorter than the prefix.
 absl::StatusOr<size_t> EncodedMessageBytes(absl::string_view start);
 // Parses `bytes` (one received message). INVALID_ARGUMENT (naming the field
-// and values) for a bad magic, unknown kind, unknown flags, or lengths that
-// overrun `bytes`.
+// and values) for a bad magic, unknown kind, unknown flags, lengths that
+// overrun `bytes`, or an attachment descriptor whose mode is neither
+// inline nor remote or whose remote length disagrees with its length.
 absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes);
 
 

@@ -126,7 +126,7 @@ void Connection::StartResponsePull(uint32_t handle, const ParsedMessage& m) {
   // (Were they kept until the READ ends, a deadline passing during the READ
   // would quarantine them for the rest of the connection's life: no later
   // response comes to release them.)
-  for (LargeBuffer** b : {&slot.request_buffer, &slot.reply_buffer}) {
+  for (LargeBuffer** b : {&slot.request_buffer, &slot.reply_buffer, &slot.attachment_buffer}) {
     if (*b == nullptr) continue;
     RevokeAndPut(*b, /*rekey=*/false);
     *b = nullptr;
@@ -162,11 +162,11 @@ void Connection::StartResponsePull(uint32_t handle, const ParsedMessage& m) {
 
 void Connection::PostRead(ReadCtx ctx) {
   const uint64_t id = next_transfer_id_++;
-  ctx.progress.length = ctx.remote.length;
+  ctx.progress.length = ctx.remote.length + (ctx.has_attachment ? ctx.attachment_remote.length : 0);
   EngineStats& stats = loop_->stats();
   stats.rendezvous_transfers[static_cast<int>(RendezvousDirection::kRead)].Add();
-  stats.rendezvous_bytes[static_cast<int>(RendezvousDirection::kRead)].Add(ctx.remote.length);
-  bytes_received_ += ctx.remote.length;
+  stats.rendezvous_bytes[static_cast<int>(RendezvousDirection::kRead)].Add(ctx.progress.length);
+  bytes_received_ += ctx.progress.length;
   reads_.emplace(id, std::move(ctx));
   transfer_queue_.push_back({id, /*read=*/true});
   PostRendezvousChunks();
@@ -220,12 +220,17 @@ void Connection::PostRendezvousChunks() {
         continue;
       }
       progress = &ctx.progress;
-      const uint32_t len =
-          static_cast<uint32_t>(pacer_.NextPieceBytes(progress->length - progress->posted));
+      // The payload's bytes, then an attachment's, into one buffer; a
+      // piece never spans both (they lie in different remote regions).
+      const bool in_payload = progress->posted < ctx.remote.length;
+      const RemoteBuffer& from = in_payload ? ctx.remote : ctx.attachment_remote;
+      const uint32_t from_offset =
+          in_payload ? progress->posted : progress->posted - ctx.remote.length;
+      const uint32_t len = static_cast<uint32_t>(pacer_.NextPieceBytes(from.length - from_offset));
       sge = ibv_sge{ctx.buffer->addr() + progress->posted, len, ctx.buffer->lkey()};
       wr.opcode = IBV_WR_RDMA_READ;
-      wr.wr.rdma.remote_addr = ctx.remote.addr + progress->posted;
-      wr.wr.rdma.rkey = ctx.remote.rkey;
+      wr.wr.rdma.remote_addr = from.addr + from_offset;
+      wr.wr.rdma.rkey = from.rkey;
       progress->posted += len;
     } else {
       auto it = pushes_.find(q.id);
@@ -345,12 +350,21 @@ void Connection::OnReadDone(uint64_t id) {
                                                (ctx.end_stream ? kFlagEndStream : 0) |
                                                (ctx.header.flags & kFlagNoMessage));
     absl::string_view payload(ctx.buffer->data, ctx.remote.length);
+    if (ctx.has_attachment && ctx.remote.length == 0) payload = ctx.inline_payload;
     absl::string_view meta = ctx.meta;
     if (!SplitMetaInPayload(ctx.header, &payload, &meta)) {
       if (pool_ != nullptr) pool_->Put(ctx.buffer);
       Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_, ": request of ",
                                                 payload.size(), " bytes is shorter than its "
                                                 "metadata of ", ctx.header.meta_len)));
+      return;
+    }
+    if (ctx.has_attachment) {
+      // The buffer becomes the attachment's (the handler keeps it as long
+      // as it likes); the payload is parsed during OnRequest.
+      Attachment attachment = PulledAttachment(ctx);
+      DeliverRequest(ctx.token, ctx.method, payload, ctx.timeout_us, flags, meta, nullptr,
+                     std::move(attachment));
       return;
     }
     // The handler may keep the buffer (and parse it on another thread).
@@ -363,12 +377,20 @@ void Connection::OnReadDone(uint64_t id) {
   QueueRelease(ctx.ref);
   const uint16_t idx = HandleSlot(ctx.handle);
   const uint16_t gen = HandleGeneration(ctx.handle);
-  PooledBuffer owner(pool_, ctx.buffer);  // the sink may keep it
+  Attachment attachment;
+  PooledBuffer owner;  // the sink may keep it
+  if (ctx.has_attachment) {
+    attachment = PulledAttachment(ctx);  // owns the buffer now
+  } else {
+    owner = PooledBuffer(pool_, ctx.buffer);
+  }
   if (Slot* s = streams_.Live(idx, gen); s != nullptr) {
     ResponseSink* sink = s->sink;
     FinishSlot(idx, false);
     absl::string_view payload(ctx.buffer->data, ctx.remote.length);
+    if (ctx.has_attachment && ctx.remote.length == 0) payload = ctx.inline_payload;
     absl::string_view meta = ctx.meta;
+    if (attachment) sink->OnResponseAttachment(std::move(attachment));
     if (!SplitMetaInPayload(ctx.header, &payload, &meta)) {
       sink->OnFailure(absl::UnavailableError(absl::StrCat(
           "protocol error from ", peer_name_, ": response of ", payload.size(),
@@ -381,16 +403,26 @@ void Connection::OnReadDone(uint64_t id) {
 }
 
 void Connection::OnRelease(uint32_t ref) {
-  auto it = exposed_.find(ref);
-  if (it == exposed_.end()) return;
-  RevokeAndPut(it->second, /*rekey=*/false);
-  exposed_.erase(it);
-  if (close_when_sent_) MaybeFinishCloseWhenSent();
+  bool released = false;
+  if (auto it = exposed_.find(ref); it != exposed_.end()) {
+    RevokeAndPut(it->second, /*rekey=*/false);
+    exposed_.erase(it);
+    released = true;
+  }
+  if (!exposed_attachments_.empty()) {
+    if (auto it = exposed_attachments_.find(ref); it != exposed_attachments_.end()) {
+      RevokeAndPut(it->second, /*rekey=*/false);
+      exposed_attachments_.erase(it);
+      released = true;
+    }
+  }
+  if (released && close_when_sent_) MaybeFinishCloseWhenSent();
 }
 
 void Connection::DeliverRequest(const RequestToken& token, absl::string_view method,
                                 absl::string_view payload, uint64_t timeout_us, uint8_t flags,
-                                absl::string_view meta, PooledBuffer* payload_buffer) {
+                                absl::string_view meta, PooledBuffer* payload_buffer,
+                                Attachment attachment) {
   if (handler_ == nullptr) return;
   IncomingRequest req;
   req.method = method;
@@ -402,6 +434,7 @@ void Connection::DeliverRequest(const RequestToken& token, absl::string_view met
   req.has_message = !(flags & kFlagNoMessage);
   req.end_stream = !req.stream || (flags & kFlagEndStream) != 0;
   req.payload_buffer = payload_buffer;
+  req.attachment = std::move(attachment);
   handler_->OnRequest(this, req);
 }
 

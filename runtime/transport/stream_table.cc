@@ -26,6 +26,7 @@ void StreamTable::Free(uint16_t index) {
   Slot& s = slots_[index];
   s.request_buffer = nullptr;
   s.reply_buffer = nullptr;
+  s.attachment_buffer = nullptr;
   s.in.pulls = 0;
   s.in.deferred.clear();
   s.stream = false;
@@ -38,11 +39,12 @@ void StreamTable::Free(uint16_t index) {
   free_slots_.push_back(index);
 }
 
-void StreamTable::Quarantine(uint16_t slot, uint16_t gen, LargeBuffer* request,
-                             LargeBuffer* reply) {
+void StreamTable::Quarantine(uint16_t slot, uint16_t gen, LargeBuffer* request, LargeBuffer* reply,
+                             LargeBuffer* attachment) {
   std::vector<LargeBuffer*>& held = quarantine_[PackHandle(slot, gen)];
   if (request != nullptr) held.push_back(request);
   if (reply != nullptr) held.push_back(reply);
+  if (attachment != nullptr) held.push_back(attachment);
 }
 
 std::vector<LargeBuffer*> StreamTable::TakeQuarantined(uint16_t slot, uint16_t gen) {

@@ -78,6 +78,11 @@ struct OutgoingRequest {
   size_t registered_len = 0;
   // Opaque metadata sent with the request (runtime/rpc encodes it).
   std::string meta;
+  // Bytes beside the message (header.h: kFlagAttachment), unary calls
+  // only: inline when the whole request fits the eager limit, else exposed
+  // for the server to pull straight from the region (no copy) until the
+  // call's answer. The region is kept alive while the call is live.
+  Attachment attachment;
   // Opens a stream (kFlagStream): the request may carry no message
   // (no_message) and need not end the client's side (end_stream false);
   // SendStreamMessage adds messages. A unary request is neither.
@@ -118,6 +123,10 @@ class ResponseSink {
   // are valid during the call only. OnResponse ends a stream; its payload
   // is then the status details, not a message.
   virtual void OnStreamHeaders(absl::string_view /*meta*/) {}
+  // Just before OnResponse / OnResponseInBuffer, when the response carries
+  // an attachment: its bytes, which the sink may keep (they are its own,
+  // pulled from the server or copied out of the receive buffer).
+  virtual void OnResponseAttachment(Attachment /*attachment*/) {}
   // Just before OnResponse, when the response carries metadata (opaque).
   virtual void OnResponseMetadata(absl::string_view /*meta*/) {}
   virtual void OnStreamMessage(absl::string_view /*payload*/) {}
@@ -197,6 +206,7 @@ class StreamTable {
     OutgoingRequest request;
     LargeBuffer* request_buffer = nullptr;
     LargeBuffer* reply_buffer = nullptr;
+    LargeBuffer* attachment_buffer = nullptr;  // the request's attachment, exposed
     bool stream = false;  // opened with kFlagStream
     StreamIn in;          // streams only
   };
@@ -231,7 +241,8 @@ class StreamTable {
   // --- buffers of calls that ended before the server answered ---
   // Keeps `request` and `reply` (either may be null) of the call (slot,
   // gen) out of use: the server may still READ or WRITE them.
-  void Quarantine(uint16_t slot, uint16_t gen, LargeBuffer* request, LargeBuffer* reply);
+  void Quarantine(uint16_t slot, uint16_t gen, LargeBuffer* request, LargeBuffer* reply,
+                  LargeBuffer* attachment = nullptr);
   // The server answered (slot, gen): its quarantined buffers, which it will
   // not touch again, are handed back (removed from the table). Empty when
   // there were none.

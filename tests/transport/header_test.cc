@@ -146,11 +146,116 @@ TEST(WireHeader, RejectsUnknownKindAndFlags) {
   bad_kind[2] = 11;
   EXPECT_EQ(DecodeMessage(bad_kind).status().code(), absl::StatusCode::kInvalidArgument);
   std::string refused = bytes;
-  refused[3] = static_cast<char>(kFlagRefused);  // the last flag
+  refused[3] = static_cast<char>(kFlagRefused);
   EXPECT_TRUE(DecodeMessage(refused).ok());
-  std::string bad_flags = bytes;
-  bad_flags[3] = static_cast<char>(0x80);
-  EXPECT_EQ(DecodeMessage(bad_flags).status().code(), absl::StatusCode::kInvalidArgument);
+  // Every bit is a flag now; kFlagAttachment (the last) without the
+  // descriptor it announces is a prefix that overruns the message.
+  EXPECT_EQ(kKnownFlags, 0xFF);
+  std::string no_descriptor = bytes;
+  no_descriptor[3] = static_cast<char>(kFlagAttachment);
+  absl::StatusOr<ParsedMessage> short_prefix = DecodeMessage(no_descriptor);
+  EXPECT_EQ(short_prefix.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(short_prefix.status().message().find("56 bytes of header"), absl::string_view::npos)
+      << short_prefix.status();
+}
+
+// A request with `payload` inline and an attachment descriptor `ad`
+// (followed by `inline_attachment` when it is inline).
+std::string EncodeWithAttachment(WireHeader h, absl::string_view payload,
+                                 const AttachmentDescriptor& ad,
+                                 absl::string_view inline_attachment) {
+  h.flags |= kFlagAttachment;
+  h.payload_len = static_cast<uint32_t>(payload.size());
+  std::string out(EncodedPrefixBytes(h), '\0');
+  EXPECT_EQ(EncodePrefix(h, "", {}, {}, out.data(), {}, ad), out.size());
+  return out + std::string(payload) + std::string(inline_attachment);
+}
+
+TEST(WireHeader, InlineAttachmentFollowsThePayload) {
+  WireHeader h;
+  h.kind = MsgKind::kRequest;
+  AttachmentDescriptor ad;
+  ad.length = 5;
+  const std::string bytes = EncodeWithAttachment(h, "msg", ad, "ABCDE");
+  EXPECT_EQ(bytes.size(), kWireHeaderBytes + kAttachmentDescriptorBytes + 3 + 5);
+  absl::StatusOr<ParsedMessage> m = DecodeMessage(bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->has_attachment());
+  EXPECT_FALSE(m->attachment.remote);
+  EXPECT_EQ(m->attachment.length, 5u);
+  EXPECT_EQ(m->payload, "msg");
+  EXPECT_EQ(m->attachment_bytes, "ABCDE");
+  EXPECT_TRUE(CheckAttachmentFrame(*m).ok());
+  absl::StatusOr<size_t> total = EncodedMessageBytes(bytes);
+  ASSERT_TRUE(total.ok()) << total.status();
+  EXPECT_EQ(*total, bytes.size());
+  // One byte of the attachment missing, or one too many.
+  EXPECT_EQ(DecodeMessage(bytes.substr(0, bytes.size() - 1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeMessage(bytes + "x").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WireHeader, RemoteAttachmentCarriesItsDescriptor) {
+  WireHeader h;
+  h.kind = MsgKind::kResponse;
+  h.ref = 42;
+  AttachmentDescriptor ad;
+  ad.length = 1 << 20;
+  ad.remote = true;
+  ad.buffer = RemoteBuffer{0x7f0012340000, 0xbeef, 1 << 20};
+  const std::string bytes = EncodeWithAttachment(h, "m", ad, "");
+  absl::StatusOr<ParsedMessage> m = DecodeMessage(bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->attachment.remote);
+  EXPECT_EQ(m->attachment.buffer.addr, 0x7f0012340000u);
+  EXPECT_EQ(m->attachment.buffer.rkey, 0xbeefu);
+  EXPECT_EQ(m->attachment.buffer.length, 1u << 20);
+  EXPECT_EQ(m->payload, "m");
+  EXPECT_TRUE(m->attachment_bytes.empty());
+  EXPECT_EQ(m->header.ref, 42u);
+  // A descriptor whose region disagrees with the length, or an unknown
+  // mode, is refused.
+  AttachmentDescriptor lying = ad;
+  lying.buffer.length = 100;
+  absl::StatusOr<ParsedMessage> bad = DecodeMessage(EncodeWithAttachment(h, "m", lying, ""));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("100 bytes disagrees"), absl::string_view::npos)
+      << bad.status();
+  std::string mode = bytes;
+  mode[kWireHeaderBytes + 4] = 2;
+  bad = DecodeMessage(mode);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("unknown mode 2"), absl::string_view::npos) << bad.status();
+}
+
+TEST(WireHeader, AttachmentsGoOnlyOnUnaryRequestsAndResponses) {
+  AttachmentDescriptor ad;
+  for (MsgKind kind : {MsgKind::kStreamMessage, MsgKind::kHeaders, MsgKind::kRelease}) {
+    WireHeader h;
+    h.kind = kind;
+    absl::StatusOr<ParsedMessage> m = DecodeMessage(EncodeWithAttachment(h, "", ad, ""));
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(CheckAttachmentFrame(*m).code(), absl::StatusCode::kInvalidArgument);
+  }
+  WireHeader stream;
+  stream.kind = MsgKind::kRequest;
+  stream.flags = kFlagStream;
+  absl::StatusOr<ParsedMessage> m = DecodeMessage(EncodeWithAttachment(stream, "", ad, ""));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(CheckAttachmentFrame(*m).code(), absl::StatusCode::kInvalidArgument);
+  // Inline beside a remote payload: the sender never does that.
+  WireHeader remote;
+  remote.kind = MsgKind::kRequest;
+  remote.flags = kFlagPayloadRemote | kFlagAttachment;
+  remote.payload_len = 4096;
+  std::string out(EncodedPrefixBytes(remote), '\0');
+  EncodePrefix(remote, "", RemoteBuffer{0x1000, 1, 4096}, {}, out.data(), {}, ad);
+  m = DecodeMessage(out);
+  ASSERT_TRUE(m.ok()) << m.status();
+  absl::Status s = CheckAttachmentFrame(*m);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("beside a remote payload of 4096 bytes"), absl::string_view::npos)
+      << s;
 }
 
 TEST(WireHeader, StreamFrameCarriesMetadataBetweenAuxAndDescriptor) {
