@@ -12,11 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
-#include "runtime/rpc/address.h"
 #include "rdmarpc/metrics.h"
+#include "runtime/rpc/address.h"
 #include "runtime/rpc/admin_endpoint.h"
-#include "runtime/rpc/channel_impl.h"
+#include "runtime/rpc/attachment_access.h"
 #include "runtime/rpc/auth.h"
+#include "runtime/rpc/channel_impl.h"
 #include "runtime/rpc/metadata.h"
 #include "runtime/rpc/resolver_registry.h"
 #include "runtime/rpc/retrying_call.h"
@@ -47,6 +48,12 @@ void ClientCall::OnResponseMetadata(absl::string_view meta) {
   meta_error = TakeServerMetadata(meta, *peer, max_metadata_bytes,
                                   ClientContextAccess::ServerInitialMetadata(context),
                                   ClientContextAccess::ServerTrailingMetadata(context));
+}
+
+void ClientCall::OnResponseAttachment(Attachment attachment) {
+  if (context == nullptr) return;
+  ClientContextAccess::SetResponseAttachment(
+      context, AttachmentAccess::FromTransport(std::move(attachment)));
 }
 
 void ClientCall::OnResponse(absl::StatusCode code, absl::string_view message,
@@ -253,7 +260,7 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
     impl->throttle_ = std::make_unique<RetryThrottle>(*impl->service_config_->throttle());
   }
   // Client large buffers are cached up to 4 × max message, unbounded in use.
-  impl->device_ = std::make_unique<DeviceResources>(0, 256u << 20);
+  impl->device_ = std::make_shared<DeviceResources>(0, 256u << 20);
   std::vector<EventLoop*> loops;
   for (int i = 0; i < options.engine_threads; ++i) {
     auto e = std::make_unique<EventLoop>(absl::StrCat("rdmarpc-client-", i));
@@ -819,6 +826,9 @@ void ChannelImpl::StartOnLoop(ClientCall* call, ConnectionPool* pool, int slot) 
   req.registered = std::move(call->registered);
   req.registered_len = call->registered_len;
   req.deadline = call->deadline;
+  if (call->context != nullptr) {
+    req.attachment = AttachmentAccess::ToTransport(call->context->request_attachment());
+  }
   req.keep_for_retry = resolver_handler_ != nullptr || static_pools_.size() > 1;
   call->sent_payload_bytes = req.payload_size();
   // May finish the call (and end its life) before returning.

@@ -90,6 +90,8 @@ class ClientCall final : public ResponseSink, public CallCanceller {
 
   void OnQueued(uint32_t h) override { handle = h; }
   void OnResponseMetadata(absl::string_view meta) override;
+  // Into the context (ClientContext::response_attachment).
+  void OnResponseAttachment(Attachment attachment) override;
   void OnSent() override {
     if (context != nullptr) ClientContextAccess::SetPeer(context, *peer);
   }
@@ -288,7 +290,7 @@ class ChannelImpl {
   const int owner_pid_;
   // As given, plus the metrics interceptor first when metrics are on.
   ChannelOptions options_;
-  std::unique_ptr<DeviceResources> device_;
+  std::shared_ptr<DeviceResources> device_;  // shared with attachments received
   std::vector<std::unique_ptr<EventLoop>> loops_;
   LbPolicy lb_policy_ = LbPolicy::kRoundRobin;
   std::atomic<bool> destroying_{false};

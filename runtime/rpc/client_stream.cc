@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "rdmarpc/client_callback.h"
+#include "runtime/rpc/attachment_access.h"
 #include "runtime/rpc/auth.h"
 #include "runtime/rpc/metadata.h"
 #include "runtime/rpc/status_payloads.h"
@@ -185,6 +186,10 @@ void ClientStreamState::StartOnLoop(ChannelImpl::Route route, std::string first,
   req.no_message = !has_first;
   req.end_stream = has_first;
   req.deadline = deadline;
+  // Only unary calls carry one: the transport fails the stream
+  // INVALID_ARGUMENT, saying so.
+  if (context_ != nullptr)
+    req.attachment = AttachmentAccess::ToTransport(context_->request_attachment());
   // May end the stream (OnFailure) before returning.
   conn_->StartCall(std::move(req), this);
   std::vector<HeldSend> held = std::move(held_sends_);

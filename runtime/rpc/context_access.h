@@ -32,6 +32,9 @@ class CallCanceller {
 class ClientContextAccess {
  public:
   static void SetPeer(ClientContext* ctx, const std::string& peer) { ctx->peer_ = peer; }
+  static void SetResponseAttachment(ClientContext* ctx, Buffer attachment) {
+    ctx->response_attachment_ = std::move(attachment);
+  }
   static const std::multimap<std::string, std::string>& Metadata(const ClientContext* ctx) {
     return ctx->metadata_;
   }
@@ -78,12 +81,17 @@ class ServerContextAccess {
     ctx->method_ = method;
     ctx->peer_ = peer;
     ctx->deadline_ = deadline;
+    ctx->request_attachment_ = Buffer();
+    ctx->response_attachment_ = Buffer();
     if (connection_identity != nullptr) {
       ctx->auth_context_ = std::static_pointer_cast<const AuthContext>(connection_identity);
     }
   }
   // The auth metadata processor's result (auth.cc), before the handler
   // runs.
+  static void SetRequestAttachment(ServerContext* ctx, Buffer attachment) {
+    ctx->request_attachment_ = std::move(attachment);
+  }
   static void SetAuthContext(ServerContext* ctx, std::shared_ptr<const AuthContext> auth) {
     ctx->auth_context_ = std::move(auth);
   }

@@ -11,16 +11,17 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "rdmarpc/metrics.h"
 #include "runtime/rpc/address.h"
-#include "runtime/rpc/etcd_resolver.h"
+#include "runtime/rpc/attachment_access.h"
 #include "runtime/rpc/auth.h"
 #include "runtime/rpc/context_access.h"
+#include "runtime/rpc/etcd_resolver.h"
 #include "runtime/rpc/metadata.h"
 #include "runtime/rpc/metrics.h"
-#include "rdmarpc/metrics.h"
+#include "runtime/rpc/server_hooks.h"
 #include "runtime/rpc/server_impl.h"
 #include "runtime/rpc/status_payloads.h"
-#include "runtime/rpc/server_hooks.h"
 #include "runtime/transport/transport.h"
 
 namespace rdmarpc {
@@ -224,7 +225,7 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
     auth_installed_ = true;
   }
   ChooseProvider();
-  device_ = std::make_unique<DeviceResources>(options_.large_buffer_pool_bytes,
+  device_ = std::make_shared<DeviceResources>(options_.large_buffer_pool_bytes,
                                               options_.large_buffer_pool_bytes);
   const int handler_threads =
       options_.handler_threads > 0
@@ -890,7 +891,7 @@ void ServerImpl::AnswerPoolCall(PoolCall* call, absl::Status status) {
 }
 
 void ServerImpl::SerializeLargeResponse(PoolCall* call) {
-  if (call->large_pool == nullptr ||
+  if (call->large_pool == nullptr || call->context.response_attachment() ||
       !ServerContextAccess::InitialMetadata(&call->context).empty() ||
       !ServerContextAccess::TrailingMetadata(&call->context).empty()) {
     return;  // SendReply on the worker handles metadata
@@ -910,6 +911,10 @@ void ServerImpl::SerializeLargeResponse(PoolCall* call) {
 
 absl::Status ServerImpl::TakeClientMetadata(const IncomingRequest& req,
                                             ServerContext* context) const {
+  if (req.attachment) {
+    ServerContextAccess::SetRequestAttachment(context,
+                                              AttachmentAccess::FromTransport(req.attachment));
+  }
   if (req.meta.empty()) return absl::OkStatus();
   Metadata* md = ServerContextAccess::ClientMetadata(context);
   if (!DecodeMetadata(req.meta, md)) {
@@ -947,6 +952,15 @@ void ServerImpl::SendReply(Connection* conn, const RequestToken& token, absl::St
     // Binary details travel as the payload of the error response.
     conn->SendResponse(token, status.code(), std::string(status.message()),
                        EncodeStatusPayloads(status), std::move(meta));
+    return;
+  }
+  if (context != nullptr && context->response_attachment()) {
+    // With an attachment: the reply goes as bytes beside it.
+    std::string payload;
+    response->SerializeToString(&payload);
+    conn->SendResponse(token, absl::StatusCode::kOk, std::string(), std::move(payload),
+                       std::move(meta),
+                       AttachmentAccess::ToTransport(context->response_attachment()));
     return;
   }
   if (!meta.empty()) {

@@ -224,8 +224,9 @@ class ServerImpl final : public ServerStatusSource {
   void SendReply(Connection* conn, const RequestToken& token, absl::Status status,
                  const google::protobuf::MessageLite* response,
                  const ServerContext* context = nullptr);
-  // Worker: the client's metadata of `req` into `context`; not OK when it
-  // does not decode or is over max_metadata_bytes (then answer with it).
+  // Worker: the client's metadata and attachment of `req` into `context`;
+  // not OK when the metadata does not decode or is over
+  // max_metadata_bytes (then answer with it).
   absl::Status TakeClientMetadata(const IncomingRequest& req, ServerContext* context) const;
   // Worker: cancels every pool call of its connections that is not
   // answered yet, answering it UNAVAILABLE.
@@ -247,7 +248,7 @@ class ServerImpl final : public ServerStatusSource {
   std::unique_ptr<EtcdRegistration> registration_;
   absl::flat_hash_map<std::string, const MethodHandler*> methods_;
   absl::flat_hash_set<std::string> services_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<DeviceResources> device_;
+  std::shared_ptr<DeviceResources> device_;  // shared with attachments received
   std::vector<std::unique_ptr<Worker>> workers_;
   // Accepts onto the workers' loops in turn (after Start).
   std::unique_ptr<Listener> listener_;

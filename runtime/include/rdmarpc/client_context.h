@@ -34,6 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "rdmarpc/buffer.h"
 #include "rdmarpc/export.h"
 
 namespace rdmarpc {
@@ -106,6 +107,22 @@ class RDMARPC_EXPORT ClientContext {
     return server_trailing_metadata_;
   }
 
+  // Bytes sent beside the request without being serialised
+  // (rdmarpc/buffer.h); the server reads them in
+  // ServerContext::request_attachment(). Unary calls only: a streaming
+  // call with one fails INVALID_ARGUMENT. The context keeps a reference
+  // until it is destroyed or set again. Errors the call may end with
+  // because of it: FAILED_PRECONDITION when the server's rdmarpc predates
+  // attachments (send the bytes in the message instead);
+  // RESOURCE_EXHAUSTED when it is larger than max_message_bytes or the
+  // connection's exposure cap. Before the call.
+  void set_request_attachment(Buffer attachment) { request_attachment_ = std::move(attachment); }
+  const Buffer& request_attachment() const { return request_attachment_; }
+  // After the call: the attachment the server sent with its response
+  // (ServerContext::set_response_attachment), the caller's to keep; empty
+  // when it sent none.
+  const Buffer& response_attachment() const { return response_attachment_; }
+
   // The server address ("ip:port") the call was sent to, set once the
   // request went to a connection, whatever the call's outcome; empty when
   // it never reached one.
@@ -127,6 +144,8 @@ class RDMARPC_EXPORT ClientContext {
   std::string peer_;
   std::multimap<std::string, std::string> metadata_;
   std::shared_ptr<CallCredentials> credentials_;
+  Buffer request_attachment_;
+  Buffer response_attachment_;
   std::multimap<std::string, std::string> server_initial_metadata_;
   std::multimap<std::string, std::string> server_trailing_metadata_;
   std::atomic<int> cancel_state_{kIdle};

@@ -7,10 +7,13 @@
 
 #include "rdmarpc/access_log.h"
 #include "rdmarpc/admin.h"
+#include "rdmarpc/buffer.h"
 #include "rdmarpc/channel.h"
 #include "rdmarpc/client_callback.h"
 #include "rdmarpc/client_context.h"
 #include "rdmarpc/generic_stub.h"
+#include "rdmarpc/impl/method_handler.h"
+#include "rdmarpc/impl/unary_call.h"
 #include "rdmarpc/interceptor.h"
 #include "rdmarpc/metrics.h"
 #include "rdmarpc/server.h"
@@ -18,7 +21,5 @@
 #include "rdmarpc/server_context.h"
 #include "rdmarpc/service.h"
 #include "rdmarpc/sync_stream.h"
-#include "rdmarpc/impl/method_handler.h"
-#include "rdmarpc/impl/unary_call.h"
 
 #endif  // RDMARPC_RDMARPC_H_

@@ -34,6 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "rdmarpc/buffer.h"
 #include "rdmarpc/export.h"
 
 namespace rdmarpc {
@@ -83,6 +84,22 @@ class RDMARPC_EXPORT ServerContext {
     trailing_metadata_.emplace(std::string(key), std::string(value));
   }
 
+  // The attachment the client sent beside the request
+  // (ClientContext::set_request_attachment, rdmarpc/buffer.h); empty when
+  // it sent none. The handler may keep it (a copy shares the bytes) past
+  // the call, e.g. to store it or send it on. Unary methods only.
+  const Buffer& request_attachment() const { return request_attachment_; }
+  // Bytes sent beside an OK response (ClientContext::response_attachment);
+  // dropped when the call ends with an error status, and not sent by
+  // streaming methods. The runtime keeps a reference until the client
+  // has read them. Errors the call may end with instead:
+  // FAILED_PRECONDITION when the client's rdmarpc predates attachments;
+  // RESOURCE_EXHAUSTED when it is larger than max_message_bytes or the
+  // connection's exposure cap. Handler thread, before the handler returns
+  // (or a reactor's Finish).
+  void set_response_attachment(Buffer attachment) { response_attachment_ = std::move(attachment); }
+  const Buffer& response_attachment() const { return response_attachment_; }
+
   // Who is calling (rdmarpc/security.h): what the server's
   // ConnectionAuthenticator learned of the connection, plus what its
   // AuthMetadataProcessor added for this call. Never null: an empty
@@ -119,6 +136,8 @@ class RDMARPC_EXPORT ServerContext {
   const std::string* peer_ = &EmptyString();
   absl::Time deadline_ = absl::InfiniteFuture();
   std::multimap<std::string, std::string> client_metadata_;
+  Buffer request_attachment_;
+  Buffer response_attachment_;
   std::shared_ptr<const AuthContext> auth_context_;
   std::multimap<std::string, std::string> initial_metadata_;
   std::multimap<std::string, std::string> trailing_metadata_;

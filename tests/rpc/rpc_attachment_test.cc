@@ -1,0 +1,325 @@
+// rpc_attachment_test: rdmarpc::Buffer attachments on unary calls, end to
+// end over softrdma: every byte, both ways, inline and pulled by RDMA READ
+// (with and without memory windows), beside small and large messages and
+// metadata; what the runtime copies; lifetimes; and the errors.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gflags/gflags.h"
+#include "gtest/gtest.h"
+#include "rdmarpc/rdmarpc.h"
+#include "runtime/transport/transport_stats.h"
+#include "tests/rpc/rpc_fixture.h"
+
+DECLARE_bool(rdmarpc_memory_windows);
+
+namespace rdmarpc {
+namespace test {
+namespace {
+
+constexpr char kTransformMethod[] = "/rdmarpc.test.AttachmentService/Transform";
+constexpr char kBounceMethod[] = "/rdmarpc.test.AttachmentService/Bounce";
+
+uint8_t PatternByte(size_t i, int seed) { return static_cast<uint8_t>((i * 131 + seed) & 0xFF); }
+
+Buffer Pattern(size_t n, int seed) {
+  Buffer b = Buffer::Allocate(n);
+  for (size_t i = 0; i < n; ++i) b.data()[i] = static_cast<char>(PatternByte(i, seed));
+  return b;
+}
+
+// The first index where `b` differs from Pattern(n, seed) (plus one each
+// byte when `plus_one`), or -1 when it matches and has n bytes.
+int64_t FirstMismatch(const Buffer& b, size_t n, int seed, bool plus_one) {
+  if (b.size() != n) return -2;
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t want = static_cast<uint8_t>(PatternByte(i, seed) + (plus_one ? 1 : 0));
+    if (static_cast<uint8_t>(b.data()[i]) != want) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+// Transform: checks nothing, answers with each attachment byte plus one in
+// a new Buffer and text = "<attachment size>:<request text>"; "fail"
+// answers NOT_FOUND (with an attachment set, which must not travel).
+// Bounce: sends the request's attachment back as it is (no copy).
+class AttachmentService final : public Service {
+ public:
+  AttachmentService() : Service("rdmarpc.test.AttachmentService") {
+    AddMethod(
+        std::make_unique<internal::UnaryMethodHandler<AttachmentService, EchoRequest, EchoResponse>>(
+            kTransformMethod, this, &AttachmentService::Transform));
+    AddMethod(
+        std::make_unique<internal::UnaryMethodHandler<AttachmentService, EchoRequest, EchoResponse>>(
+            kBounceMethod, this, &AttachmentService::Bounce));
+  }
+  absl::Status Transform(ServerContext* ctx, const EchoRequest& req, EchoResponse* resp) {
+    const Buffer& in = ctx->request_attachment();
+    had_attachment = static_cast<bool>(in);
+    Buffer out = Buffer::Allocate(in.size());
+    for (size_t i = 0; i < in.size(); ++i) out.data()[i] = static_cast<char>(in.data()[i] + 1);
+    ctx->set_response_attachment(out);
+    if (req.text() == "fail") return absl::NotFoundError("asked to fail");
+    resp->set_text(absl::StrCat(in.size(), ":", req.text()));
+    resp->set_data(req.data());
+    auto md = ctx->client_metadata().find("k-bin");
+    if (md != ctx->client_metadata().end()) ctx->AddTrailingMetadata("k-bin", md->second);
+    return absl::OkStatus();
+  }
+  absl::Status Bounce(ServerContext* ctx, const EchoRequest& req, EchoResponse* resp) {
+    ctx->set_response_attachment(ctx->request_attachment());
+    resp->set_text(req.text());
+    return absl::OkStatus();
+  }
+  std::atomic<bool> had_attachment{false};
+};
+
+struct AttachmentFixture {
+  explicit AttachmentFixture(ServerOptions so = ServerOptions(),
+                             ChannelOptions co = ChannelOptions())
+      : server(so) {
+    EXPECT_TRUE(server.AddService(&service).ok());
+    absl::Status s = server.Start("127.0.0.1:0");
+    EXPECT_TRUE(s.ok()) << s;
+    auto ch = CreateChannel(absl::StrCat("127.0.0.1:", server.port()), co);
+    EXPECT_TRUE(ch.ok()) << ch.status();
+    if (ch.ok()) channel = *ch;
+  }
+  AttachmentService service;
+  Server server;
+  std::shared_ptr<Channel> channel;
+};
+
+absl::Status Call(Channel* ch, const char* method, ClientContext* ctx, const EchoRequest& req,
+                  EchoResponse* resp) {
+  return internal::BlockingUnaryCall(ch, method, ctx, req, resp);
+}
+
+// Sizes either side of the eager limit (8 KiB: inline below, pulled
+// above), a piece boundary (64 KiB) and the bulk pieces (4 MiB).
+const std::vector<size_t> kSizes = {0, 1, 100, 8000, 8192, 9000, 65536 + 3, 1 << 20,
+                                    (16 << 20) + 5};
+
+void RoundTripEverySize(AttachmentFixture& f) {
+  for (size_t n : kSizes) {
+    SCOPED_TRACE(absl::StrCat("attachment of ", n, " bytes"));
+    ClientContext ctx;
+    ctx.set_request_attachment(Pattern(n, 7));
+    EchoRequest req;
+    req.set_text("hi");
+    EchoResponse resp;
+    ASSERT_TRUE(Call(f.channel.get(), kTransformMethod, &ctx, req, &resp).ok());
+    EXPECT_EQ(resp.text(), absl::StrCat(n, ":hi"));
+    EXPECT_TRUE(static_cast<bool>(ctx.response_attachment()));
+    EXPECT_EQ(FirstMismatch(ctx.response_attachment(), n, 7, /*plus_one=*/true), -1);
+  }
+}
+
+TEST(Attachment, EveryByteArrivesBothWaysAtEverySize) {
+  AttachmentFixture f;
+  RoundTripEverySize(f);
+}
+
+TEST(Attachment, EveryByteArrivesBothWaysWithoutMemoryWindows) {
+  FLAGS_rdmarpc_memory_windows = false;
+  {
+    AttachmentFixture f;
+    RoundTripEverySize(f);
+  }
+  FLAGS_rdmarpc_memory_windows = true;
+}
+
+TEST(Attachment, ABouncedAttachmentIsNeverCopiedByTheRuntime) {
+  AttachmentFixture f;
+  constexpr size_t kBytes = 1 << 20;
+  Buffer value = Pattern(kBytes, 3);
+  EchoRequest req;
+  req.set_text("k");
+  for (int i = 0; i < 3; ++i) {  // the first call registers the Buffer
+    ClientContext ctx;
+    ctx.set_request_attachment(value);
+    EchoResponse resp;
+    const uint64_t copied_before = internal::GetTransportStats().payload_bytes_copied;
+    ASSERT_TRUE(Call(f.channel.get(), kBounceMethod, &ctx, req, &resp).ok());
+    const uint64_t copied = internal::GetTransportStats().payload_bytes_copied - copied_before;
+    EXPECT_EQ(FirstMismatch(ctx.response_attachment(), kBytes, 3, false), -1);
+    // Only the response message ("k" as field 1: 3 bytes) is copied, into
+    // the send buffer; neither megabyte is.
+    EXPECT_EQ(copied, resp.ByteSizeLong());
+    EXPECT_EQ(resp.ByteSizeLong(), 3u);
+  }
+}
+
+TEST(Attachment, LargeMessageAndLargeAttachmentBothArrive) {
+  AttachmentFixture f;
+  ClientContext ctx;
+  ctx.set_request_attachment(Pattern(3 << 20, 11));
+  EchoRequest req;
+  req.set_text("big");
+  req.mutable_data()->assign(200 * 1024, 'd');  // the message goes by rendezvous too
+  EchoResponse resp;
+  ASSERT_TRUE(Call(f.channel.get(), kTransformMethod, &ctx, req, &resp).ok());
+  EXPECT_EQ(resp.text(), absl::StrCat(3 << 20, ":big"));
+  EXPECT_EQ(resp.data(), req.data());
+  EXPECT_EQ(FirstMismatch(ctx.response_attachment(), 3 << 20, 11, true), -1);
+}
+
+TEST(Attachment, TravelsWithMetadataSmallAndTooLargeForThePrefix) {
+  AttachmentFixture f;
+  for (size_t md_bytes : {size_t{10}, size_t{6000}}) {
+    for (size_t n : {size_t{50}, size_t{100000}}) {
+      SCOPED_TRACE(absl::StrCat(md_bytes, " bytes of metadata, attachment of ", n));
+      ClientContext ctx;
+      const std::string value(md_bytes, '\x01');
+      ctx.AddMetadata("k-bin", value);
+      ctx.set_request_attachment(Pattern(n, 5));
+      EchoRequest req;
+      req.set_text("m");
+      EchoResponse resp;
+      ASSERT_TRUE(Call(f.channel.get(), kTransformMethod, &ctx, req, &resp).ok());
+      EXPECT_EQ(resp.text(), absl::StrCat(n, ":m"));
+      EXPECT_EQ(FirstMismatch(ctx.response_attachment(), n, 5, true), -1);
+      auto it = ctx.GetServerTrailingMetadata().find("k-bin");
+      ASSERT_NE(it, ctx.GetServerTrailingMetadata().end());
+      EXPECT_EQ(it->second, value);
+    }
+  }
+}
+
+TEST(Attachment, NoneSentNoneReceived) {
+  AttachmentFixture f;
+  ClientContext ctx;
+  EchoRequest req;
+  req.set_text("x");
+  EchoResponse resp;
+  // Transform always sets one, of the request's size: an empty Buffer of
+  // 0 bytes that is present.
+  ASSERT_TRUE(Call(f.channel.get(), kTransformMethod, &ctx, req, &resp).ok());
+  EXPECT_FALSE(f.service.had_attachment.load());
+  EXPECT_EQ(resp.text(), "0:x");
+  EXPECT_TRUE(static_cast<bool>(ctx.response_attachment()));
+  EXPECT_EQ(ctx.response_attachment().size(), 0u);
+  // Bounce of no attachment sends none back.
+  ClientContext ctx2;
+  ASSERT_TRUE(Call(f.channel.get(), kBounceMethod, &ctx2, req, &resp).ok());
+  EXPECT_FALSE(static_cast<bool>(ctx2.response_attachment()));
+}
+
+TEST(Attachment, AnErrorStatusCarriesNoAttachment) {
+  AttachmentFixture f;
+  for (size_t n : {size_t{10}, size_t{1 << 20}}) {
+    ClientContext ctx;
+    ctx.set_request_attachment(Pattern(n, 1));
+    EchoRequest req;
+    req.set_text("fail");
+    EchoResponse resp;
+    absl::Status s = Call(f.channel.get(), kTransformMethod, &ctx, req, &resp);
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+    EXPECT_FALSE(static_cast<bool>(ctx.response_attachment()));
+  }
+}
+
+TEST(Attachment, AReceivedBufferOutlivesItsChannelAndServer) {
+  Buffer kept;
+  {
+    AttachmentFixture f;
+    ClientContext ctx;
+    ctx.set_request_attachment(Pattern(2 << 20, 9));
+    EchoRequest req;
+    EchoResponse resp;
+    ASSERT_TRUE(Call(f.channel.get(), kTransformMethod, &ctx, req, &resp).ok());
+    kept = ctx.response_attachment();
+  }
+  EXPECT_EQ(FirstMismatch(kept, 2 << 20, 9, true), -1);
+}
+
+TEST(Attachment, AWrappedBufferIsReleasedOnceAfterItsCall) {
+  AttachmentFixture f;
+  constexpr size_t kBytes = 256 * 1024;
+  std::vector<char> memory(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) memory[i] = static_cast<char>(PatternByte(i, 4));
+  std::atomic<int> released{0};
+  {
+    ClientContext ctx;
+    ctx.set_request_attachment(Buffer::Wrap(memory.data(), kBytes, [&] { released++; }));
+    EchoRequest req;
+    EchoResponse resp;
+    ASSERT_TRUE(Call(f.channel.get(), kTransformMethod, &ctx, req, &resp).ok());
+    EXPECT_EQ(FirstMismatch(ctx.response_attachment(), kBytes, 4, true), -1);
+    EXPECT_EQ(released.load(), 0);  // the context still holds it
+  }
+  // The channel keeps the registration until the region dies: that is
+  // when the context let go, so the release ran by now.
+  EXPECT_EQ(released.load(), 1);
+}
+
+TEST(Attachment, SliceSendsOnlyItsBytes) {
+  AttachmentFixture f;
+  Buffer whole = Pattern(100000, 2);
+  ClientContext ctx;
+  ctx.set_request_attachment(whole.Slice(1000, 50000));
+  EchoRequest req;
+  EchoResponse resp;
+  ASSERT_TRUE(Call(f.channel.get(), kBounceMethod, &ctx, req, &resp).ok());
+  const Buffer& got = ctx.response_attachment();
+  ASSERT_EQ(got.size(), 50000u);
+  EXPECT_EQ(got.view(), whole.view().substr(1000, 50000));
+}
+
+TEST(Attachment, LargerThanMaxMessageBytesFailsResourceExhausted) {
+  ChannelOptions co;
+  co.max_message_bytes = 1 << 20;
+  AttachmentFixture f(ServerOptions(), co);
+  ClientContext ctx;
+  ctx.set_request_attachment(Pattern((1 << 20) + 1, 0));
+  EchoRequest req;
+  EchoResponse resp;
+  absl::Status s = Call(f.channel.get(), kTransformMethod, &ctx, req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("1048577"), absl::string_view::npos) << s;
+  // The connection carries on.
+  ClientContext ok;
+  ok.set_request_attachment(Pattern(1 << 20, 0));
+  ASSERT_TRUE(Call(f.channel.get(), kTransformMethod, &ok, req, &resp).ok());
+  EXPECT_EQ(FirstMismatch(ok.response_attachment(), 1 << 20, 0, true), -1);
+}
+
+TEST(Attachment, ManyCallsAtOnceKeepTheirOwnBytes) {
+  AttachmentFixture f;
+  constexpr int kCalls = 24;
+  std::vector<std::unique_ptr<ClientContext>> ctxs;
+  std::vector<EchoRequest> reqs(kCalls);
+  std::vector<EchoResponse> resps(kCalls);
+  std::vector<absl::Status> results(kCalls);
+  absl::Mutex mu;
+  int done = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    ctxs.push_back(std::make_unique<ClientContext>());
+    ctxs.back()->set_request_attachment(Pattern(i % 2 == 0 ? 300000 + i : 500 + i, i));
+    reqs[i].set_text(absl::StrCat(i));
+    internal::AsyncUnaryCall(f.channel.get(), kTransformMethod, ctxs.back().get(), reqs[i],
+                             &resps[i], [&, i](absl::Status s) {
+                               absl::MutexLock lock(&mu);
+                               results[i] = std::move(s);
+                               ++done;
+                             });
+  }
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(+[](int* d) { return *d == kCalls; }, &done));
+  }
+  for (int i = 0; i < kCalls; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(results[i].ok()) << results[i];
+    const size_t n = i % 2 == 0 ? 300000 + i : 500 + i;
+    EXPECT_EQ(resps[i].text(), absl::StrCat(n, ":", i));
+    EXPECT_EQ(FirstMismatch(ctxs[i]->response_attachment(), n, i, true), -1);
+  }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace rdmarpc
