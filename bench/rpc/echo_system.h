@@ -79,6 +79,17 @@ class EchoClient {
   virtual void AsyncEcho(const EchoRequest& request, EchoResponse* response,
                          absl::AnyInvocable<void(absl::Status) &&> done) = 0;
 
+  // Starts one Echo call whose payload is an attachment of `size` bytes
+  // (rdmarpc::Buffer, rdmarpc/buffer.h) beside an empty message; the server
+  // sends the same Buffer back. `slot` (0 .. calls in flight - 1) names the
+  // caller's Buffer, reused by its next call. `done` as AsyncEcho's, with
+  // DATA_LOSS when the echoed attachment's size differs. UNIMPLEMENTED
+  // (through `done`) for a system without attachments (gRPC).
+  virtual void AsyncEchoAttachment(int /*slot*/, size_t /*size*/,
+                                   absl::AnyInvocable<void(absl::Status) &&> done) {
+    std::move(done)(absl::UnimplementedError("attachments are rdmarpc's only"));
+  }
+
   // The server process's counters (RpcBench.GetStats). UNIMPLEMENTED for
   // systems without verbs counters (gRPC); otherwise the call's status.
   virtual absl::StatusOr<VerbsCounters> ServerCounters() = 0;

@@ -1,22 +1,25 @@
 // rdmarpc side of rpc_bench: RpcBench served by rdmarpc::Server, called
 // through the generated stub, and the verbs counters of this process.
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/rpc/echo_system.h"
 #include "bench/rpc/parse.h"
 #include "bench/rpc/workloads.h"
+#include "gflags/gflags.h"
 #include "rdmarpc/rdmarpc.h"
 #include "rpc_bench.rdmarpc.pb.h"
 #include "runtime/transport/transport_stats.h"
-#include "gflags/gflags.h"
 #include "softrdma/softrdma.h"
 
 DEFINE_int64(server_delay_us, 0,
@@ -129,10 +132,14 @@ namespace {
 
 class RpcBenchImpl final : public RpcBench::Service {
  public:
-  absl::Status Echo(ServerContext* /*context*/, const EchoRequest& request,
+  absl::Status Echo(ServerContext* context, const EchoRequest& request,
                     EchoResponse* response) override {
     if (FLAGS_server_delay_us > 0) absl::SleepFor(absl::Microseconds(FLAGS_server_delay_us));
     response->set_payload(request.payload());
+    // An attachment goes back as it came: the same registered bytes.
+    if (context->request_attachment()) {
+      context->set_response_attachment(context->request_attachment());
+    }
     return absl::OkStatus();
   }
   absl::Status Stream(ServerContext* /*context*/, const StreamRequest& request,
@@ -198,6 +205,40 @@ class RdmarpcClient final : public EchoClient {
                              absl::Status status) mutable { std::move(done)(std::move(status)); });
   }
 
+  void AsyncEchoAttachment(int slot, size_t size,
+                           absl::AnyInvocable<void(absl::Status) &&> done) override {
+    Buffer attachment;
+    {
+      absl::MutexLock lock(&attachments_mu_);
+      if (attachments_.size() <= static_cast<size_t>(slot)) attachments_.resize(slot + 1);
+      Buffer& b = attachments_[slot];
+      if (b.size() != size) {
+        b = Buffer::Allocate(size);
+        const std::string pattern = MakeRequest(size).payload();
+        std::memcpy(b.data(), pattern.data(), size);
+      }
+      attachment = b;
+    }
+    struct Call {
+      ClientContext context;
+      EchoRequest request;
+      EchoResponse response;
+    };
+    auto call = std::make_unique<Call>();
+    call->context.set_request_attachment(std::move(attachment));
+    Call* raw = call.get();
+    stub_->async()->Echo(
+        &raw->context, raw->request, &raw->response,
+        [call = std::move(call), size, done = std::move(done)](absl::Status status) mutable {
+          const size_t got = call->context.response_attachment().size();
+          if (status.ok() && got != size) {
+            status = absl::DataLossError(
+                absl::StrCat("sent an attachment of ", size, " bytes, echo has ", got));
+          }
+          std::move(done)(std::move(status));
+        });
+  }
+
   absl::StatusOr<VerbsCounters> ServerCounters() override {
     ClientContext context;
     StatsResponse response;
@@ -222,6 +263,10 @@ class RdmarpcClient final : public EchoClient {
  private:
   std::shared_ptr<Channel> channel_;
   std::unique_ptr<RpcBench::Stub> stub_;
+  // AsyncEchoAttachment's Buffers, one per slot, registered by their first
+  // call and reused.
+  absl::Mutex attachments_mu_;
+  std::vector<Buffer> attachments_ ABSL_GUARDED_BY(attachments_mu_);
 };
 
 }  // namespace

@@ -83,9 +83,11 @@ std::vector<Figure> Figures(const std::vector<SystemResults>& all) {
       }
     }
     for (const ThroughputResult& b : s.bandwidth) {
-      add(absl::StrCat("bandwidth_", b.size_bytes, "_B_gb_per_s"),
-          absl::StrCat("bandwidth ", SizeLabel(b.size_bytes), " x", b.in_flight_per_thread),
-          "GB/s", s.system, b.gb_per_s);
+      add(absl::StrCat("bandwidth_", b.buffer_payload ? "buffer_" : "", b.size_bytes,
+                       "_B_gb_per_s"),
+          absl::StrCat("bandwidth ", SizeLabel(b.size_bytes), " x", b.in_flight_per_thread,
+                       b.buffer_payload ? " Buffer" : ""),
+          "GB/s", s.system, b.gb_per_s, b.buffer_payload ? "n/a" : "-");
     }
     for (const StreamResult& st : s.stream) {
       const std::string key = absl::StrCat("stream_", st.size_bytes, "_B_");
@@ -220,7 +222,8 @@ std::string Json(const std::vector<SystemResults>& all, const std::vector<Figure
                       ", \"calls\": ", t.calls, ", \"seconds\": ", Num(t.seconds),
                       ", \"rpc_per_s\": ", Num(t.rpc_per_s), ", \"gb_per_s\": ", Num(t.gb_per_s),
                       ", \"client_cpu_us_per_call\": ", CpuNum(t.cpu.client_us),
-                      ", \"server_cpu_us_per_call\": ", CpuNum(t.cpu.server_us), "}");
+                      ", \"server_cpu_us_per_call\": ", CpuNum(t.cpu.server_us),
+                      t.buffer_payload ? ", \"buffer_payload\": true" : "", "}");
     };
     absl::StrAppend(&out, "      \"rate\": ");
     if (s.rate) {
@@ -370,17 +373,19 @@ PlotData MakePlotData(const std::vector<SystemResults>& all) {
                     value(rate_of(g)), "\n");
   }
   std::string bandwidth = "# label rdmarpc_gb_per_s grpc_gb_per_s\n";
-  auto bw = [](const SystemResults* s, size_t size) -> std::optional<double> {
+  auto bw = [](const SystemResults* s, size_t size, bool buffer) -> std::optional<double> {
     if (s == nullptr) return std::nullopt;
     for (const ThroughputResult& b : s->bandwidth) {
-      if (b.size_bytes == size) return b.gb_per_s;
+      if (b.size_bytes == size && b.buffer_payload == buffer) return b.gb_per_s;
     }
     return std::nullopt;
   };
   if (any != nullptr) {
     for (const ThroughputResult& b : any->bandwidth) {
       absl::StrAppend(&bandwidth, "\"", SizeLabel(b.size_bytes), " x", b.in_flight_per_thread,
-                      "\" ", value(bw(r, b.size_bytes)), " ", value(bw(g, b.size_bytes)), "\n");
+                      b.buffer_payload ? " Buffer" : "", "\" ",
+                      value(bw(r, b.size_bytes, b.buffer_payload)), " ",
+                      value(bw(g, b.size_bytes, b.buffer_payload)), "\n");
     }
   }
   return PlotData{latency, rate, bandwidth};

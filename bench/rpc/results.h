@@ -39,6 +39,9 @@ struct ThroughputResult {
   double rpc_per_s = 0;
   double gb_per_s = 0;  // request + response payload bytes, 10^9 B/s
   CpuPerCall cpu;       // over the measured seconds (cpu_time.h)
+  // The payload went as an rdmarpc::Buffer attachment (rdmarpc/buffer.h)
+  // beside an empty message, not as a bytes field.
+  bool buffer_payload = false;
 };
 
 // Verbs work over `calls` calls, both processes.

@@ -74,6 +74,9 @@ DEFINE_double(rate_seconds, 3.0, "Rate: measured seconds (after --warmup_seconds
 DEFINE_string(bandwidth_sizes, "1048576,16777216", "Bandwidth: payload sizes in bytes");
 DEFINE_int32(bandwidth_concurrency, 4, "Bandwidth: calls in flight");
 DEFINE_double(bandwidth_seconds, 3.0, "Bandwidth: measured seconds per size");
+DEFINE_bool(bandwidth_buffer, true,
+            "Bandwidth (rdmarpc only): also echo each size as an rdmarpc::Buffer attachment "
+            "beside an empty message");
 DEFINE_double(warmup_seconds, 0.5,
               "Rate and bandwidth: untimed seconds before measuring (and until every "
               "client has finished a call)");
@@ -178,6 +181,18 @@ absl::StatusOr<SystemResults> RunSystem(const std::string& system,
           MeasureThroughput({client}, size, FLAGS_bandwidth_concurrency, FLAGS_bandwidth_seconds,
                             FLAGS_warmup_seconds);
       if (!r.ok()) return fail(absl::StrCat("bandwidth ", size, " B"), r.status());
+      results.bandwidth.push_back(*r);
+    }
+    // The same echoes with the payload as an rdmarpc::Buffer attachment:
+    // moved by RDMA READ between the two users' buffers (rdmarpc only).
+    for (size_t size : bandwidth_sizes) {
+      if (system != "rdmarpc" || !FLAGS_bandwidth_buffer) break;
+      fprintf(stderr, "rpc_bench: %s bandwidth %zu B x %d in flight, Buffer attachments\n",
+              system.c_str(), size, FLAGS_bandwidth_concurrency);
+      absl::StatusOr<ThroughputResult> r =
+          MeasureThroughput({client}, size, FLAGS_bandwidth_concurrency, FLAGS_bandwidth_seconds,
+                            FLAGS_warmup_seconds, /*buffer_payload=*/true);
+      if (!r.ok()) return fail(absl::StrCat("bandwidth ", size, " B Buffer"), r.status());
       results.bandwidth.push_back(*r);
     }
   }

@@ -76,6 +76,8 @@ expect '"gb_per_s": [0-9.e+-]*, "client_cpu_us_per_call": [0-9.e+-]*, "server_cp
 grep -q 'rate CPU/call both' "$dir/client.log" || fail "no 'rate CPU/call both' row in the table"
 expect '"rate": {"size_bytes": 32, "threads": 1, "in_flight_per_thread": 4, "calls": [1-9][0-9]*, "seconds": [0-9.e+-]*, "rpc_per_s": [0-9.e+-]*, "gb_per_s": '
 expect '"bandwidth": \[ *{"size_bytes": 65536, "threads": 1, "in_flight_per_thread": 2, "calls": [1-9]'
+# The same size again with the payload as an rdmarpc::Buffer attachment.
+expect '{"size_bytes": 65536, "threads": 1, "in_flight_per_thread": 2, "calls": [1-9][^}]*"buffer_payload": true}'
 expect '{"size_bytes": 32, "in_flight": 1, "calls": 40, *"post_send_calls_per_call": [0-9.e+-]*, "post_send_calls_per_message": '
 expect '{"size_bytes": 32, "in_flight": 4, "calls": 40,'
 for field in send_wrs_per_call signaled_sends_per_call send_wrs_per_signaled_send recv_wrs_per_call \

@@ -96,9 +96,14 @@ namespace {
 // closed loop), until Stop() or `max_calls` calls were started.
 class ClosedLoop {
  public:
-  ClosedLoop(EchoClient* client, size_t size, int in_flight, uint64_t max_calls)
-      : client_(client), max_calls_(max_calls), slots_(static_cast<size_t>(in_flight)) {
-    for (Slot& slot : slots_) slot.request = MakeRequest(size);
+  ClosedLoop(EchoClient* client, size_t size, int in_flight, uint64_t max_calls,
+             bool buffer_payload = false)
+      : client_(client),
+        max_calls_(max_calls),
+        size_(size),
+        buffer_payload_(buffer_payload),
+        slots_(static_cast<size_t>(in_flight)) {
+    for (Slot& slot : slots_) slot.request = MakeRequest(buffer_payload ? 0 : size);
   }
   // Waits for the last Done() to leave mu_ (as absl::Notification's
   // destructor does): Wait() can return while it is still unlocking.
@@ -138,6 +143,11 @@ class ClosedLoop {
       absl::MutexLock lock(&mu_);
       ++in_flight_;
     }
+    if (buffer_payload_) {
+      client_->AsyncEchoAttachment(static_cast<int>(i), size_,
+                                   [this, i](absl::Status status) { Done(i, std::move(status)); });
+      return true;
+    }
     slots_[i].response.Clear();
     client_->AsyncEcho(slots_[i].request, &slots_[i].response,
                        [this, i](absl::Status status) { Done(i, std::move(status)); });
@@ -164,6 +174,8 @@ class ClosedLoop {
 
   EchoClient* const client_;
   const uint64_t max_calls_;
+  const size_t size_;
+  const bool buffer_payload_;
   std::vector<Slot> slots_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> started_{0};
@@ -177,11 +189,11 @@ class ClosedLoop {
 
 absl::StatusOr<ThroughputResult> MeasureThroughput(const std::vector<EchoClient*>& clients,
                                                    size_t size, int in_flight, double seconds,
-                                                   double warmup_seconds) {
+                                                   double warmup_seconds, bool buffer_payload) {
   std::vector<std::unique_ptr<ClosedLoop>> loops;
   for (EchoClient* client : clients) {
-    loops.push_back(std::make_unique<ClosedLoop>(client, size, in_flight,
-                                                 std::numeric_limits<uint64_t>::max()));
+    loops.push_back(std::make_unique<ClosedLoop>(
+        client, size, in_flight, std::numeric_limits<uint64_t>::max(), buffer_payload));
   }
   auto total = [&loops] {
     uint64_t n = 0;
@@ -223,6 +235,7 @@ absl::StatusOr<ThroughputResult> MeasureThroughput(const std::vector<EchoClient*
   r.rpc_per_s = static_cast<double>(r.calls) / elapsed;
   r.gb_per_s = r.rpc_per_s * 2.0 * static_cast<double>(size) / 1e9;
   r.cpu = PerCall(cpu_before, cpu_after, r.calls);
+  r.buffer_payload = buffer_payload;
   return r;
 }
 

@@ -37,10 +37,13 @@ absl::StatusOr<LatencyResult> MeasureLatency(EchoClient& client, size_t size,
 // Each of `clients` keeps `in_flight` calls of `size` bytes going with the
 // async API, each completion starting the next call (closed loop).
 // Completions are counted over `seconds`, after `warmup_seconds` and after
-// every client has finished a call (up to 10 s more).
+// every client has finished a call (up to 10 s more). `buffer_payload`:
+// the payload travels as an attachment (EchoClient::AsyncEchoAttachment)
+// instead of in the message.
 absl::StatusOr<ThroughputResult> MeasureThroughput(const std::vector<EchoClient*>& clients,
                                                    size_t size, int in_flight, double seconds,
-                                                   double warmup_seconds);
+                                                   double warmup_seconds,
+                                                   bool buffer_payload = false);
 
 // `calls` calls of run.size_bytes with run.in_flight in flight (blocking
 // calls when 1), after 10 untimed ones; the verbs counters of this process
