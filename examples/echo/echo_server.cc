@@ -49,7 +49,7 @@ using rdmarpc::examples::EchoResponse;
 
 class EchoServiceImpl final : public rdmarpc::examples::EchoService::Service {
  public:
-  absl::Status Echo(rdmarpc::ServerContext* /*context*/, const EchoRequest& request,
+  absl::Status Echo(rdmarpc::ServerContext* context, const EchoRequest& request,
                     EchoResponse* response) override {
     // The handler runs on a server worker, so the delay holds that worker as a
     // slow real handler would; that is the point of the knob.
@@ -57,6 +57,12 @@ class EchoServiceImpl final : public rdmarpc::examples::EchoService::Service {
       absl::SleepFor(absl::Milliseconds(request.server_delay_ms()));
     }
     response->set_payload(request.payload());
+    // The request's attachment goes back as it arrived: the bytes the
+    // transport pulled into registered memory, exposed to the client's
+    // READ with no copy.
+    if (context->request_attachment()) {
+      context->set_response_attachment(context->request_attachment());
+    }
     return absl::OkStatus();
   }
 };

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -20,8 +21,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "health/health_check_service.h"
@@ -56,21 +57,32 @@ constexpr uint64_t kMaxStreamedValueBytes = uint64_t{2} << 30;
 constexpr uint32_t kDefaultChunkBytes = 1 << 20;
 
 // Values are immutable once stored and shared, so Get and GetStream copy
-// a pointer under the lock, not the bytes.
-using Value = std::shared_ptr<const std::string>;
+// a handle under the lock, not the bytes. A value put as an attachment is
+// the very Buffer the transport pulled it into (no copy), and a Get with
+// as_attachment sends that Buffer back as it is.
+using Value = rdmarpc::Buffer;
 
 class KvStoreImpl final : public kv::KvStore::Service {
  public:
-  absl::Status Put(rdmarpc::ServerContext* /*context*/, const kv::PutRequest& request,
+  absl::Status Put(rdmarpc::ServerContext* context, const kv::PutRequest& request,
                    kv::PutResponse* response) override {
     if (request.key().empty()) return absl::InvalidArgumentError("Put: empty key");
-    if (request.value().size() > kMaxValueBytes) {
+    const rdmarpc::Buffer& attachment = context->request_attachment();
+    if (attachment && !request.value().empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("Put: value of key \"", request.key(), "\" is ", request.value().size(),
+          absl::StrCat("Put: key \"", request.key(), "\" has a value of ", request.value().size(),
+                       " bytes in the message and an attachment of ", attachment.size(), " bytes"));
+    }
+    const size_t size = attachment ? attachment.size() : request.value().size();
+    if (size > kMaxValueBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Put: value of key \"", request.key(), "\" is ", size,
                        " bytes, more than the limit of ", kMaxValueBytes));
     }
-    // Copy outside the lock: a 64 MiB copy must not stall every other call.
-    response->set_replaced(Store(request.key(), std::make_shared<const std::string>(request.value())));
+    // Copied (from the message) outside the lock: a 64 MiB copy must not
+    // stall every other call. An attachment is kept as it arrived.
+    response->set_replaced(
+        Store(request.key(), attachment ? attachment : rdmarpc::Buffer::CopyOf(request.value())));
     return absl::OkStatus();
   }
 
@@ -81,7 +93,7 @@ class KvStoreImpl final : public kv::KvStore::Service {
     if (!reader->Read(&chunk)) return absl::InvalidArgumentError("PutStream: no chunks");
     const std::string key = chunk.key();
     if (key.empty()) return absl::InvalidArgumentError("PutStream: empty key");
-    auto value = std::make_shared<std::string>();
+    auto value = std::make_shared<std::string>();  // kept by the Buffer below
     // The hint saves the doublings of a growing string, up to the limit.
     value->reserve(std::min(chunk.total_bytes(), kMaxStreamedValueBytes));
     uint64_t chunks = 0;
@@ -98,15 +110,21 @@ class KvStoreImpl final : public kv::KvStore::Service {
       }
       value->append(chunk.data());
     } while (reader->Read(&chunk));
-    response->set_replaced(Store(key, std::move(value)));
+    char* data = value->data();
+    const size_t size = value->size();
+    response->set_replaced(Store(key, rdmarpc::Buffer::Wrap(data, size, [value] {})));
     return absl::OkStatus();
   }
 
-  absl::Status Get(rdmarpc::ServerContext* /*context*/, const kv::GetRequest& request,
+  absl::Status Get(rdmarpc::ServerContext* context, const kv::GetRequest& request,
                    kv::GetResponse* response) override {
     Value value = Find(request.key());
-    if (value == nullptr) return NotFound(request.key());
-    response->set_value(*value);
+    if (!value) return NotFound(request.key());
+    if (request.as_attachment()) {
+      context->set_response_attachment(std::move(value));
+    } else {
+      response->set_value(value.data(), value.size());
+    }
     return absl::OkStatus();
   }
 
@@ -119,16 +137,16 @@ class KvStoreImpl final : public kv::KvStore::Service {
                                                      " exceeds ", kMaxValueBytes));
     }
     Value value = Find(request.key());
-    if (value == nullptr) return NotFound(request.key());
+    if (!value) return NotFound(request.key());
     kv::GetChunk chunk;
-    chunk.set_total_bytes(value->size());
+    chunk.set_total_bytes(value.size());
     size_t offset = 0;
     do {
-      const size_t n = std::min<size_t>(chunk_bytes, value->size() - offset);
-      chunk.set_data(value->data() + offset, n);
+      const size_t n = std::min<size_t>(chunk_bytes, value.size() - offset);
+      chunk.set_data(value.data() + offset, n);
       offset += n;
       if (!writer->Write(chunk)) return absl::CancelledError("GetStream: stream ended");
-    } while (offset < value->size());
+    } while (offset < value.size());
     return absl::OkStatus();
   }
 
@@ -164,14 +182,14 @@ class KvStoreImpl final : public kv::KvStore::Service {
     auto [it, inserted] = values_.try_emplace(key);
     // The old value goes into `value`, a parameter, so the last reference
     // to it (a value of up to 2 GiB) is dropped after the lock is released.
-    it->second.swap(value);
+    std::swap(it->second, value);
     return !inserted;
   }
 
   Value Find(const std::string& key) {
     absl::MutexLock lock(&mu_);
     auto it = values_.find(key);
-    return it == values_.end() ? nullptr : it->second;
+    return it == values_.end() ? Value() : it->second;
   }
 
   static absl::Status NotFound(const std::string& key) {
