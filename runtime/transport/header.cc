@@ -187,6 +187,15 @@ absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
                          " bytes disagrees with the attachment's length ", m.attachment.length));
       }
     } else {
+      // Inline: the descriptor's RemoteBuffer is zero (EncodePrefix writes
+      // it so); anything else is a malformed frame, not a hint to ignore.
+      const RemoteBuffer unused = GetRemote(p + off + 8);
+      if (unused.addr != 0 || unused.rkey != 0 || unused.length != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "inline attachment descriptor of ", m.attachment.length,
+            " bytes names a remote buffer (addr 0x", absl::Hex(unused.addr), ", rkey 0x",
+            absl::Hex(unused.rkey), ", length ", unused.length, ")"));
+      }
       inline_attachment = m.attachment.length;
     }
     off += kAttachmentDescriptorBytes;

@@ -2,8 +2,9 @@
 // send it: imm_data (the first 4 bytes) and one received message (the
 // rest). Beyond not crashing: every view DecodeMessage returns lies inside
 // the input, EncodedMessageBytes agrees with it, the payload and metadata
-// add up to payload_len, and re-encoding the parsed prefix gives back the
-// bytes it was parsed from.
+// add up to payload_len, an inline attachment is the last `length` bytes,
+// and re-encoding the parsed prefix (attachment descriptor included) gives
+// back the bytes it was parsed from.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -50,8 +51,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto total = EncodedMessageBytes(bytes);
   if (!parsed.ok()) return 0;
   const ParsedMessage& m = *parsed;
-  Check(Inside(m.aux, bytes) && Inside(m.meta, bytes) && Inside(m.payload, bytes),
+  Check(Inside(m.aux, bytes) && Inside(m.meta, bytes) && Inside(m.payload, bytes) &&
+            Inside(m.attachment_bytes, bytes),
         "a view points outside the message");
+  if (m.has_attachment() && !m.attachment.remote) {
+    Check(m.attachment_bytes.size() == m.attachment.length,
+          "inline attachment differs from its descriptor's length");
+    Check(m.attachment.length == 0 ||
+              m.attachment_bytes.data() + m.attachment_bytes.size() == bytes.data() + bytes.size(),
+          "inline attachment is not the message's last bytes");
+  } else {
+    Check(m.attachment_bytes.empty(), "attachment bytes without an inline attachment");
+  }
   Check(m.aux.size() == m.header.aux_len, "aux length differs from the header's");
   const size_t prefix = EncodedPrefixBytes(m.header);
   Check(prefix <= bytes.size(), "prefix longer than the message");
@@ -63,11 +74,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(*total == bytes.size(), "EncodedMessageBytes disagrees with the message's size");
     Check(m.payload.size() + (meta_in_payload ? m.meta.size() : 0) == m.header.payload_len,
           "payload and metadata do not add up to payload_len");
+  } else if (m.has_attachment() && !m.attachment.remote) {
+    // Inline attachment beside a remote payload: parsed (CheckAttachmentFrame
+    // refuses it later), and its bytes are still all that follows.
+    Check(*total == bytes.size(), "EncodedMessageBytes disagrees with the message's size");
   }
   std::string again(prefix, '\0');
   const size_t written =
       EncodePrefix(m.header, m.aux, m.payload_remote, m.reply_buffer, again.data(),
-                   meta_in_payload ? absl::string_view() : m.meta);
+                   meta_in_payload ? absl::string_view() : m.meta, m.attachment);
   Check(written == prefix, "EncodePrefix wrote another length");
   Check(absl::string_view(again) == bytes.substr(0, prefix), "the prefix does not round-trip");
   return 0;

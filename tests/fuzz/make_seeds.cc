@@ -42,7 +42,9 @@ void Write(const std::string& target, const std::string& name, const std::string
 // imm_data (4 bytes, host order) then the message, as header_fuzzer reads.
 std::string HeaderSeed(const Imm& imm, WireHeader h, const std::string& aux,
                        const std::string& meta, const std::string& payload,
-                       RemoteBuffer remote = {}, RemoteBuffer reply = {}) {
+                       RemoteBuffer remote = {}, RemoteBuffer reply = {},
+                       const AttachmentDescriptor& attachment = {},
+                       const std::string& inline_attachment = "") {
   h.aux_len = static_cast<uint16_t>(aux.size());
   // With kFlagMetaInPayload the caller set meta_len and put the metadata
   // at the start of the payload.
@@ -52,9 +54,10 @@ std::string HeaderSeed(const Imm& imm, WireHeader h, const std::string& aux,
   const uint32_t bits = EncodeImm(imm);
   std::memcpy(out.data(), &bits, 4);
   std::string prefix(EncodedPrefixBytes(h), '\0');
-  EncodePrefix(h, aux, remote, reply, prefix.data(), meta);
+  EncodePrefix(h, aux, remote, reply, prefix.data(), meta, attachment);
   out += prefix;
   if (!(h.flags & kFlagPayloadRemote)) out += payload;
+  out += inline_attachment;
   return out;
 }
 
@@ -106,6 +109,25 @@ void HeaderSeeds() {
   Write("header", "response_refused",
         HeaderSeed({MsgKind::kResponse, 5, 3}, refused, "server shutting down: not started", "",
                    ""));
+  WireHeader with_inline = req;
+  with_inline.flags = kFlagAttachment;
+  AttachmentDescriptor inline_ad;
+  inline_ad.length = 6;
+  Write("header", "request_attachment_inline",
+        HeaderSeed({MsgKind::kRequest, 6, 4}, with_inline, "/pkg.Svc/Put", "", "\x0a\x01k", {}, {},
+                   inline_ad, "value!"));
+  WireHeader with_remote = resp;
+  with_remote.status_code = 0;
+  with_remote.flags = kFlagAttachment | kFlagPayloadRemote;
+  with_remote.payload_len = 1 << 16;
+  with_remote.ref = 11;
+  AttachmentDescriptor remote_ad;
+  remote_ad.length = 1 << 20;
+  remote_ad.remote = true;
+  remote_ad.buffer = {0x7f0000200000, 0x77, 1 << 20};
+  Write("header", "response_attachment_remote",
+        HeaderSeed({MsgKind::kResponse, 6, 4}, with_remote, "", "", "",
+                   {0x7f0000100000, 0x99, 1 << 16}, {}, remote_ad));
 }
 
 void HandshakeSeeds() {

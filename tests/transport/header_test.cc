@@ -193,6 +193,18 @@ TEST(WireHeader, InlineAttachmentFollowsThePayload) {
   EXPECT_EQ(DecodeMessage(bytes.substr(0, bytes.size() - 1)).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DecodeMessage(bytes + "x").status().code(), absl::StatusCode::kInvalidArgument);
+  // An inline descriptor's RemoteBuffer is zero: one that names a buffer
+  // is refused, so every accepted frame encodes back to its own bytes.
+  for (size_t byte : {size_t{8}, size_t{16}, size_t{23}}) {
+    std::string named = bytes;
+    named[kWireHeaderBytes + byte] = 1;
+    absl::StatusOr<ParsedMessage> bad = DecodeMessage(named);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << byte;
+    EXPECT_NE(bad.status().message().find("inline attachment descriptor of 5 bytes names a "
+                                          "remote buffer"),
+              absl::string_view::npos)
+        << bad.status();
+  }
 }
 
 TEST(WireHeader, RemoteAttachmentCarriesItsDescriptor) {
