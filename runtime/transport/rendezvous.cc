@@ -390,7 +390,9 @@ void Connection::OnReadDone(uint64_t id) {
     absl::string_view payload(ctx.buffer->data, ctx.remote.length);
     if (ctx.has_attachment && ctx.remote.length == 0) payload = ctx.inline_payload;
     absl::string_view meta = ctx.meta;
-    if (attachment) sink->OnResponseAttachment(std::move(attachment));
+    // A copy: `payload` lies in the attachment's buffer, which must outlive
+    // OnResponseInBuffer even when the sink drops what it is given.
+    if (attachment) sink->OnResponseAttachment(attachment);
     if (!SplitMetaInPayload(ctx.header, &payload, &meta)) {
       sink->OnFailure(absl::UnavailableError(absl::StrCat(
           "protocol error from ", peer_name_, ": response of ", payload.size(),
