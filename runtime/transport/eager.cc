@@ -202,7 +202,7 @@ bool Connection::SendRequest(uint32_t handle) {
   if (s == nullptr) return true;  // cancelled while queued
   OutgoingRequest& r = s->request;
   const size_t descriptors =
-      2 * kRemoteBufferBytes + (r.attachment ? kAttachmentDescriptorBytes : 0);
+      2 * kRemoteBufferBytes + (r.attachment.length > 0 ? kAttachmentDescriptorBytes : 0);
   if (!r.meta.empty() &&
       !SendsEagerly(kWireHeaderBytes + r.method.size() + r.meta.size() + descriptors,
                     EagerLimit())) {
@@ -212,7 +212,7 @@ bool Connection::SendRequest(uint32_t handle) {
     r.meta_in_payload = static_cast<uint32_t>(r.meta.size());
     r.meta.clear();
   }
-  if (r.attachment) {
+  if (r.attachment.length > 0) {  // a 0-byte attachment is not sent (buffer.h)
     SendRequestWithAttachment(s, idx, gen);
     return true;
   }
@@ -364,7 +364,7 @@ void Connection::SendRegisteredResponse(const RequestToken& token, PooledBuffer 
 }
 
 bool Connection::SendResponseItem(OutItem& item) {
-  if (item.attachment) {
+  if (item.attachment.length > 0) {  // a 0-byte attachment is not sent (buffer.h)
     SendResponseWithAttachment(item);
     return true;
   }
@@ -749,6 +749,22 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
                                               static_cast<int>(m.header.kind))));
     return;
   }
+  if (m.has_attachment()) {
+    // Checked here, once, before any kind is handled or deferred: only a
+    // unary request or a unary call's response may carry one.
+    absl::Status bad = CheckAttachmentFrame(m);
+    if (bad.ok() && m.header.kind == MsgKind::kResponse) {
+      if (const Slot* s = streams_.Live(imm.slot, imm.generation); s != nullptr && s->stream) {
+        bad = absl::InvalidArgumentError(
+            absl::StrCat("attachment on the trailers of stream ", imm.slot, ".", imm.generation));
+      }
+    }
+    if (!bad.ok()) {
+      Close(absl::UnavailableError(
+          absl::StrCat("protocol error from ", peer_name_, ": ", bad.message())));
+      return;
+    }
+  }
   switch (m.header.kind) {
     case MsgKind::kCredit:
       return;
@@ -771,16 +787,9 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
         // left of an earlier stream the cap ended there is moot.
         if (!failed_streams_.empty()) failed_streams_.erase(key);
       }
-      if (m.has_attachment()) {
-        if (absl::Status bad = CheckAttachmentFrame(m); !bad.ok()) {
-          Close(absl::UnavailableError(
-              absl::StrCat("protocol error from ", peer_name_, ": ", bad.message())));
-          return;
-        }
-        if (m.attachment.remote) {
-          StartAttachmentPull(imm, m, /*is_request=*/true);
-          return;
-        }
+      if (m.has_attachment() && m.attachment.remote) {
+        StartAttachmentPull(imm, m, /*is_request=*/true);
+        return;
       }
       if (m.header.flags & kFlagPayloadRemote) {
         StartRequestPull(imm, m);
@@ -819,20 +828,13 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
 void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
   Slot* s = streams_.Live(imm.slot, imm.generation);
   if (s == nullptr) ReleaseQuarantined(imm.slot, imm.generation);
-  if (m.has_attachment()) {
-    if (absl::Status bad = CheckAttachmentFrame(m); !bad.ok()) {
-      Close(absl::UnavailableError(
-          absl::StrCat("protocol error from ", peer_name_, ": ", bad.message())));
+  if (m.has_attachment() && m.attachment.remote) {  // checked by HandleMessage
+    if (s == nullptr) {
+      QueueRelease(m.header.ref);  // a retired call: the server may free both
       return;
     }
-    if (m.attachment.remote) {
-      if (s == nullptr) {
-        QueueRelease(m.header.ref);  // a retired call: the server may free both
-        return;
-      }
-      StartAttachmentPull(imm, m, /*is_request=*/false);
-      return;
-    }
+    StartAttachmentPull(imm, m, /*is_request=*/false);
+    return;
   }
   if (m.header.flags & kFlagPayloadRemote) {
     if (s == nullptr) {

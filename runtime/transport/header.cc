@@ -180,6 +180,10 @@ absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes) {
     }
     m.attachment.remote = mode == 1;
     if (m.attachment.remote) {
+      if (m.attachment.length == 0) {
+        // Never sent: a 0-byte attachment is no attachment.
+        return absl::InvalidArgumentError("remote attachment descriptor of 0 bytes");
+      }
       m.attachment.buffer = GetRemote(p + off + 8);
       if (m.attachment.buffer.length != m.attachment.length) {
         return absl::InvalidArgumentError(

@@ -166,8 +166,9 @@ absl::StatusOr<size_t> EncodedMessageBytes(absl::string_view start);
 // Parses `bytes` (one received message). INVALID_ARGUMENT (naming the field
 // and values) for a bad magic, unknown kind, unknown flags, lengths that
 // overrun `bytes`, or an attachment descriptor whose mode is neither
-// inline nor remote, whose remote length disagrees with its length, or
-// which is inline but names a remote buffer (its last 16 bytes not zero).
+// inline nor remote, whose remote length is 0 or disagrees with its
+// length, or which is inline but names a remote buffer (its last 16 bytes
+// not zero).
 absl::StatusOr<ParsedMessage> DecodeMessage(absl::string_view bytes);
 
 

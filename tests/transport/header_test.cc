@@ -238,6 +238,14 @@ TEST(WireHeader, RemoteAttachmentCarriesItsDescriptor) {
   bad = DecodeMessage(mode);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("unknown mode 2"), absl::string_view::npos) << bad.status();
+  // A remote attachment of 0 bytes is never sent (nothing to pull).
+  AttachmentDescriptor empty;
+  empty.remote = true;
+  bad = DecodeMessage(EncodeWithAttachment(h, "m", empty, ""));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("remote attachment descriptor of 0 bytes"),
+            absl::string_view::npos)
+      << bad.status();
 }
 
 TEST(WireHeader, AttachmentsGoOnlyOnUnaryRequestsAndResponses) {
