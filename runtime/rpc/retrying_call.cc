@@ -142,6 +142,8 @@ void RetryingCall::StartAttempt() {
   } else {
     call->response = response_;
   }
+  // Each attempt sends the caller's attachment (a shared handle: no copy).
+  a->context.set_request_attachment(context_->request_attachment());
   call->context = &a->context;
   call->done = [this, a](absl::Status status) mutable {
     if (home_->InLoopThread()) {
@@ -276,6 +278,9 @@ void RetryingCall::Commit(Attempt* winner, absl::Status status) {
     if (status.ok() && winner->own_response != nullptr) {
       response_->Clear();
       response_->CheckTypeAndMergeFrom(*winner->own_response);
+    }
+    if (status.ok()) {
+      ClientContextAccess::SetResponseAttachment(context_, winner->context.response_attachment());
     }
   }
   if (bound_ && !ClientContextAccess::Unbind(context_)) {
