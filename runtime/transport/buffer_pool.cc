@@ -159,15 +159,20 @@ absl::StatusOr<LargeBuffer*> LargeBufferPool::Lend(std::shared_ptr<ExternalRegio
     if (region->home_pool_ == this) {
       b->borrowed_mr = region->home_buffer_->mr.get();
     } else {
-      absl::StatusOr<ibv_mr*> mr = external_mrs_->Get(external_mrs_, region.get(), access_);
+      // Bind rights only: a lent region is exposed to READ and never
+      // written by the NIC, so read-only memory (a PROT_READ mapping) may
+      // be lent too.
+      absl::StatusOr<ibv_mr*> mr =
+          external_mrs_->Get(external_mrs_, region.get(), IBV_ACCESS_MW_BIND);
       if (!mr.ok()) return mr.status();
       b->borrowed_mr = *mr;
     }
   } else {
     // Exposed through this MR's own rkey: one registration per loan, gone
-    // with it.
+    // with it. Remote READ only: the peer that pulls the attachment may not
+    // write into the sender's memory through that rkey.
     absl::StatusOr<MrPtr> mr =
-        RegisterMemory(pd_, b->data, length == 0 ? 1 : length, kRemoteAccess);
+        RegisterMemory(pd_, b->data, length == 0 ? 1 : length, IBV_ACCESS_REMOTE_READ);
     if (!mr.ok()) return mr.status();
     b->mr = std::move(*mr);
   }
