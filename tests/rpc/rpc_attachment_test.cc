@@ -22,6 +22,7 @@ namespace {
 
 constexpr char kTransformMethod[] = "/rdmarpc.test.AttachmentService/Transform";
 constexpr char kBounceMethod[] = "/rdmarpc.test.AttachmentService/Bounce";
+constexpr char kAttachMethod[] = "/rdmarpc.test.AttachmentService/Attach";
 
 uint8_t PatternByte(size_t i, int seed) { return static_cast<uint8_t>((i * 131 + seed) & 0xFF); }
 
@@ -55,6 +56,9 @@ class AttachmentService final : public Service {
     AddMethod(
         std::make_unique<internal::UnaryMethodHandler<AttachmentService, EchoRequest, EchoResponse>>(
             kBounceMethod, this, &AttachmentService::Bounce));
+    AddMethod(
+        std::make_unique<internal::UnaryMethodHandler<AttachmentService, EchoRequest, EchoResponse>>(
+            kAttachMethod, this, &AttachmentService::Attach));
   }
   absl::Status Transform(ServerContext* ctx, const EchoRequest& req, EchoResponse* resp) {
     const Buffer& in = ctx->request_attachment();
@@ -72,6 +76,13 @@ class AttachmentService final : public Service {
   absl::Status Bounce(ServerContext* ctx, const EchoRequest& req, EchoResponse* resp) {
     ctx->set_response_attachment(ctx->request_attachment());
     resp->set_text(req.text());
+    return absl::OkStatus();
+  }
+  // Attach: echoes the message and always attaches Pattern(65536, 9).
+  absl::Status Attach(ServerContext* ctx, const EchoRequest& req, EchoResponse* resp) {
+    ctx->set_response_attachment(Pattern(65536, 9));
+    resp->set_text(req.text());
+    resp->set_data(req.data());
     return absl::OkStatus();
   }
   std::atomic<bool> had_attachment{false};
@@ -113,7 +124,8 @@ void RoundTripEverySize(AttachmentFixture& f) {
     EchoResponse resp;
     ASSERT_TRUE(Call(f.channel.get(), kTransformMethod, &ctx, req, &resp).ok());
     EXPECT_EQ(resp.text(), absl::StrCat(n, ":hi"));
-    EXPECT_TRUE(static_cast<bool>(ctx.response_attachment()));
+    // 0 bytes are not sent: the client sees no attachment, of 0 bytes.
+    EXPECT_EQ(static_cast<bool>(ctx.response_attachment()), n > 0);
     EXPECT_EQ(FirstMismatch(ctx.response_attachment(), n, 7, /*plus_one=*/true), -1);
   }
 }
@@ -195,17 +207,70 @@ TEST(Attachment, NoneSentNoneReceived) {
   EchoRequest req;
   req.set_text("x");
   EchoResponse resp;
-  // Transform always sets one, of the request's size: an empty Buffer of
-  // 0 bytes that is present.
+  // Transform always sets one, of the request's size: here 0 bytes, which
+  // are not sent.
   ASSERT_TRUE(Call(f.channel.get(), kTransformMethod, &ctx, req, &resp).ok());
   EXPECT_FALSE(f.service.had_attachment.load());
   EXPECT_EQ(resp.text(), "0:x");
-  EXPECT_TRUE(static_cast<bool>(ctx.response_attachment()));
+  EXPECT_FALSE(static_cast<bool>(ctx.response_attachment()));
   EXPECT_EQ(ctx.response_attachment().size(), 0u);
+  // A 0-byte attachment beside a message too large for one SEND (pulled
+  // by RDMA READ) is not sent either: nothing of 0 bytes is exposed.
+  ClientContext large;
+  large.set_request_attachment(Buffer::Allocate(0));
+  EchoRequest big;
+  big.set_text("y");
+  big.set_data(std::string(100000, 'd'));
+  ASSERT_TRUE(Call(f.channel.get(), kTransformMethod, &large, big, &resp).ok());
+  EXPECT_FALSE(f.service.had_attachment.load());
+  EXPECT_EQ(resp.text(), "0:y");
+  EXPECT_EQ(resp.data(), big.data());
+  EXPECT_FALSE(static_cast<bool>(large.response_attachment()));
   // Bounce of no attachment sends none back.
   ClientContext ctx2;
   ASSERT_TRUE(Call(f.channel.get(), kBounceMethod, &ctx2, req, &resp).ok());
   EXPECT_FALSE(static_cast<bool>(ctx2.response_attachment()));
+}
+
+TEST(Attachment, AMessagePulledAheadOfItsAttachmentIsReadWhole) {
+  // Attach answers a large message (pulled by RDMA READ into one buffer,
+  // ahead of its attachment) with a 64 KiB attachment: the message is
+  // parsed from that buffer while the attachment keeps it (ASan: no byte
+  // read after the buffer went back to its pool).
+  AttachmentFixture f;
+  for (int i = 0; i < 4; ++i) {
+    ClientContext ctx;
+    EchoRequest req;
+    req.set_text("keep");
+    req.set_data(std::string(200000, static_cast<char>('k' + i)));
+    EchoResponse resp;
+    absl::Status s = Call(f.channel.get(), kAttachMethod, &ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(resp.text(), "keep");
+    EXPECT_EQ(resp.data(), req.data());
+    EXPECT_EQ(FirstMismatch(ctx.response_attachment(), 65536, 9, false), -1);
+  }
+}
+
+TEST(Attachment, ARetryingChannelSendsItWithTheAttemptAndReturnsTheResponses) {
+  ChannelOptions co;
+  co.service_config_json =
+      R"({"methodConfig": [{"name": [{"service": "rdmarpc.test.AttachmentService"}],
+          "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "0.005s",
+          "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})";
+  AttachmentFixture f(ServerOptions(), co);
+  for (size_t n : {size_t{100}, size_t{1 << 20}}) {
+    SCOPED_TRACE(absl::StrCat("attachment of ", n, " bytes"));
+    ClientContext ctx;
+    ctx.set_request_attachment(Pattern(n, 5));
+    EchoRequest req;
+    req.set_text("r");
+    EchoResponse resp;
+    ASSERT_TRUE(Call(f.channel.get(), kTransformMethod, &ctx, req, &resp).ok());
+    EXPECT_TRUE(f.service.had_attachment.load());
+    EXPECT_EQ(resp.text(), absl::StrCat(n, ":r"));
+    EXPECT_EQ(FirstMismatch(ctx.response_attachment(), n, 5, /*plus_one=*/true), -1);
+  }
 }
 
 TEST(Attachment, AnErrorStatusCarriesNoAttachment) {

@@ -12,6 +12,8 @@
 // them, else a registration of its own) and the peer's NIC pulls it with
 // RDMA READ straight into registered memory that becomes the receiving
 // user's Buffer. One pass over the bytes, by the NIC; none by the runtime.
+// An attachment of 0 bytes is not sent: the peer sees none (an empty
+// Buffer that holds no memory), as brpc's empty attachment is no attachment.
 //
 //   rdmarpc::Buffer value = rdmarpc::Buffer::Allocate(16 << 20);
 //   FillWith(value.data(), value.size());
@@ -19,20 +21,28 @@
 //   ctx.set_request_attachment(value);
 //   absl::Status s = stub->Put(&ctx, request, &response);
 //
-// Memory: Allocate returns page-aligned heap memory; the first send over a
-// Channel or Server registers it with that device once (kept while the
-// Buffer lives), so reuse a Buffer across calls rather than allocating one
-// per call. A received Buffer already lies in registered memory, and
-// sending it on (an echo, a proxy) registers nothing.
+// Memory: Allocate returns page-aligned heap memory. Where the device has
+// memory windows, the first large send over a Channel or Server registers
+// the Buffer with that device once (kept while the Buffer lives) and each
+// call binds a window on it, so reuse a Buffer across calls rather than
+// allocating one per call; a received Buffer already lies in that device's
+// registered memory, and sending it on over the same Channel or Server (an
+// echo, a proxy) registers nothing. Without windows each large send
+// registers the bytes for that send alone (remote READ only).
 //
 // Ownership and lifetime: a Buffer is a shared handle (copies share the
 // bytes; the memory goes when the last copy and the runtime are done).
 // The runtime holds the bytes of an attachment it sends until the peer
 // read them (the end of the call for a request; the client's release for
-// a response), so the Buffer may be dropped at once. Do not write into an
-// attachment's bytes until its call has ended: the peer's NIC may read
-// them until then. A received Buffer may be kept after its Channel or
-// Server is destroyed.
+// a response, which the server's code cannot see), so the Buffer may be
+// dropped at once. Treat a sent Buffer's bytes as read-only: the peer's
+// NIC may read them until then. For memory to reuse, Wrap it: its release
+// callback is the signal that no NIC reads it any more. A received Buffer
+// may be kept after its Channel or Server is destroyed; while kept it
+// holds a buffer of the receiver's large-buffer pool, which counts
+// against that pool's limit (on a server, ServerOptions::
+// large_buffer_pool_bytes), so a server that stores many received
+// attachments copies them out or raises that limit.
 //
 // Thread safety: a Buffer's methods are const and safe to call from any
 // thread; the bytes themselves are the user's to synchronise.

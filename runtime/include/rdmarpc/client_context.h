@@ -110,7 +110,9 @@ class RDMARPC_EXPORT ClientContext {
   // Bytes sent beside the request without being serialised
   // (rdmarpc/buffer.h); the server reads them in
   // ServerContext::request_attachment(). Unary calls only: a streaming
-  // call with one fails INVALID_ARGUMENT. The context keeps a reference
+  // call with one of 1 byte or more fails INVALID_ARGUMENT. One of 0 bytes
+  // is not sent (the server sees none). Channels with a retry or hedging
+  // policy send it with every attempt. The context keeps a reference
   // until it is destroyed or set again. Errors the call may end with
   // because of it: FAILED_PRECONDITION when the server's rdmarpc predates
   // attachments (send the bytes in the message instead);
@@ -120,7 +122,7 @@ class RDMARPC_EXPORT ClientContext {
   const Buffer& request_attachment() const { return request_attachment_; }
   // After the call: the attachment the server sent with its response
   // (ServerContext::set_response_attachment), the caller's to keep; empty
-  // when it sent none.
+  // (holding no memory) when it sent none or one of 0 bytes.
   const Buffer& response_attachment() const { return response_attachment_; }
 
   // The server address ("ip:port") the call was sent to, set once the
