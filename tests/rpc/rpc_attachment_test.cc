@@ -233,10 +233,10 @@ TEST(Attachment, NoneSentNoneReceived) {
 }
 
 TEST(Attachment, AMessagePulledAheadOfItsAttachmentIsReadWhole) {
-  // Attach answers a large message (pulled by RDMA READ into one buffer,
-  // ahead of its attachment) with a 64 KiB attachment: the message is
-  // parsed from that buffer while the attachment keeps it (ASan: no byte
-  // read after the buffer went back to its pool).
+  // Attach answers a large message with a 64 KiB attachment that the
+  // client did not ask for: both are pulled by RDMA READ into one buffer,
+  // the message first, and the message is parsed from that buffer while
+  // the attachment holds it.
   AttachmentFixture f;
   for (int i = 0; i < 4; ++i) {
     ClientContext ctx;
