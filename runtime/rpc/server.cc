@@ -533,8 +533,14 @@ void ServerImpl::RunInline(Worker* worker, Connection* conn, const IncomingReque
       running_handlers_.fetch_sub(1, std::memory_order_relaxed);
       SendReply(conn, req.token, std::move(status), response, &context);
     }
+    AttachmentAccess::EndOfServerCall(context.request_attachment(), context.response_attachment(),
+                                      req.attachment ? 1 : 0);
   }
   if (reuse) cached.busy = false;
+}
+
+ServerImpl::PoolCall::~PoolCall() {
+  AttachmentAccess::EndOfServerCall(context.request_attachment(), context.response_attachment());
 }
 
 std::unique_ptr<ServerImpl::PoolCall> ServerImpl::Worker::TakeSpareCall(
@@ -568,6 +574,8 @@ void ServerImpl::Worker::KeepSpareCall(std::unique_ptr<PoolCall> call) {
   call->refused = false;
   call->answered = false;
   call->phase.store(PoolCall::kQueued, std::memory_order_relaxed);
+  AttachmentAccess::EndOfServerCall(call->context.request_attachment(),
+                                    call->context.response_attachment());
   call->context.~CallbackServerContext();
   new (&call->context) CallbackServerContext();
   call->request_buffer.reset();

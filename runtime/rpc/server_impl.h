@@ -79,6 +79,9 @@ class ServerImpl final : public ServerStatusSource {
   // that answers it. A callback call is owned by its ServerCallbackCall
   // once the method started, and freed after its reactor's OnDone.
   struct PoolCall {
+    // Ends the call's hold on its request attachment
+    // (AttachmentAccess::EndOfServerCall).
+    ~PoolCall();
     Worker* worker = nullptr;
     // Loop thread only: nullptr once the connection closed.
     Connection* conn = nullptr;

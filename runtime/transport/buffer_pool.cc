@@ -146,6 +146,10 @@ ExternalRegion::~ExternalRegion() {
   if (home_pool_ != nullptr) home_pool_->Put(home_buffer_);
 }
 
+void ExternalRegion::KeptPastItsCall() {
+  if (home_pool_ != nullptr) home_pool_->ExemptFromLimit(home_buffer_);
+}
+
 absl::StatusOr<LargeBuffer*> LargeBufferPool::Lend(std::shared_ptr<ExternalRegion> region,
                                                    size_t offset, size_t length) {
   if (offset > region->size() || length > region->size() - offset) {
@@ -291,8 +295,24 @@ void LargeBufferPool::RevokeDone(LargeBuffer* b) {
   }
 }
 
+void LargeBufferPool::ExemptFromLimit(LargeBuffer* b) {
+  absl::MutexLock lock(&mu_);
+  if (b->kept_by_application) return;
+  b->kept_by_application = true;
+  registered_bytes_ -= b->capacity;
+  kept_bytes_ += b->capacity;
+}
+
+void LargeBufferPool::CountAgainstLimitLocked(LargeBuffer* b) {
+  if (!b->kept_by_application) return;
+  b->kept_by_application = false;
+  kept_bytes_ -= b->capacity;
+  registered_bytes_ += b->capacity;
+}
+
 void LargeBufferPool::PutLocked(LargeBuffer* b, std::shared_ptr<ExternalRegion>* lent) {
   --outstanding_;
+  CountAgainstLimitLocked(b);
   if (b->external != nullptr) {
     // Lent memory is never reused. The region may die with this buffer,
     // and its destructor takes this pool's lock when it lies in one of
@@ -320,6 +340,7 @@ absl::Status LargeBufferPool::Rekey(LargeBuffer* b) {
   if (!mr.ok()) {
     absl::MutexLock lock(&mu_);
     --outstanding_;
+    CountAgainstLimitLocked(b);
     MirrorLarge(0, 0, -Signed(b->capacity));
     FreeLocked(b);
     return mr.status();
@@ -341,6 +362,11 @@ void LargeBufferPool::RekeyAndPut(LargeBuffer* b) {
 size_t LargeBufferPool::registered_bytes() const {
   absl::MutexLock lock(&mu_);
   return registered_bytes_;
+}
+
+size_t LargeBufferPool::kept_by_application_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return kept_bytes_;
 }
 
 }  // namespace internal

@@ -85,6 +85,10 @@ struct LargeBuffer {
   // (MarkRevokePending minus RevokeDone), and whether it was Put meanwhile.
   int revoke_pending = 0;
   bool put_while_pending = false;
+  // The pool's (under its lock): an attachment received into this buffer
+  // that the application kept past its call (ExemptFromLimit), so it does
+  // not count against the pool's limit until it comes back.
+  bool kept_by_application = false;
 };
 
 // Memory the transport may send from without copying it: a user's
@@ -104,6 +108,10 @@ class ExternalRegion {
   ExternalRegion(std::shared_ptr<void> pool_owner, LargeBufferPool* pool, LargeBuffer* buffer,
                  size_t offset, size_t size);
   ~ExternalRegion();
+  // A region in a pool buffer (a received attachment) that the application
+  // keeps past its call: the buffer leaves its pool's limit
+  // (LargeBufferPool::ExemptFromLimit). No-op for other regions.
+  void KeptPastItsCall();
   ExternalRegion(const ExternalRegion&) = delete;
   ExternalRegion& operator=(const ExternalRegion&) = delete;
 
@@ -180,9 +188,21 @@ class LargeBufferPool {
   absl::StatusOr<LargeBuffer*> Lend(std::shared_ptr<ExternalRegion> region, size_t offset,
                                     size_t length);
 
+  // A received attachment in `buffer` outlives its call (the application
+  // kept it, e.g. a stored value): its bytes stop counting against the
+  // limit until the buffer is Put back, so kept values cannot starve the
+  // calls the limit is for. No-op for a buffer already exempt. Any thread.
+  void ExemptFromLimit(LargeBuffer* buffer);
+
+  // Bytes registered by the pool that count against its limit (buffers in
+  // use, cached free ones), and bytes of buffers the application kept
+  // (ExemptFromLimit), in no limit.
   size_t registered_bytes() const;
+  size_t kept_by_application_bytes() const;
 
  private:
+  // A buffer back from the application counts against the limit again.
+  void CountAgainstLimitLocked(LargeBuffer* buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeLocked(LargeBuffer* buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A lent buffer's region is moved to `*lent`, for the caller to drop
   // after the lock.
@@ -196,6 +216,7 @@ class LargeBufferPool {
   std::multimap<size_t, LargeBuffer*> free_ ABSL_GUARDED_BY(mu_);
   size_t free_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   size_t registered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // exempt from the limit
   size_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
   // MRs of regions lent with windows (shared with the regions, which
   // deregister theirs when they die first).

@@ -38,11 +38,13 @@
 // dropped at once. Treat a sent Buffer's bytes as read-only: the peer's
 // NIC may read them until then. For memory to reuse, Wrap it: its release
 // callback is the signal that no NIC reads it any more. A received Buffer
-// may be kept after its Channel or Server is destroyed; while kept it
-// holds a buffer of the receiver's large-buffer pool, which counts
-// against that pool's limit (on a server, ServerOptions::
-// large_buffer_pool_bytes), so a server that stores many received
-// attachments copies them out or raises that limit.
+// may be kept after its Channel or Server is destroyed. It lies in a
+// buffer of the receiver's pool of registered buffers: on a server that
+// buffer counts against ServerOptions::large_buffer_pool_bytes while its
+// call runs, and stops counting once the call ends with the Buffer still
+// held (a stored value), until the last copy is dropped; a server that
+// keeps many received attachments therefore holds that much registered
+// (pinned) memory of its own.
 //
 // Thread safety: a Buffer's methods are const and safe to call from any
 // thread; the bytes themselves are the user's to synchronise.
