@@ -267,6 +267,81 @@ TEST_F(HostilePeer, AnOversizedDescriptorFailsItsCallWithResourceExhausted) {
   ExpectGoodClientServed(10);
 }
 
+// `h` with kFlagAttachment and descriptor `ad`: aux, inline payload, then
+// `inline_attachment`.
+std::string WithAttachment(WireHeader h, absl::string_view aux, absl::string_view payload,
+                           const internal::AttachmentDescriptor& ad,
+                           absl::string_view inline_attachment) {
+  h.flags |= internal::kFlagAttachment;
+  h.aux_len = static_cast<uint16_t>(aux.size());
+  h.payload_len = static_cast<uint32_t>(payload.size());
+  std::string out(internal::EncodedPrefixBytes(h), '\0');
+  internal::EncodePrefix(h, aux, {}, {}, out.data(), {}, ad);
+  return out + std::string(payload) + std::string(inline_attachment);
+}
+
+TEST_F(HostilePeer, AnInlineAttachmentBesideAUnaryRequestIsTaken) {
+  RawPeer peer;
+  ASSERT_TRUE(peer.Connect(server_.port()));
+  EchoRequest req;
+  req.set_text("with bytes beside");
+  WireHeader h;
+  h.kind = MsgKind::kRequest;
+  internal::AttachmentDescriptor ad;
+  ad.length = 5;
+  ASSERT_EQ(peer.Send(WithAttachment(h, kEchoMethod, req.SerializeAsString(), ad, "ABCDE"),
+                      RawPeer::Imm(MsgKind::kRequest, 4, 1)),
+            IBV_WC_SUCCESS);
+  RawPeer::Answer a;
+  ASSERT_TRUE(peer.ReceiveMessage(&a, absl::Seconds(10)));
+  EXPECT_EQ(a.message.header.status_code, 0u);
+  EchoResponse resp;
+  ASSERT_TRUE(resp.ParseFromArray(a.message.payload.data(),
+                                  static_cast<int>(a.message.payload.size())));
+  EXPECT_EQ(resp.text(), "with bytes beside");
+  ExpectGoodClientServed(5);
+}
+
+TEST_F(HostilePeer, AttachmentsWhereNoneMayBeCloseItsConnectionOnly) {
+  internal::AttachmentDescriptor three;
+  three.length = 3;
+  {
+    SCOPED_TRACE("on a stream message");
+    RawPeer peer;
+    ASSERT_TRUE(peer.Connect(server_.port()));
+    WireHeader h;
+    h.kind = MsgKind::kStreamMessage;
+    peer.Send(WithAttachment(h, "", "", three, "abc"), RawPeer::Imm(MsgKind::kStreamMessage, 1, 1));
+    ExpectOffenderDropped(&peer, "attachment on a frame of kind 7");
+  }
+  {
+    SCOPED_TRACE("on the request that opens a stream");
+    RawPeer peer;
+    ASSERT_TRUE(peer.Connect(server_.port()));
+    WireHeader h;
+    h.kind = MsgKind::kRequest;
+    h.flags = internal::kFlagStream | internal::kFlagNoMessage;
+    peer.Send(WithAttachment(h, kChatMethod, "", three, "abc"),
+              RawPeer::Imm(MsgKind::kRequest, 2, 1));
+    ExpectOffenderDropped(&peer, "attachment on a frame of kind 1 with flags 0x94");
+  }
+  {
+    SCOPED_TRACE("a remote attachment of 0 bytes");
+    RawPeer peer;
+    ASSERT_TRUE(peer.Connect(server_.port()));
+    WireHeader h;
+    h.kind = MsgKind::kRequest;
+    internal::AttachmentDescriptor empty;
+    empty.remote = true;
+    EchoRequest req;
+    req.set_text("x");
+    peer.Send(WithAttachment(h, kEchoMethod, req.SerializeAsString(), empty, ""),
+              RawPeer::Imm(MsgKind::kRequest, 3, 1));
+    ExpectOffenderDropped(&peer, "remote attachment descriptor of 0 bytes");
+  }
+  EXPECT_EQ(service_.calls(), 10 + 3 * 20);  // none of the offenders' calls ran
+}
+
 TEST_F(HostilePeer, RdmaOnGuessedKeysFailsAtTheOffenderAndTouchesNothing) {
   const softrdma::Stats before = softrdma::GetStats();
   const ibv_wr_opcode ops[] = {IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_CMP_AND_SWP,
