@@ -579,6 +579,7 @@ void ServerImpl::Worker::KeepSpareCall(std::unique_ptr<PoolCall> call) {
   call->context.~CallbackServerContext();
   new (&call->context) CallbackServerContext();
   call->request_buffer.reset();
+  call->request_holder = Attachment();
   call->request_payload = absl::string_view();
   call->large_pool = nullptr;
   call->eager_limit = 0;
@@ -676,7 +677,7 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
         // A large unary response is serialised by the thread that finishes.
         [this, raw] { SerializeLargeResponse(raw); });
     if (call->stream != nullptr) call->stream->SetReactions(call->callback.get());
-    if (handler->run_inline() && !call->request_buffer) {
+    if (handler->run_inline() && !call->request_buffer && !call->request_holder) {
       // A callback method never blocks: run_inline runs it right here
       // (unless its request still has to be parsed from a large buffer).
       StartCallback(std::move(call));
@@ -692,6 +693,11 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
 }
 
 bool ServerImpl::KeepPulledRequest(const IncomingRequest& req, PoolCall* call) {
+  if (req.payload_in_attachment) {
+    call->request_holder = req.attachment;
+    call->request_payload = req.payload;
+    return true;
+  }
   if (req.payload_buffer == nullptr || !*req.payload_buffer) return false;
   call->request_buffer = std::move(*req.payload_buffer);
   call->request_payload = req.payload;
@@ -699,11 +705,12 @@ bool ServerImpl::KeepPulledRequest(const IncomingRequest& req, PoolCall* call) {
 }
 
 absl::Status ServerImpl::ParseKeptRequest(PoolCall* call) {
-  if (!call->request_buffer) return absl::OkStatus();
+  if (!call->request_buffer && !call->request_holder) return absl::OkStatus();
   const bool parsed = call->request->ParseFromArray(
       call->request_payload.data(), static_cast<int>(call->request_payload.size()));
   const size_t size = call->request_payload.size();
   call->request_buffer.reset();
+  call->request_holder = Attachment();
   call->request_payload = absl::string_view();
   if (parsed) return absl::OkStatus();
   return absl::InternalError(absl::StrCat("request of ", size, " bytes to ", *call->method,

@@ -111,6 +111,9 @@ class ServerImpl final : public ServerStatusSource {
     // payload in it, parsed on the pool thread (a parse of megabytes would
     // hold up every connection of the worker).
     PooledBuffer request_buffer;
+    // Or, a unary request pulled with its attachment: the attachment,
+    // whose memory holds the payload too.
+    Attachment request_holder;
     absl::string_view request_payload;
     // A large OK response without metadata, serialised on the pool thread
     // into registered memory at kRegisteredResponseOffset (`response_size`
@@ -205,10 +208,11 @@ class ServerImpl final : public ServerStatusSource {
   // Worker: answers a pool call whose handler returned `status`.
   void FinishPoolCall(std::unique_ptr<PoolCall> call, absl::Status status);
   // Worker: a request pulled by rendezvous is kept in its registered buffer
-  // (call->request_buffer) to be parsed on the pool; false when it is not
-  // one (then the caller parses it at once).
+  // (call->request_buffer, or with its attachment call->request_holder) to
+  // be parsed on the pool; false when it is not one (then the caller parses
+  // it at once).
   static bool KeepPulledRequest(const IncomingRequest& req, PoolCall* call);
-  // Pool thread: parses a kept request (and frees its buffer); OK when
+  // Pool thread: parses a kept request (and lets go of its buffer); OK when
   // there was none. INTERNAL naming size, method and type when it does not
   // parse.
   static absl::Status ParseKeptRequest(PoolCall* call);

@@ -187,6 +187,11 @@ struct IncomingRequest {
   // The request's attachment (header.h: kFlagAttachment), the handler's to
   // keep; empty without one. Unary requests only.
   Attachment attachment;
+  // `payload` was pulled by rendezvous together with the attachment, into
+  // the memory `attachment` holds (ahead of its bytes): it stays valid
+  // while a copy of `attachment` is held, e.g. to parse a large request on
+  // another thread.
+  bool payload_in_attachment = false;
 };
 
 class ConnectionHandler {
@@ -590,7 +595,7 @@ class Connection final : public CmEventHandler, public LoopClient {
   void DeliverRequest(const RequestToken& token, absl::string_view method,
                       absl::string_view payload, uint64_t timeout_us, uint8_t flags,
                       absl::string_view meta, PooledBuffer* payload_buffer = nullptr,
-                      Attachment attachment = Attachment());
+                      Attachment attachment = Attachment(), bool payload_in_attachment = false);
 
   DeviceResources* const device_;
   const ConnectionOptions options_;

@@ -361,10 +361,11 @@ void Connection::OnReadDone(uint64_t id) {
     }
     if (ctx.has_attachment) {
       // The buffer becomes the attachment's (the handler keeps it as long
-      // as it likes); the payload is parsed during OnRequest.
+      // as it likes); a payload pulled into it lies there too, ahead of
+      // the attachment's bytes, and lives as long as the attachment.
       Attachment attachment = PulledAttachment(ctx);
       DeliverRequest(ctx.token, ctx.method, payload, ctx.timeout_us, flags, meta, nullptr,
-                     std::move(attachment));
+                     std::move(attachment), /*payload_in_attachment=*/ctx.remote.length > 0);
       return;
     }
     // The handler may keep the buffer (and parse it on another thread).
@@ -424,7 +425,7 @@ void Connection::OnRelease(uint32_t ref) {
 void Connection::DeliverRequest(const RequestToken& token, absl::string_view method,
                                 absl::string_view payload, uint64_t timeout_us, uint8_t flags,
                                 absl::string_view meta, PooledBuffer* payload_buffer,
-                                Attachment attachment) {
+                                Attachment attachment, bool payload_in_attachment) {
   if (handler_ == nullptr) return;
   IncomingRequest req;
   req.method = method;
@@ -437,6 +438,7 @@ void Connection::DeliverRequest(const RequestToken& token, absl::string_view met
   req.end_stream = !req.stream || (flags & kFlagEndStream) != 0;
   req.payload_buffer = payload_buffer;
   req.attachment = std::move(attachment);
+  req.payload_in_attachment = payload_in_attachment && req.attachment;
   handler_->OnRequest(this, req);
 }
 
