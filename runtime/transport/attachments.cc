@@ -69,7 +69,13 @@ void Connection::SendRequestWithAttachment(Slot* s, uint16_t idx, uint16_t gen) 
   RemoteBuffer pr;
   if (!all_inline) {
     ad.remote = true;
-    if (pool_ == nullptr || !SendsEagerly(prefix + kRemoteBufferBytes, EagerLimit())) {
+    if (pool_ == nullptr) {
+      FailUnsentCall(idx, absl::InternalError(absl::StrCat(
+                              "request attachment of ", a.length, " bytes to ", peer_name_,
+                              ": the connection has no buffer pool to expose it from")));
+      return;
+    }
+    if (!SendsEagerly(prefix + kRemoteBufferBytes, EagerLimit())) {
       FailUnsentCall(idx, absl::InvalidArgumentError(absl::StrCat(
                               "method name of ", h.aux_len, " bytes and metadata of ",
                               r.meta.size(), " bytes do not fit the eager limit ", EagerLimit())));
@@ -279,8 +285,9 @@ void Connection::StartAttachmentPull(const Imm& imm, const ParsedMessage& m, boo
   absl::Status refused;
   if (ctx.remote.length > options_.max_message_bytes ||
       ctx.attachment_remote.length > options_.max_message_bytes) {
+    // The message's size as announced, whether it is pulled or came inline.
     refused = absl::ResourceExhaustedError(absl::StrCat(
-        is_request ? "request" : "response", " of ", ctx.remote.length,
+        is_request ? "request" : "response", " of ", m.header.payload_len,
         " bytes with an attachment of ", ctx.attachment_remote.length,
         " bytes exceeds max_message_bytes ", options_.max_message_bytes));
   }

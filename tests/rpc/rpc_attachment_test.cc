@@ -457,6 +457,30 @@ TEST(Attachment, LargerThanMaxMessageBytesFailsResourceExhausted) {
   EXPECT_EQ(FirstMismatch(ok.response_attachment(), 1 << 20, 0, true), -1);
 }
 
+TEST(Attachment, TheServersLimitRefusesALargerOneWithResourceExhausted) {
+  // The client would send 2 MiB; the server takes at most 1 MiB: it
+  // refuses before pulling anything, naming both sizes and its limit.
+  ServerOptions so;
+  so.max_message_bytes = 1 << 20;
+  AttachmentFixture f(so);
+  ClientContext ctx;
+  ctx.set_request_attachment(Pattern(2 << 20, 0));
+  EchoRequest req;
+  req.set_text("abc");
+  EchoResponse resp;
+  absl::Status s = Call(f.channel.get(), kTransformMethod, &ctx, req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(s.message(),
+            "request of 5 bytes with an attachment of 2097152 bytes exceeds max_message_bytes "
+            "1048576");
+  EXPECT_FALSE(f.service.had_attachment.load());
+  // The connection carries on.
+  ClientContext ok;
+  ok.set_request_attachment(Pattern(1 << 20, 2));
+  ASSERT_TRUE(Call(f.channel.get(), kTransformMethod, &ok, req, &resp).ok());
+  EXPECT_EQ(FirstMismatch(ok.response_attachment(), 1 << 20, 2, true), -1);
+}
+
 TEST(Attachment, ManyCallsAtOnceKeepTheirOwnBytes) {
   AttachmentFixture f;
   constexpr int kCalls = 24;
