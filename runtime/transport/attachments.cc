@@ -12,7 +12,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "runtime/transport/connection.h"
 
 namespace rdmarpc {
@@ -46,20 +45,7 @@ void Connection::SendRequestWithAttachment(Slot* s, uint16_t idx, uint16_t gen) 
     return;
   }
   const size_t payload_size = r.payload_size();
-  WireHeader h;
-  h.kind = MsgKind::kRequest;
-  h.flags = kFlagAttachment;
-  h.aux_len = static_cast<uint16_t>(r.method.size());
-  h.meta_len = static_cast<uint32_t>(r.meta.size());
-  h.payload_len = static_cast<uint32_t>(payload_size);
-  if (r.meta_in_payload != 0) {
-    h.flags |= kFlagMetaInPayload;
-    h.meta_len = r.meta_in_payload;
-  }
-  if (r.deadline != absl::InfiniteFuture()) {
-    h.timeout_us = static_cast<uint64_t>(
-        std::max<int64_t>(0, absl::ToInt64Microseconds(r.deadline - absl::Now())));
-  }
+  WireHeader h = RequestHeader(r, kFlagAttachment, payload_size);
   const size_t prefix =
       kWireHeaderBytes + r.method.size() + r.meta.size() + kAttachmentDescriptorBytes;
   AttachmentDescriptor ad;

@@ -488,6 +488,10 @@ class Connection final : public CmEventHandler, public LoopClient {
   bool SendResponseItem(OutItem& item);
   // SendRequest for a request with an attachment (attachments.cc).
   void SendRequestWithAttachment(Slot* s, uint16_t idx, uint16_t gen);
+  // The header of request `r` with `flags` and a payload of `payload_size`
+  // bytes: method and metadata lengths (or metadata in the payload), and
+  // the time left to its deadline, taken now, as it goes on the wire.
+  static WireHeader RequestHeader(const OutgoingRequest& r, uint8_t flags, size_t payload_size);
   // A call that cannot start ends with `why` (nothing of it was sent).
   void FailUnsentCall(uint16_t idx, absl::Status why);
   // `payload` is copied (and counted); a non-null `write` serialises

@@ -195,6 +195,27 @@ bool Connection::SendOne(OutItem& item) {
   return true;
 }
 
+WireHeader Connection::RequestHeader(const OutgoingRequest& r, uint8_t flags,
+                                    size_t payload_size) {
+  WireHeader h;
+  h.kind = MsgKind::kRequest;
+  h.flags = flags;
+  h.aux_len = static_cast<uint16_t>(r.method.size());
+  h.meta_len = static_cast<uint32_t>(r.meta.size());
+  h.payload_len = static_cast<uint32_t>(payload_size);
+  if (r.meta_in_payload != 0) {
+    h.flags |= kFlagMetaInPayload;
+    h.meta_len = r.meta_in_payload;
+  }
+  if (r.deadline != absl::InfiniteFuture()) {
+    // Taken now, as the request goes on the wire: time spent connecting or
+    // queued behind other requests is not offered to the server.
+    h.timeout_us = static_cast<uint64_t>(
+        std::max<int64_t>(0, absl::ToInt64Microseconds(r.deadline - absl::Now())));
+  }
+  return h;
+}
+
 bool Connection::SendRequest(uint32_t handle) {
   const uint16_t idx = HandleSlot(handle);
   const uint16_t gen = HandleGeneration(handle);
@@ -217,25 +238,11 @@ bool Connection::SendRequest(uint32_t handle) {
     return true;
   }
   const size_t payload_size = r.payload_size();
-  WireHeader h;
-  h.kind = MsgKind::kRequest;
-  h.aux_len = static_cast<uint16_t>(r.method.size());
-  h.meta_len = static_cast<uint32_t>(r.meta.size());
-  h.payload_len = static_cast<uint32_t>(payload_size);
-  if (r.stream) {
-    h.flags = static_cast<uint8_t>(kFlagStream | (r.no_message ? kFlagNoMessage : 0) |
-                                   (r.end_stream ? kFlagEndStream : 0));
-  }
-  if (r.meta_in_payload != 0) {
-    h.flags |= kFlagMetaInPayload;
-    h.meta_len = r.meta_in_payload;
-  }
-  if (r.deadline != absl::InfiniteFuture()) {
-    // Taken now, as the request goes on the wire: time spent connecting or
-    // queued behind other requests is not offered to the server.
-    h.timeout_us = static_cast<uint64_t>(
-        std::max<int64_t>(0, absl::ToInt64Microseconds(r.deadline - absl::Now())));
-  }
+  const uint8_t flags =
+      r.stream ? static_cast<uint8_t>(kFlagStream | (r.no_message ? kFlagNoMessage : 0) |
+                                      (r.end_stream ? kFlagEndStream : 0))
+               : 0;
+  WireHeader h = RequestHeader(r, flags, payload_size);
   const size_t eager_total = kWireHeaderBytes + r.method.size() + r.meta.size() + payload_size;
   if (SendsEagerly(eager_total, EagerLimit())) {
     if (r.write != nullptr) {

@@ -136,21 +136,7 @@ class CallbackAttachments final : public Service {
   std::vector<std::thread> finishers_ ABSL_GUARDED_BY(mu_);
 };
 
-struct AttachmentFixture {
-  explicit AttachmentFixture(ServerOptions so = ServerOptions(),
-                             ChannelOptions co = ChannelOptions())
-      : server(so) {
-    EXPECT_TRUE(server.AddService(&service).ok());
-    absl::Status s = server.Start("127.0.0.1:0");
-    EXPECT_TRUE(s.ok()) << s;
-    auto ch = CreateChannel(absl::StrCat("127.0.0.1:", server.port()), co);
-    EXPECT_TRUE(ch.ok()) << ch.status();
-    if (ch.ok()) channel = *ch;
-  }
-  AttachmentService service;
-  Server server;
-  std::shared_ptr<Channel> channel;
-};
+using AttachmentFixture = ServiceFixture<AttachmentService>;
 
 absl::Status Call(Channel* ch, const char* method, ClientContext* ctx, const EchoRequest& req,
                   EchoResponse* resp) {

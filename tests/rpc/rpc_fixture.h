@@ -13,8 +13,11 @@
 namespace rdmarpc {
 namespace test {
 
-struct EchoFixture {
-  explicit EchoFixture(ServerOptions so = ServerOptions(), ChannelOptions co = ChannelOptions())
+// A started Server on a loopback port serving one `ServiceT`, and a
+// Channel to it.
+template <class ServiceT>
+struct ServiceFixture {
+  explicit ServiceFixture(ServerOptions so = ServerOptions(), ChannelOptions co = ChannelOptions())
       : server(so) {
     EXPECT_TRUE(server.AddService(&service).ok());
     absl::Status s = server.Start("127.0.0.1:0");
@@ -23,10 +26,11 @@ struct EchoFixture {
     EXPECT_TRUE(ch.ok()) << ch.status();
     if (ch.ok()) channel = *ch;
   }
-  EchoService service;
+  ServiceT service;
   Server server;
   std::shared_ptr<Channel> channel;
 };
+using EchoFixture = ServiceFixture<EchoService>;
 
 // A loopback port nobody listens on: a server's, after it shut down.
 inline int PortWithNoListener() {
