@@ -163,17 +163,7 @@ void Connection::SendResponseWithAttachment(OutItem& item) {
   if (item.message.size() > max_head - item.meta.size()) {
     item.message.resize(max_head - item.meta.size());
   }
-  WireHeader h;
-  h.kind = MsgKind::kResponse;
-  h.flags = kFlagAttachment;
-  h.status_code = static_cast<uint32_t>(item.code);
-  h.aux_len = static_cast<uint16_t>(item.message.size());
-  h.meta_len = static_cast<uint32_t>(item.meta.size());
-  if (meta_in_payload != 0) {
-    h.flags |= kFlagMetaInPayload;
-    h.meta_len = meta_in_payload;
-  }
-  h.payload_len = static_cast<uint32_t>(item.payload.size());
+  WireHeader h = ResponseHeader(item, kFlagAttachment, meta_in_payload, item.payload.size());
   const size_t prefix =
       kWireHeaderBytes + item.message.size() + item.meta.size() + kAttachmentDescriptorBytes;
   AttachmentDescriptor ad;

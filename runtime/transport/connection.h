@@ -492,6 +492,11 @@ class Connection final : public CmEventHandler, public LoopClient {
   // bytes: method and metadata lengths (or metadata in the payload), and
   // the time left to its deadline, taken now, as it goes on the wire.
   static WireHeader RequestHeader(const OutgoingRequest& r, uint8_t flags, size_t payload_size);
+  // The header of response `item` with `flags`, its metadata in the prefix
+  // or (`meta_in_payload` bytes) in front of a payload of `payload_size`
+  // bytes.
+  static WireHeader ResponseHeader(const OutItem& item, uint8_t flags, uint32_t meta_in_payload,
+                                   size_t payload_size);
   // A call that cannot start ends with `why` (nothing of it was sent).
   void FailUnsentCall(uint16_t idx, absl::Status why);
   // `payload` is copied (and counted); a non-null `write` serialises

@@ -216,6 +216,22 @@ WireHeader Connection::RequestHeader(const OutgoingRequest& r, uint8_t flags,
   return h;
 }
 
+WireHeader Connection::ResponseHeader(const OutItem& item, uint8_t flags,
+                                     uint32_t meta_in_payload, size_t payload_size) {
+  WireHeader h;
+  h.kind = MsgKind::kResponse;
+  h.flags = flags;
+  h.status_code = static_cast<uint32_t>(item.code);
+  h.aux_len = static_cast<uint16_t>(item.message.size());
+  h.meta_len = static_cast<uint32_t>(item.meta.size());
+  if (meta_in_payload != 0) {
+    h.flags |= kFlagMetaInPayload;
+    h.meta_len = meta_in_payload;
+  }
+  h.payload_len = static_cast<uint32_t>(payload_size);
+  return h;
+}
+
 bool Connection::SendRequest(uint32_t handle) {
   const uint16_t idx = HandleSlot(handle);
   const uint16_t gen = HandleGeneration(handle);
@@ -399,17 +415,8 @@ bool Connection::SendResponseItem(OutItem& item) {
       item.registered
           ? absl::string_view(item.registered->data + kRegisteredResponseOffset, payload_size)
           : absl::string_view(item.payload);
-  WireHeader h;
-  h.kind = MsgKind::kResponse;
-  if (item.refused) h.flags |= kFlagRefused;
-  h.status_code = static_cast<uint32_t>(item.code);
-  h.aux_len = static_cast<uint16_t>(item.message.size());
-  h.meta_len = static_cast<uint32_t>(item.meta.size());
-  if (meta_in_payload != 0) {
-    h.flags |= kFlagMetaInPayload;
-    h.meta_len = meta_in_payload;
-  }
-  h.payload_len = static_cast<uint32_t>(payload_size);
+  WireHeader h =
+      ResponseHeader(item, item.refused ? kFlagRefused : 0, meta_in_payload, payload_size);
   const size_t total = kWireHeaderBytes + head + payload_size;
   if (SendsEagerly(total, EagerLimit())) {
     PostEager(MsgKind::kResponse, item.token.slot, item.token.generation, h, item.message, {}, {},
