@@ -23,18 +23,18 @@ class AttachmentAccess {
   }
   // A server call ends with `request` (its context's request attachment;
   // `response` its response attachment): a received attachment that
-  // something beyond the call still holds (the handler stored it, or the
-  // transport sends it back) leaves its pool's limit (ExternalRegion::
-  // KeptPastItsCall). `call_refs`: references the caller itself still
-  // holds for the call (the transport's request, in an inline call). The
-  // count is a snapshot: a holder dropping it at the same time only leaves
-  // it exempt until it is back in the pool.
-  static void EndOfServerCall(const Buffer& request, const Buffer& response, long call_refs = 0) {
-    if (request.region_ == nullptr) return;
-    const long context_refs = response.region_ == request.region_ ? 2 : 1;
-    if (request.region_.use_count() > context_refs + call_refs) {
-      request.region_->KeptPastItsCall();
-    }
+  // something beyond the call still holds (the handler stored it) leaves
+  // its pool's limit (ExternalRegion::KeptPastItsCall). One sent back in
+  // the response stays counted: the transport holds it until the client
+  // releases it, and the call's end cannot tell a stored copy from that
+  // one. `call_refs`: references the caller itself still holds for the
+  // call (the transport's request, in an inline call). The count is a
+  // snapshot: a holder dropping it at the same time only leaves it exempt
+  // until it is back in the pool.
+  static void ExemptIfKeptPastCall(const Buffer& request, const Buffer& response,
+                                   long call_refs = 0) {
+    if (request.region_ == nullptr || response.region_ == request.region_) return;
+    if (request.region_.use_count() > 1 + call_refs) request.region_->KeptPastItsCall();
   }
   static Buffer FromTransport(Attachment a) {
     Buffer b;

@@ -533,14 +533,16 @@ void ServerImpl::RunInline(Worker* worker, Connection* conn, const IncomingReque
       running_handlers_.fetch_sub(1, std::memory_order_relaxed);
       SendReply(conn, req.token, std::move(status), response, &context);
     }
-    AttachmentAccess::EndOfServerCall(context.request_attachment(), context.response_attachment(),
-                                      req.attachment ? 1 : 0);
+    AttachmentAccess::ExemptIfKeptPastCall(context.request_attachment(),
+                                           context.response_attachment(), req.attachment ? 1 : 0);
   }
   if (reuse) cached.busy = false;
 }
 
 ServerImpl::PoolCall::~PoolCall() {
-  AttachmentAccess::EndOfServerCall(context.request_attachment(), context.response_attachment());
+  request_holder = Attachment();  // the call's own reference, not a keeper
+  AttachmentAccess::ExemptIfKeptPastCall(context.request_attachment(),
+                                         context.response_attachment());
 }
 
 std::unique_ptr<ServerImpl::PoolCall> ServerImpl::Worker::TakeSpareCall(
@@ -574,8 +576,9 @@ void ServerImpl::Worker::KeepSpareCall(std::unique_ptr<PoolCall> call) {
   call->refused = false;
   call->answered = false;
   call->phase.store(PoolCall::kQueued, std::memory_order_relaxed);
-  AttachmentAccess::EndOfServerCall(call->context.request_attachment(),
-                                    call->context.response_attachment());
+  call->request_holder = Attachment();  // the call's own reference, not a keeper
+  AttachmentAccess::ExemptIfKeptPastCall(call->context.request_attachment(),
+                                         call->context.response_attachment());
   call->context.~CallbackServerContext();
   new (&call->context) CallbackServerContext();
   call->request_buffer.reset();
@@ -906,7 +909,7 @@ void ServerImpl::AnswerPoolCall(PoolCall* call, absl::Status status) {
 }
 
 void ServerImpl::SerializeLargeResponse(PoolCall* call) {
-  if (call->large_pool == nullptr || call->context.response_attachment() ||
+  if (call->large_pool == nullptr || !call->context.response_attachment().empty() ||
       !ServerContextAccess::InitialMetadata(&call->context).empty() ||
       !ServerContextAccess::TrailingMetadata(&call->context).empty()) {
     return;  // SendReply on the worker handles metadata
@@ -969,7 +972,7 @@ void ServerImpl::SendReply(Connection* conn, const RequestToken& token, absl::St
                        EncodeStatusPayloads(status), std::move(meta));
     return;
   }
-  if (context != nullptr && context->response_attachment()) {
+  if (context != nullptr && !context->response_attachment().empty()) {
     // With an attachment: the reply goes as bytes beside it.
     std::string payload;
     response->SerializeToString(&payload);

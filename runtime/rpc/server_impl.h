@@ -79,8 +79,8 @@ class ServerImpl final : public ServerStatusSource {
   // that answers it. A callback call is owned by its ServerCallbackCall
   // once the method started, and freed after its reactor's OnDone.
   struct PoolCall {
-    // Ends the call's hold on its request attachment
-    // (AttachmentAccess::EndOfServerCall).
+    // A request attachment the handler kept leaves the pool's limit
+    // (AttachmentAccess::ExemptIfKeptPastCall).
     ~PoolCall();
     Worker* worker = nullptr;
     // Loop thread only: nullptr once the connection closed.

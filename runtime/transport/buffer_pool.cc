@@ -1,6 +1,7 @@
 // buffer_pool.cc: see buffer_pool.h.
 #include "runtime/transport/buffer_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -147,7 +148,7 @@ ExternalRegion::~ExternalRegion() {
 }
 
 void ExternalRegion::KeptPastItsCall() {
-  if (home_pool_ != nullptr) home_pool_->ExemptFromLimit(home_buffer_);
+  if (home_pool_ != nullptr) home_pool_->ExemptFromLimit(home_buffer_, size_);
 }
 
 absl::StatusOr<LargeBuffer*> LargeBufferPool::Lend(std::shared_ptr<ExternalRegion> region,
@@ -216,7 +217,7 @@ LargeBufferPool::~LargeBufferPool() {
 }
 
 void LargeBufferPool::FreeLocked(LargeBuffer* b) {
-  registered_bytes_ -= b->capacity;
+  counted_bytes_ -= b->capacity;
   MirrorLarge(-Signed(b->capacity), 0, 0);
   b->mr.reset();
   std::free(b->data);
@@ -237,17 +238,17 @@ absl::StatusOr<LargeBuffer*> LargeBufferPool::Get(size_t bytes) {
     return b;
   }
   // Make room under the limit by dropping cached buffers that did not fit.
-  while (limit_bytes_ != 0 && registered_bytes_ + want > limit_bytes_ && !free_.empty()) {
+  while (limit_bytes_ != 0 && counted_bytes_ + want > limit_bytes_ && !free_.empty()) {
     auto victim = free_.begin();
     free_bytes_ -= victim->second->capacity;
     MirrorLarge(0, -Signed(victim->second->capacity), 0);
     FreeLocked(victim->second);
     free_.erase(victim);
   }
-  if (limit_bytes_ != 0 && registered_bytes_ + want > limit_bytes_) {
+  if (limit_bytes_ != 0 && counted_bytes_ + want > limit_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "large buffer of ", want, " bytes would exceed the pool limit of ", limit_bytes_,
-        " bytes (", registered_bytes_, " in use)"));
+        " bytes (", counted_bytes_, " in use)"));
   }
   char* data = AllocAligned(want);
   if (data == nullptr) {
@@ -262,7 +263,7 @@ absl::StatusOr<LargeBuffer*> LargeBufferPool::Get(size_t bytes) {
   b->data = data;
   b->capacity = want;
   b->mr = std::move(*mr);
-  registered_bytes_ += want;
+  counted_bytes_ += want;
   ++outstanding_;
   MirrorLarge(Signed(want), 0, Signed(want));
   return b;
@@ -295,19 +296,21 @@ void LargeBufferPool::RevokeDone(LargeBuffer* b) {
   }
 }
 
-void LargeBufferPool::ExemptFromLimit(LargeBuffer* b) {
+void LargeBufferPool::ExemptFromLimit(LargeBuffer* b, size_t bytes) {
+  const size_t exempt =
+      std::min(b->capacity, (bytes + kLargeGranule - 1) / kLargeGranule * kLargeGranule);
   absl::MutexLock lock(&mu_);
-  if (b->kept_by_application) return;
-  b->kept_by_application = true;
-  registered_bytes_ -= b->capacity;
-  kept_bytes_ += b->capacity;
+  if (b->kept_by_application != 0 || exempt == 0) return;
+  b->kept_by_application = exempt;
+  counted_bytes_ -= exempt;
+  kept_bytes_ += exempt;
 }
 
 void LargeBufferPool::CountAgainstLimitLocked(LargeBuffer* b) {
-  if (!b->kept_by_application) return;
-  b->kept_by_application = false;
-  kept_bytes_ -= b->capacity;
-  registered_bytes_ += b->capacity;
+  if (b->kept_by_application == 0) return;
+  kept_bytes_ -= b->kept_by_application;
+  counted_bytes_ += b->kept_by_application;
+  b->kept_by_application = 0;
 }
 
 void LargeBufferPool::PutLocked(LargeBuffer* b, std::shared_ptr<ExternalRegion>* lent) {
@@ -359,9 +362,9 @@ void LargeBufferPool::RekeyAndPut(LargeBuffer* b) {
   Put(b);
 }
 
-size_t LargeBufferPool::registered_bytes() const {
+size_t LargeBufferPool::counted_bytes() const {
   absl::MutexLock lock(&mu_);
-  return registered_bytes_;
+  return counted_bytes_;
 }
 
 size_t LargeBufferPool::kept_by_application_bytes() const {

@@ -85,10 +85,10 @@ struct LargeBuffer {
   // (MarkRevokePending minus RevokeDone), and whether it was Put meanwhile.
   int revoke_pending = 0;
   bool put_while_pending = false;
-  // The pool's (under its lock): an attachment received into this buffer
-  // that the application kept past its call (ExemptFromLimit), so it does
-  // not count against the pool's limit until it comes back.
-  bool kept_by_application = false;
+  // The pool's (under its lock): bytes of an attachment received into
+  // this buffer that the application kept past its call (ExemptFromLimit)
+  // and that do not count against the pool's limit until it comes back.
+  size_t kept_by_application = 0;
 };
 
 // Memory the transport may send from without copying it: a user's
@@ -109,7 +109,7 @@ class ExternalRegion {
                  size_t offset, size_t size);
   ~ExternalRegion();
   // A region in a pool buffer (a received attachment) that the application
-  // keeps past its call: the buffer leaves its pool's limit
+  // keeps past its call: its bytes leave its pool's limit
   // (LargeBufferPool::ExemptFromLimit). No-op for other regions.
   void KeptPastItsCall();
   ExternalRegion(const ExternalRegion&) = delete;
@@ -181,23 +181,28 @@ class LargeBufferPool {
   // never reused). Where the pool's MRs are kWindowedAccess the region is
   // registered once per pool and that MR kept (a pool buffer's own MR when
   // the region lies in one of this pool's buffers); otherwise each Lend
-  // registers the bytes with kRemoteAccess, and Rekey or Put deregisters
-  // them, which is what revokes the peer's access. Errors: OUT_OF_RANGE
+  // registers the bytes for remote READ only, and Rekey or Put deregisters
+  // them, which is what revokes the peer's access. The region's MR with
+  // windows has bind rights only (IBV_ACCESS_MW_BIND): lent memory is only
+  // ever read by the peer. Errors: OUT_OF_RANGE
   // when [offset, offset + length) leaves the region; registration's
   // (RESOURCE_EXHAUSTED for lack of locked memory).
   absl::StatusOr<LargeBuffer*> Lend(std::shared_ptr<ExternalRegion> region, size_t offset,
                                     size_t length);
 
-  // A received attachment in `buffer` outlives its call (the application
-  // kept it, e.g. a stored value): its bytes stop counting against the
-  // limit until the buffer is Put back, so kept values cannot starve the
-  // calls the limit is for. No-op for a buffer already exempt. Any thread.
-  void ExemptFromLimit(LargeBuffer* buffer);
+  // An attachment of `bytes` received into `buffer` outlives its call (the
+  // application kept it, e.g. a stored value): those bytes, rounded up to
+  // the pool's 64 KiB granule, stop counting against the limit until the
+  // buffer is Put back, so kept values cannot starve the calls the limit
+  // is for. The rest of the buffer (a message pulled ahead of the
+  // attachment) still counts. No-op for a buffer already exempt. Any
+  // thread.
+  void ExemptFromLimit(LargeBuffer* buffer, size_t bytes);
 
   // Bytes registered by the pool that count against its limit (buffers in
   // use, cached free ones), and bytes of buffers the application kept
   // (ExemptFromLimit), in no limit.
-  size_t registered_bytes() const;
+  size_t counted_bytes() const;
   size_t kept_by_application_bytes() const;
 
  private:
@@ -215,7 +220,7 @@ class LargeBufferPool {
   mutable absl::Mutex mu_;
   std::multimap<size_t, LargeBuffer*> free_ ABSL_GUARDED_BY(mu_);
   size_t free_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  size_t registered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t counted_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   size_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // exempt from the limit
   size_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
   // MRs of regions lent with windows (shared with the regions, which

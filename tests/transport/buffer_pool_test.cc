@@ -117,6 +117,49 @@ TEST(LargeBufferPool, ExhaustionNamesTheSizes) {
   pool.Put(*c);
 }
 
+TEST(LargeBufferPool, AKeptAttachmentsBytesLeaveTheLimitUntilItsBufferComesBack) {
+  SoftPd pd;
+  LargeBufferPool pool(pd.pd(), 1 << 20, 1 << 20);  // limit and cache: 1 MiB
+  // A 640 KiB pull buffer: a 512 KiB message, then a 100,000-byte
+  // attachment that the application keeps.
+  absl::StatusOr<LargeBuffer*> a = pool.Get((512 << 10) + 100000);
+  ASSERT_TRUE(a.ok());
+  ASSERT_EQ((*a)->capacity, 640u << 10);
+  EXPECT_EQ(pool.counted_bytes(), 640u << 10);
+  // Only the attachment's bytes (rounded to 64 KiB) leave the limit; the
+  // message's stay counted. Twice is once.
+  pool.ExemptFromLimit(*a, 100000);
+  pool.ExemptFromLimit(*a, 100000);
+  EXPECT_EQ(pool.counted_bytes(), 512u << 10);
+  EXPECT_EQ(pool.kept_by_application_bytes(), 128u << 10);
+  // So 512 KiB more fit under the 1 MiB limit, and not a byte beyond.
+  absl::StatusOr<LargeBuffer*> b = pool.Get(512 << 10);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(pool.Get(1).status().code(), absl::StatusCode::kResourceExhausted);
+  pool.Put(*b);
+  // Back in the pool, the kept bytes count again: a is whole once more,
+  // and as b (cached) leaves no room for it under the 1 MiB cache, freed.
+  pool.Put(*a);
+  EXPECT_EQ(pool.kept_by_application_bytes(), 0u);
+  EXPECT_EQ(pool.counted_bytes(), 512u << 10);
+}
+
+TEST(LargeBufferPool, AnExemptBufferPutWhileRevokedCountsAgainOnceRevoked) {
+  SoftPd pd;
+  LargeBufferPool pool(pd.pd(), 0, 1 << 30, kWindowedAccess);
+  absl::StatusOr<LargeBuffer*> a = pool.Get(1 << 20);
+  ASSERT_TRUE(a.ok());
+  pool.ExemptFromLimit(*a, 1 << 20);
+  EXPECT_EQ(pool.counted_bytes(), 0u);
+  EXPECT_EQ(pool.kept_by_application_bytes(), 1u << 20);
+  pool.MarkRevokePending(*a);
+  pool.Put(*a);  // held back: still the application's, still exempt
+  EXPECT_EQ(pool.kept_by_application_bytes(), 1u << 20);
+  pool.RevokeDone(*a);
+  EXPECT_EQ(pool.kept_by_application_bytes(), 0u);
+  EXPECT_EQ(pool.counted_bytes(), 1u << 20);  // cached for reuse, counted
+}
+
 TEST(LargeBufferPool, RekeyChangesTheRkey) {
   SoftPd pd;
   LargeBufferPool pool(pd.pd(), 0, 1 << 30);

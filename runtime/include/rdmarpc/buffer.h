@@ -33,16 +33,21 @@
 // Ownership and lifetime: a Buffer is a shared handle (copies share the
 // bytes; the memory goes when the last copy and the runtime are done).
 // The runtime holds the bytes of an attachment it sends until the peer
-// read them (the end of the call for a request; the client's release for
-// a response, which the server's code cannot see), so the Buffer may be
-// dropped at once. Treat a sent Buffer's bytes as read-only: the peer's
+// read them (for a request, until the server answered, which for a
+// cancelled call or a losing hedged attempt may be after the call ended;
+// for a response, until the client's release, which the server's code
+// cannot see), so the Buffer may be dropped at once. Treat a sent Buffer's bytes as read-only: the peer's
 // NIC may read them until then. For memory to reuse, Wrap it: its release
 // callback is the signal that no NIC reads it any more. A received Buffer
 // may be kept after its Channel or Server is destroyed. It lies in a
-// buffer of the receiver's pool of registered buffers: on a server that
-// buffer counts against ServerOptions::large_buffer_pool_bytes while its
-// call runs, and stops counting once the call ends with the Buffer still
-// held (a stored value), until the last copy is dropped; a server that
+// buffer of the receiver's pool of registered buffers (64 KiB granules;
+// a large message pulled with it lies in the same buffer, ahead of it).
+// On a server that buffer counts against ServerOptions::
+// large_buffer_pool_bytes while its call runs; once the call ends with the
+// Buffer still held by the handler's code (a stored value), the
+// attachment's own bytes stop counting until the last copy is dropped
+// (the message's part still counts). One sent back as the response's
+// attachment stays counted until the client released it. A server that
 // keeps many received attachments therefore holds that much registered
 // (pinned) memory of its own.
 //

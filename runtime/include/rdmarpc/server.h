@@ -128,7 +128,8 @@ struct RDMARPC_EXPORT ServerOptions {
   // Registered memory the server may hold for large messages, in bytes.
   // Start fails with RESOURCE_EXHAUSTED when it cannot be registered.
   // Received attachments (rdmarpc/buffer.h) count while their call runs;
-  // one a handler keeps past its call stops counting until it is dropped.
+  // the bytes of one a handler keeps past its call stop counting until it
+  // is dropped.
   size_t large_buffer_pool_bytes = 256 * 1024 * 1024;
   // Server interceptors (rdmarpc/interceptor.h), outermost first: each
   // factory makes one interceptor per call, right before its handler is to
