@@ -55,7 +55,8 @@ void Connection::QueueResponse(const RequestToken& token, absl::StatusCode code,
     streams_.EraseServerStream(token.handle());
     attachment = Attachment();  // trailers carry none
   }
-  if (code != absl::StatusCode::kOk) attachment = Attachment();
+  // An error drops it; 0 bytes are no attachment (buffer.h).
+  if (code != absl::StatusCode::kOk || attachment.length == 0) attachment = Attachment();
   if (attachment && !peer_takes_attachments()) {
     code = absl::StatusCode::kFailedPrecondition;
     message = absl::StrCat("response attachment of ", attachment.length, " bytes: client ",
@@ -815,7 +816,7 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
       token.has_reply_buffer = (m.header.flags & kFlagReplyBuffer) != 0;
       token.reply_buffer = m.reply_buffer;
       DeliverRequest(token, m.aux, m.payload, m.header.timeout_us, m.header.flags, m.meta, nullptr,
-                     m.has_attachment()
+                     m.has_attachment() && m.attachment.length > 0  // 0 bytes: none
                          ? CopyToAttachment(m.attachment_bytes.data(), m.attachment_bytes.size())
                          : Attachment());
       return;
@@ -910,7 +911,7 @@ void Connection::HandleResponse(const Imm& imm, const ParsedMessage& m) {
     return;
   }
   FinishSlot(imm.slot, false);
-  if (m.has_attachment()) {
+  if (m.has_attachment() && m.attachment.length > 0) {  // 0 bytes: none (buffer.h)
     sink->OnResponseAttachment(
         CopyToAttachment(m.attachment_bytes.data(), m.attachment_bytes.size()));
   }

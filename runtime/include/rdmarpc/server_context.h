@@ -86,13 +86,15 @@ class RDMARPC_EXPORT ServerContext {
 
   // The attachment the client sent beside the request
   // (ClientContext::set_request_attachment, rdmarpc/buffer.h); empty
-  // (holding no memory) when it sent none or one of 0 bytes. The handler may keep it (a copy shares the bytes) past
-  // the call, e.g. to store it or send it on. Unary methods only.
+  // (holding no memory) when it sent none or one of 0 bytes. The handler
+  // may keep it (a copy shares the bytes) past the call, e.g. to store it
+  // or send it on. Unary methods only.
   const Buffer& request_attachment() const { return request_attachment_; }
   // Bytes sent beside an OK response (ClientContext::response_attachment);
   // dropped when the call ends with an error status, not sent when it has
-  // 0 bytes, and not sent by streaming methods. The runtime keeps a reference until the client
-  // has read them. Errors the call may end with instead:
+  // 0 bytes, and not sent by streaming methods. The runtime keeps a
+  // reference until the client has read them. Errors the call may end
+  // with instead:
   // FAILED_PRECONDITION when the client's rdmarpc predates attachments;
   // RESOURCE_EXHAUSTED when it is larger than max_message_bytes or the
   // connection's exposure cap. Handler thread, before the handler returns
