@@ -279,9 +279,6 @@ void RetryingCall::Commit(Attempt* winner, absl::Status status) {
       response_->Clear();
       response_->CheckTypeAndMergeFrom(*winner->own_response);
     }
-    if (status.ok()) {
-      ClientContextAccess::SetResponseAttachment(context_, winner->context.response_attachment());
-    }
   }
   if (bound_ && !ClientContextAccess::Unbind(context_)) {
     // TryCancel won: OnCancel (posted) delivers CANCELLED, and nothing else
@@ -291,6 +288,11 @@ void RetryingCall::Commit(Attempt* winner, absl::Status status) {
     return;
   }
   bound_ = false;
+  // Only a call delivered OK (not one TryCancel took over) gets the winning
+  // attempt's attachment.
+  if (winner != nullptr && status.ok()) {
+    ClientContextAccess::SetResponseAttachment(context_, winner->context.response_attachment());
+  }
   Deliver(std::move(status));
 }
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +28,7 @@ constexpr char kTransformMethod[] = "/rdmarpc.test.AttachmentService/Transform";
 constexpr char kBounceMethod[] = "/rdmarpc.test.AttachmentService/Bounce";
 constexpr char kAttachMethod[] = "/rdmarpc.test.AttachmentService/Attach";
 constexpr char kKeepMethod[] = "/rdmarpc.test.AttachmentService/Keep";
+constexpr char kFlakyMethod[] = "/rdmarpc.test.AttachmentService/Flaky";
 
 uint8_t PatternByte(size_t i, int seed) { return static_cast<uint8_t>((i * 131 + seed) & 0xFF); }
 
@@ -66,6 +68,9 @@ class AttachmentService final : public Service {
     AddMethod(
         std::make_unique<internal::UnaryMethodHandler<AttachmentService, EchoRequest, EchoResponse>>(
             kKeepMethod, this, &AttachmentService::Keep));
+    AddMethod(
+        std::make_unique<internal::UnaryMethodHandler<AttachmentService, EchoRequest, EchoResponse>>(
+            kFlakyMethod, this, &AttachmentService::Flaky));
   }
   absl::Status Transform(ServerContext* ctx, const EchoRequest& req, EchoResponse* resp) {
     const Buffer& in = ctx->request_attachment();
@@ -100,8 +105,25 @@ class AttachmentService final : public Service {
     resp->set_text(absl::StrCat(kept.size(), ":", req.text()));
     return absl::OkStatus();
   }
+  // Flaky: the first attempt of each request text fails UNAVAILABLE; a
+  // later one answers as Transform does. Records the attachment each
+  // attempt arrived with: -3 when none, else its first mismatch against
+  // Pattern(its size, seed = the text's length), -1 when whole.
+  absl::Status Flaky(ServerContext* ctx, const EchoRequest& req, EchoResponse* resp) {
+    const Buffer& in = ctx->request_attachment();
+    {
+      absl::MutexLock lock(&kept_mu);
+      flaky_attempts.push_back(
+          in.empty() ? -3
+                     : FirstMismatch(in, in.size(), static_cast<int>(req.text().size()), false));
+      if (flaky_seen.insert(req.text()).second) return absl::UnavailableError("try again");
+    }
+    return Transform(ctx, req, resp);
+  }
   std::atomic<bool> had_attachment{false};
   absl::Mutex kept_mu;
+  std::vector<int64_t> flaky_attempts ABSL_GUARDED_BY(kept_mu);
+  std::set<std::string> flaky_seen ABSL_GUARDED_BY(kept_mu);
   std::vector<Buffer> kept ABSL_GUARDED_BY(kept_mu);
 };
 
@@ -286,25 +308,35 @@ TEST(Attachment, AMessagePulledAheadOfItsAttachmentIsReadWhole) {
   }
 }
 
-TEST(Attachment, ARetryingChannelSendsItWithTheAttemptAndReturnsTheResponses) {
+TEST(Attachment, ARetryingChannelSendsItWithEveryAttemptAndReturnsTheWinners) {
   ChannelOptions co;
   co.service_config_json =
       R"({"methodConfig": [{"name": [{"service": "rdmarpc.test.AttachmentService"}],
           "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "0.005s",
           "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})";
   AttachmentFixture f(ServerOptions(), co);
-  for (size_t n : {size_t{100}, size_t{1 << 20}}) {
+  // Flaky fails each text's first attempt: the second carries the same
+  // bytes and its answer's attachment reaches the caller.
+  const std::vector<std::pair<size_t, std::string>> cases = {{100, "r"}, {1 << 20, "rr"}};
+  for (const auto& [n, text] : cases) {
     SCOPED_TRACE(absl::StrCat("attachment of ", n, " bytes"));
+    const int seed = static_cast<int>(text.size());
     ClientContext ctx;
-    ctx.set_request_attachment(Pattern(n, 5));
+    ctx.set_request_attachment(Pattern(n, seed));
     EchoRequest req;
-    req.set_text("r");
+    req.set_text(text);
     EchoResponse resp;
-    ASSERT_TRUE(Call(f.channel.get(), kTransformMethod, &ctx, req, &resp).ok());
-    EXPECT_TRUE(f.service.had_attachment.load());
-    EXPECT_EQ(resp.text(), absl::StrCat(n, ":r"));
-    EXPECT_EQ(FirstMismatch(ctx.response_attachment(), n, 5, /*plus_one=*/true), -1);
+    absl::Status s = Call(f.channel.get(), kFlakyMethod, &ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(resp.text(), absl::StrCat(n, ":", text));
+    EXPECT_EQ(FirstMismatch(ctx.response_attachment(), n, seed, /*plus_one=*/true), -1);
+    auto previous = ctx.GetServerTrailingMetadata().find("grpc-previous-rpc-attempts");
+    ASSERT_NE(previous, ctx.GetServerTrailingMetadata().end());
+    EXPECT_EQ(previous->second, "1");
   }
+  absl::MutexLock lock(&f.service.kept_mu);
+  // Two attempts per call, each with the whole attachment.
+  EXPECT_EQ(f.service.flaky_attempts, (std::vector<int64_t>{-1, -1, -1, -1}));
 }
 
 TEST(Attachment, AttachmentsAServerKeepsLeaveItsLargeBufferPoolLimit) {
