@@ -299,6 +299,7 @@ TEST_F(HostilePeer, AnInlineAttachmentBesideAUnaryRequestIsTaken) {
   ASSERT_TRUE(resp.ParseFromArray(a.message.payload.data(),
                                   static_cast<int>(a.message.payload.size())));
   EXPECT_EQ(resp.text(), "with bytes beside");
+  EXPECT_EQ(service_.last_attachment(), "ABCDE");
   ExpectGoodClientServed(5);
 }
 
@@ -311,7 +312,9 @@ TEST_F(HostilePeer, AttachmentsWhereNoneMayBeCloseItsConnectionOnly) {
     ASSERT_TRUE(peer.Connect(server_.port()));
     WireHeader h;
     h.kind = MsgKind::kStreamMessage;
-    peer.Send(WithAttachment(h, "", "", three, "abc"), RawPeer::Imm(MsgKind::kStreamMessage, 1, 1));
+    ASSERT_EQ(peer.Send(WithAttachment(h, "", "", three, "abc"),
+                        RawPeer::Imm(MsgKind::kStreamMessage, 1, 1)),
+              IBV_WC_SUCCESS);
     ExpectOffenderDropped(&peer, "attachment on a frame of kind 7");
   }
   {
@@ -321,8 +324,9 @@ TEST_F(HostilePeer, AttachmentsWhereNoneMayBeCloseItsConnectionOnly) {
     WireHeader h;
     h.kind = MsgKind::kRequest;
     h.flags = internal::kFlagStream | internal::kFlagNoMessage;
-    peer.Send(WithAttachment(h, kChatMethod, "", three, "abc"),
-              RawPeer::Imm(MsgKind::kRequest, 2, 1));
+    ASSERT_EQ(peer.Send(WithAttachment(h, kChatMethod, "", three, "abc"),
+                        RawPeer::Imm(MsgKind::kRequest, 2, 1)),
+              IBV_WC_SUCCESS);
     ExpectOffenderDropped(&peer, "attachment on a frame of kind 1 with flags 0x94");
   }
   {
@@ -335,11 +339,14 @@ TEST_F(HostilePeer, AttachmentsWhereNoneMayBeCloseItsConnectionOnly) {
     empty.remote = true;
     EchoRequest req;
     req.set_text("x");
-    peer.Send(WithAttachment(h, kEchoMethod, req.SerializeAsString(), empty, ""),
-              RawPeer::Imm(MsgKind::kRequest, 3, 1));
+    ASSERT_EQ(peer.Send(WithAttachment(h, kEchoMethod, req.SerializeAsString(), empty, ""),
+                        RawPeer::Imm(MsgKind::kRequest, 3, 1)),
+              IBV_WC_SUCCESS);
     ExpectOffenderDropped(&peer, "remote attachment descriptor of 0 bytes");
   }
-  EXPECT_EQ(service_.calls(), 10 + 3 * 20);  // none of the offenders' calls ran
+  // The Echo offender's call never ran: only the good client's did (the
+  // two stream offenders name Chat, which counts nothing).
+  EXPECT_EQ(service_.calls(), 10 + 3 * 20);
 }
 
 TEST_F(HostilePeer, RdmaOnGuessedKeysFailsAtTheOffenderAndTouchesNothing) {

@@ -34,6 +34,7 @@ class EchoService final : public rdmarpc::Service {
       last_deadline_ = ctx->deadline();
       last_method_ = ctx->method();
       last_peer_ = ctx->peer();
+      last_attachment_ = std::string(ctx->request_attachment().view());
     }
     if (req.sleep_ms() > 0) absl::SleepFor(absl::Milliseconds(req.sleep_ms()));
     if (req.text() == "fail") return absl::NotFoundError("asked to fail");
@@ -55,6 +56,11 @@ class EchoService final : public rdmarpc::Service {
     absl::MutexLock lock(&mu_);
     return last_deadline_;
   }
+  // The bytes of the last call's request attachment ("" without one).
+  std::string last_attachment() {
+    absl::MutexLock lock(&mu_);
+    return last_attachment_;
+  }
   std::string last_method() {
     absl::MutexLock lock(&mu_);
     return last_method_;
@@ -70,6 +76,7 @@ class EchoService final : public rdmarpc::Service {
   std::map<int, int> per_tag_ ABSL_GUARDED_BY(mu_);
   absl::Time last_deadline_ ABSL_GUARDED_BY(mu_);
   std::string last_method_ ABSL_GUARDED_BY(mu_);
+  std::string last_attachment_ ABSL_GUARDED_BY(mu_);
   std::string last_peer_ ABSL_GUARDED_BY(mu_);
 };
 
