@@ -539,7 +539,9 @@ void ServerImpl::RunInline(Worker* worker, Connection* conn, const IncomingReque
   if (reuse) cached.busy = false;
 }
 
-ServerImpl::PoolCall::~PoolCall() {
+ServerImpl::PoolCall::~PoolCall() { LetGoOfRequestAttachment(); }
+
+void ServerImpl::PoolCall::LetGoOfRequestAttachment() {
   request_holder = Attachment();  // the call's own reference, not a keeper
   AttachmentAccess::ExemptIfKeptPastCall(context.request_attachment(),
                                          context.response_attachment());
@@ -576,13 +578,10 @@ void ServerImpl::Worker::KeepSpareCall(std::unique_ptr<PoolCall> call) {
   call->refused = false;
   call->answered = false;
   call->phase.store(PoolCall::kQueued, std::memory_order_relaxed);
-  call->request_holder = Attachment();  // the call's own reference, not a keeper
-  AttachmentAccess::ExemptIfKeptPastCall(call->context.request_attachment(),
-                                         call->context.response_attachment());
+  call->LetGoOfRequestAttachment();
   call->context.~CallbackServerContext();
   new (&call->context) CallbackServerContext();
   call->request_buffer.reset();
-  call->request_holder = Attachment();
   call->request_payload = absl::string_view();
   call->large_pool = nullptr;
   call->eager_limit = 0;

@@ -80,8 +80,13 @@ class ServerImpl final : public ServerStatusSource {
   // once the method started, and freed after its reactor's OnDone.
   struct PoolCall {
     // A request attachment the handler kept leaves the pool's limit
-    // (AttachmentAccess::ExemptIfKeptPastCall).
+    // (LetGoOfRequestAttachment).
     ~PoolCall();
+    // The call is over (destroyed or kept as a spare): drops its own hold
+    // on the request's payload, then a request attachment something else
+    // still holds leaves the pool's limit
+    // (AttachmentAccess::ExemptIfKeptPastCall).
+    void LetGoOfRequestAttachment();
     Worker* worker = nullptr;
     // Loop thread only: nullptr once the connection closed.
     Connection* conn = nullptr;

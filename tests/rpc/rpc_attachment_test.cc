@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -56,21 +57,19 @@ int64_t FirstMismatch(const Buffer& b, size_t n, int seed, bool plus_one) {
 class AttachmentService final : public Service {
  public:
   AttachmentService() : Service("rdmarpc.test.AttachmentService") {
-    AddMethod(
-        std::make_unique<internal::UnaryMethodHandler<AttachmentService, EchoRequest, EchoResponse>>(
-            kTransformMethod, this, &AttachmentService::Transform));
-    AddMethod(
-        std::make_unique<internal::UnaryMethodHandler<AttachmentService, EchoRequest, EchoResponse>>(
-            kBounceMethod, this, &AttachmentService::Bounce));
-    AddMethod(
-        std::make_unique<internal::UnaryMethodHandler<AttachmentService, EchoRequest, EchoResponse>>(
-            kAttachMethod, this, &AttachmentService::Attach));
-    AddMethod(
-        std::make_unique<internal::UnaryMethodHandler<AttachmentService, EchoRequest, EchoResponse>>(
-            kKeepMethod, this, &AttachmentService::Keep));
-    AddMethod(
-        std::make_unique<internal::UnaryMethodHandler<AttachmentService, EchoRequest, EchoResponse>>(
-            kFlakyMethod, this, &AttachmentService::Flaky));
+    using Method = absl::Status (AttachmentService::*)(ServerContext*, const EchoRequest&,
+                                                        EchoResponse*);
+    const std::pair<const char*, Method> methods[] = {
+        {kTransformMethod, &AttachmentService::Transform},
+        {kBounceMethod, &AttachmentService::Bounce},
+        {kAttachMethod, &AttachmentService::Attach},
+        {kKeepMethod, &AttachmentService::Keep},
+        {kFlakyMethod, &AttachmentService::Flaky}};
+    for (const auto& [name, method] : methods) {
+      AddMethod(std::make_unique<
+                internal::UnaryMethodHandler<AttachmentService, EchoRequest, EchoResponse>>(
+          name, this, method));
+    }
   }
   absl::Status Transform(ServerContext* ctx, const EchoRequest& req, EchoResponse* resp) {
     const Buffer& in = ctx->request_attachment();

@@ -306,43 +306,41 @@ TEST_F(HostilePeer, AnInlineAttachmentBesideAUnaryRequestIsTaken) {
 TEST_F(HostilePeer, AttachmentsWhereNoneMayBeCloseItsConnectionOnly) {
   internal::AttachmentDescriptor three;
   three.length = 3;
-  {
-    SCOPED_TRACE("on a stream message");
+  internal::AttachmentDescriptor empty_remote;
+  empty_remote.remote = true;
+  EchoRequest req;
+  req.set_text("x");
+  struct Case {
+    const char* what;
+    MsgKind kind;
+    uint8_t flags;
+    const char* method;
+    std::string payload;
+    internal::AttachmentDescriptor descriptor;
+    const char* inline_bytes;
+    uint16_t slot;
+    const char* why;  // in the server's warning
+  };
+  const Case cases[] = {
+      {"on a stream message", MsgKind::kStreamMessage, 0, "", "", three, "abc", 1,
+       "attachment on a frame of kind 7"},
+      {"on the request that opens a stream", MsgKind::kRequest,
+       internal::kFlagStream | internal::kFlagNoMessage, kChatMethod, "", three, "abc", 2,
+       "attachment on a frame of kind 1 with flags 0x94"},
+      {"a remote attachment of 0 bytes", MsgKind::kRequest, 0, kEchoMethod,
+       req.SerializeAsString(), empty_remote, "", 3, "remote attachment descriptor of 0 bytes"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
     RawPeer peer;
     ASSERT_TRUE(peer.Connect(server_.port()));
     WireHeader h;
-    h.kind = MsgKind::kStreamMessage;
-    ASSERT_EQ(peer.Send(WithAttachment(h, "", "", three, "abc"),
-                        RawPeer::Imm(MsgKind::kStreamMessage, 1, 1)),
+    h.kind = c.kind;
+    h.flags = c.flags;
+    ASSERT_EQ(peer.Send(WithAttachment(h, c.method, c.payload, c.descriptor, c.inline_bytes),
+                        RawPeer::Imm(c.kind, c.slot, 1)),
               IBV_WC_SUCCESS);
-    ExpectOffenderDropped(&peer, "attachment on a frame of kind 7");
-  }
-  {
-    SCOPED_TRACE("on the request that opens a stream");
-    RawPeer peer;
-    ASSERT_TRUE(peer.Connect(server_.port()));
-    WireHeader h;
-    h.kind = MsgKind::kRequest;
-    h.flags = internal::kFlagStream | internal::kFlagNoMessage;
-    ASSERT_EQ(peer.Send(WithAttachment(h, kChatMethod, "", three, "abc"),
-                        RawPeer::Imm(MsgKind::kRequest, 2, 1)),
-              IBV_WC_SUCCESS);
-    ExpectOffenderDropped(&peer, "attachment on a frame of kind 1 with flags 0x94");
-  }
-  {
-    SCOPED_TRACE("a remote attachment of 0 bytes");
-    RawPeer peer;
-    ASSERT_TRUE(peer.Connect(server_.port()));
-    WireHeader h;
-    h.kind = MsgKind::kRequest;
-    internal::AttachmentDescriptor empty;
-    empty.remote = true;
-    EchoRequest req;
-    req.set_text("x");
-    ASSERT_EQ(peer.Send(WithAttachment(h, kEchoMethod, req.SerializeAsString(), empty, ""),
-                        RawPeer::Imm(MsgKind::kRequest, 3, 1)),
-              IBV_WC_SUCCESS);
-    ExpectOffenderDropped(&peer, "remote attachment descriptor of 0 bytes");
+    ExpectOffenderDropped(&peer, c.why);
   }
   // The Echo offender's call never ran: only the good client's did (the
   // two stream offenders name Chat, which counts nothing).
