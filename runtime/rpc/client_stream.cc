@@ -186,8 +186,9 @@ void ClientStreamState::StartOnLoop(ChannelImpl::Route route, std::string first,
   req.no_message = !has_first;
   req.end_stream = has_first;
   req.deadline = deadline;
-  // Only unary calls carry one: the transport fails the stream
-  // INVALID_ARGUMENT, saying so.
+  // A server-streaming call's goes beside its request; the transport
+  // fails other streams INVALID_ARGUMENT, saying so (their messages carry
+  // attachments instead).
   if (context_ != nullptr)
     req.attachment = AttachmentAccess::ToTransport(context_->request_attachment());
   // May end the stream (OnFailure) before returning.
@@ -196,7 +197,8 @@ void ClientStreamState::StartOnLoop(ChannelImpl::Route route, std::string first,
   held_sends_.clear();
   for (HeldSend& h : held) {
     if (ended_ || handle_ == 0) break;
-    conn_->SendStreamMessage(handle_, std::move(h.payload), h.no_message, h.end_stream);
+    conn_->SendStreamMessage(handle_, std::move(h.payload), h.no_message, h.end_stream,
+                             std::move(h.attachment));
   }
 }
 
@@ -240,15 +242,16 @@ void ClientStreamState::OnResponseMetadata(absl::string_view meta) {
   if (!s.ok()) meta_error_ = std::move(s);
 }
 
-void ClientStreamState::OnStreamMessage(absl::string_view payload) {
+void ClientStreamState::OnStreamMessage(absl::string_view payload, Attachment attachment) {
   if (reactor_ != nullptr) {
-    OnReactorMessage(payload);
+    OnReactorMessage(payload, std::move(attachment));
     return;
   }
   {
     absl::MutexLock lock(&mu_);
     if (inbox_.size() < kStreamWindow) {
-      inbox_.emplace_back(payload);
+      inbox_.push_back(InboxMessage{std::string(payload),
+                                    AttachmentAccess::FromTransport(std::move(attachment))});
       return;
     }
   }
@@ -350,8 +353,10 @@ void ClientStreamState::Deliver(absl::Status status) {
     status_ = std::move(status);
     if (reactor_ != nullptr) {
       read = std::exchange(pending_read_, nullptr);
+      pending_read_attachment_ = nullptr;
       write = std::exchange(write_pending_, false);
       pending_write_.clear();
+      pending_write_attachment_ = Attachment();
       writes_done = std::exchange(writes_done_pending_, false);
     }
   }
@@ -376,7 +381,8 @@ void ClientStreamState::FailOnLoop(absl::Status status) {
   End(std::move(status));
 }
 
-bool ClientStreamState::Write(const google::protobuf::MessageLite& message) {
+bool ClientStreamState::Write(const google::protobuf::MessageLite& message,
+                              Attachment attachment) {
   const size_t size = message.ByteSizeLong();
   if (size > channel_->options().max_message_bytes) {
     {
@@ -407,8 +413,10 @@ bool ClientStreamState::Write(const google::protobuf::MessageLite& message) {
     --send_window_;
     // Posted under the lock: a WritesDone on another thread cannot post the
     // half-close ahead of this message.
-    loop_->Post([self = shared_from_this(), payload = std::move(payload)]() mutable {
-      self->SendOnLoop(std::move(payload), /*no_message=*/false, /*end_stream=*/false);
+    loop_->Post([self = shared_from_this(), payload = std::move(payload),
+                 attachment = std::move(attachment)]() mutable {
+      self->SendOnLoop(std::move(payload), /*no_message=*/false, /*end_stream=*/false,
+                       std::move(attachment));
     });
   }
   return true;
@@ -428,8 +436,9 @@ bool ClientStreamState::WritesDone() {
   return true;
 }
 
-bool ClientStreamState::Read(google::protobuf::MessageLite* message) {
+bool ClientStreamState::Read(google::protobuf::MessageLite* message, Buffer* attachment) {
   std::string payload;
+  Buffer received;
   {
     absl::MutexLock lock(&mu_);
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -437,7 +446,8 @@ bool ClientStreamState::Read(google::protobuf::MessageLite* message) {
     };
     mu_.Await(absl::Condition(&ready));
     if (inbox_.empty()) return false;
-    payload = std::move(inbox_.front());
+    payload = std::move(inbox_.front().payload);
+    received = std::move(inbox_.front().attachment);
     inbox_.pop_front();
   }
   if (!message->ParseFromString(payload)) {
@@ -447,6 +457,7 @@ bool ClientStreamState::Read(google::protobuf::MessageLite* message) {
     return false;
   }
   if (interceptors_ != nullptr) interceptors_->ClientRecvMessage(message, payload.size());
+  if (attachment != nullptr) *attachment = std::move(received);
   // Grant the window back in batches of half of it (one kWindow frame per
   // kStreamWindow / 2 messages read).
   if (++consumed_ >= kStreamWindow / 2) {
@@ -488,18 +499,21 @@ void ClientStreamState::SetReactor(ClientReactorBase* reactor,
   response_ = response;
 }
 
-void ClientStreamState::StartRead(google::protobuf::MessageLite* message) {
+void ClientStreamState::StartRead(google::protobuf::MessageLite* message,
+                                  Buffer* attachment) {
   gate_.Add();
   std::string payload;
   bool have = false;
   {
     absl::MutexLock lock(&mu_);
     if (!inbox_.empty()) {
-      payload = std::move(inbox_.front());
+      payload = std::move(inbox_.front().payload);
+      if (attachment != nullptr) *attachment = std::move(inbox_.front().attachment);
       inbox_.pop_front();
       have = true;
     } else if (!done_) {
       pending_read_ = message;
+      pending_read_attachment_ = attachment;
       return;
     }
   }
@@ -508,7 +522,8 @@ void ClientStreamState::StartRead(google::protobuf::MessageLite* message) {
   });
 }
 
-void ClientStreamState::StartWrite(const google::protobuf::MessageLite& message, bool last) {
+void ClientStreamState::StartWrite(const google::protobuf::MessageLite& message, bool last,
+                                   Attachment attachment) {
   gate_.Add();
   const size_t size = message.ByteSizeLong();
   if (size > channel_->options().max_message_bytes) {
@@ -553,13 +568,16 @@ void ClientStreamState::StartWrite(const google::protobuf::MessageLite& message,
   if (!started_ || send_window_ == 0) {
     write_pending_ = true;
     pending_write_ = std::move(payload);
+    pending_write_attachment_ = std::move(attachment);
     pending_write_last_ = last;
     return;
   }
   --send_window_;
   // Posted under the lock, as Write does.
-  loop_->Post([self = shared_from_this(), payload = std::move(payload), last]() mutable {
-    const bool ok = self->SendOnLoop(std::move(payload), /*no_message=*/false, last);
+  loop_->Post([self = shared_from_this(), payload = std::move(payload),
+               attachment = std::move(attachment), last]() mutable {
+    const bool ok =
+        self->SendOnLoop(std::move(payload), /*no_message=*/false, last, std::move(attachment));
     self->React(Reaction::kWrite, ok);
   });
 }
@@ -597,7 +615,7 @@ void ClientStreamState::RemoveHold() {
   if (gate_.Release()) loop_->Post([self = shared_from_this()] { self->ReactDone(); });
 }
 
-void ClientStreamState::OnReactorMessage(absl::string_view payload) {
+void ClientStreamState::OnReactorMessage(absl::string_view payload, Attachment attachment) {
   heard_from_server_ = true;
   MaybeReactInitialMetadata(true);
   if (kind_ == RpcKind::kClientStreaming) {
@@ -618,8 +636,12 @@ void ClientStreamState::OnReactorMessage(absl::string_view payload) {
     absl::MutexLock lock(&mu_);
     if (pending_read_ != nullptr) {
       read = std::exchange(pending_read_, nullptr);
+      if (pending_read_attachment_ != nullptr) {
+        *std::exchange(pending_read_attachment_, nullptr) = AttachmentAccess::FromTransport(std::move(attachment));
+      }
     } else if (inbox_.size() < kStreamWindow) {
-      inbox_.emplace_back(payload);
+      inbox_.push_back(InboxMessage{std::string(payload),
+                                    AttachmentAccess::FromTransport(std::move(attachment))});
       return;
     }
   }
@@ -655,6 +677,7 @@ void ClientStreamState::CompleteRead(google::protobuf::MessageLite* message, boo
 
 void ClientStreamState::SendPendingWrites() {
   std::string payload;
+  Attachment attachment;
   bool write = false;
   bool last = false;
   bool writes_done = false;
@@ -666,6 +689,8 @@ void ClientStreamState::SendPendingWrites() {
       write_pending_ = false;
       payload = std::move(pending_write_);
       pending_write_.clear();
+      attachment = std::move(pending_write_attachment_);
+      pending_write_attachment_ = Attachment();
       last = pending_write_last_;
     }
     if (!write_pending_ && writes_done_pending_) {
@@ -674,7 +699,8 @@ void ClientStreamState::SendPendingWrites() {
     }
   }
   if (write) {
-    const bool ok = SendOnLoop(std::move(payload), /*no_message=*/false, last);
+    const bool ok = SendOnLoop(std::move(payload), /*no_message=*/false, last,
+                               std::move(attachment));
     React(Reaction::kWrite, ok);
   }
   if (writes_done) {
@@ -683,13 +709,16 @@ void ClientStreamState::SendPendingWrites() {
   }
 }
 
-bool ClientStreamState::SendOnLoop(std::string payload, bool no_message, bool end_stream) {
+bool ClientStreamState::SendOnLoop(std::string payload, bool no_message, bool end_stream,
+                                   Attachment attachment) {
   if (!ended_ && park_id_ != 0) {
-    held_sends_.push_back(HeldSend{std::move(payload), no_message, end_stream});
+    held_sends_.push_back(
+        HeldSend{std::move(payload), no_message, end_stream, std::move(attachment)});
     return true;
   }
   if (ended_ || handle_ == 0) return false;
-  conn_->SendStreamMessage(handle_, std::move(payload), no_message, end_stream);
+  conn_->SendStreamMessage(handle_, std::move(payload), no_message, end_stream,
+                           std::move(attachment));
   return true;
 }
 
@@ -743,11 +772,12 @@ void ClientCallbackStream::Bind(ClientReactorBase* reactor, Channel* channel,
 }
 
 void ClientCallbackStream::StartCall() { state_->Start(); }
-void ClientCallbackStream::Read(google::protobuf::MessageLite* message) {
-  state_->StartRead(message);
+void ClientCallbackStream::Read(google::protobuf::MessageLite* message, Buffer* attachment) {
+  state_->StartRead(message, attachment);
 }
-void ClientCallbackStream::Write(const google::protobuf::MessageLite& message, bool last) {
-  state_->StartWrite(message, last);
+void ClientCallbackStream::Write(const google::protobuf::MessageLite& message, bool last,
+                                 const Buffer& attachment) {
+  state_->StartWrite(message, last, AttachmentAccess::ToTransport(attachment));
 }
 void ClientCallbackStream::WritesDone() { state_->StartWritesDone(); }
 void ClientCallbackStream::AddHolds(int holds) { state_->AddHolds(holds); }
@@ -769,8 +799,14 @@ ClientStream::~ClientStream() {
 bool ClientStream::Write(const google::protobuf::MessageLite& message) {
   return state_->Write(message);
 }
+bool ClientStream::Write(const google::protobuf::MessageLite& message, const Buffer& attachment) {
+  return state_->Write(message, AttachmentAccess::ToTransport(attachment));
+}
 bool ClientStream::WritesDone() { return state_->WritesDone(); }
 bool ClientStream::Read(google::protobuf::MessageLite* message) { return state_->Read(message); }
+bool ClientStream::Read(google::protobuf::MessageLite* message, Buffer* attachment) {
+  return state_->Read(message, attachment);
+}
 absl::Status ClientStream::Finish() {
   finished_ = true;
   return state_->Finish();

@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message_lite.h"
+#include "rdmarpc/buffer.h"
 #include "rdmarpc/impl/callback_call.h"
 #include "rdmarpc/impl/stream_call.h"
 #include "runtime/rpc/channel_impl.h"
@@ -56,9 +57,12 @@ class ClientStreamState final : public ResponseSink,
   void Prepare(const google::protobuf::MessageLite* first);
   // Sends the opening frame; a call Prepare refused ends with its status.
   void Start();
-  bool Write(const google::protobuf::MessageLite& message);
+  // `attachment` goes beside the message (Connection::SendStreamMessage).
+  bool Write(const google::protobuf::MessageLite& message, Attachment attachment = Attachment());
   bool WritesDone();
-  bool Read(google::protobuf::MessageLite* message);
+  // `attachment` (may be null: dropped) receives the bytes the server sent
+  // beside the message read, empty without.
+  bool Read(google::protobuf::MessageLite* message, Buffer* attachment = nullptr);
   // Half-closes when needed, waits for the end, returns its status.
   absl::Status Finish();
   // Ends the call CANCELLED unless it ended, and waits for the end.
@@ -68,9 +72,12 @@ class ClientStreamState final : public ResponseSink,
   // first, before Prepare: `reactor` gets every reaction; `response`
   // (client streaming) receives the server's one message.
   void SetReactor(ClientReactorBase* reactor, google::protobuf::MessageLite* response);
-  void StartRead(google::protobuf::MessageLite* message);
+  // `attachment` (may be null) as for Read; it must stay valid until the
+  // read reacts.
+  void StartRead(google::protobuf::MessageLite* message, Buffer* attachment = nullptr);
   // `last`: the half-close goes with the message.
-  void StartWrite(const google::protobuf::MessageLite& message, bool last);
+  void StartWrite(const google::protobuf::MessageLite& message, bool last,
+                  Attachment attachment = Attachment());
   void StartWritesDone();
   void AddHolds(int holds);
   void RemoveHold();
@@ -80,7 +87,7 @@ class ClientStreamState final : public ResponseSink,
   void OnSent() override;
   void OnStreamHeaders(absl::string_view meta) override;
   void OnResponseMetadata(absl::string_view meta) override;
-  void OnStreamMessage(absl::string_view payload) override;
+  void OnStreamMessage(absl::string_view payload, Attachment attachment) override;
   void OnWindow(uint32_t messages) override;
   void OnResponse(absl::StatusCode code, absl::string_view message,
                   absl::string_view payload) override;
@@ -104,7 +111,7 @@ class ClientStreamState final : public ResponseSink,
 
   // Reactor side, loop thread.
   enum class Reaction { kRead, kWrite, kWritesDone };
-  void OnReactorMessage(absl::string_view payload);
+  void OnReactorMessage(absl::string_view payload, Attachment attachment);
   // Parses `payload` into `message` (`have` false: the stream ended, no
   // message) and reacts.
   void CompleteRead(google::protobuf::MessageLite* message, bool have,
@@ -114,7 +121,8 @@ class ClientStreamState final : public ResponseSink,
   // Sends one message / half-close; false when the stream ended. While the
   // stream waits for the channel's first address (parked) it is kept, and
   // sent in order once the stream starts.
-  bool SendOnLoop(std::string payload, bool no_message, bool end_stream);
+  bool SendOnLoop(std::string payload, bool no_message, bool end_stream,
+                  Attachment attachment = Attachment());
   // The parked stream's turn (ChannelImpl::Park): starts on a fresh route,
   // or ends with `status`.
   void ResumeOnLoop(absl::Status status, std::string first, bool has_first);
@@ -122,6 +130,7 @@ class ClientStreamState final : public ResponseSink,
     std::string payload;
     bool no_message = false;
     bool end_stream = false;
+    Attachment attachment;
   };
   void MaybeReactInitialMetadata(bool ok);
   // Runs the reaction, then releases its count on the gate.
@@ -175,8 +184,13 @@ class ClientStreamState final : public ResponseSink,
   // thread for a reactor.
   uint32_t consumed_ = 0;  // messages read since the last window grant
 
+  // A message the server sent and the user has not read yet.
+  struct InboxMessage {
+    std::string payload;
+    Buffer attachment;
+  };
   absl::Mutex mu_;
-  std::deque<std::string> inbox_ ABSL_GUARDED_BY(mu_);
+  std::deque<InboxMessage> inbox_ ABSL_GUARDED_BY(mu_);
   uint32_t send_window_ ABSL_GUARDED_BY(mu_) = kStreamWindow;
   bool writes_done_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
@@ -185,8 +199,10 @@ class ClientStreamState final : public ResponseSink,
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   // Reactor side: the pending operations.
   google::protobuf::MessageLite* pending_read_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Buffer* pending_read_attachment_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool write_pending_ ABSL_GUARDED_BY(mu_) = false;
   std::string pending_write_ ABSL_GUARDED_BY(mu_);
+  Attachment pending_write_attachment_ ABSL_GUARDED_BY(mu_);
   bool pending_write_last_ ABSL_GUARDED_BY(mu_) = false;
   bool writes_done_pending_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -349,10 +349,10 @@ ServerImpl::PoolCall* ServerImpl::Worker::FindPoolCall(Connection* conn,
 
 void ServerImpl::Worker::OnStreamMessage(Connection* conn, const RequestToken& token,
                                          absl::string_view payload, bool has_message,
-                                         bool end_stream) {
+                                         bool end_stream, Attachment attachment) {
   PoolCall* call = FindPoolCall(conn, token);
   if (call != nullptr && call->stream != nullptr) {
-    call->stream->OnMessage(payload, has_message, end_stream);
+    call->stream->OnMessage(payload, has_message, end_stream, std::move(attachment));
   }
 }
 

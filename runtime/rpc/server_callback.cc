@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "runtime/rpc/attachment_access.h"
 #include "runtime/rpc/context_access.h"
 
 namespace rdmarpc {
@@ -24,47 +25,51 @@ void ServerReactorBase::StartSendInitialMetadataOp() {
   call->StartSendInitialMetadata();
 }
 
-void ServerReactorBase::StartReadOp(google::protobuf::MessageLite* message) {
+void ServerReactorBase::StartReadOp(google::protobuf::MessageLite* message, Buffer* attachment) {
   ServerCallbackCall* call;
   {
     absl::MutexLock lock(&mu_);
     call = call_;
     if (call == nullptr) {
       backlog_.read = message;
+      backlog_.read_attachment = attachment;
       return;
     }
   }
-  call->StartRead(message);
+  call->StartRead(message, attachment);
 }
 
-void ServerReactorBase::StartWriteOp(const google::protobuf::MessageLite& message) {
+void ServerReactorBase::StartWriteOp(const google::protobuf::MessageLite& message,
+                                     const Buffer& attachment) {
   ServerCallbackCall* call;
   {
     absl::MutexLock lock(&mu_);
     call = call_;
     if (call == nullptr) {
       backlog_.write = &message;
+      backlog_.write_attachment = attachment;
       return;
     }
   }
-  call->StartWrite(message);
+  call->StartWrite(message, attachment);
 }
 
 void ServerReactorBase::StartWriteAndFinishOp(const google::protobuf::MessageLite& message,
-                                              absl::Status status) {
+                                              absl::Status status, const Buffer& attachment) {
   ServerCallbackCall* call;
   {
     absl::MutexLock lock(&mu_);
     call = call_;
     if (call == nullptr) {
       backlog_.write = &message;
+      backlog_.write_attachment = attachment;
       backlog_.write_and_finish = true;
       backlog_.finish = true;
       backlog_.finish_status = std::move(status);
       return;
     }
   }
-  call->StartWriteAndFinish(message, std::move(status));
+  call->StartWriteAndFinish(message, std::move(status), attachment);
 }
 
 void ServerReactorBase::FinishOp(absl::Status status) {
@@ -90,12 +95,13 @@ void ServerReactorBase::Bind(ServerCallbackCall* call) {
   }
   // In the order a reactor may have started them.
   if (backlog.send_initial_metadata) call->StartSendInitialMetadata();
-  if (backlog.read != nullptr) call->StartRead(backlog.read);
+  if (backlog.read != nullptr) call->StartRead(backlog.read, backlog.read_attachment);
   if (backlog.write != nullptr && backlog.write_and_finish) {
-    call->StartWriteAndFinish(*backlog.write, std::move(backlog.finish_status));
+    call->StartWriteAndFinish(*backlog.write, std::move(backlog.finish_status),
+                              backlog.write_attachment);
     return;
   }
-  if (backlog.write != nullptr) call->StartWrite(*backlog.write);
+  if (backlog.write != nullptr) call->StartWrite(*backlog.write, backlog.write_attachment);
   if (backlog.finish) call->Finish(std::move(backlog.finish_status));
 }
 
@@ -129,23 +135,24 @@ void ServerCallbackCall::StartSendInitialMetadata() {
   loop_->Post([this] { OnHeadersSent(!cancelled()); });
 }
 
-void ServerCallbackCall::StartRead(google::protobuf::MessageLite* message) {
+void ServerCallbackCall::StartRead(google::protobuf::MessageLite* message, Buffer* attachment) {
   gate_.Add();
-  stream_->StartRead(message);
+  stream_->StartRead(message, attachment);
 }
 
-void ServerCallbackCall::StartWrite(const google::protobuf::MessageLite& message) {
+void ServerCallbackCall::StartWrite(const google::protobuf::MessageLite& message,
+                                    const Buffer& attachment) {
   gate_.Add();
-  stream_->StartWrite(message, /*react=*/true);
+  stream_->StartWrite(message, /*react=*/true, AttachmentAccess::ToTransport(attachment));
 }
 
 void ServerCallbackCall::StartWriteAndFinish(const google::protobuf::MessageLite& message,
-                                             absl::Status status) {
+                                             absl::Status status, const Buffer& attachment) {
   {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
   }
-  stream_->StartWrite(message, /*react=*/false);
+  stream_->StartWrite(message, /*react=*/false, AttachmentAccess::ToTransport(attachment));
   Finish(std::move(status));
 }
 

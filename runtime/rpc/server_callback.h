@@ -79,9 +79,10 @@ class ServerCallbackCall final : public ServerStreamReactions {
 
   // The reactor's operations (any thread, after Bind).
   void StartSendInitialMetadata();
-  void StartRead(google::protobuf::MessageLite* message);
-  void StartWrite(const google::protobuf::MessageLite& message);
-  void StartWriteAndFinish(const google::protobuf::MessageLite& message, absl::Status status);
+  void StartRead(google::protobuf::MessageLite* message, Buffer* attachment);
+  void StartWrite(const google::protobuf::MessageLite& message, const Buffer& attachment);
+  void StartWriteAndFinish(const google::protobuf::MessageLite& message, absl::Status status,
+                           const Buffer& attachment);
   void Finish(absl::Status status);
 
   // Worker: the call was cancelled (by the client, a lost connection or

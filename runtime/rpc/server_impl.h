@@ -180,7 +180,7 @@ class ServerImpl final : public ServerStatusSource {
     void OnRequest(Connection* conn, const IncomingRequest& req) override;
     void OnCancel(Connection* conn, const RequestToken& token) override;
     void OnStreamMessage(Connection* conn, const RequestToken& token, absl::string_view payload,
-                         bool has_message, bool end_stream) override;
+                         bool has_message, bool end_stream, Attachment attachment) override;
     void OnWindow(Connection* conn, const RequestToken& token, uint32_t messages) override;
     // The pool call of `token` on `conn` not answered yet, or nullptr.
     PoolCall* FindPoolCall(Connection* conn, const RequestToken& token);

@@ -6,14 +6,16 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/rpc/attachment_access.h"
 #include "runtime/rpc/context_access.h"
 #include "runtime/rpc/metadata.h"
 
 namespace rdmarpc {
 namespace internal {
 
-bool ServerStreamState::Read(google::protobuf::MessageLite* message) {
+bool ServerStreamState::Read(google::protobuf::MessageLite* message, Buffer* attachment) {
   std::string payload;
+  Buffer received;
   {
     absl::MutexLock lock(&mu_);
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -21,7 +23,8 @@ bool ServerStreamState::Read(google::protobuf::MessageLite* message) {
     };
     mu_.Await(absl::Condition(&ready));
     if (cancelled_ || inbox_.empty() || !failure_.ok()) return false;
-    payload = std::move(inbox_.front());
+    payload = std::move(inbox_.front().payload);
+    received = std::move(inbox_.front().attachment);
     inbox_.pop_front();
   }
   if (!message->ParseFromString(payload)) {
@@ -32,6 +35,7 @@ bool ServerStreamState::Read(google::protobuf::MessageLite* message) {
     return false;
   }
   if (interceptors_ != nullptr) interceptors_->ServerRecvMessage(message, payload.size());
+  if (attachment != nullptr) *attachment = std::move(received);
   if (++consumed_ >= kStreamWindow / 2) {
     const uint32_t n = consumed_;
     consumed_ = 0;
@@ -67,7 +71,8 @@ bool ServerStreamState::SendHeadersOnce() {
   return true;
 }
 
-bool ServerStreamState::Write(const google::protobuf::MessageLite& message) {
+bool ServerStreamState::Write(const google::protobuf::MessageLite& message,
+                              Attachment attachment) {
   const size_t size = message.ByteSizeLong();
   if (size > max_message_bytes_) {
     absl::MutexLock lock(&mu_);
@@ -90,14 +95,17 @@ bool ServerStreamState::Write(const google::protobuf::MessageLite& message) {
     if (cancelled_ || !failure_.ok()) return false;
     --send_window_;
   }
-  loop_->Post([conn = conn_, token = token_, payload = std::move(payload)]() mutable {
-    if (*conn != nullptr) (*conn)->SendStreamMessage(token, std::move(payload));
+  loop_->Post([conn = conn_, token = token_, payload = std::move(payload),
+                attachment = std::move(attachment)]() mutable {
+    if (*conn != nullptr) {
+      (*conn)->SendStreamMessage(token, std::move(payload), std::move(attachment));
+    }
   });
   return true;
 }
 
-void ServerStreamState::OnMessage(absl::string_view payload, bool has_message,
-                                  bool end_stream) {
+void ServerStreamState::OnMessage(absl::string_view payload, bool has_message, bool end_stream,
+                                  Attachment attachment) {
   google::protobuf::MessageLite* read = nullptr;
   bool overflow = false;
   {
@@ -106,6 +114,9 @@ void ServerStreamState::OnMessage(absl::string_view payload, bool has_message,
     if (end_stream) client_done_ = true;
     if (pending_read_ != nullptr && (has_message || end_stream)) {
       read = std::exchange(pending_read_, nullptr);  // a reactor waits for it
+      if (pending_read_attachment_ != nullptr) {
+        *std::exchange(pending_read_attachment_, nullptr) = AttachmentAccess::FromTransport(std::move(attachment));
+      }
     } else if (has_message && inbox_.size() >= kStreamWindow) {
       // The client sent beyond the window we granted: a broken or hostile
       // peer. The call fails; the connection's other calls go on.
@@ -113,7 +124,8 @@ void ServerStreamState::OnMessage(absl::string_view payload, bool has_message,
           "the client sent more than the ", kStreamWindow, " stream messages it was granted"));
       overflow = true;
     } else if (has_message) {
-      inbox_.emplace_back(payload);
+      inbox_.push_back(InboxMessage{std::string(payload),
+                                    AttachmentAccess::FromTransport(std::move(attachment))});
     }
   }
   if (read != nullptr) CompleteRead(read, has_message, payload);
@@ -143,9 +155,11 @@ void ServerStreamState::Cancel() {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
     read = std::exchange(pending_read_, nullptr);
+    pending_read_attachment_ = nullptr;
     write = std::exchange(write_pending_, false);
     react = pending_write_react_;
     pending_write_.clear();
+    pending_write_attachment_ = Attachment();
     finish = std::move(finish_);
     finish_ = nullptr;
   }
@@ -170,18 +184,21 @@ void ServerStreamState::StartSendHeaders() {
   });
 }
 
-void ServerStreamState::StartRead(google::protobuf::MessageLite* message) {
+void ServerStreamState::StartRead(google::protobuf::MessageLite* message,
+                                  Buffer* attachment) {
   std::string payload;
   bool have = false;
   {
     absl::MutexLock lock(&mu_);
     if (!cancelled_ && failure_.ok()) {
       if (!inbox_.empty()) {
-        payload = std::move(inbox_.front());
+        payload = std::move(inbox_.front().payload);
+        if (attachment != nullptr) *attachment = std::move(inbox_.front().attachment);
         inbox_.pop_front();
         have = true;
       } else if (!client_done_) {
         pending_read_ = message;
+        pending_read_attachment_ = attachment;
         return;
       }
     }
@@ -221,7 +238,8 @@ void ServerStreamState::CountRead() {
   if (*conn_ != nullptr) (*conn_)->GrantWindow(token_, n);
 }
 
-void ServerStreamState::StartWrite(const google::protobuf::MessageLite& message, bool react) {
+void ServerStreamState::StartWrite(const google::protobuf::MessageLite& message, bool react,
+                                   Attachment attachment) {
   const size_t size = message.ByteSizeLong();
   bool ok = true;
   if (size > max_message_bytes_) {
@@ -246,19 +264,21 @@ void ServerStreamState::StartWrite(const google::protobuf::MessageLite& message,
   if (send_window_ == 0) {
     write_pending_ = true;
     pending_write_ = std::move(payload);
+    pending_write_attachment_ = std::move(attachment);
     pending_write_react_ = react;
     return;
   }
   --send_window_;
   // Posted under the lock: a Finish on another thread cannot overtake it.
-  loop_->Post([this, payload = std::move(payload), react]() mutable {
+  loop_->Post([this, payload = std::move(payload), attachment = std::move(attachment),
+               react]() mutable {
     bool sent = false;
     {
       absl::MutexLock lock(&mu_);
       sent = !cancelled_;
     }
     if (sent && *conn_ != nullptr) {
-      (*conn_)->SendStreamMessage(token_, std::move(payload));
+      (*conn_)->SendStreamMessage(token_, std::move(payload), std::move(attachment));
     } else {
       sent = false;
     }
@@ -268,6 +288,7 @@ void ServerStreamState::StartWrite(const google::protobuf::MessageLite& message,
 
 void ServerStreamState::SendPendingWrite() {
   std::string payload;
+  Attachment attachment;
   bool react = false;
   absl::AnyInvocable<void() &&> finish;
   {
@@ -277,12 +298,14 @@ void ServerStreamState::SendPendingWrite() {
     write_pending_ = false;
     payload = std::move(pending_write_);
     pending_write_.clear();
+    attachment = std::move(pending_write_attachment_);
+    pending_write_attachment_ = Attachment();
     react = pending_write_react_;
     finish = std::move(finish_);
     finish_ = nullptr;
   }
   const bool sent = *conn_ != nullptr;
-  if (sent) (*conn_)->SendStreamMessage(token_, std::move(payload));
+  if (sent) (*conn_)->SendStreamMessage(token_, std::move(payload), std::move(attachment));
   if (finish) loop_->Post([finish = std::move(finish)]() mutable { std::move(finish)(); });
   if (react) reactions_->OnWriteDone(sent);
 }
@@ -299,8 +322,14 @@ void ServerStreamState::FinishAfterWrites(absl::AnyInvocable<void() &&> finish) 
 // ---- internal::ServerStream ----------------------------------------------------
 
 bool ServerStream::Read(google::protobuf::MessageLite* message) { return state_->Read(message); }
+bool ServerStream::Read(google::protobuf::MessageLite* message, Buffer* attachment) {
+  return state_->Read(message, attachment);
+}
 bool ServerStream::Write(const google::protobuf::MessageLite& message) {
   return state_->Write(message);
+}
+bool ServerStream::Write(const google::protobuf::MessageLite& message, const Buffer& attachment) {
+  return state_->Write(message, AttachmentAccess::ToTransport(attachment));
 }
 
 }  // namespace internal

@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "google/protobuf/message_lite.h"
+#include "rdmarpc/buffer.h"
 #include "rdmarpc/impl/stream_call.h"
 #include "rdmarpc/server_context.h"
 #include "runtime/rpc/interceptor_chain.h"
@@ -68,9 +69,11 @@ class ServerStreamState {
         max_header_bytes_(max_header_bytes),
         context_(context) {}
 
-  // Handler thread.
-  bool Read(google::protobuf::MessageLite* message);
-  bool Write(const google::protobuf::MessageLite& message);
+  // Handler thread. `attachment` (may be null: dropped) receives the
+  // bytes the client sent beside the message read, empty without; one
+  // passed to Write goes beside the message (Connection::SendStreamMessage).
+  bool Read(google::protobuf::MessageLite* message, Buffer* attachment = nullptr);
+  bool Write(const google::protobuf::MessageLite& message, Attachment attachment = Attachment());
   // Why the handler's status is replaced (a message did not parse, or was
   // too large to send); OK otherwise. After the handler returned.
   absl::Status failure() {
@@ -91,15 +94,19 @@ class ServerStreamState {
   void SetReactions(ServerStreamReactions* reactions) { reactions_ = reactions; }
   // Sends the context's initial metadata now (once; nothing when empty).
   void StartSendHeaders();
-  void StartRead(google::protobuf::MessageLite* message);
+  // `attachment` (may be null) as for Read; it must stay valid until
+  // OnReadDone.
+  void StartRead(google::protobuf::MessageLite* message, Buffer* attachment = nullptr);
   // `react`: OnWriteDone follows (not for a write that goes with Finish).
-  void StartWrite(const google::protobuf::MessageLite& message, bool react);
+  void StartWrite(const google::protobuf::MessageLite& message, bool react,
+                  Attachment attachment = Attachment());
   // Runs `finish` on the worker once every write started before it was
   // sent or failed.
   void FinishAfterWrites(absl::AnyInvocable<void() &&> finish);
 
   // Worker thread.
-  void OnMessage(absl::string_view payload, bool has_message, bool end_stream);
+  void OnMessage(absl::string_view payload, bool has_message, bool end_stream,
+                 Attachment attachment = Attachment());
   void OnWindow(uint32_t messages);
   // The call was cancelled or its connection closed (or, for a callback
   // call, answered): blocked reads and writes return false, pending ones
@@ -129,8 +136,13 @@ class ServerStreamState {
   std::atomic<bool> headers_sent_{false};
   ServerStreamReactions* reactions_ = nullptr;
 
+  // A message the client sent and the handler has not read yet.
+  struct InboxMessage {
+    std::string payload;
+    Buffer attachment;
+  };
   absl::Mutex mu_;
-  std::deque<std::string> inbox_ ABSL_GUARDED_BY(mu_);
+  std::deque<InboxMessage> inbox_ ABSL_GUARDED_BY(mu_);
   uint32_t send_window_ ABSL_GUARDED_BY(mu_) = kStreamWindow;
   bool client_done_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -138,8 +150,10 @@ class ServerStreamState {
   // Callback side: the pending operations, and a finish waiting for the
   // pending write.
   google::protobuf::MessageLite* pending_read_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Buffer* pending_read_attachment_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool write_pending_ ABSL_GUARDED_BY(mu_) = false;
   std::string pending_write_ ABSL_GUARDED_BY(mu_);
+  Attachment pending_write_attachment_ ABSL_GUARDED_BY(mu_);
   bool pending_write_react_ ABSL_GUARDED_BY(mu_) = false;
   absl::AnyInvocable<void() &&> finish_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,13 +1,15 @@
-// attachments.cc: unary requests and responses that carry an attachment
-// (header.h: kFlagAttachment), bytes beside the message that the transport
-// moves without serialising them. When the whole message fits the eager
+// attachments.cc: unary requests and responses, and stream messages, that
+// carry an attachment (header.h: kFlagAttachment), bytes beside the message
+// that the transport moves without serialising them. When the whole message fits the eager
 // limit the attachment rides inline (copied into the send buffer, like any
 // small message); otherwise the sender exposes the user's own memory
 // (LargeBufferPool::Lend: no copy) and the receiver pulls it with RDMA
 // READ into a pool buffer that becomes the receiving user's attachment.
 // A request's attachment stays exposed until the call's answer (and is
 // quarantined with the call's other buffers when it is cancelled); a
-// response's until the client's kRelease.
+// response's or a stream message's until the peer's kRelease. A stream
+// message's pull is ordered with its stream's other frames as any large
+// stream frame's is (streams.cc).
 #include <cstring>
 #include <utility>
 
@@ -26,10 +28,19 @@ void Connection::FailUnsentCall(uint16_t idx, absl::Status why) {
 void Connection::SendRequestWithAttachment(Slot* s, uint16_t idx, uint16_t gen) {
   OutgoingRequest& r = s->request;
   const Attachment& a = r.attachment;
-  if (r.stream) {
+  if (r.stream && r.no_message) {
     FailUnsentCall(idx, absl::InvalidArgumentError(absl::StrCat(
-                            "attachment of ", a.length, " bytes on a streaming call to ",
-                            peer_name_, ": only unary calls carry attachments")));
+                            "request attachment of ", a.length, " bytes on a client- or "
+                            "bidirectional-streaming call to ", peer_name_,
+                            ": such calls carry attachments on their messages (Write with a "
+                            "Buffer), not on the opening request")));
+    return;
+  }
+  if (r.stream && !peer_takes_stream_attachments()) {
+    FailUnsentCall(idx, absl::FailedPreconditionError(absl::StrCat(
+                            "request attachment of ", a.length, " bytes on a streaming call: "
+                            "server ", peer_name_,
+                            " does not take attachments on streams (an older rdmarpc)")));
     return;
   }
   if (!peer_takes_attachments()) {
@@ -45,7 +56,11 @@ void Connection::SendRequestWithAttachment(Slot* s, uint16_t idx, uint16_t gen) 
     return;
   }
   const size_t payload_size = r.payload_size();
-  WireHeader h = RequestHeader(r, kFlagAttachment, payload_size);
+  // A server-streaming call's opening request carries its one message
+  // (and the client's half-close) beside the attachment.
+  const uint8_t stream_flags =
+      r.stream ? static_cast<uint8_t>(kFlagStream | (r.end_stream ? kFlagEndStream : 0)) : 0;
+  WireHeader h = RequestHeader(r, kFlagAttachment | stream_flags, payload_size);
   const size_t prefix =
       kWireHeaderBytes + r.method.size() + r.meta.size() + kAttachmentDescriptorBytes;
   AttachmentDescriptor ad;
@@ -283,6 +298,13 @@ void Connection::StartAttachmentPull(const Imm& imm, const ParsedMessage& m, boo
     ctx.method = std::string(m.aux);
     ctx.timeout_us = m.header.timeout_us;
     ctx.end_stream = true;
+    if (m.header.flags & kFlagStream) {
+      // A server-streaming call's opening request: the stream's later
+      // frames wait for this pull (in-order delivery).
+      ctx.end_stream = (m.header.flags & kFlagEndStream) != 0;
+      ctx.handle = PackHandle(imm.slot, imm.generation);
+      ++streams_.ServerStream(ctx.handle).pulls;
+    }
   } else {
     const uint32_t handle = PackHandle(imm.slot, imm.generation);
     Slot& slot = streams_.slot(imm.slot);
@@ -306,6 +328,130 @@ void Connection::StartAttachmentPull(const Imm& imm, const ParsedMessage& m, boo
     ctx.message = std::string(m.aux);
   }
   ctx.buffer = *buf;
+  PostRead(std::move(ctx));
+}
+
+void Connection::SendStreamMessageWithAttachment(OutItem& item) {
+  const Attachment a = std::move(item.attachment);
+  const char* const to = is_client_ ? "server " : "client ";
+  if (!peer_takes_stream_attachments()) {
+    FailStream(item, absl::FailedPreconditionError(absl::StrCat(
+                         "stream message attachment of ", a.length, " bytes: ", to, peer_name_,
+                         " does not take attachments on streams (an older rdmarpc)")));
+    return;
+  }
+  if (a.length > options_.max_message_bytes) {
+    FailStream(item, absl::ResourceExhaustedError(absl::StrCat(
+                         "stream message attachment of ", a.length,
+                         " bytes exceeds max_message_bytes ", options_.max_message_bytes)));
+    return;
+  }
+  WireHeader h;
+  h.kind = MsgKind::kStreamMessage;
+  h.flags = static_cast<uint8_t>(item.flags | kFlagAttachment);
+  h.payload_len = static_cast<uint32_t>(item.payload.size());
+  const size_t prefix = kWireHeaderBytes + kAttachmentDescriptorBytes;
+  AttachmentDescriptor ad;
+  ad.length = static_cast<uint32_t>(a.length);
+  if (SendsEagerly(prefix + item.payload.size() + a.length, EagerLimit())) {
+    PostEager(MsgKind::kStreamMessage, item.slot, item.generation, h, {}, {}, {}, item.payload,
+              nullptr, nullptr, 0, {}, ad, absl::string_view(a.data(), a.length));
+    return;
+  }
+  // The stream ends with `why` instead (nothing of it exposed any more).
+  auto fail = [&](LargeBuffer* lent, LargeBuffer* payload_buffer, const absl::Status& why) {
+    RevokeAndPut(lent, /*rekey=*/false);
+    RevokeAndPut(payload_buffer, /*rekey=*/false);
+    FailStream(item, absl::Status(why.code(), absl::StrCat("stream message attachment of ",
+                                                           a.length, " bytes to ", peer_name_,
+                                                           ": ", why.message())));
+  };
+  ad.remote = true;
+  const bool payload_inline = SendsEagerly(prefix + item.payload.size(), EagerLimit());
+  if (pool_ == nullptr) {
+    fail(nullptr, nullptr, absl::InternalError("the connection has no buffer pool"));
+    return;
+  }
+  if (absl::Status room =
+          exposures_.CheckRoom(a.length + (payload_inline ? 0 : item.payload.size()));
+      !room.ok()) {
+    fail(nullptr, nullptr, absl::ResourceExhaustedError(room.message()));
+    return;
+  }
+  absl::StatusOr<LargeBuffer*> lent = pool_->Lend(a.region, a.offset, a.length);
+  if (!lent.ok()) {
+    fail(nullptr, nullptr, lent.status());
+    return;
+  }
+  absl::StatusOr<uint32_t> rkey =
+      exposures_.Expose(&send_queue_, *lent, (*lent)->addr(), ad.length, IBV_ACCESS_REMOTE_READ);
+  if (!rkey.ok()) {
+    fail(*lent, nullptr, rkey.status());
+    return;
+  }
+  ad.buffer = RemoteBuffer{(*lent)->addr(), *rkey, ad.length};
+  RemoteBuffer pr;
+  LargeBuffer* payload_buffer = nullptr;
+  if (!payload_inline) {
+    absl::StatusOr<LargeBuffer*> got = pool_->Get(item.payload.size());
+    if (!got.ok()) {
+      fail(*lent, nullptr, got.status());
+      return;
+    }
+    payload_buffer = *got;
+    std::memcpy(payload_buffer->data, item.payload.data(), item.payload.size());
+    loop_->stats().payload_bytes_copied.Add(item.payload.size());
+    pr = RemoteBuffer{payload_buffer->addr(), 0, h.payload_len};
+    rkey = exposures_.Expose(&send_queue_, payload_buffer, pr.addr, pr.length,
+                             IBV_ACCESS_REMOTE_READ);
+    if (!rkey.ok()) {
+      fail(*lent, payload_buffer, rkey.status());
+      return;
+    }
+    pr.rkey = *rkey;
+    h.flags |= kFlagPayloadRemote;
+  }
+  const uint32_t ref = next_ref_++;
+  exposed_attachments_[ref] = *lent;
+  if (payload_buffer != nullptr) exposed_[ref] = payload_buffer;
+  h.ref = ref;
+  bytes_sent_ += ad.length + (payload_inline ? 0 : h.payload_len);  // the peer pulls them
+  PostEager(MsgKind::kStreamMessage, item.slot, item.generation, h, {}, pr, {},
+            payload_inline ? absl::string_view(item.payload) : absl::string_view(), nullptr,
+            nullptr, 0, {}, ad);
+}
+
+void Connection::StartStreamAttachmentPull(const Imm& imm, const ParsedMessage& m,
+                                           StreamIn* in) {
+  ReadCtx ctx;
+  ctx.stream_message = true;
+  ctx.has_attachment = true;
+  ctx.attachment_remote = m.attachment.buffer;
+  ctx.header = m.header;
+  ctx.end_stream = (m.header.flags & kFlagEndStream) != 0;
+  if (m.header.flags & kFlagPayloadRemote) {
+    ctx.remote = m.payload_remote;
+  } else {
+    ctx.inline_payload = std::string(m.payload);  // the receive buffer is re-posted
+  }
+  const size_t total = size_t{ctx.remote.length} + ctx.attachment_remote.length;
+  absl::StatusOr<LargeBuffer*> buf =
+      pool_ != nullptr ? pool_->Get(total)
+                       : absl::StatusOr<LargeBuffer*>(absl::InternalError("no buffer pool"));
+  if (!buf.ok()) {
+    QueueRelease(m.header.ref);
+    Close(absl::ResourceExhaustedError(absl::StrCat(
+        "connection to ", peer_name_, ": no registered buffer to pull a stream message of ",
+        m.header.payload_len, " bytes with an attachment of ", ctx.attachment_remote.length,
+        " bytes: ", buf.status().message())));
+    return;
+  }
+  ctx.buffer = *buf;
+  ctx.token.slot = imm.slot;
+  ctx.token.generation = imm.generation;
+  ctx.handle = PackHandle(imm.slot, imm.generation);
+  ctx.ref = m.header.ref;
+  ++in->pulls;
   PostRead(std::move(ctx));
 }
 

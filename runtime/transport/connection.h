@@ -207,8 +207,11 @@ class ConnectionHandler {
   // Streams only, in the order the client sent them: one message (when
   // has_message; `payload` is valid during the call only), and whether the
   // client half-closed with it.
+  // `attachment`: the bytes the client sent beside the message (empty
+  // without one), the handler's to keep.
   virtual void OnStreamMessage(Connection*, const RequestToken&, absl::string_view /*payload*/,
-                               bool /*has_message*/, bool /*end_stream*/) {}
+                               bool /*has_message*/, bool /*end_stream*/,
+                               Attachment /*attachment*/) {}
   // Streams only: the client consumed `messages` more of ours.
   virtual void OnWindow(Connection*, const RequestToken&, uint32_t /*messages*/) {}
   // The connection failed or closed; every call on it already got OnFailure.
@@ -263,8 +266,15 @@ class Connection final : public CmEventHandler, public LoopClient {
   // Streams (client role): queues one message (or, with no_message, none)
   // after what was queued before, and the client's half-close with it when
   // end_stream. Dropped when the call ended meanwhile. A message above the
-  // eager limit is exposed and pulled by the server.
-  void SendStreamMessage(uint32_t handle, std::string payload, bool no_message, bool end_stream);
+  // eager limit is exposed and pulled by the server. `attachment` (with a
+  // message only; 0 bytes are none) goes beside it as a unary request's
+  // does (SendRequestWithAttachment): inline when the whole frame fits the
+  // eager limit, else exposed until the server's kRelease. A failure to
+  // send it ends the stream (FailStream): FAILED_PRECONDITION for a server
+  // without kFeatureStreamAttachment, RESOURCE_EXHAUSTED above
+  // max_message_bytes or the exposure cap.
+  void SendStreamMessage(uint32_t handle, std::string payload, bool no_message, bool end_stream,
+                         Attachment attachment = Attachment());
   // Streams (client role): we consumed `messages` more of the server's.
   void GrantWindow(uint32_t handle, uint32_t messages);
 
@@ -281,6 +291,10 @@ class Connection final : public CmEventHandler, public LoopClient {
                     Attachment attachment = Attachment());
   // The peer's handshake offered kFeatureAttachment.
   bool peer_takes_attachments() const { return (peer_.features & kFeatureAttachment) != 0; }
+  // The peer's handshake offered kFeatureStreamAttachment.
+  bool peer_takes_stream_attachments() const {
+    return (peer_.features & kFeatureStreamAttachment) != 0;
+  }
   // Answers UNAVAILABLE with `message` for a request the server did not
   // start (it is draining): marked kFlagRefused when the client understands
   // it, so it may send the call elsewhere.
@@ -298,7 +312,10 @@ class Connection final : public CmEventHandler, public LoopClient {
   // Streams (server role): initial metadata, then messages, in order.
   // Dropped when the stream ended (answered or cancelled).
   void SendStreamHeaders(const RequestToken& token, std::string meta);
-  void SendStreamMessage(const RequestToken& token, std::string payload);
+  // `attachment` as for the client's SendStreamMessage; a failure to send
+  // it ends the stream with trailers of that status.
+  void SendStreamMessage(const RequestToken& token, std::string payload,
+                         Attachment attachment = Attachment());
   void GrantWindow(const RequestToken& token, uint32_t messages);
   // An OK response of `size` bytes that `write(source, out)` serialises: when
   // it fits the eager limit and can be posted now (nothing queued ahead,
@@ -398,7 +415,7 @@ class Connection final : public CmEventHandler, public LoopClient {
     std::string meta;         // kResponse, kHeaders
     bool refused = false;     // kResponse: with kFlagRefused
     bool ends_failed_stream = false;  // kResponse: FailStreamItem's trailers
-    Attachment attachment;            // kResponse: beside the payload
+    Attachment attachment;            // kResponse, kStreamMessage: beside the payload
   };
   // How far one rendezvous transfer got (rendezvous.cc moves it in pieces).
   struct ChunkProgress {
@@ -555,6 +572,14 @@ class Connection final : public CmEventHandler, public LoopClient {
   // The attachment a finished pull read (at offset remote.length of its
   // buffer, which the attachment then owns).
   Attachment PulledAttachment(const ReadCtx& ctx);
+  // Posts the stream message `item` with its attachment: inline, or
+  // exposed (and a payload above the eager limit with it) until the
+  // peer's kRelease under the frame's ref. A failure ends the stream
+  // (FailStream) with its status.
+  void SendStreamMessageWithAttachment(OutItem& item);
+  // Starts pulling a stream message's remote attachment (and a remote
+  // payload before it), delivered in order by OnStreamPullDone.
+  void StartStreamAttachmentPull(const Imm& imm, const ParsedMessage& m, StreamIn* in);
 
   // Streams (streams.cc).
   // The in-order state of a live stream, or nullptr (not a stream, ended).
@@ -569,9 +594,13 @@ class Connection final : public CmEventHandler, public LoopClient {
   void HandleWindow(const Imm& imm, const ParsedMessage& m);
   bool SendStreamItem(OutItem& item);
   // A large stream message that cannot be exposed (the cap, no window):
-  // its stream ends RESOURCE_EXHAUSTED with `why` (client: the call fails
-  // and the server gets kCancel; server: trailers with that status).
+  // its stream ends RESOURCE_EXHAUSTED with `why` (FailStream).
   void FailStreamItem(const OutItem& item, const absl::Status& why);
+  // Ends the stream of `item` (its slot and generation) with `status`,
+  // e.g. instead of sending it or for a frame above max_message_bytes
+  // (client: the call fails and the server gets kCancel; server: trailers
+  // with that status, once, and the handler is told as for a cancel).
+  void FailStream(const OutItem& item, absl::Status status);
   // A stream FailStreamItem ended: notes that its trailers went out
   // (`trailers_sent`) or that the handler's answer was dropped, and forgets
   // the stream once both happened. False when `handle` is no such stream.
@@ -581,7 +610,9 @@ class Connection final : public CmEventHandler, public LoopClient {
   // Forgets a stream's in-order state; frames still waiting that name a
   // peer buffer release it.
   void DropStreamIn(StreamIn& in);
-  void OnStreamPullDone(const ReadCtx& ctx, absl::string_view payload);
+  // A pulled stream frame's turn: delivered with `attachment` (empty
+  // without one), then the frames deferred behind it.
+  void OnStreamPullDone(const ReadCtx& ctx, absl::string_view payload, Attachment attachment);
 
   // Rendezvous (rendezvous.cc).
   void StartRequestPull(const Imm& imm, const ParsedMessage& m);
@@ -659,8 +690,8 @@ class Connection final : public CmEventHandler, public LoopClient {
   // Buffers exposed to the peer until its kRelease: a server's large
   // responses and either side's large stream messages.
   absl::flat_hash_map<uint32_t, LargeBuffer*> exposed_;
-  // A server's response attachments (lent buffers) exposed until the
-  // client's kRelease, by the response's ref (its payload, when exposed
+  // Response and stream-message attachments (lent buffers) exposed until
+  // the peer's kRelease, by the frame's ref (its payload, when exposed
   // too, is in exposed_ under the same ref).
   absl::flat_hash_map<uint32_t, LargeBuffer*> exposed_attachments_;
   // Every buffer the peer may reach (those above, and client calls'

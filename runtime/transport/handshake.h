@@ -59,7 +59,11 @@ inline constexpr uint32_t kFeatureDrain = 1;
 // kFeatureAttachment: the side takes requests and responses with
 // kFlagAttachment (header.h).
 inline constexpr uint32_t kFeatureAttachment = 2;
-inline constexpr uint32_t kOfferedFeatures = kFeatureDrain | kFeatureAttachment;
+// kFeatureStreamAttachment: the side also takes stream messages
+// (kStreamMessage) with kFlagAttachment.
+inline constexpr uint32_t kFeatureStreamAttachment = 4;
+inline constexpr uint32_t kOfferedFeatures =
+    kFeatureDrain | kFeatureAttachment | kFeatureStreamAttachment;
 inline constexpr uint32_t kRejectVersion = 1;
 inline constexpr uint32_t kRejectShuttingDown = 2;
 // The server could not set the connection up (CQ full, registration refused).

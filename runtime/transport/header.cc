@@ -240,11 +240,14 @@ absl::StatusOr<size_t> EncodedMessageBytes(absl::string_view start) {
 
 absl::Status CheckAttachmentFrame(const ParsedMessage& m) {
   const WireHeader& h = m.header;
-  const bool unary_request = h.kind == MsgKind::kRequest && !(h.flags & kFlagStream);
-  if (!unary_request && h.kind != MsgKind::kResponse) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attachment on a frame of kind ", static_cast<int>(h.kind), " with flags 0x",
-                     absl::Hex(h.flags), " (only unary requests and responses)"));
+  // A request or stream message that carries a message (a stream's
+  // opening request does for a server-streaming call), or a response.
+  const bool with_message = (h.kind == MsgKind::kRequest || h.kind == MsgKind::kStreamMessage) &&
+                            !(h.flags & kFlagNoMessage);
+  if (!with_message && h.kind != MsgKind::kResponse) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attachment on a frame of kind ", static_cast<int>(h.kind), " with flags 0x",
+        absl::Hex(h.flags), " (only requests and stream messages with a message, and responses)"));
   }
   if (!m.attachment.remote && (h.flags & kFlagPayloadRemote)) {
     return absl::InvalidArgumentError(absl::StrCat("inline attachment of ", m.attachment.length,

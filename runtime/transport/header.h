@@ -75,11 +75,13 @@ enum HeaderFlags : uint8_t {
   // A response: the server did not start the call (it is draining), so the
   // client may send it elsewhere. Only to peers with kFeatureDrain.
   kFlagRefused = 64,
-  // A request or response carries an attachment (AttachmentDescriptor
-  // after the other descriptors): bytes beside the message that the
+  // A request, response or stream message carries an attachment
+  // (AttachmentDescriptor after the other descriptors): bytes beside the
+  // message that the
   // transport moves without parsing, inline after the payload or, remote,
   // pulled by the receiver with RDMA READ straight from the sender's
-  // buffer. Only to peers with kFeatureAttachment (handshake.h).
+  // buffer. Only to peers with kFeatureAttachment (on a stream message:
+  // kFeatureStreamAttachment; handshake.h).
   kFlagAttachment = 128,
 };
 inline constexpr uint8_t kKnownFlags = kFlagPayloadRemote | kFlagReplyBuffer | kFlagStream |
@@ -87,8 +89,8 @@ inline constexpr uint8_t kKnownFlags = kFlagPayloadRemote | kFlagReplyBuffer | k
                                        kFlagRefused | kFlagAttachment;
 // The attachment of a message with kFlagAttachment: `length` bytes, inline
 // (they follow the payload) or remote (`remote` names them; the receiver
-// pulls them, then a response's receiver sends kRelease with the header's
-// `ref`). Encoded as u32 length | u32 mode (0 inline, 1 remote) |
+// pulls them, then the receiver of a response or stream message sends
+// kRelease with the header's `ref`). Encoded as u32 length | u32 mode (0 inline, 1 remote) |
 // RemoteBuffer (zero when inline).
 struct AttachmentDescriptor {
   uint32_t length = 0;  // bytes
@@ -141,9 +143,12 @@ struct ParsedMessage {
   bool has_attachment() const { return (header.flags & kFlagAttachment) != 0; }
 };
 
-// OK for a frame whose attachment is where one may be: a unary request
-// (kRequest without kFlagStream) or a response, inline only beside an
-// inline payload. INVALID_ARGUMENT naming the kind and flags otherwise.
+// OK for a frame whose attachment is where one may be: a request or a
+// stream message that carries a message (kRequest or kStreamMessage
+// without kFlagNoMessage: a unary request, a server-streaming call's
+// opening request, a stream message), or a response (the connection also
+// refuses one on a stream's trailers); inline only beside an inline
+// payload. INVALID_ARGUMENT naming the kind and flags otherwise.
 absl::Status CheckAttachmentFrame(const ParsedMessage& m);
 
 // Bytes Encode writes before the payload.

@@ -325,7 +325,15 @@ void Connection::OnReadDone(uint64_t id) {
   auto node = reads_.extract(id);
   ReadCtx& ctx = node.mapped();
   if (ctx.stream_message) {
-    OnStreamPullDone(ctx, absl::string_view(ctx.buffer->data, ctx.remote.length));
+    absl::string_view payload(ctx.buffer->data, ctx.remote.length);
+    if (ctx.has_attachment) {
+      // The buffer becomes the attachment's; a payload pulled into it lies
+      // ahead of the attachment's bytes and lives as long as it.
+      if (ctx.remote.length == 0) payload = ctx.inline_payload;
+      OnStreamPullDone(ctx, payload, PulledAttachment(ctx));
+      return;
+    }
+    OnStreamPullDone(ctx, payload, Attachment());
     if (pool_ != nullptr) pool_->Put(ctx.buffer);
     return;
   }
@@ -366,6 +374,7 @@ void Connection::OnReadDone(uint64_t id) {
       Attachment attachment = PulledAttachment(ctx);
       DeliverRequest(ctx.token, ctx.method, payload, ctx.timeout_us, flags, meta, nullptr,
                      std::move(attachment), /*payload_in_attachment=*/ctx.remote.length > 0);
+      if (stream) RunDeferred(PackHandle(ctx.token.slot, ctx.token.generation));
       return;
     }
     // The handler may keep the buffer (and parse it on another thread).

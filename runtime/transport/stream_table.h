@@ -129,7 +129,9 @@ class ResponseSink {
   virtual void OnResponseAttachment(Attachment /*attachment*/) {}
   // Just before OnResponse, when the response carries metadata (opaque).
   virtual void OnResponseMetadata(absl::string_view /*meta*/) {}
-  virtual void OnStreamMessage(absl::string_view /*payload*/) {}
+  // `attachment`: the bytes sent beside the message (empty without), the
+  // sink's to keep.
+  virtual void OnStreamMessage(absl::string_view /*payload*/, Attachment /*attachment*/) {}
   virtual void OnWindow(uint32_t /*messages*/) {}
   // `message` and `payload` are valid during the call only.
   virtual void OnResponse(absl::StatusCode code, absl::string_view message,
@@ -174,6 +176,8 @@ struct DeferredFrame {
   WireHeader header;
   std::string aux, meta, payload;
   RemoteBuffer payload_remote, reply_buffer;
+  AttachmentDescriptor attachment;
+  std::string attachment_bytes;  // an inline attachment
   ParsedMessage View() const {
     ParsedMessage m;
     m.header = header;
@@ -182,7 +186,15 @@ struct DeferredFrame {
     m.payload = payload;
     m.payload_remote = payload_remote;
     m.reply_buffer = reply_buffer;
+    m.attachment = attachment;
+    m.attachment_bytes = attachment_bytes;
     return m;
+  }
+  // The frame names a buffer of the peer's (a remote payload or
+  // attachment) that it holds until our kRelease.
+  bool exposes_peer_buffer() const {
+    return (header.flags & kFlagPayloadRemote) ||
+           ((header.flags & kFlagAttachment) && attachment.remote);
   }
 };
 // Frames of one stream a well-behaved peer can have in flight behind one

@@ -20,7 +20,7 @@ namespace rdmarpc {
 namespace internal {
 
 void Connection::SendStreamMessage(uint32_t handle, std::string payload, bool no_message,
-                                   bool end_stream) {
+                                   bool end_stream, Attachment attachment) {
   const uint16_t idx = HandleSlot(handle);
   const uint16_t gen = HandleGeneration(handle);
   Slot* s = streams_.Live(idx, gen);
@@ -33,6 +33,7 @@ void Connection::SendStreamMessage(uint32_t handle, std::string payload, bool no
   item.payload = std::move(payload);
   item.flags = static_cast<uint8_t>((no_message ? kFlagNoMessage : 0) |
                                     (end_stream ? kFlagEndStream : 0));
+  if (!no_message) item.attachment = std::move(attachment);
   out_queue_.push_back(std::move(item));
   ScheduleEndOfStep();
 }
@@ -63,7 +64,8 @@ void Connection::SendStreamHeaders(const RequestToken& token, std::string meta) 
   ScheduleEndOfStep();
 }
 
-void Connection::SendStreamMessage(const RequestToken& token, std::string payload) {
+void Connection::SendStreamMessage(const RequestToken& token, std::string payload,
+                                   Attachment attachment) {
   if (!usable() || streams_.FindServerStream(token.handle()) == nullptr) return;
   OutItem item;
   item.kind = OutKind::kStreamMessage;
@@ -71,6 +73,7 @@ void Connection::SendStreamMessage(const RequestToken& token, std::string payloa
   item.slot = token.slot;
   item.generation = token.generation;
   item.payload = std::move(payload);
+  item.attachment = std::move(attachment);
   out_queue_.push_back(std::move(item));
   ScheduleEndOfStep();
 }
@@ -117,6 +120,10 @@ bool Connection::SendStreamItem(OutItem& item) {
       break;
   }
   const MsgKind kind = item.kind == OutKind::kHeaders ? MsgKind::kHeaders : MsgKind::kStreamMessage;
+  if (kind == MsgKind::kStreamMessage && item.attachment.length > 0) {  // 0 bytes: none
+    SendStreamMessageWithAttachment(item);
+    return true;
+  }
   if (kind == MsgKind::kStreamMessage) h.flags = item.flags;
   h.kind = kind;
   h.payload_len = static_cast<uint32_t>(item.payload.size());
@@ -160,9 +167,13 @@ bool Connection::SendStreamItem(OutItem& item) {
 }
 
 void Connection::FailStreamItem(const OutItem& item, const absl::Status& why) {
-  const absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
-      "stream frame of ", item.payload.size(), " bytes on the connection to ", peer_name_,
-      ": ", why.message()));
+  FailStream(item, absl::ResourceExhaustedError(
+                       absl::StrCat("stream frame of ", item.payload.size(),
+                                    " bytes on the connection to ", peer_name_, ": ",
+                                    why.message())));
+}
+
+void Connection::FailStream(const OutItem& item, absl::Status status) {
   if (is_client_) {
     // The call ends here; the server is told with kCancel.
     Slot* s = streams_.Live(item.slot, item.generation);
@@ -176,7 +187,7 @@ void Connection::FailStreamItem(const OutItem& item, const absl::Status& why) {
   // frames queued behind this one are dropped. A handler that has not
   // answered yet is told as for a cancel (its writes fail from now on), and
   // its answer, when it comes, is dropped too.
-  if (!usable()) return;
+  if (!usable() || failed_streams_.contains(PackHandle(item.slot, item.generation))) return;
   RequestToken token;
   token.slot = item.slot;
   token.generation = item.generation;
@@ -210,7 +221,7 @@ void Connection::QueueRelease(uint32_t ref) {
 
 void Connection::DropStreamIn(StreamIn& in) {
   for (const DeferredFrame& f : in.deferred) {
-    if ((f.header.flags & kFlagPayloadRemote) &&
+    if (f.exposes_peer_buffer() &&
         (f.header.kind == MsgKind::kStreamMessage || f.header.kind == MsgKind::kHeaders ||
          f.header.kind == MsgKind::kResponse)) {
       QueueRelease(f.header.ref);
@@ -251,6 +262,8 @@ bool Connection::DeferIfBehind(const Imm& imm, const ParsedMessage& m) {
   f.payload = std::string(m.payload);
   f.payload_remote = m.payload_remote;
   f.reply_buffer = m.reply_buffer;
+  f.attachment = m.attachment;
+  f.attachment_bytes = std::string(m.attachment_bytes);
   in->deferred.push_back(std::move(f));
   return true;
 }
@@ -292,7 +305,9 @@ void Connection::HandleStreamFrame(const Imm& imm, const ParsedMessage& m) {
   if (in == nullptr) {
     // The stream ended here (answered, cancelled, retired by its deadline):
     // drop the frame, but let the peer reuse a buffer it exposed for it.
-    if (m.header.flags & kFlagPayloadRemote) QueueRelease(m.header.ref);
+    if ((m.header.flags & kFlagPayloadRemote) || (m.has_attachment() && m.attachment.remote)) {
+      QueueRelease(m.header.ref);
+    }
     return;
   }
   if (m.header.kind == MsgKind::kHeaders && !(m.header.flags & kFlagPayloadRemote)) {
@@ -301,10 +316,27 @@ void Connection::HandleStreamFrame(const Imm& imm, const ParsedMessage& m) {
   }
   const bool end_stream = (m.header.flags & kFlagEndStream) != 0;
   const bool has_message = (m.header.flags & kFlagNoMessage) == 0;
-  if (m.header.payload_len > options_.max_message_bytes) {
-    Close(absl::ResourceExhaustedError(absl::StrCat(
-        "protocol error from ", peer_name_, ": stream message of ", m.header.payload_len,
-        " bytes exceeds max_message_bytes ", options_.max_message_bytes)));
+  if (m.header.payload_len > options_.max_message_bytes ||
+      (m.has_attachment() && m.attachment.length > options_.max_message_bytes)) {
+    // The peer's limit is larger than ours: only this stream fails.
+    if ((m.header.flags & kFlagPayloadRemote) || (m.has_attachment() && m.attachment.remote)) {
+      QueueRelease(m.header.ref);
+    }
+    OutItem item;
+    item.slot = imm.slot;
+    item.generation = imm.generation;
+    FailStream(item, absl::ResourceExhaustedError(absl::StrCat(
+                         "stream message of ", m.header.payload_len, " bytes",
+                         m.has_attachment()
+                             ? absl::StrCat(" with an attachment of ", m.attachment.length,
+                                            " bytes")
+                             : std::string(),
+                         " from ", peer_name_, " exceeds max_message_bytes ",
+                         options_.max_message_bytes)));
+    return;
+  }
+  if (m.has_attachment() && m.attachment.remote) {
+    StartStreamAttachmentPull(imm, m, in);
     return;
   }
   if (m.header.flags & kFlagPayloadRemote) {
@@ -332,18 +364,27 @@ void Connection::HandleStreamFrame(const Imm& imm, const ParsedMessage& m) {
     PostRead(std::move(ctx));
     return;
   }
+  Attachment attachment;
+  if (has_message && m.has_attachment() && m.attachment.length > 0) {  // 0 bytes: none
+    attachment = CopyToAttachment(m.attachment_bytes.data(), m.attachment_bytes.size());
+  }
   if (is_client_) {
-    if (has_message) streams_.Live(imm.slot, imm.generation)->sink->OnStreamMessage(m.payload);
+    if (has_message) {
+      streams_.Live(imm.slot, imm.generation)->sink->OnStreamMessage(m.payload,
+                                                                     std::move(attachment));
+    }
     return;
   }
   if (handler_ == nullptr) return;
   RequestToken token;
   token.slot = imm.slot;
   token.generation = imm.generation;
-  handler_->OnStreamMessage(this, token, m.payload, has_message, end_stream);
+  handler_->OnStreamMessage(this, token, m.payload, has_message, end_stream,
+                            std::move(attachment));
 }
 
-void Connection::OnStreamPullDone(const ReadCtx& ctx, absl::string_view payload) {
+void Connection::OnStreamPullDone(const ReadCtx& ctx, absl::string_view payload,
+                                  Attachment attachment) {
   QueueRelease(ctx.ref);
   const Imm imm{MsgKind::kStreamMessage, ctx.token.generation, ctx.token.slot};
   StreamIn* in = FindStreamIn(imm);
@@ -352,9 +393,10 @@ void Connection::OnStreamPullDone(const ReadCtx& ctx, absl::string_view payload)
   if (ctx.header.kind == MsgKind::kHeaders) {
     if (is_client_) streams_.Live(imm.slot, imm.generation)->sink->OnStreamHeaders(payload);
   } else if (is_client_) {
-    streams_.Live(imm.slot, imm.generation)->sink->OnStreamMessage(payload);
+    streams_.Live(imm.slot, imm.generation)->sink->OnStreamMessage(payload, std::move(attachment));
   } else if (handler_ != nullptr) {
-    handler_->OnStreamMessage(this, ctx.token, payload, /*has_message=*/true, ctx.end_stream);
+    handler_->OnStreamMessage(this, ctx.token, payload, /*has_message=*/true, ctx.end_stream,
+                              std::move(attachment));
   }
   RunDeferred(ctx.handle);
 }

@@ -75,6 +75,12 @@ bool ClientStream::Write(const google::protobuf::MessageLite& message) {
   return true;
 }
 
+// The fake moves no attachments: a write records the message alone, a read
+// yields none.
+bool ClientStream::Write(const google::protobuf::MessageLite& message, const Buffer& /*a*/) {
+  return Write(message);
+}
+
 bool ClientStream::WritesDone() {
   if (finished_ || state_->writes_done) return false;
   state_->writes_done = true;
@@ -91,6 +97,11 @@ bool ClientStream::Read(google::protobuf::MessageLite* message) {
   return true;
 }
 
+bool ClientStream::Read(google::protobuf::MessageLite* message, Buffer* attachment) {
+  *attachment = Buffer();
+  return Read(message);
+}
+
 absl::Status ClientStream::Finish() {
   finished_ = true;
   ++fake_stream::MutableLastStream().finishes;
@@ -104,10 +115,19 @@ bool ServerStream::Read(google::protobuf::MessageLite* message) {
   return message->ParseFromString(bytes);
 }
 
+bool ServerStream::Read(google::protobuf::MessageLite* message, Buffer* attachment) {
+  *attachment = Buffer();
+  return Read(message);
+}
+
 bool ServerStream::Write(const google::protobuf::MessageLite& message) {
   if (state_->cancelled) return false;
   state_->written.push_back(message.SerializeAsString());
   return true;
+}
+
+bool ServerStream::Write(const google::protobuf::MessageLite& message, const Buffer& /*a*/) {
+  return Write(message);
 }
 
 // ClientCallbackStream's members (rdmarpc/impl/callback_call.h): Bind
@@ -131,8 +151,10 @@ void ClientCallbackStream::Bind(ClientReactorBase* /*reactor*/, Channel* channel
   record.response_target = response;
 }
 void ClientCallbackStream::StartCall() { ++fake_stream::MutableLastStream().start_calls; }
-void ClientCallbackStream::Read(google::protobuf::MessageLite* /*message*/) {}
-void ClientCallbackStream::Write(const google::protobuf::MessageLite& message, bool /*last*/) {
+void ClientCallbackStream::Read(google::protobuf::MessageLite* /*message*/,
+                                Buffer* /*attachment*/) {}
+void ClientCallbackStream::Write(const google::protobuf::MessageLite& message, bool /*last*/,
+                                 const Buffer& /*attachment*/) {
   fake_stream::MutableLastStream().written.push_back(message.SerializeAsString());
 }
 void ClientCallbackStream::WritesDone() { ++fake_stream::MutableLastStream().writes_done; }

@@ -322,8 +322,9 @@ TEST_F(HostilePeer, AttachmentsWhereNoneMayBeCloseItsConnectionOnly) {
     const char* why;  // in the server's warning
   };
   const Case cases[] = {
-      {"on a stream message", MsgKind::kStreamMessage, 0, "", "", three, "abc", 1,
-       "attachment on a frame of kind 7"},
+      {"on a stream frame without a message", MsgKind::kStreamMessage,
+       internal::kFlagNoMessage | internal::kFlagEndStream, "", "", three, "abc", 1,
+       "attachment on a frame of kind 7 with flags 0x98"},
       {"on the request that opens a stream", MsgKind::kRequest,
        internal::kFlagStream | internal::kFlagNoMessage, kChatMethod, "", three, "abc", 2,
        "attachment on a frame of kind 1 with flags 0x94"},

@@ -248,21 +248,40 @@ TEST(WireHeader, RemoteAttachmentCarriesItsDescriptor) {
       << bad.status();
 }
 
-TEST(WireHeader, AttachmentsGoOnlyOnUnaryRequestsAndResponses) {
+TEST(WireHeader, AttachmentsGoOnlyBesideAMessageOrOnAResponse) {
   AttachmentDescriptor ad;
-  for (MsgKind kind : {MsgKind::kStreamMessage, MsgKind::kHeaders, MsgKind::kRelease}) {
+  // Frames that carry a message (or a response) may carry one.
+  struct Case {
+    MsgKind kind;
+    uint8_t flags;
+    absl::StatusCode want;
+  };
+  const Case cases[] = {
+      {MsgKind::kRequest, 0, absl::StatusCode::kOk},  // unary
+      {MsgKind::kRequest, kFlagStream | kFlagEndStream, absl::StatusCode::kOk},  // server streaming
+      {MsgKind::kResponse, 0, absl::StatusCode::kOk},
+      {MsgKind::kStreamMessage, 0, absl::StatusCode::kOk},
+      {MsgKind::kStreamMessage, kFlagEndStream, absl::StatusCode::kOk},
+      // No message beside it: a client- or bidi-streaming call's opening
+      // request, a half-close alone.
+      {MsgKind::kRequest, kFlagStream | kFlagNoMessage, absl::StatusCode::kInvalidArgument},
+      {MsgKind::kStreamMessage, kFlagNoMessage | kFlagEndStream,
+       absl::StatusCode::kInvalidArgument},
+      {MsgKind::kHeaders, 0, absl::StatusCode::kInvalidArgument},
+      {MsgKind::kRelease, 0, absl::StatusCode::kInvalidArgument},
+      {MsgKind::kWindow, 0, absl::StatusCode::kInvalidArgument},
+      {MsgKind::kCancel, 0, absl::StatusCode::kInvalidArgument},
+  };
+  for (const Case& c : cases) {
     WireHeader h;
-    h.kind = kind;
+    h.kind = c.kind;
+    h.flags = c.flags;
     absl::StatusOr<ParsedMessage> m = DecodeMessage(EncodeWithAttachment(h, "", ad, ""));
     ASSERT_TRUE(m.ok()) << m.status();
-    EXPECT_EQ(CheckAttachmentFrame(*m).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(CheckAttachmentFrame(*m).code(), c.want)
+        << "kind " << static_cast<int>(c.kind) << " flags " << int{c.flags};
   }
-  WireHeader stream;
-  stream.kind = MsgKind::kRequest;
-  stream.flags = kFlagStream;
-  absl::StatusOr<ParsedMessage> m = DecodeMessage(EncodeWithAttachment(stream, "", ad, ""));
-  ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ(CheckAttachmentFrame(*m).code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<ParsedMessage> m;
   // Inline beside a remote payload: the sender never does that.
   WireHeader remote;
   remote.kind = MsgKind::kRequest;

@@ -165,13 +165,27 @@ class ClientBidiReactor : public internal::ClientStreamingReactor {
   // until OnReadDone). OnReadDone(false): the server finished, or the call
   // ended (OnDone tells why).
   void StartRead(R* message) { stream().Read(message); }
+  // As StartRead; `*attachment` (valid until OnReadDone) receives the bytes
+  // the server sent beside the message (rdmarpc/buffer.h), or becomes
+  // empty without any.
+  void StartRead(R* message, Buffer* attachment) { stream().Read(message, attachment); }
   // Sends `*message`, serialised before this returns (it may be reused at
   // once). OnWriteDone(true) once it went to the connection: flow control
   // delays that while the server has kStreamWindow unread messages; false
   // when the call ended or was half-closed.
   void StartWrite(const W* message) { stream().Write(*message, /*last=*/false); }
+  // As StartWrite, with `attachment` beside the message (empty: none; held
+  // until the server pulled it). A failure to send it ends the call
+  // (OnDone: FAILED_PRECONDITION for a server whose rdmarpc does not take
+  // stream attachments, RESOURCE_EXHAUSTED above max_message_bytes).
+  void StartWrite(const W* message, const Buffer& attachment) {
+    stream().Write(*message, /*last=*/false, attachment);
+  }
   // StartWrite and the half-close in one frame; only OnWriteDone reacts.
   void StartWriteLast(const W* message) { stream().Write(*message, /*last=*/true); }
+  void StartWriteLast(const W* message, const Buffer& attachment) {
+    stream().Write(*message, /*last=*/true, attachment);
+  }
   // Half-closes (after any write started before it); OnWritesDoneDone.
   void StartWritesDone() { stream().WritesDone(); }
   // Holds keep OnDone from running (see the top of this file). Any thread.
@@ -207,6 +221,7 @@ class ClientReadReactor : public internal::ClientStreamingReactor {
   // As ClientBidiReactor's.
   void StartCall() { stream().StartCall(); }
   void StartRead(R* message) { stream().Read(message); }
+  void StartRead(R* message, Buffer* attachment) { stream().Read(message, attachment); }
   void AddHold() { AddMultipleHolds(1); }
   void AddMultipleHolds(int holds) { stream().AddHolds(holds); }
   void RemoveHold() { stream().RemoveHold(); }
@@ -230,7 +245,13 @@ class ClientWriteReactor : public internal::ClientStreamingReactor {
   // As ClientBidiReactor's.
   void StartCall() { stream().StartCall(); }
   void StartWrite(const W* message) { stream().Write(*message, /*last=*/false); }
+  void StartWrite(const W* message, const Buffer& attachment) {
+    stream().Write(*message, /*last=*/false, attachment);
+  }
   void StartWriteLast(const W* message) { stream().Write(*message, /*last=*/true); }
+  void StartWriteLast(const W* message, const Buffer& attachment) {
+    stream().Write(*message, /*last=*/true, attachment);
+  }
   void StartWritesDone() { stream().WritesDone(); }
   void AddHold() { AddMultipleHolds(1); }
   void AddMultipleHolds(int holds) { stream().AddHolds(holds); }

@@ -111,6 +111,10 @@ class ServerReadReactor : public internal::ServerReactorBase {
   // was read, the call was cancelled, or a message did not parse (then the
   // call ends INTERNAL whatever Finish says).
   void StartRead(Req* message) { StartReadOp(message); }
+  // As StartRead; `*attachment` (valid until OnReadDone) receives the bytes
+  // the client sent beside the message (rdmarpc/buffer.h; the reactor's to
+  // keep), or becomes empty without any.
+  void StartRead(Req* message, Buffer* attachment) { StartReadOp(message, attachment); }
   // Answers: with OK, the method's `response` goes to the client first.
   void Finish(absl::Status status) { FinishOp(std::move(status)); }
 
@@ -137,9 +141,20 @@ class ServerWriteReactor : public internal::ServerReactorBase {
   // call was cancelled or the message is over max_message_bytes (then the
   // call ends RESOURCE_EXHAUSTED whatever Finish says).
   void StartWrite(const Resp* message) { StartWriteOp(*message); }
+  // As StartWrite, with `attachment` beside the message (empty: none; held
+  // until the client pulled it). A failure to send it ends the call with
+  // that status whatever Finish says (FAILED_PRECONDITION for a client
+  // whose rdmarpc does not take stream attachments, RESOURCE_EXHAUSTED
+  // above max_message_bytes or the exposure cap).
+  void StartWrite(const Resp* message, const Buffer& attachment) {
+    StartWriteOp(*message, attachment);
+  }
   // A last write and Finish in one step; no OnWriteDone.
   void StartWriteAndFinish(const Resp* message, absl::Status status) {
     StartWriteAndFinishOp(*message, std::move(status));
+  }
+  void StartWriteAndFinish(const Resp* message, absl::Status status, const Buffer& attachment) {
+    StartWriteAndFinishOp(*message, std::move(status), attachment);
   }
   // Ends the stream with `status`, after every write started before it.
   void Finish(absl::Status status) { FinishOp(std::move(status)); }
@@ -163,9 +178,16 @@ class ServerBidiReactor : public internal::ServerReactorBase {
  public:
   void StartSendInitialMetadata() { StartSendInitialMetadataOp(); }
   void StartRead(Req* message) { StartReadOp(message); }
+  void StartRead(Req* message, Buffer* attachment) { StartReadOp(message, attachment); }
   void StartWrite(const Resp* message) { StartWriteOp(*message); }
+  void StartWrite(const Resp* message, const Buffer& attachment) {
+    StartWriteOp(*message, attachment);
+  }
   void StartWriteAndFinish(const Resp* message, absl::Status status) {
     StartWriteAndFinishOp(*message, std::move(status));
+  }
+  void StartWriteAndFinish(const Resp* message, absl::Status status, const Buffer& attachment) {
+    StartWriteAndFinishOp(*message, std::move(status), attachment);
   }
   void Finish(absl::Status status) { FinishOp(std::move(status)); }
 

@@ -36,6 +36,18 @@
 //   absl::Status RouteChat(rdmarpc::ServerContext* ctx,
 //                          rdmarpc::ServerReaderWriter<RouteNote, RouteNote>* stream) override;
 //
+// Attachments (rdmarpc/buffer.h): each stream message may carry one, bytes
+// beside it that the runtime moves without serialising them (large ones by
+// RDMA READ straight from the writer's Buffer). Write(message, buffer)
+// sends one; Read(&message, &buffer) receives it (an empty Buffer when the
+// message came without). A Read without the Buffer drops any that came.
+// A server-streaming call's one request carries the ClientContext's
+// request attachment (ServerContext::request_attachment).
+//
+//   rdmarpc::Buffer chunk = rdmarpc::Buffer::Allocate(4 << 20);
+//   writer->Write(piece, chunk);                       // client
+//   while (reader->Read(&piece, &chunk)) Store(chunk);  // server
+//
 // Every stream has flow control: a writer blocks while the reader has
 // internal::kStreamWindow unread messages, and a reader that stops reading
 // stops only its own writer. Threads: one thread may read while another
@@ -49,6 +61,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "rdmarpc/buffer.h"
 #include "rdmarpc/channel.h"
 #include "rdmarpc/client_context.h"
 #include "rdmarpc/impl/stream_call.h"
@@ -65,6 +78,13 @@ class ClientReaderInterface {
   // Blocks for the next message; false once the server finished or the
   // call failed (then call Finish).
   virtual bool Read(R* message) = 0;
+  // As Read; `*attachment` receives the bytes the server sent beside the
+  // message (the caller's to keep), or becomes empty without any. The
+  // default, for test doubles that implement only Read, yields none.
+  virtual bool Read(R* message, Buffer* attachment) {
+    *attachment = Buffer();
+    return Read(message);
+  }
   // Waits for the server's status; unread messages are dropped. Returns
   // the handler's status, or the call's failure (DEADLINE_EXCEEDED,
   // UNAVAILABLE, CANCELLED, RESOURCE_EXHAUSTED, INTERNAL for a message
@@ -81,6 +101,18 @@ class ClientWriterInterface {
   // the stream ended (the server finished early, the call failed or was
   // cancelled): call Finish.
   virtual bool Write(const W& message) = 0;
+  // As Write, with `attachment` beside the message (empty: none). The
+  // runtime holds the Buffer's bytes until the server pulled them: treat
+  // them as read-only until then, or Wrap memory to learn when. A failure
+  // to send it ends the call (Write then returns false; Finish tells why):
+  // FAILED_PRECONDITION when the server's rdmarpc does not take stream
+  // attachments, RESOURCE_EXHAUSTED above max_message_bytes or the
+  // channel's exposure cap. The default, for test doubles that implement
+  // only Write, sends the message alone.
+  virtual bool Write(const W& message, const Buffer& attachment) {
+    (void)attachment;
+    return Write(message);
+  }
   // Tells the server no more messages follow. False when the stream ended.
   virtual bool WritesDone() = 0;
   // Half-closes if needed, then waits for the response (stored where the
@@ -94,8 +126,17 @@ class ClientReaderWriterInterface {
  public:
   virtual ~ClientReaderWriterInterface() = default;
   virtual bool Write(const W& message) = 0;
+  // As ClientWriterInterface's and ClientReaderInterface's.
+  virtual bool Write(const W& message, const Buffer& attachment) {
+    (void)attachment;
+    return Write(message);
+  }
   virtual bool WritesDone() = 0;
   virtual bool Read(R* message) = 0;
+  virtual bool Read(R* message, Buffer* attachment) {
+    *attachment = Buffer();
+    return Read(message);
+  }
   virtual absl::Status Finish() = 0;
 };
 
@@ -108,6 +149,7 @@ class ClientReader final : public ClientReaderInterface<R> {
                const Req& request)
       : stream_(channel, method, context, internal::RpcKind::kServerStreaming, &request) {}
   bool Read(R* message) override { return stream_.Read(message); }
+  bool Read(R* message, Buffer* attachment) override { return stream_.Read(message, attachment); }
   absl::Status Finish() override { return stream_.Finish(); }
 
  private:
@@ -124,6 +166,9 @@ class ClientWriter final : public ClientWriterInterface<W> {
       : stream_(channel, method, context, internal::RpcKind::kClientStreaming, nullptr),
         response_(response) {}
   bool Write(const W& message) override { return stream_.Write(message); }
+  bool Write(const W& message, const Buffer& attachment) override {
+    return stream_.Write(message, attachment);
+  }
   bool WritesDone() override { return stream_.WritesDone(); }
   absl::Status Finish() override {
     stream_.WritesDone();
@@ -146,8 +191,12 @@ class ClientReaderWriter final : public ClientReaderWriterInterface<W, R> {
   ClientReaderWriter(Channel* channel, absl::string_view method, ClientContext* context)
       : stream_(channel, method, context, internal::RpcKind::kBidiStreaming, nullptr) {}
   bool Write(const W& message) override { return stream_.Write(message); }
+  bool Write(const W& message, const Buffer& attachment) override {
+    return stream_.Write(message, attachment);
+  }
   bool WritesDone() override { return stream_.WritesDone(); }
   bool Read(R* message) override { return stream_.Read(message); }
+  bool Read(R* message, Buffer* attachment) override { return stream_.Read(message, attachment); }
   absl::Status Finish() override { return stream_.Finish(); }
 
  private:
@@ -164,6 +213,10 @@ class ServerReader final {
   // Blocks for the client's next message; false once the client half-closed
   // and everything was read, or the call was cancelled.
   bool Read(R* message) { return stream_->Read(message); }
+  // As Read; `*attachment` receives the bytes the client sent beside the
+  // message (the handler's to keep, also past the call), or becomes empty
+  // without any.
+  bool Read(R* message, Buffer* attachment) { return stream_->Read(message, attachment); }
 
  private:
   internal::ServerStream* stream_;
@@ -177,6 +230,14 @@ class ServerWriter final {
   // Sends one message; blocks while the client's window is full. False once
   // the call was cancelled (the handler should return).
   bool Write(const W& message) { return stream_->Write(message); }
+  // As Write, with `attachment` beside the message (empty: none), held
+  // until the client pulled it. A failure to send it ends the call with
+  // that status in place of the handler's: FAILED_PRECONDITION when the
+  // client's rdmarpc does not take stream attachments, RESOURCE_EXHAUSTED
+  // above max_message_bytes or the exposure cap.
+  bool Write(const W& message, const Buffer& attachment) {
+    return stream_->Write(message, attachment);
+  }
 
  private:
   internal::ServerStream* stream_;
@@ -189,7 +250,11 @@ class ServerReaderWriter final {
  public:
   explicit ServerReaderWriter(internal::ServerStream* stream) : stream_(stream) {}
   bool Read(R* message) { return stream_->Read(message); }
+  bool Read(R* message, Buffer* attachment) { return stream_->Read(message, attachment); }
   bool Write(const W& message) { return stream_->Write(message); }
+  bool Write(const W& message, const Buffer& attachment) {
+    return stream_->Write(message, attachment);
+  }
 
  private:
   internal::ServerStream* stream_;

@@ -18,6 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "google/protobuf/message_lite.h"
+#include "rdmarpc/buffer.h"
 #include "rdmarpc/channel.h"
 #include "rdmarpc/client_context.h"
 #include "rdmarpc/export.h"
@@ -70,8 +71,11 @@ class RDMARPC_EXPORT ClientCallbackStream {
   // See ClientBidiReactor. Any thread; the reactions run on the thread
   // polling the channel, never inside these calls.
   void StartCall();
-  void Read(google::protobuf::MessageLite* message);
-  void Write(const google::protobuf::MessageLite& message, bool last);
+  // `attachment` (may be null) receives the bytes sent beside the
+  // message read; it must stay valid until OnReadDone.
+  void Read(google::protobuf::MessageLite* message, Buffer* attachment = nullptr);
+  void Write(const google::protobuf::MessageLite& message, bool last,
+             const Buffer& attachment = Buffer());
   void WritesDone();
   void AddHolds(int holds);
   void RemoveHold();
@@ -93,11 +97,15 @@ class RDMARPC_EXPORT ServerReactorBase {
  protected:
   ServerReactorBase() = default;
   // Any thread. A written `message` must stay valid until the write
-  // reacted (it is serialised once the reactor is bound).
+  // reacted (it is serialised once the reactor is bound); `attachment`
+  // goes beside it. A read's `attachment` (may be null) receives the bytes
+  // sent beside the message and must stay valid until the read reacted.
   void StartSendInitialMetadataOp();
-  void StartReadOp(google::protobuf::MessageLite* message);
-  void StartWriteOp(const google::protobuf::MessageLite& message);
-  void StartWriteAndFinishOp(const google::protobuf::MessageLite& message, absl::Status status);
+  void StartReadOp(google::protobuf::MessageLite* message, Buffer* attachment = nullptr);
+  void StartWriteOp(const google::protobuf::MessageLite& message,
+                    const Buffer& attachment = Buffer());
+  void StartWriteAndFinishOp(const google::protobuf::MessageLite& message, absl::Status status,
+                             const Buffer& attachment = Buffer());
   void FinishOp(absl::Status status);
 
  private:
@@ -112,7 +120,9 @@ class RDMARPC_EXPORT ServerReactorBase {
   struct Backlog {
     bool send_initial_metadata = false;
     google::protobuf::MessageLite* read = nullptr;
+    Buffer* read_attachment = nullptr;
     const google::protobuf::MessageLite* write = nullptr;
+    Buffer write_attachment;
     bool write_and_finish = false;  // `write` goes with the finish, unreacted
     bool finish = false;
     absl::Status finish_status;

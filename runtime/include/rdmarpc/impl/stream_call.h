@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/message_lite.h"
+#include "rdmarpc/buffer.h"
 #include "rdmarpc/channel.h"
 #include "rdmarpc/client_context.h"
 #include "rdmarpc/export.h"
@@ -57,6 +58,13 @@ class RDMARPC_EXPORT ClientStream {
   // the stream ended (the server finished, the call failed or was
   // cancelled, or WritesDone was called): Finish tells why.
   bool Write(const google::protobuf::MessageLite& message);
+  // As Write, with `attachment` beside the message (rdmarpc/buffer.h;
+  // empty: none). The runtime holds the Buffer until the server pulled it.
+  // A failure to send it ends the call, and Finish tells why:
+  // FAILED_PRECONDITION when the server's rdmarpc does not take stream
+  // attachments, RESOURCE_EXHAUSTED above max_message_bytes or the
+  // channel's exposure cap.
+  bool Write(const google::protobuf::MessageLite& message, const Buffer& attachment);
   // Half-closes: the server's Read returns false once it read everything.
   // False when the stream ended already.
   bool WritesDone();
@@ -64,6 +72,9 @@ class RDMARPC_EXPORT ClientStream {
   // False once the server finished (or the call failed): Finish tells why.
   // A message that does not parse ends the call with INTERNAL.
   bool Read(google::protobuf::MessageLite* message);
+  // As Read; `*attachment` receives the bytes the server sent beside the
+  // message (the caller's to keep), or becomes empty without any.
+  bool Read(google::protobuf::MessageLite* message, Buffer* attachment);
   // Half-closes if needed, drops messages not read, and waits for the
   // server's status (or the call's failure: DEADLINE_EXCEEDED, UNAVAILABLE,
   // CANCELLED, RESOURCE_EXHAUSTED, ...). Once only.
@@ -87,9 +98,18 @@ class RDMARPC_EXPORT ServerStream {
   // was cancelled (ServerContext::IsCancelled) or a message did not parse
   // (the handler should return; the client is told INTERNAL).
   bool Read(google::protobuf::MessageLite* message);
+  // As Read; `*attachment` receives the bytes the client sent beside the
+  // message (the handler's to keep), or becomes empty without any.
+  bool Read(google::protobuf::MessageLite* message, Buffer* attachment);
   // Sends `message`; blocks while the client's window is full. False once
   // the call was cancelled (the client is gone or gave up).
   bool Write(const google::protobuf::MessageLite& message);
+  // As Write, with `attachment` beside the message (empty: none), held
+  // until the client pulled it. A failure to send it ends the call with
+  // that status in place of the handler's: FAILED_PRECONDITION when the
+  // client's rdmarpc does not take stream attachments, RESOURCE_EXHAUSTED
+  // above max_message_bytes or the exposure cap.
+  bool Write(const google::protobuf::MessageLite& message, const Buffer& attachment);
 
  private:
   ServerStreamState* state_;

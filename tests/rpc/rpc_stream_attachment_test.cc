@@ -1,0 +1,429 @@
+// rpc_stream_attachment_test: rdmarpc::Buffer attachments on stream
+// messages, end to end over softrdma: every byte of every message, in
+// order, inline and pulled by RDMA READ, on client-, server- and
+// bidirectional-streaming calls, blocking and with reactors; a
+// server-streaming call's request attachment; what the runtime copies;
+// and the errors.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "rdmarpc/rdmarpc.h"
+#include "runtime/transport/transport_stats.h"
+#include "tests/rpc/rpc_fixture.h"
+
+namespace rdmarpc {
+namespace test {
+namespace {
+
+constexpr char kCollectMethod[] = "/rdmarpc.test.StreamAttachments/Collect";
+constexpr char kFanMethod[] = "/rdmarpc.test.StreamAttachments/Fan";
+constexpr char kChatMethod[] = "/rdmarpc.test.StreamAttachments/Chat";
+constexpr char kReactorChatMethod[] = "/rdmarpc.test.StreamAttachments/ReactorChat";
+
+uint8_t PatternByte(size_t i, int seed) { return static_cast<uint8_t>((i * 131 + seed) & 0xFF); }
+
+Buffer Pattern(size_t n, int seed) {
+  if (n == 0) return Buffer();
+  Buffer b = Buffer::Allocate(n);
+  for (size_t i = 0; i < n; ++i) b.data()[i] = static_cast<char>(PatternByte(i, seed));
+  return b;
+}
+
+// "none" without an attachment, "ok/<size>" when `b` is Pattern(size,
+// seed), else "bad@<first differing index>/<size>".
+std::string Describe(const Buffer& b, int seed) {
+  if (!b) return "none";
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (static_cast<uint8_t>(b.data()[i]) != PatternByte(i, seed)) {
+      return absl::StrCat("bad@", i, "/", b.size());
+    }
+  }
+  return absl::StrCat("ok/", b.size());
+}
+std::string Expected(size_t n) { return n == 0 ? "none" : absl::StrCat("ok/", n); }
+
+// Sizes either side of the eager limit (8 KiB: inline below, pulled
+// above), a piece boundary (64 KiB) and the bulk pieces (4 MiB).
+const std::vector<size_t> kSizes = {0, 1, 100, 8000, 8192, 9000, 65536 + 3, 1 << 20,
+                                    (5 << 20) + 5};
+
+// Collect (client streaming): message i's text is its seed; answers with
+// Describe of each message's attachment, joined by ",".
+// Fan (server streaming): the request's text lists sizes; message i
+// carries Pattern(size i, i) and text = i. Answers first with a message
+// whose text describes the request's own attachment (seed 5).
+// Chat (bidirectional, blocking) and ReactorChat (a reactor): each message
+// goes back with the attachment it came with, the same Buffer.
+class StreamAttachments final : public Service {
+ public:
+  StreamAttachments() : Service("rdmarpc.test.StreamAttachments") {
+    AddMethod(std::make_unique<internal::ClientStreamingMethodHandler<StreamAttachments,
+                                                                      EchoRequest, EchoResponse>>(
+        kCollectMethod, this, &StreamAttachments::Collect));
+    AddMethod(std::make_unique<internal::ServerStreamingMethodHandler<StreamAttachments,
+                                                                      EchoRequest, EchoResponse>>(
+        kFanMethod, this, &StreamAttachments::Fan));
+    AddMethod(std::make_unique<
+              internal::BidiStreamingMethodHandler<StreamAttachments, EchoRequest, EchoResponse>>(
+        kChatMethod, this, &StreamAttachments::Chat));
+    AddMethod(std::make_unique<internal::CallbackBidiStreamingMethodHandler<
+                  StreamAttachments, EchoRequest, EchoResponse>>(
+        kReactorChatMethod, this, &StreamAttachments::ReactorChat));
+  }
+
+  absl::Status Collect(ServerContext* /*ctx*/, ServerReader<EchoRequest>* reader,
+                       EchoResponse* resp) {
+    std::vector<std::string> seen;
+    EchoRequest req;
+    Buffer attachment = Pattern(10, 0);  // Read must empty it when none came
+    while (reader->Read(&req, &attachment)) {
+      int seed = 0;
+      if (!absl::SimpleAtoi(req.text(), &seed)) return absl::InvalidArgumentError(req.text());
+      seen.push_back(Describe(attachment, seed));
+    }
+    resp->set_text(absl::StrJoin(seen, ","));
+    return absl::OkStatus();
+  }
+
+  absl::Status Fan(ServerContext* ctx, const EchoRequest& req, ServerWriter<EchoResponse>* w) {
+    EchoResponse resp;
+    resp.set_text(Describe(ctx->request_attachment(), 5));
+    if (!w->Write(resp)) return absl::CancelledError("first write");
+    int i = 0;
+    for (absl::string_view part : absl::StrSplit(req.text(), ',', absl::SkipEmpty())) {
+      size_t n = 0;
+      if (!absl::SimpleAtoi(part, &n)) return absl::InvalidArgumentError(part);
+      resp.set_text(absl::StrCat(i));
+      if (!w->Write(resp, Pattern(n, i))) return absl::CancelledError("write");
+      ++i;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Chat(ServerContext* /*ctx*/,
+                    ServerReaderWriter<EchoResponse, EchoRequest>* stream) {
+    EchoRequest req;
+    Buffer attachment;
+    while (stream->Read(&req, &attachment)) {
+      EchoResponse resp;
+      resp.set_text(req.text());
+      resp.set_data(req.data());
+      if (!stream->Write(resp, attachment)) break;
+    }
+    return absl::OkStatus();
+  }
+
+  class ChatReactor final : public ServerBidiReactor<EchoRequest, EchoResponse> {
+   public:
+    ChatReactor() { StartRead(&req_, &in_); }
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        Finish(absl::OkStatus());
+        return;
+      }
+      resp_.set_text(req_.text());
+      StartWrite(&resp_, in_);
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) {
+        Finish(absl::CancelledError("write"));
+        return;
+      }
+      StartRead(&req_, &in_);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    EchoRequest req_;
+    EchoResponse resp_;
+    Buffer in_;
+  };
+  ServerBidiReactor<EchoRequest, EchoResponse>* ReactorChat(CallbackServerContext* /*ctx*/) {
+    return new ChatReactor();
+  }
+};
+
+using Fixture = ServiceFixture<StreamAttachments>;
+
+TEST(StreamAttachment, ClientStreamingDeliversEveryByteOfEveryMessageInOrder) {
+  Fixture f;
+  ClientContext ctx;
+  EchoResponse resp;
+  ClientWriter<EchoRequest> writer(f.channel.get(), kCollectMethod, &ctx, &resp);
+  std::vector<std::string> want;
+  int seed = 0;
+  // Twice the sizes: more messages than the stream's window, large pulls
+  // among small frames of the same stream.
+  for (int round = 0; round < 2; ++round) {
+    for (size_t n : kSizes) {
+      EchoRequest req;
+      req.set_text(absl::StrCat(seed));
+      ASSERT_TRUE(writer.Write(req, Pattern(n, seed))) << n;
+      want.push_back(Expected(n));
+      ++seed;
+      req.set_text(absl::StrCat(seed));  // a message without one between
+      ASSERT_TRUE(writer.Write(req));
+      want.push_back("none");
+      ++seed;
+    }
+  }
+  absl::Status s = writer.Finish();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(resp.text(), absl::StrJoin(want, ","));
+}
+
+TEST(StreamAttachment, ServerStreamingCarriesTheRequestsAndEveryMessagesAttachment) {
+  Fixture f;
+  for (size_t request_bytes : {size_t{0}, size_t{300}, size_t{3 << 20}}) {
+    SCOPED_TRACE(absl::StrCat("request attachment of ", request_bytes, " bytes"));
+    ClientContext ctx;
+    ctx.set_request_attachment(Pattern(request_bytes, 5));
+    EchoRequest req;
+    req.set_text(absl::StrJoin(kSizes, ","));
+    ClientReader<EchoResponse> reader(f.channel.get(), kFanMethod, &ctx, req);
+    EchoResponse resp;
+    Buffer attachment = Pattern(10, 0);
+    ASSERT_TRUE(reader.Read(&resp, &attachment));
+    EXPECT_EQ(resp.text(), Expected(request_bytes));
+    EXPECT_FALSE(attachment);  // that message came without one
+    std::vector<std::string> got;
+    while (reader.Read(&resp, &attachment)) {
+      int seed = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(resp.text(), &seed)) << resp.text();
+      EXPECT_EQ(seed, static_cast<int>(got.size()));
+      got.push_back(Describe(attachment, seed));
+    }
+    absl::Status s = reader.Finish();
+    ASSERT_TRUE(s.ok()) << s;
+    std::vector<std::string> want;
+    for (size_t n : kSizes) want.push_back(Expected(n));
+    EXPECT_EQ(got, want);
+  }
+}
+
+// Writes every size from one thread while this one reads the echoes.
+void ChatEverySize(Channel* channel, const char* method) {
+  ClientContext ctx;
+  ClientReaderWriter<EchoRequest, EchoResponse> stream(channel, method, &ctx);
+  std::thread writer([&] {
+    for (int round = 0; round < 3; ++round) {
+      for (size_t i = 0; i < kSizes.size(); ++i) {
+        const int seed = round * 100 + static_cast<int>(i);
+        EchoRequest req;
+        req.set_text(absl::StrCat(seed));
+        if (!stream.Write(req, Pattern(kSizes[i], seed))) return;
+      }
+    }
+    stream.WritesDone();
+  });
+  int read = 0;
+  EchoResponse resp;
+  Buffer attachment;
+  while (stream.Read(&resp, &attachment)) {
+    const int round = read / static_cast<int>(kSizes.size());
+    const size_t i = static_cast<size_t>(read) % kSizes.size();
+    const int seed = round * 100 + static_cast<int>(i);
+    EXPECT_EQ(resp.text(), absl::StrCat(seed));
+    EXPECT_EQ(Describe(attachment, seed), Expected(kSizes[i])) << "message " << read;
+    ++read;
+  }
+  writer.join();
+  absl::Status s = stream.Finish();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(read, 3 * static_cast<int>(kSizes.size()));
+}
+
+TEST(StreamAttachment, BidiStreamingBouncesEveryByteBothWays) {
+  Fixture f;
+  ChatEverySize(f.channel.get(), kChatMethod);
+}
+
+TEST(StreamAttachment, AServerReactorReadsAndWritesThem) {
+  Fixture f;
+  ChatEverySize(f.channel.get(), kReactorChatMethod);
+}
+
+TEST(StreamAttachment, ABouncedAttachmentIsNeverCopiedByTheRuntime) {
+  Fixture f;
+  constexpr size_t kBytes = 1 << 20;
+  ClientContext ctx;
+  ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &ctx);
+  Buffer value = Pattern(kBytes, 3);
+  EchoRequest req;
+  req.set_text("k");
+  for (int i = 0; i < 3; ++i) {  // the first message registers the Buffer
+    const uint64_t copied_before = internal::GetTransportStats().payload_bytes_copied;
+    ASSERT_TRUE(stream.Write(req, value));
+    EchoResponse resp;
+    Buffer back;
+    ASSERT_TRUE(stream.Read(&resp, &back));
+    const uint64_t copied = internal::GetTransportStats().payload_bytes_copied - copied_before;
+    EXPECT_EQ(Describe(back, 3), Expected(kBytes));
+    // Only the two messages ("k" as field 1: 3 bytes each) are copied, into
+    // send buffers; neither megabyte is.
+    EXPECT_EQ(copied, 2 * req.ByteSizeLong());
+    EXPECT_EQ(req.ByteSizeLong(), 3u);
+  }
+  ASSERT_TRUE(stream.WritesDone());
+  EXPECT_TRUE(stream.Finish().ok());
+}
+
+TEST(StreamAttachment, ALargeMessageAndItsAttachmentBothArrive) {
+  Fixture f;
+  ClientContext ctx;
+  ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &ctx);
+  EchoRequest req;
+  req.set_text("big");
+  req.mutable_data()->assign(300 * 1024, 'd');  // the message is pulled too
+  ASSERT_TRUE(stream.Write(req, Pattern(2 << 20, 8)));
+  EchoResponse resp;
+  Buffer back;
+  ASSERT_TRUE(stream.Read(&resp, &back));
+  EXPECT_EQ(resp.data(), req.data());
+  EXPECT_EQ(Describe(back, 8), Expected(2 << 20));
+  ASSERT_TRUE(stream.WritesDone());
+  EXPECT_TRUE(stream.Finish().ok());
+}
+
+// A client reactor writes n messages with attachments (message i:
+// Pattern(sizes[i % sizes.size()], i)) and describes what comes back.
+class ChatReactorClient final : public ClientBidiReactor<EchoRequest, EchoResponse> {
+ public:
+  ChatReactorClient(Channel* ch, ClientContext* ctx, int n) : n_(n) {
+    internal::ClientCallbackStream::Bind(this, ch, kChatMethod, ctx,
+                                         internal::RpcKind::kBidiStreaming, nullptr, nullptr);
+    StartRead(&resp_, &in_);
+    NextWrite();
+    StartCall();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    const int i = static_cast<int>(got.size());
+    got.push_back(resp_.text() == absl::StrCat(i) ? Describe(in_, i) : "out of order");
+    StartRead(&resp_, &in_);
+  }
+  void OnWriteDone(bool ok) override {
+    if (ok) NextWrite();
+  }
+  void OnDone(const absl::Status& s) override {
+    status = s;
+    done.Notify();
+  }
+  static size_t SizeOf(int i) { return kSizes[static_cast<size_t>(i) % kSizes.size()]; }
+
+  std::vector<std::string> got;  // the reactions run one at a time
+  absl::Status status;
+  absl::Notification done;
+
+ private:
+  void NextWrite() {
+    if (written_ == n_) {
+      StartWritesDone();
+      return;
+    }
+    req_.set_text(absl::StrCat(written_));
+    out_ = Pattern(SizeOf(written_), written_);
+    ++written_;
+    StartWrite(&req_, out_);
+  }
+  const int n_;
+  int written_ = 0;
+  EchoRequest req_;
+  EchoResponse resp_;
+  Buffer out_;
+  Buffer in_;
+};
+
+TEST(StreamAttachment, AClientReactorWritesAndReadsThem) {
+  Fixture f;
+  ClientContext ctx;
+  constexpr int kMessages = 2 * 9;
+  ChatReactorClient client(f.channel.get(), &ctx, kMessages);
+  ASSERT_TRUE(client.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_TRUE(client.status.ok()) << client.status;
+  std::vector<std::string> want;
+  for (int i = 0; i < kMessages; ++i) want.push_back(Expected(ChatReactorClient::SizeOf(i)));
+  EXPECT_EQ(client.got, want);
+}
+
+TEST(StreamAttachment, LargerThanTheChannelsMaxMessageBytesEndsTheCall) {
+  ChannelOptions co;
+  co.max_message_bytes = 1 << 20;
+  Fixture f(ServerOptions(), co);
+  ClientContext ctx;
+  ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &ctx);
+  EchoRequest req;
+  req.set_text("x");
+  stream.Write(req, Pattern((1 << 20) + 1, 0));  // fails on the channel's loop
+  EchoResponse resp;
+  EXPECT_FALSE(stream.Read(&resp));
+  absl::Status s = stream.Finish();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(s.message(), absl::StrCat("stream message attachment of ", (1 << 20) + 1,
+                                      " bytes exceeds max_message_bytes ", 1 << 20));
+  // The channel carries on.
+  ClientContext next;
+  ClientReaderWriter<EchoRequest, EchoResponse> again(f.channel.get(), kChatMethod, &next);
+  ASSERT_TRUE(again.Write(req, Pattern(1 << 20, 2)));
+  Buffer back;
+  ASSERT_TRUE(again.Read(&resp, &back));
+  EXPECT_EQ(Describe(back, 2), Expected(1 << 20));
+  ASSERT_TRUE(again.WritesDone());
+  EXPECT_TRUE(again.Finish().ok());
+}
+
+TEST(StreamAttachment, TheServersSmallerLimitEndsOnlyThatStream) {
+  ServerOptions so;
+  so.max_message_bytes = 1 << 20;
+  Fixture f(so);
+  ClientContext ctx;
+  EchoResponse resp;
+  ClientWriter<EchoRequest> writer(f.channel.get(), kCollectMethod, &ctx, &resp);
+  EchoRequest req;
+  req.set_text("0");
+  ASSERT_TRUE(writer.Write(req, Pattern(2 << 20, 0)));
+  absl::Status s = writer.Finish();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find(absl::StrCat("stream message of 3 bytes with an attachment of ",
+                                          2 << 20, " bytes from ")),
+            absl::string_view::npos)
+      << s;
+  EXPECT_NE(s.message().find(absl::StrCat("exceeds max_message_bytes ", 1 << 20)),
+            absl::string_view::npos)
+      << s;
+  // The connection carries on: a stream within the limit on the same channel.
+  ClientContext next;
+  ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &next);
+  ASSERT_TRUE(stream.Write(req, Pattern(1 << 20, 4)));
+  Buffer back;
+  ASSERT_TRUE(stream.Read(&resp, &back));
+  EXPECT_EQ(Describe(back, 4), Expected(1 << 20));
+  ASSERT_TRUE(stream.WritesDone());
+  EXPECT_TRUE(stream.Finish().ok());
+}
+
+TEST(StreamAttachment, AClientStreamingCallsOpeningRequestTakesNone) {
+  Fixture f;
+  ClientContext ctx;
+  ctx.set_request_attachment(Pattern(100, 1));
+  EchoResponse resp;
+  ClientWriter<EchoRequest> writer(f.channel.get(), kCollectMethod, &ctx, &resp);
+  absl::Status s = writer.Finish();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("carry attachments on their messages"), absl::string_view::npos)
+      << s;
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace rdmarpc
