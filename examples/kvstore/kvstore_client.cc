@@ -10,11 +10,12 @@
 //       stores MIB MiB of deterministic bytes under KEY with PutStream, reads
 //       them back with GetStream, compares byte for byte and prints the times
 //
-// put and get move the value as an rdmarpc::Buffer attachment beside the
-// message (rdmarpc/buffer.h): above 8 KiB the server's NIC reads it
-// straight from this process's memory and ours reads it back, with no
-// copy or serialisation by rdmarpc (--attachments=false puts it in the
-// message instead, as servers before attachments need).
+// put and get move the value, and putstream and getstream each chunk, as
+// an rdmarpc::Buffer attachment beside the message (rdmarpc/buffer.h):
+// above 8 KiB the server's NIC reads it straight from this process's
+// memory and ours reads it back, with no copy or serialisation by rdmarpc
+// (--attachments=false puts it in the message instead, as servers before
+// attachments need).
 //
 // The streaming commands move values of up to 2 GiB (put and get: 64 MiB) in
 // chunks of --chunk_bytes (default 1 MiB), holding one chunk in memory at a
@@ -40,6 +41,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gflags/gflags.h"
@@ -52,8 +54,8 @@ DEFINE_string(server, "127.0.0.1:7100",
               "kvstore_server target: HOST:PORT, a list, [IPV6]:PORT, dns:... or etcd://HOST:PORT/PREFIX");
 DEFINE_int64(timeout_ms, 60000, "Deadline of the call, in milliseconds; 0 = none");
 DEFINE_bool(attachments, true,
-            "put, get: carry the value as an attachment (rdmarpc::Buffer) rather than in the "
-            "message's bytes field");
+            "put, get: carry the value, putstream, getstream, selfcheck: each chunk, as an "
+            "attachment (rdmarpc::Buffer) rather than in the message's bytes field");
 DEFINE_uint32(chunk_bytes, 1 << 20,
               "putstream, getstream, selfcheck: bytes per chunk, 1 to 64 MiB");
 
@@ -147,15 +149,27 @@ absl::Status PutStream(kv::KvStore::Stub& stub, const std::string& key, uint64_t
   while (more) {
     more = next(chunk.mutable_data(), &input);
     if (!input.ok()) return input;  // destroying the writer cancels the call
-    if (!writer->Write(chunk)) break;  // the stream ended; Finish says why
+    bool written;
+    if (FLAGS_attachments && !chunk.data().empty()) {
+      // The chunk's own memory goes as the attachment, kept until the
+      // server pulled it.
+      auto bytes = std::make_shared<std::string>(std::move(*chunk.mutable_data()));
+      chunk.clear_data();
+      written = writer->Write(chunk, rdmarpc::Buffer::Wrap(bytes->data(), bytes->size(),
+                                                           [bytes] {}));
+    } else {
+      written = writer->Write(chunk);
+    }
+    if (!written) break;  // the stream ended; Finish says why
     chunk.clear_key();
     chunk.clear_total_bytes();
   }
   return writer->Finish();
 }
 
-// Receives a value with GetStream, handing each chunk's data to
-// `sink(data)` (which may fail the command). DATA_LOSS when the chunks do
+// Receives a value with GetStream (each chunk as an attachment with
+// --attachments), handing each chunk's data to `sink(data, offset)` (which
+// may fail the command). DATA_LOSS when the chunks do
 // not add up to the size the server announced.
 template <class Sink>
 absl::Status GetStream(kv::KvStore::Stub& stub, const std::string& key, Sink sink) {
@@ -164,16 +178,20 @@ absl::Status GetStream(kv::KvStore::Stub& stub, const std::string& key, Sink sin
   kv::GetRequest request;
   request.set_key(key);
   request.set_chunk_bytes(FLAGS_chunk_bytes);
+  request.set_as_attachment(FLAGS_attachments);
   std::unique_ptr<rdmarpc::ClientReaderInterface<kv::GetChunk>> reader =
       stub.GetStream(&context, request);
   kv::GetChunk chunk;
+  rdmarpc::Buffer piece;
   uint64_t received = 0;
   uint64_t total = 0;
-  while (reader->Read(&chunk)) {
+  while (reader->Read(&chunk, &piece)) {
     total = chunk.total_bytes();
-    absl::Status status = sink(chunk.data(), received);
+    // A server older than stream attachments sends the bytes in the message.
+    const absl::string_view data = piece ? piece.view() : absl::string_view(chunk.data());
+    absl::Status status = sink(data, received);
     if (!status.ok()) return status;  // destroying the reader cancels the call
-    received += chunk.data().size();
+    received += data.size();
   }
   absl::Status status = reader->Finish();
   if (!status.ok()) return status;
@@ -210,7 +228,7 @@ absl::Status GetStreamFile(kv::KvStore::Stub& stub, const std::string& key,
   // FILE is created at the first chunk, so a missing key leaves it
   // untouched; a call that fails later removes it.
   std::ofstream file;
-  auto sink = [&](const std::string& data, uint64_t /*offset*/) -> absl::Status {
+  auto sink = [&](absl::string_view data, uint64_t /*offset*/) -> absl::Status {
     std::ostream* out = &std::cout;
     if (path != "-") {
       if (!file.is_open()) {
@@ -256,7 +274,7 @@ absl::Status SelfCheck(kv::KvStore::Stub& stub, const std::string& key, uint64_t
 
   std::string expected;
   const absl::Time get_start = absl::Now();
-  status = GetStream(stub, key, [&](const std::string& data, uint64_t offset) -> absl::Status {
+  status = GetStream(stub, key, [&](absl::string_view data, uint64_t offset) -> absl::Status {
     if (offset + data.size() > total) {
       return absl::DataLossError(absl::StrCat("selfcheck: got more than ", total, " bytes"));
     }

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gflags/gflags.h"
@@ -90,7 +91,8 @@ class KvStoreImpl final : public kv::KvStore::Service {
                          rdmarpc::ServerReader<kv::PutChunk>* reader,
                          kv::PutResponse* response) override {
     kv::PutChunk chunk;
-    if (!reader->Read(&chunk)) return absl::InvalidArgumentError("PutStream: no chunks");
+    rdmarpc::Buffer piece;  // a chunk's bytes sent as its attachment
+    if (!reader->Read(&chunk, &piece)) return absl::InvalidArgumentError("PutStream: no chunks");
     const std::string key = chunk.key();
     if (key.empty()) return absl::InvalidArgumentError("PutStream: empty key");
     auto value = std::make_shared<std::string>();  // kept by the Buffer below
@@ -103,13 +105,19 @@ class KvStoreImpl final : public kv::KvStore::Service {
         return absl::InvalidArgumentError(absl::StrCat("PutStream: chunk ", chunks, " names key \"",
                                                        chunk.key(), "\", the first \"", key, "\""));
       }
-      if (value->size() + chunk.data().size() > kMaxStreamedValueBytes) {
+      if (piece && !chunk.data().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "PutStream: chunk ", chunks, " has ", chunk.data().size(),
+            " bytes in the message and an attachment of ", piece.size(), " bytes"));
+      }
+      const absl::string_view data = piece ? piece.view() : absl::string_view(chunk.data());
+      if (value->size() + data.size() > kMaxStreamedValueBytes) {
         return absl::InvalidArgumentError(absl::StrCat(
             "PutStream: value of key \"", key, "\" exceeds ", kMaxStreamedValueBytes,
             " bytes at chunk ", chunks));
       }
-      value->append(chunk.data());
-    } while (reader->Read(&chunk));
+      value->append(data.data(), data.size());
+    } while (reader->Read(&chunk, &piece));
     char* data = value->data();
     const size_t size = value->size();
     response->set_replaced(Store(key, rdmarpc::Buffer::Wrap(data, size, [value] {})));
@@ -143,9 +151,16 @@ class KvStoreImpl final : public kv::KvStore::Service {
     size_t offset = 0;
     do {
       const size_t n = std::min<size_t>(chunk_bytes, value.size() - offset);
-      chunk.set_data(value.data() + offset, n);
+      bool written;
+      if (request.as_attachment()) {
+        // The stored bytes themselves: the client's NIC reads the slice.
+        written = writer->Write(chunk, value.Slice(offset, n));
+      } else {
+        chunk.set_data(value.data() + offset, n);
+        written = writer->Write(chunk);
+      }
       offset += n;
-      if (!writer->Write(chunk)) return absl::CancelledError("GetStream: stream ended");
+      if (!written) return absl::CancelledError("GetStream: stream ended");
     } while (offset < value.size());
     return absl::OkStatus();
   }
