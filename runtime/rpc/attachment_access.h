@@ -3,6 +3,7 @@
 #ifndef RDMARPC_RUNTIME_RPC_ATTACHMENT_ACCESS_H_
 #define RDMARPC_RUNTIME_RPC_ATTACHMENT_ACCESS_H_
 
+#include <memory>
 #include <utility>
 
 #include "rdmarpc/buffer.h"
@@ -35,6 +36,17 @@ class AttachmentAccess {
                                    long call_refs = 0) {
     if (request.region_ == nullptr || response.region_ == request.region_) return;
     if (request.region_.use_count() > 1 + call_refs) request.region_->KeptPastItsCall();
+  }
+  // A stream's received attachments, watched without keeping them: at the
+  // call's end those something still holds (the handler stored them) leave
+  // their pool's limit as a unary request's do.
+  static std::weak_ptr<ExternalRegion> Watch(const Buffer& b) { return b.region_; }
+  static bool Watches(const std::weak_ptr<ExternalRegion>& w, const Attachment& a) {
+    return a.region != nullptr && !w.owner_before(a.region) && !a.region.owner_before(w);
+  }
+  static void ExemptIfStillHeld(const std::weak_ptr<ExternalRegion>& w) {
+    std::shared_ptr<ExternalRegion> region = w.lock();
+    if (region != nullptr && region.use_count() > 1) region->KeptPastItsCall();
   }
   static Buffer FromTransport(Attachment a) {
     Buffer b;

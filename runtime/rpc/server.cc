@@ -545,6 +545,7 @@ void ServerImpl::PoolCall::LetGoOfRequestAttachment() {
   request_holder = Attachment();  // the call's own reference, not a keeper
   AttachmentAccess::ExemptIfKeptPastCall(context.request_attachment(),
                                          context.response_attachment());
+  if (stream != nullptr) stream->ExemptKeptAttachments();
 }
 
 std::unique_ptr<ServerImpl::PoolCall> ServerImpl::Worker::TakeSpareCall(

@@ -83,9 +83,10 @@ class ServerImpl final : public ServerStatusSource {
     // (LetGoOfRequestAttachment).
     ~PoolCall();
     // The call is over (destroyed or kept as a spare): drops its own hold
-    // on the request's payload, then a request attachment something else
-    // still holds leaves the pool's limit
-    // (AttachmentAccess::ExemptIfKeptPastCall).
+    // on the request's payload, then a request attachment, and a stream's
+    // attachments the handler read, that something else still holds leave
+    // the pool's limit (AttachmentAccess::ExemptIfKeptPastCall,
+    // ServerStreamState::ExemptKeptAttachments).
     void LetGoOfRequestAttachment();
     Worker* worker = nullptr;
     // Loop thread only: nullptr once the connection closed.

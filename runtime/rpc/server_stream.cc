@@ -35,6 +35,10 @@ bool ServerStreamState::Read(google::protobuf::MessageLite* message, Buffer* att
     return false;
   }
   if (interceptors_ != nullptr) interceptors_->ServerRecvMessage(message, payload.size());
+  if (received) {
+    absl::MutexLock lock(&mu_);
+    WatchHandedOut(received);
+  }
   if (attachment != nullptr) *attachment = std::move(received);
   if (++consumed_ >= kStreamWindow / 2) {
     const uint32_t n = consumed_;
@@ -73,6 +77,7 @@ bool ServerStreamState::SendHeadersOnce() {
 
 bool ServerStreamState::Write(const google::protobuf::MessageLite& message,
                               Attachment attachment) {
+  UnwatchWritten(attachment);
   const size_t size = message.ByteSizeLong();
   if (size > max_message_bytes_) {
     absl::MutexLock lock(&mu_);
@@ -115,7 +120,9 @@ void ServerStreamState::OnMessage(absl::string_view payload, bool has_message, b
     if (pending_read_ != nullptr && (has_message || end_stream)) {
       read = std::exchange(pending_read_, nullptr);  // a reactor waits for it
       if (pending_read_attachment_ != nullptr) {
-        *std::exchange(pending_read_attachment_, nullptr) = AttachmentAccess::FromTransport(std::move(attachment));
+        Buffer& out = *std::exchange(pending_read_attachment_, nullptr);
+        out = AttachmentAccess::FromTransport(std::move(attachment));
+        if (out) WatchHandedOut(out);
       }
     } else if (has_message && inbox_.size() >= kStreamWindow) {
       // The client sent beyond the window we granted: a broken or hostile
@@ -193,7 +200,10 @@ void ServerStreamState::StartRead(google::protobuf::MessageLite* message,
     if (!cancelled_ && failure_.ok()) {
       if (!inbox_.empty()) {
         payload = std::move(inbox_.front().payload);
-        if (attachment != nullptr) *attachment = std::move(inbox_.front().attachment);
+        if (attachment != nullptr) {
+          *attachment = std::move(inbox_.front().attachment);
+          if (*attachment) WatchHandedOut(*attachment);
+        }
         inbox_.pop_front();
         have = true;
       } else if (!client_done_) {
@@ -240,6 +250,7 @@ void ServerStreamState::CountRead() {
 
 void ServerStreamState::StartWrite(const google::protobuf::MessageLite& message, bool react,
                                    Attachment attachment) {
+  UnwatchWritten(attachment);
   const size_t size = message.ByteSizeLong();
   bool ok = true;
   if (size > max_message_bytes_) {
@@ -317,6 +328,39 @@ void ServerStreamState::FinishAfterWrites(absl::AnyInvocable<void() &&> finish) 
     return;
   }
   loop_->Post([finish = std::move(finish)]() mutable { std::move(finish)(); });
+}
+
+void ServerStreamState::WatchHandedOut(const Buffer& attachment) {
+  if (handed_out_.size() >= prune_at_) {
+    handed_out_.erase(std::remove_if(handed_out_.begin(), handed_out_.end(),
+                                     [](const std::weak_ptr<ExternalRegion>& w) {
+                                       return w.expired();
+                                     }),
+                      handed_out_.end());
+    prune_at_ = std::max<size_t>(16, 2 * handed_out_.size());
+  }
+  handed_out_.push_back(AttachmentAccess::Watch(attachment));
+}
+
+void ServerStreamState::UnwatchWritten(const Attachment& attachment) {
+  if (!attachment) return;
+  absl::MutexLock lock(&mu_);
+  // Usually the last one read (an echo), so searched from the back.
+  for (auto it = handed_out_.rbegin(); it != handed_out_.rend(); ++it) {
+    if (AttachmentAccess::Watches(*it, attachment)) {
+      handed_out_.erase(std::next(it).base());
+      return;
+    }
+  }
+}
+
+void ServerStreamState::ExemptKeptAttachments() {
+  std::vector<std::weak_ptr<ExternalRegion>> handed_out;
+  {
+    absl::MutexLock lock(&mu_);
+    handed_out.swap(handed_out_);
+  }
+  for (const std::weak_ptr<ExternalRegion>& w : handed_out) AttachmentAccess::ExemptIfStillHeld(w);
 }
 
 // ---- internal::ServerStream ----------------------------------------------------

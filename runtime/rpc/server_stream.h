@@ -21,7 +21,9 @@
 #include <cstdint>
 #include <atomic>
 #include <deque>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
@@ -104,6 +106,12 @@ class ServerStreamState {
   // sent or failed.
   void FinishAfterWrites(absl::AnyInvocable<void() &&> finish);
 
+  // The call ended (its handler returned or its reactor finished): the
+  // attachments the handler read and still holds elsewhere (stored, not
+  // written back) leave their pool's limit
+  // (AttachmentAccess::ExemptIfStillHeld). Any thread, once nothing reads.
+  void ExemptKeptAttachments();
+
   // Worker thread.
   void OnMessage(absl::string_view payload, bool has_message, bool end_stream,
                  Attachment attachment = Attachment());
@@ -128,6 +136,11 @@ class ServerStreamState {
                     absl::string_view payload);
   // Worker: counts a message read; grants the window back in batches.
   void CountRead();
+  // Notes an attachment handed to the handler (ExemptKeptAttachments).
+  void WatchHandedOut(const Buffer& attachment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A written attachment the handler read stays counted (the client may
+  // hold it exposed): it is no longer watched.
+  void UnwatchWritten(const Attachment& attachment);
   // Worker: sends the pending write if the window allows, then the finish.
   void SendPendingWrite();
 
@@ -147,6 +160,10 @@ class ServerStreamState {
   bool client_done_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  // Attachments handed to the handler; expired ones are pruned when the
+  // list doubles.
+  std::vector<std::weak_ptr<ExternalRegion>> handed_out_ ABSL_GUARDED_BY(mu_);
+  size_t prune_at_ ABSL_GUARDED_BY(mu_) = 16;
   // Callback side: the pending operations, and a finish waiting for the
   // pending write.
   google::protobuf::MessageLite* pending_read_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -344,10 +344,15 @@ void Connection::HandleStreamFrame(const Imm& imm, const ParsedMessage& m) {
         pool_ != nullptr ? pool_->Get(m.header.payload_len)
                          : absl::StatusOr<LargeBuffer*>(absl::InternalError("no buffer pool"));
     if (!buf.ok()) {
+      // Only this stream fails; the connection's others go on.
       QueueRelease(m.header.ref);
-      Close(absl::ResourceExhaustedError(absl::StrCat(
-          "connection to ", peer_name_, ": no registered buffer to pull a stream message of ",
-          m.header.payload_len, " bytes: ", buf.status().message())));
+      OutItem item;
+      item.slot = imm.slot;
+      item.generation = imm.generation;
+      FailStream(item, absl::ResourceExhaustedError(absl::StrCat(
+                           "no registered buffer to pull a stream message of ",
+                           m.header.payload_len, " bytes from ", peer_name_, ": ",
+                           buf.status().message())));
       return;
     }
     ReadCtx ctx;

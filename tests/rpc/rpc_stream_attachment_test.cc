@@ -4,6 +4,7 @@
 // bidirectional-streaming calls, blocking and with reactors; a
 // server-streaming call's request attachment; what the runtime copies;
 // and the errors.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,10 +13,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
 #include "runtime/transport/transport_stats.h"
@@ -29,6 +33,7 @@ constexpr char kCollectMethod[] = "/rdmarpc.test.StreamAttachments/Collect";
 constexpr char kFanMethod[] = "/rdmarpc.test.StreamAttachments/Fan";
 constexpr char kChatMethod[] = "/rdmarpc.test.StreamAttachments/Chat";
 constexpr char kReactorChatMethod[] = "/rdmarpc.test.StreamAttachments/ReactorChat";
+constexpr char kStoreMethod[] = "/rdmarpc.test.StreamAttachments/Store";
 
 uint8_t PatternByte(size_t i, int seed) { return static_cast<uint8_t>((i * 131 + seed) & 0xFF); }
 
@@ -64,6 +69,8 @@ const std::vector<size_t> kSizes = {0, 1, 100, 8000, 8192, 9000, 65536 + 3, 1 <<
 // whose text describes the request's own attachment (seed 5).
 // Chat (bidirectional, blocking) and ReactorChat (a reactor): each message
 // goes back with the attachment it came with, the same Buffer.
+// Store (client streaming): keeps every attachment (as a store keeps
+// values) and answers with how many it holds.
 class StreamAttachments final : public Service {
  public:
   StreamAttachments() : Service("rdmarpc.test.StreamAttachments") {
@@ -76,6 +83,9 @@ class StreamAttachments final : public Service {
     AddMethod(std::make_unique<
               internal::BidiStreamingMethodHandler<StreamAttachments, EchoRequest, EchoResponse>>(
         kChatMethod, this, &StreamAttachments::Chat));
+    AddMethod(std::make_unique<internal::ClientStreamingMethodHandler<StreamAttachments,
+                                                                      EchoRequest, EchoResponse>>(
+        kStoreMethod, this, &StreamAttachments::Store));
     AddMethod(std::make_unique<internal::CallbackBidiStreamingMethodHandler<
                   StreamAttachments, EchoRequest, EchoResponse>>(
         kReactorChatMethod, this, &StreamAttachments::ReactorChat));
@@ -92,6 +102,19 @@ class StreamAttachments final : public Service {
       seen.push_back(Describe(attachment, seed));
     }
     resp->set_text(absl::StrJoin(seen, ","));
+    return absl::OkStatus();
+  }
+
+  absl::Status Store(ServerContext* /*ctx*/, ServerReader<EchoRequest>* reader,
+                     EchoResponse* resp) {
+    EchoRequest req;
+    Buffer attachment;
+    while (reader->Read(&req, &attachment)) {
+      absl::MutexLock lock(&kept_mu);
+      kept.push_back(std::move(attachment));
+    }
+    absl::MutexLock lock(&kept_mu);
+    resp->set_text(absl::StrCat(kept.size()));
     return absl::OkStatus();
   }
 
@@ -151,6 +174,9 @@ class StreamAttachments final : public Service {
   ServerBidiReactor<EchoRequest, EchoResponse>* ReactorChat(CallbackServerContext* /*ctx*/) {
     return new ChatReactor();
   }
+
+  absl::Mutex kept_mu;
+  std::vector<Buffer> kept ABSL_GUARDED_BY(kept_mu);
 };
 
 using Fixture = ServiceFixture<StreamAttachments>;
@@ -422,6 +448,118 @@ TEST(StreamAttachment, AClientStreamingCallsOpeningRequestTakesNone) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("carry attachments on their messages"), absl::string_view::npos)
       << s;
+}
+
+TEST(StreamAttachment, ACancelledStreamLetsGoOfItsAttachmentExactlyOnce) {
+  Fixture f;
+  for (size_t n : {size_t{100}, size_t{4 << 20}, size_t{16 << 20}}) {
+    SCOPED_TRACE(absl::StrCat("attachment of ", n, " bytes"));
+    std::atomic<int> released{0};
+    auto bytes = std::make_shared<std::string>(n, 'c');
+    {
+      ClientContext ctx;
+      ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &ctx);
+      EchoRequest req;
+      req.set_text("0");
+      ASSERT_TRUE(stream.Write(req, Buffer::Wrap(bytes->data(), n, [bytes, &released] {
+        released.fetch_add(1);
+      })));
+      ctx.TryCancel();  // while the server may be pulling it
+      EchoResponse resp;
+      while (stream.Read(&resp)) {
+      }
+      EXPECT_EQ(stream.Finish().code(), absl::StatusCode::kCancelled);
+    }
+    // The runtime kept the bytes until the server was done with them, and
+    // then let go of them exactly once.
+    for (int i = 0; i < 1000 && released.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+    EXPECT_EQ(released.load(), 1);
+  }
+  // The connection carries on.
+  ClientContext ctx;
+  ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &ctx);
+  EchoRequest req;
+  req.set_text("after");
+  ASSERT_TRUE(stream.Write(req, Pattern(1 << 20, 6)));
+  EchoResponse resp;
+  Buffer back;
+  ASSERT_TRUE(stream.Read(&resp, &back));
+  EXPECT_EQ(Describe(back, 6), Expected(1 << 20));
+  ASSERT_TRUE(stream.WritesDone());
+  EXPECT_TRUE(stream.Finish().ok());
+}
+
+TEST(StreamAttachment, AttachmentsAHandlerKeepsLeaveTheServersPoolLimitWhenItsCallEnds) {
+  // 24 values of 1 MiB kept by the handler, three times the server's 8 MiB
+  // pool, four per stream: each counts against the limit while its call
+  // runs only, so every stream and a large echo after them succeed.
+  ServerOptions so;
+  so.large_buffer_pool_bytes = 8 << 20;
+  Fixture f(so);
+  int seed = 0;
+  for (int call = 0; call < 6; ++call) {
+    ClientContext ctx;
+    EchoResponse resp;
+    ClientWriter<EchoRequest> writer(f.channel.get(), kStoreMethod, &ctx, &resp);
+    EchoRequest req;
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(writer.Write(req, Pattern(1 << 20, seed++)));
+    absl::Status s = writer.Finish();
+    ASSERT_TRUE(s.ok()) << "stream " << call << ": " << s;
+    EXPECT_EQ(resp.text(), absl::StrCat(4 * (call + 1)));
+  }
+  {
+    absl::MutexLock lock(&f.service.kept_mu);
+    ASSERT_EQ(f.service.kept.size(), 24u);
+    for (int i = 0; i < 24; ++i) {
+      EXPECT_EQ(Describe(f.service.kept[i], i), Expected(1 << 20)) << "value " << i;
+    }
+  }
+  ClientContext ctx;
+  ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &ctx);
+  EchoRequest req;
+  ASSERT_TRUE(stream.Write(req, Pattern(3 << 20, 7)));
+  EchoResponse resp;
+  Buffer back;
+  ASSERT_TRUE(stream.Read(&resp, &back));
+  EXPECT_EQ(Describe(back, 7), Expected(3 << 20));
+  ASSERT_TRUE(stream.WritesDone());
+  EXPECT_TRUE(stream.Finish().ok());
+  // Dropped, the kept buffers go back to the pool (ASan and the pool's
+  // exit check see none lost).
+  absl::MutexLock lock(&f.service.kept_mu);
+  f.service.kept.clear();
+}
+
+TEST(StreamAttachment, AFullServerPoolEndsOnlyThatStream) {
+  // The handler keeps values within one call: its 8 MiB pool runs out and
+  // that stream ends RESOURCE_EXHAUSTED; the connection carries on.
+  ServerOptions so;
+  so.large_buffer_pool_bytes = 8 << 20;
+  Fixture f(so);
+  ClientContext ctx;
+  EchoResponse resp;
+  ClientWriter<EchoRequest> writer(f.channel.get(), kStoreMethod, &ctx, &resp);
+  EchoRequest req;
+  for (int i = 0; i < 16; ++i) {
+    if (!writer.Write(req, Pattern(1 << 20, i))) break;
+  }
+  absl::Status s = writer.Finish();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("no registered buffer to pull a stream message"),
+            absl::string_view::npos)
+      << s;
+  {
+    absl::MutexLock lock(&f.service.kept_mu);
+    f.service.kept.clear();
+  }
+  ClientContext next;
+  ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &next);
+  ASSERT_TRUE(stream.Write(req, Pattern(1 << 20, 9)));
+  Buffer back;
+  ASSERT_TRUE(stream.Read(&resp, &back));
+  EXPECT_EQ(Describe(back, 9), Expected(1 << 20));
+  ASSERT_TRUE(stream.WritesDone());
+  EXPECT_TRUE(stream.Finish().ok());
 }
 
 }  // namespace

@@ -5,7 +5,11 @@
 // A unary call carries at most one attachment each way: set it with
 // ClientContext::set_request_attachment / ServerContext::
 // set_response_attachment, read it with ServerContext::request_attachment /
-// ClientContext::response_attachment. Small attachments (the whole message
+// ClientContext::response_attachment. On a stream each message may carry
+// one: Write(message, buffer) and Read(&message, &buffer) of the readers,
+// writers and reactors (rdmarpc/sync_stream.h, client_callback.h,
+// server_callback.h), and a server-streaming call's request carries the
+// ClientContext's request attachment. Small attachments (the whole message
 // within the eager limit, 8 KiB by default) ride in the message's SEND.
 // Larger ones stay where they are: the runtime exposes the sender's Buffer
 // to the peer (a memory window bound for that call where the device has
@@ -49,7 +53,9 @@
 // (the message's part still counts). One sent back as the response's
 // attachment stays counted until the client released it. A server that
 // keeps many received attachments therefore holds that much registered
-// (pinned) memory of its own.
+// (pinned) memory of its own. A stream message's attachment that a server
+// handler read counts likewise until its call ends, then leaves the limit
+// if the handler kept it (unless it wrote it back on the stream).
 //
 // Thread safety: a Buffer's methods are const and safe to call from any
 // thread; the bytes themselves are the user's to synchronise.

@@ -109,13 +109,15 @@ class RDMARPC_EXPORT ClientContext {
 
   // Bytes sent beside the request without being serialised
   // (rdmarpc/buffer.h); the server reads them in
-  // ServerContext::request_attachment(). Unary calls only: a streaming
-  // call with one of 1 byte or more fails INVALID_ARGUMENT. One of 0 bytes
-  // is not sent (the server sees none). Channels with a retry or hedging
-  // policy send it with every attempt. The context keeps a reference
-  // until it is destroyed or set again. Errors the call may end with
-  // because of it: FAILED_PRECONDITION when the server's rdmarpc predates
-  // attachments (send the bytes in the message instead);
+  // ServerContext::request_attachment(). Unary and server-streaming calls
+  // (beside their one request); a client- or bidirectional-streaming call
+  // with one of 1 byte or more fails INVALID_ARGUMENT (its messages carry
+  // attachments instead: rdmarpc/sync_stream.h). One of 0 bytes is not
+  // sent (the server sees none). Channels with a retry or hedging policy
+  // send it with every attempt. The context keeps a reference until it is
+  // destroyed or set again. Errors the call may end with because of it:
+  // FAILED_PRECONDITION when the server's rdmarpc predates attachments (on
+  // a stream: stream attachments; send the bytes in the message instead);
   // RESOURCE_EXHAUSTED when it is larger than max_message_bytes or the
   // connection's exposure cap. Before the call.
   void set_request_attachment(Buffer attachment) { request_attachment_ = std::move(attachment); }

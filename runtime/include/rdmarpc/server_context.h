@@ -88,11 +88,13 @@ class RDMARPC_EXPORT ServerContext {
   // (ClientContext::set_request_attachment, rdmarpc/buffer.h); empty
   // (holding no memory) when it sent none or one of 0 bytes. The handler
   // may keep it (a copy shares the bytes) past the call, e.g. to store it
-  // or send it on. Unary methods only.
+  // or send it on. Unary and server-streaming methods (a stream's other
+  // messages carry theirs: ServerReader::Read(&message, &buffer)).
   const Buffer& request_attachment() const { return request_attachment_; }
   // Bytes sent beside an OK response (ClientContext::response_attachment);
   // dropped when the call ends with an error status, not sent when it has
-  // 0 bytes, and not sent by streaming methods. The runtime keeps a
+  // 0 bytes, and not sent by streaming methods (their messages carry
+  // attachments: ServerWriter::Write(message, buffer)). The runtime keeps a
   // reference until the client has read them. Errors the call may end
   // with instead:
   // FAILED_PRECONDITION when the client's rdmarpc predates attachments;
