@@ -628,6 +628,9 @@ void ClientStreamState::OnReactorMessage(absl::string_view payload, Attachment a
       return;
     }
     got_response_ = true;
+    // The response's attachment, as a unary call's, in the context.
+    ClientContextAccess::SetResponseAttachment(
+        context_, AttachmentAccess::FromTransport(std::move(attachment)));
     if (interceptors_ != nullptr) interceptors_->ClientRecvMessage(response_, payload.size());
     return;
   }
@@ -637,7 +640,8 @@ void ClientStreamState::OnReactorMessage(absl::string_view payload, Attachment a
     if (pending_read_ != nullptr) {
       read = std::exchange(pending_read_, nullptr);
       if (pending_read_attachment_ != nullptr) {
-        *std::exchange(pending_read_attachment_, nullptr) = AttachmentAccess::FromTransport(std::move(attachment));
+        *std::exchange(pending_read_attachment_, nullptr) =
+            AttachmentAccess::FromTransport(std::move(attachment));
       }
     } else if (inbox_.size() < kStreamWindow) {
       inbox_.push_back(InboxMessage{std::string(payload),
@@ -773,6 +777,7 @@ void ClientCallbackStream::Bind(ClientReactorBase* reactor, Channel* channel,
 
 void ClientCallbackStream::StartCall() { state_->Start(); }
 void ClientCallbackStream::Read(google::protobuf::MessageLite* message, Buffer* attachment) {
+  if (attachment != nullptr) *attachment = Buffer();  // also when the read fails
   state_->StartRead(message, attachment);
 }
 void ClientCallbackStream::Write(const google::protobuf::MessageLite& message, bool last,
@@ -804,7 +809,14 @@ bool ClientStream::Write(const google::protobuf::MessageLite& message, const Buf
 }
 bool ClientStream::WritesDone() { return state_->WritesDone(); }
 bool ClientStream::Read(google::protobuf::MessageLite* message) { return state_->Read(message); }
+bool ClientStream::ReadResponse(google::protobuf::MessageLite* response) {
+  Buffer attachment;
+  const bool got = state_->Read(response, &attachment);
+  if (got) ClientContextAccess::SetResponseAttachment(state_->context(), std::move(attachment));
+  return got;
+}
 bool ClientStream::Read(google::protobuf::MessageLite* message, Buffer* attachment) {
+  if (attachment != nullptr) *attachment = Buffer();  // also when the read fails
   return state_->Read(message, attachment);
 }
 absl::Status ClientStream::Finish() {

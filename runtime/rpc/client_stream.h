@@ -65,6 +65,7 @@ class ClientStreamState final : public ResponseSink,
   bool Read(google::protobuf::MessageLite* message, Buffer* attachment = nullptr);
   // Half-closes when needed, waits for the end, returns its status.
   absl::Status Finish();
+  ClientContext* context() const { return context_; }
   // Ends the call CANCELLED unless it ended, and waits for the end.
   void CancelAndWait();
 

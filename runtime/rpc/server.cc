@@ -539,9 +539,9 @@ void ServerImpl::RunInline(Worker* worker, Connection* conn, const IncomingReque
   if (reuse) cached.busy = false;
 }
 
-ServerImpl::PoolCall::~PoolCall() { LetGoOfRequestAttachment(); }
+ServerImpl::PoolCall::~PoolCall() { LetGoOfAttachments(); }
 
-void ServerImpl::PoolCall::LetGoOfRequestAttachment() {
+void ServerImpl::PoolCall::LetGoOfAttachments() {
   request_holder = Attachment();  // the call's own reference, not a keeper
   AttachmentAccess::ExemptIfKeptPastCall(context.request_attachment(),
                                          context.response_attachment());
@@ -579,7 +579,7 @@ void ServerImpl::Worker::KeepSpareCall(std::unique_ptr<PoolCall> call) {
   call->refused = false;
   call->answered = false;
   call->phase.store(PoolCall::kQueued, std::memory_order_relaxed);
-  call->LetGoOfRequestAttachment();
+  call->LetGoOfAttachments();
   call->context.~CallbackServerContext();
   new (&call->context) CallbackServerContext();
   call->request_buffer.reset();

@@ -26,6 +26,7 @@ void ServerReactorBase::StartSendInitialMetadataOp() {
 }
 
 void ServerReactorBase::StartReadOp(google::protobuf::MessageLite* message, Buffer* attachment) {
+  if (attachment != nullptr) *attachment = Buffer();  // also when the read fails
   ServerCallbackCall* call;
   {
     absl::MutexLock lock(&mu_);
@@ -178,7 +179,9 @@ void ServerCallbackCall::Finish(absl::Status status) {
   }
   // A client-streaming call's response goes before its trailers.
   if (kind_ == RpcKind::kClientStreaming && status.ok()) {
-    stream_->StartWrite(*response_, /*react=*/false);
+    stream_->StartWrite(
+        *response_, /*react=*/false,
+        AttachmentAccess::ToTransport(stream_->context()->response_attachment()));
   }
   if (interceptors_ != nullptr) {
     if (!stream_->headers_sent()) {

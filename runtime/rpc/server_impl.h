@@ -80,14 +80,14 @@ class ServerImpl final : public ServerStatusSource {
   // once the method started, and freed after its reactor's OnDone.
   struct PoolCall {
     // A request attachment the handler kept leaves the pool's limit
-    // (LetGoOfRequestAttachment).
+    // (LetGoOfAttachments).
     ~PoolCall();
     // The call is over (destroyed or kept as a spare): drops its own hold
     // on the request's payload, then a request attachment, and a stream's
     // attachments the handler read, that something else still holds leave
     // the pool's limit (AttachmentAccess::ExemptIfKeptPastCall,
     // ServerStreamState::ExemptKeptAttachments).
-    void LetGoOfRequestAttachment();
+    void LetGoOfAttachments();
     Worker* worker = nullptr;
     // Loop thread only: nullptr once the connection closed.
     Connection* conn = nullptr;

@@ -35,7 +35,7 @@ bool ServerStreamState::Read(google::protobuf::MessageLite* message, Buffer* att
     return false;
   }
   if (interceptors_ != nullptr) interceptors_->ServerRecvMessage(message, payload.size());
-  if (received) {
+  if (attachment != nullptr && received) {
     absl::MutexLock lock(&mu_);
     WatchHandedOut(received);
   }
@@ -77,7 +77,6 @@ bool ServerStreamState::SendHeadersOnce() {
 
 bool ServerStreamState::Write(const google::protobuf::MessageLite& message,
                               Attachment attachment) {
-  UnwatchWritten(attachment);
   const size_t size = message.ByteSizeLong();
   if (size > max_message_bytes_) {
     absl::MutexLock lock(&mu_);
@@ -99,6 +98,7 @@ bool ServerStreamState::Write(const google::protobuf::MessageLite& message,
     mu_.Await(absl::Condition(&ready));
     if (cancelled_ || !failure_.ok()) return false;
     --send_window_;
+    UnwatchWritten(attachment);
   }
   loop_->Post([conn = conn_, token = token_, payload = std::move(payload),
                 attachment = std::move(attachment)]() mutable {
@@ -250,7 +250,6 @@ void ServerStreamState::CountRead() {
 
 void ServerStreamState::StartWrite(const google::protobuf::MessageLite& message, bool react,
                                    Attachment attachment) {
-  UnwatchWritten(attachment);
   const size_t size = message.ByteSizeLong();
   bool ok = true;
   if (size > max_message_bytes_) {
@@ -272,6 +271,7 @@ void ServerStreamState::StartWrite(const google::protobuf::MessageLite& message,
     if (react) loop_->Post([this] { reactions_->OnWriteDone(false); });
     return;
   }
+  UnwatchWritten(attachment);
   if (send_window_ == 0) {
     write_pending_ = true;
     pending_write_ = std::move(payload);
@@ -344,7 +344,6 @@ void ServerStreamState::WatchHandedOut(const Buffer& attachment) {
 
 void ServerStreamState::UnwatchWritten(const Attachment& attachment) {
   if (!attachment) return;
-  absl::MutexLock lock(&mu_);
   // Usually the last one read (an echo), so searched from the back.
   for (auto it = handed_out_.rbegin(); it != handed_out_.rend(); ++it) {
     if (AttachmentAccess::Watches(*it, attachment)) {
@@ -367,6 +366,7 @@ void ServerStreamState::ExemptKeptAttachments() {
 
 bool ServerStream::Read(google::protobuf::MessageLite* message) { return state_->Read(message); }
 bool ServerStream::Read(google::protobuf::MessageLite* message, Buffer* attachment) {
+  if (attachment != nullptr) *attachment = Buffer();  // also when the read fails
   return state_->Read(message, attachment);
 }
 bool ServerStream::Write(const google::protobuf::MessageLite& message) {

@@ -82,6 +82,9 @@ class ServerStreamState {
     absl::MutexLock lock(&mu_);
     return failure_;
   }
+  // The call's context (its response attachment goes with a client-
+  // streaming call's response).
+  const ServerContext* context() const { return context_; }
   // The initial metadata went out before a message (handler thread, or
   // after the handler returned).
   bool headers_sent() const { return headers_sent_.load(std::memory_order_acquire); }
@@ -139,8 +142,9 @@ class ServerStreamState {
   // Notes an attachment handed to the handler (ExemptKeptAttachments).
   void WatchHandedOut(const Buffer& attachment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A written attachment the handler read stays counted (the client may
-  // hold it exposed): it is no longer watched.
-  void UnwatchWritten(const Attachment& attachment);
+  // hold it exposed): it is no longer watched. Once the write is sure to
+  // be handed to the connection (or left pending for it).
+  void UnwatchWritten(const Attachment& attachment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Worker: sends the pending write if the window allows, then the finish.
   void SendPendingWrite();
 

@@ -190,72 +190,71 @@ void Connection::SendResponseWithAttachment(OutItem& item) {
               nullptr, 0, item.meta, ad, absl::string_view(a.data(), a.length));
     return;
   }
-  // The call ends with `why` instead (nothing of it exposed any more).
-  auto fail = [&](LargeBuffer* lent, LargeBuffer* payload_buffer, const absl::Status& why) {
-    RevokeAndPut(lent, /*rekey=*/false);
-    RevokeAndPut(payload_buffer, /*rekey=*/false);
+  const bool payload_inline = SendsEagerly(prefix + item.payload.size(), EagerLimit());
+  RemoteBuffer pr;
+  if (absl::Status exposed = ExposeForPull(a, item.payload, payload_inline, &h, &ad, &pr);
+      !exposed.ok()) {
+    // The call ends with that instead (nothing of it exposed any more).
     WireHeader e;
     e.kind = MsgKind::kResponse;
-    e.status_code = static_cast<uint32_t>(why.code());
+    e.status_code = static_cast<uint32_t>(exposed.code());
     const std::string msg =
         absl::StrCat("response attachment of ", a.length, " bytes to ", peer_name_, ": ",
-                     why.message().substr(0, kMaxStatusMessage));
+                     exposed.message().substr(0, kMaxStatusMessage));
     e.aux_len = static_cast<uint16_t>(msg.size());
     PostEager(MsgKind::kResponse, slot, gen, e, msg, {}, {}, {});
-  };
-  ad.remote = true;
-  const bool payload_inline = SendsEagerly(prefix + item.payload.size(), EagerLimit());
-  if (pool_ == nullptr) {
-    fail(nullptr, nullptr, absl::InternalError("no buffer pool"));
     return;
   }
-  if (absl::Status room =
-          exposures_.CheckRoom(a.length + (payload_inline ? 0 : item.payload.size()));
+  PostEager(MsgKind::kResponse, slot, gen, h, item.message, pr, {},
+            payload_inline ? absl::string_view(item.payload) : absl::string_view(), nullptr,
+            nullptr, 0, item.meta, ad);
+}
+
+absl::Status Connection::ExposeForPull(const Attachment& a, absl::string_view payload,
+                                       bool payload_inline, WireHeader* h,
+                                       AttachmentDescriptor* ad, RemoteBuffer* pr) {
+  if (pool_ == nullptr) return absl::InternalError("the connection has no buffer pool");
+  if (absl::Status room = exposures_.CheckRoom(a.length + (payload_inline ? 0 : payload.size()));
       !room.ok()) {
-    fail(nullptr, nullptr, room);
-    return;
+    return room;
   }
   absl::StatusOr<LargeBuffer*> lent = pool_->Lend(a.region, a.offset, a.length);
-  if (!lent.ok()) {
-    fail(nullptr, nullptr, lent.status());
-    return;
-  }
+  if (!lent.ok()) return lent.status();
   absl::StatusOr<uint32_t> rkey =
-      exposures_.Expose(&send_queue_, *lent, (*lent)->addr(), ad.length, IBV_ACCESS_REMOTE_READ);
+      exposures_.Expose(&send_queue_, *lent, (*lent)->addr(), a.length, IBV_ACCESS_REMOTE_READ);
   if (!rkey.ok()) {
-    fail(*lent, nullptr, rkey.status());
-    return;
+    RevokeAndPut(*lent, /*rekey=*/false);
+    return rkey.status();
   }
-  ad.buffer = RemoteBuffer{(*lent)->addr(), *rkey, ad.length};
-  RemoteBuffer pr;
+  ad->remote = true;
+  ad->buffer = RemoteBuffer{(*lent)->addr(), *rkey, static_cast<uint32_t>(a.length)};
   LargeBuffer* payload_buffer = nullptr;
   if (!payload_inline) {
-    absl::StatusOr<LargeBuffer*> got = pool_->Get(item.payload.size());
+    absl::StatusOr<LargeBuffer*> got = pool_->Get(payload.size());
     if (!got.ok()) {
-      fail(*lent, nullptr, got.status());
-      return;
+      RevokeAndPut(*lent, /*rekey=*/false);
+      return got.status();
     }
     payload_buffer = *got;
-    std::memcpy(payload_buffer->data, item.payload.data(), item.payload.size());
-    loop_->stats().payload_bytes_copied.Add(item.payload.size());
-    pr = RemoteBuffer{payload_buffer->addr(), 0, h.payload_len};
-    rkey = exposures_.Expose(&send_queue_, payload_buffer, pr.addr, pr.length,
+    std::memcpy(payload_buffer->data, payload.data(), payload.size());
+    loop_->stats().payload_bytes_copied.Add(payload.size());
+    *pr = RemoteBuffer{payload_buffer->addr(), 0, static_cast<uint32_t>(payload.size())};
+    rkey = exposures_.Expose(&send_queue_, payload_buffer, pr->addr, pr->length,
                              IBV_ACCESS_REMOTE_READ);
     if (!rkey.ok()) {
-      fail(*lent, payload_buffer, rkey.status());
-      return;
+      RevokeAndPut(*lent, /*rekey=*/false);
+      RevokeAndPut(payload_buffer, /*rekey=*/false);
+      return rkey.status();
     }
-    pr.rkey = *rkey;
-    h.flags |= kFlagPayloadRemote;
+    pr->rkey = *rkey;
+    h->flags |= kFlagPayloadRemote;
   }
   const uint32_t ref = next_ref_++;
   exposed_attachments_[ref] = *lent;
   if (payload_buffer != nullptr) exposed_[ref] = payload_buffer;
-  h.ref = ref;
-  bytes_sent_ += ad.length + (payload_inline ? 0 : h.payload_len);  // the peer pulls them
-  PostEager(MsgKind::kResponse, slot, gen, h, item.message, pr, {},
-            payload_inline ? absl::string_view(item.payload) : absl::string_view(), nullptr,
-            nullptr, 0, item.meta, ad);
+  h->ref = ref;
+  bytes_sent_ += a.length + (payload_inline ? 0 : payload.size());  // the peer pulls them
+  return absl::OkStatus();
 }
 
 void Connection::StartAttachmentPull(const Imm& imm, const ParsedMessage& m, bool is_request) {
@@ -358,64 +357,17 @@ void Connection::SendStreamMessageWithAttachment(OutItem& item) {
               nullptr, nullptr, 0, {}, ad, absl::string_view(a.data(), a.length));
     return;
   }
-  // The stream ends with `why` instead (nothing of it exposed any more).
-  auto fail = [&](LargeBuffer* lent, LargeBuffer* payload_buffer, const absl::Status& why) {
-    RevokeAndPut(lent, /*rekey=*/false);
-    RevokeAndPut(payload_buffer, /*rekey=*/false);
-    FailStream(item, absl::Status(why.code(), absl::StrCat("stream message attachment of ",
-                                                           a.length, " bytes to ", peer_name_,
-                                                           ": ", why.message())));
-  };
-  ad.remote = true;
   const bool payload_inline = SendsEagerly(prefix + item.payload.size(), EagerLimit());
-  if (pool_ == nullptr) {
-    fail(nullptr, nullptr, absl::InternalError("the connection has no buffer pool"));
-    return;
-  }
-  if (absl::Status room =
-          exposures_.CheckRoom(a.length + (payload_inline ? 0 : item.payload.size()));
-      !room.ok()) {
-    fail(nullptr, nullptr, absl::ResourceExhaustedError(room.message()));
-    return;
-  }
-  absl::StatusOr<LargeBuffer*> lent = pool_->Lend(a.region, a.offset, a.length);
-  if (!lent.ok()) {
-    fail(nullptr, nullptr, lent.status());
-    return;
-  }
-  absl::StatusOr<uint32_t> rkey =
-      exposures_.Expose(&send_queue_, *lent, (*lent)->addr(), ad.length, IBV_ACCESS_REMOTE_READ);
-  if (!rkey.ok()) {
-    fail(*lent, nullptr, rkey.status());
-    return;
-  }
-  ad.buffer = RemoteBuffer{(*lent)->addr(), *rkey, ad.length};
   RemoteBuffer pr;
-  LargeBuffer* payload_buffer = nullptr;
-  if (!payload_inline) {
-    absl::StatusOr<LargeBuffer*> got = pool_->Get(item.payload.size());
-    if (!got.ok()) {
-      fail(*lent, nullptr, got.status());
-      return;
-    }
-    payload_buffer = *got;
-    std::memcpy(payload_buffer->data, item.payload.data(), item.payload.size());
-    loop_->stats().payload_bytes_copied.Add(item.payload.size());
-    pr = RemoteBuffer{payload_buffer->addr(), 0, h.payload_len};
-    rkey = exposures_.Expose(&send_queue_, payload_buffer, pr.addr, pr.length,
-                             IBV_ACCESS_REMOTE_READ);
-    if (!rkey.ok()) {
-      fail(*lent, payload_buffer, rkey.status());
-      return;
-    }
-    pr.rkey = *rkey;
-    h.flags |= kFlagPayloadRemote;
+  if (absl::Status exposed = ExposeForPull(a, item.payload, payload_inline, &h, &ad, &pr);
+      !exposed.ok()) {
+    // The stream ends with that instead (nothing of it exposed any more).
+    FailStream(item, absl::Status(exposed.code(), absl::StrCat("stream message attachment of ",
+                                                               a.length, " bytes to ",
+                                                               peer_name_, ": ",
+                                                               exposed.message())));
+    return;
   }
-  const uint32_t ref = next_ref_++;
-  exposed_attachments_[ref] = *lent;
-  if (payload_buffer != nullptr) exposed_[ref] = payload_buffer;
-  h.ref = ref;
-  bytes_sent_ += ad.length + (payload_inline ? 0 : h.payload_len);  // the peer pulls them
   PostEager(MsgKind::kStreamMessage, item.slot, item.generation, h, {}, pr, {},
             payload_inline ? absl::string_view(item.payload) : absl::string_view(), nullptr,
             nullptr, 0, {}, ad);

@@ -185,7 +185,7 @@ struct IncomingRequest {
   // OnRequest.
   PooledBuffer* payload_buffer = nullptr;
   // The request's attachment (header.h: kFlagAttachment), the handler's to
-  // keep; empty without one. Unary requests only.
+  // keep; empty without one. Unary and server-streaming requests only.
   Attachment attachment;
   // `payload` was pulled by rendezvous together with the attachment, into
   // the memory `attachment` holds (ahead of its bytes): it stays valid
@@ -208,7 +208,8 @@ class ConnectionHandler {
   // has_message; `payload` is valid during the call only), and whether the
   // client half-closed with it.
   // `attachment`: the bytes the client sent beside the message (empty
-  // without one), the handler's to keep.
+  // without one), the handler's to keep. A `payload` pulled with it lies in
+  // the attachment's memory: use it before letting go of `attachment`.
   virtual void OnStreamMessage(Connection*, const RequestToken&, absl::string_view /*payload*/,
                                bool /*has_message*/, bool /*end_stream*/,
                                Attachment /*attachment*/) {}
@@ -572,6 +573,14 @@ class Connection final : public CmEventHandler, public LoopClient {
   // The attachment a finished pull read (at offset remote.length of its
   // buffer, which the attachment then owns).
   Attachment PulledAttachment(const ReadCtx& ctx);
+  // Exposes `a` (lent: no copy) for the peer's RDMA READ until its
+  // kRelease under a new ref, and, unless `payload_inline`, a pool copy of
+  // `payload` beside it: fills `*ad` (remote) and `*pr`, sets h->ref and,
+  // for the payload, kFlagPayloadRemote. On failure (RESOURCE_EXHAUSTED:
+  // the exposure cap or the pool; INTERNAL without a pool; a registration's
+  // error) nothing stays exposed.
+  absl::Status ExposeForPull(const Attachment& a, absl::string_view payload, bool payload_inline,
+                             WireHeader* h, AttachmentDescriptor* ad, RemoteBuffer* pr);
   // Posts the stream message `item` with its attachment: inline, or
   // exposed (and a payload above the eager limit with it) until the
   // peer's kRelease under the frame's ref. A failure ends the stream

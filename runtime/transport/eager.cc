@@ -766,7 +766,8 @@ void Connection::HandleMessage(const Imm& imm, const ParsedMessage& m) {
   }
   if (m.has_attachment()) {
     // Checked here, once, before any kind is handled or deferred: only a
-    // unary request or a unary call's response may carry one.
+    // request or stream message with a message, or a unary call's
+    // response, may carry one.
     absl::Status bad = CheckAttachmentFrame(m);
     if (bad.ok() && m.header.kind == MsgKind::kResponse) {
       if (const Slot* s = streams_.Live(imm.slot, imm.generation); s != nullptr && s->stream) {

@@ -77,11 +77,11 @@ enum HeaderFlags : uint8_t {
   kFlagRefused = 64,
   // A request, response or stream message carries an attachment
   // (AttachmentDescriptor after the other descriptors): bytes beside the
-  // message that the
-  // transport moves without parsing, inline after the payload or, remote,
-  // pulled by the receiver with RDMA READ straight from the sender's
-  // buffer. Only to peers with kFeatureAttachment (on a stream message:
-  // kFeatureStreamAttachment; handshake.h).
+  // message that the transport moves without parsing, inline after the
+  // payload or, remote, pulled by the receiver with RDMA READ straight
+  // from the sender's buffer. Only to peers with kFeatureAttachment (on a
+  // stream message or a stream's opening request: kFeatureStreamAttachment;
+  // handshake.h).
   kFlagAttachment = 128,
 };
 inline constexpr uint8_t kKnownFlags = kFlagPayloadRemote | kFlagReplyBuffer | kFlagStream |

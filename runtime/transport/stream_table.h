@@ -78,8 +78,10 @@ struct OutgoingRequest {
   size_t registered_len = 0;
   // Opaque metadata sent with the request (runtime/rpc encodes it).
   std::string meta;
-  // Bytes beside the message (header.h: kFlagAttachment), unary calls
-  // only: inline when the whole request fits the eager limit, else exposed
+  // Bytes beside the message (header.h: kFlagAttachment), unary and
+  // server-streaming calls only (a stream's later messages carry theirs:
+  // Connection::SendStreamMessage): inline when the whole request fits the
+  // eager limit, else exposed
   // for the server to pull straight from the region (no copy) until the
   // call's answer. The region is kept alive while the call is live.
   Attachment attachment;
@@ -130,7 +132,8 @@ class ResponseSink {
   // Just before OnResponse, when the response carries metadata (opaque).
   virtual void OnResponseMetadata(absl::string_view /*meta*/) {}
   // `attachment`: the bytes sent beside the message (empty without), the
-  // sink's to keep.
+  // sink's to keep. A `payload` pulled with it lies in the attachment's
+  // memory: use it before letting go of `attachment`.
   virtual void OnStreamMessage(absl::string_view /*payload*/, Attachment /*attachment*/) {}
   virtual void OnWindow(uint32_t /*messages*/) {}
   // `message` and `payload` are valid during the call only.

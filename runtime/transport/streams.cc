@@ -142,9 +142,8 @@ bool Connection::SendStreamItem(OutItem& item) {
       pool_ != nullptr ? pool_->Get(item.payload.size())
                        : absl::StatusOr<LargeBuffer*>(absl::InternalError("no buffer pool"));
   if (!got.ok()) {
-    Close(absl::ResourceExhaustedError(absl::StrCat(
-        "connection to ", peer_name_, ": no registered buffer for a stream frame of ",
-        item.payload.size(), " bytes: ", got.status().message())));
+    // Only this stream fails; the connection's others go on.
+    FailStreamItem(item, got.status());
     return true;
   }
   absl::StatusOr<uint32_t> rkey = exposures_.Expose(&send_queue_, *got, (*got)->addr(),

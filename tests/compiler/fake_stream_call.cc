@@ -102,6 +102,10 @@ bool ClientStream::Read(google::protobuf::MessageLite* message, Buffer* attachme
   return Read(message);
 }
 
+bool ClientStream::ReadResponse(google::protobuf::MessageLite* response) {
+  return Read(response);
+}
+
 absl::Status ClientStream::Finish() {
   finished_ = true;
   ++fake_stream::MutableLastStream().finishes;

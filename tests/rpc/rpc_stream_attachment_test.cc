@@ -63,7 +63,8 @@ const std::vector<size_t> kSizes = {0, 1, 100, 8000, 8192, 9000, 65536 + 3, 1 <<
                                     (5 << 20) + 5};
 
 // Collect (client streaming): message i's text is its seed; answers with
-// Describe of each message's attachment, joined by ",".
+// Describe of each message's attachment, joined by ",", and a response
+// attachment of Pattern(1000 bytes per message, 77).
 // Fan (server streaming): the request's text lists sizes; message i
 // carries Pattern(size i, i) and text = i. Answers first with a message
 // whose text describes the request's own attachment (seed 5).
@@ -91,7 +92,7 @@ class StreamAttachments final : public Service {
         kReactorChatMethod, this, &StreamAttachments::ReactorChat));
   }
 
-  absl::Status Collect(ServerContext* /*ctx*/, ServerReader<EchoRequest>* reader,
+  absl::Status Collect(ServerContext* ctx, ServerReader<EchoRequest>* reader,
                        EchoResponse* resp) {
     std::vector<std::string> seen;
     EchoRequest req;
@@ -102,6 +103,8 @@ class StreamAttachments final : public Service {
       seen.push_back(Describe(attachment, seed));
     }
     resp->set_text(absl::StrJoin(seen, ","));
+    // The response's own attachment: as many bytes as messages came.
+    ctx->set_response_attachment(Pattern(seen.size() * 1000, 77));
     return absl::OkStatus();
   }
 
@@ -206,6 +209,8 @@ TEST(StreamAttachment, ClientStreamingDeliversEveryByteOfEveryMessageInOrder) {
   absl::Status s = writer.Finish();
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(resp.text(), absl::StrJoin(want, ","));
+  // The response carries the handler's response attachment.
+  EXPECT_EQ(Describe(ctx.response_attachment(), 77), Expected(want.size() * 1000));
 }
 
 TEST(StreamAttachment, ServerStreamingCarriesTheRequestsAndEveryMessagesAttachment) {

@@ -51,7 +51,7 @@ TEST(Handshake, OfferCarriesVersionAndRing) {
   EXPECT_EQ(h->recv_buffer_bytes, 8192u);
   EXPECT_EQ(h->reject_reason, 0u);
   // Both sides offer draining (kGoAway, kFlagRefused).
-  EXPECT_EQ(h->features, kFeatureDrain | kFeatureAttachment);
+  EXPECT_EQ(h->features, kFeatureDrain | kFeatureAttachment | kFeatureStreamAttachment);
 }
 
 TEST(Handshake, OfferCarriesTheConnectionToken) {

@@ -123,8 +123,9 @@ class RDMARPC_EXPORT ClientContext {
   void set_request_attachment(Buffer attachment) { request_attachment_ = std::move(attachment); }
   const Buffer& request_attachment() const { return request_attachment_; }
   // After the call: the attachment the server sent with its response
-  // (ServerContext::set_response_attachment), the caller's to keep; empty
-  // (holding no memory) when it sent none or one of 0 bytes.
+  // (ServerContext::set_response_attachment; unary and client-streaming
+  // calls), the caller's to keep; empty (holding no memory) when it sent
+  // none or one of 0 bytes.
   const Buffer& response_attachment() const { return response_attachment_; }
 
   // The server address ("ip:port") the call was sent to, set once the

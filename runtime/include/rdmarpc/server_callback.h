@@ -145,7 +145,7 @@ class ServerWriteReactor : public internal::ServerReactorBase {
   // until the client pulled it). A failure to send it ends the call with
   // that status whatever Finish says (FAILED_PRECONDITION for a client
   // whose rdmarpc does not take stream attachments, RESOURCE_EXHAUSTED
-  // above max_message_bytes or the exposure cap).
+  // above max_message_bytes or the connection's exposure cap).
   void StartWrite(const Resp* message, const Buffer& attachment) {
     StartWriteOp(*message, attachment);
   }

@@ -92,9 +92,11 @@ class RDMARPC_EXPORT ServerContext {
   // messages carry theirs: ServerReader::Read(&message, &buffer)).
   const Buffer& request_attachment() const { return request_attachment_; }
   // Bytes sent beside an OK response (ClientContext::response_attachment);
-  // dropped when the call ends with an error status, not sent when it has
-  // 0 bytes, and not sent by streaming methods (their messages carry
-  // attachments: ServerWriter::Write(message, buffer)). The runtime keeps a
+  // dropped when the call ends with an error status and not sent when it
+  // has 0 bytes. Unary and client-streaming methods (beside their one
+  // response); server- and bidirectional-streaming methods do not send it
+  // (their messages carry attachments: ServerWriter::Write(message,
+  // buffer)). The runtime keeps a
   // reference until the client has read them. Errors the call may end
   // with instead:
   // FAILED_PRECONDITION when the client's rdmarpc predates attachments;

@@ -104,10 +104,12 @@ class ClientWriterInterface {
   // As Write, with `attachment` beside the message (empty: none). The
   // runtime holds the Buffer's bytes until the server pulled them: treat
   // them as read-only until then, or Wrap memory to learn when. A failure
-  // to send it ends the call (Write then returns false; Finish tells why):
+  // to send it ends the call (found on the channel's thread, so the Write
+  // that carried it may still return true; later ones return false, and
+  // Finish tells why):
   // FAILED_PRECONDITION when the server's rdmarpc does not take stream
   // attachments, RESOURCE_EXHAUSTED above max_message_bytes or the
-  // channel's exposure cap. The default, for test doubles that implement
+  // connection's exposure cap (max_exposed_bytes_per_connection). The default, for test doubles that implement
   // only Write, sends the message alone.
   virtual bool Write(const W& message, const Buffer& attachment) {
     (void)attachment;
@@ -116,7 +118,8 @@ class ClientWriterInterface {
   // Tells the server no more messages follow. False when the stream ended.
   virtual bool WritesDone() = 0;
   // Half-closes if needed, then waits for the response (stored where the
-  // stub method was told) and the server's status.
+  // stub method was told; its attachment, if the server set one, in the
+  // ClientContext's response_attachment) and the server's status.
   virtual absl::Status Finish() = 0;
 };
 
@@ -172,7 +175,7 @@ class ClientWriter final : public ClientWriterInterface<W> {
   bool WritesDone() override { return stream_.WritesDone(); }
   absl::Status Finish() override {
     stream_.WritesDone();
-    const bool got = stream_.Read(response_);
+    const bool got = stream_.ReadResponse(response_);
     absl::Status status = stream_.Finish();
     if (status.ok() && !got) {
       return absl::InternalError("the server finished OK without sending its response");
@@ -234,7 +237,7 @@ class ServerWriter final {
   // until the client pulled it. A failure to send it ends the call with
   // that status in place of the handler's: FAILED_PRECONDITION when the
   // client's rdmarpc does not take stream attachments, RESOURCE_EXHAUSTED
-  // above max_message_bytes or the exposure cap.
+  // above max_message_bytes or the connection's exposure cap.
   bool Write(const W& message, const Buffer& attachment) {
     return stream_->Write(message, attachment);
   }

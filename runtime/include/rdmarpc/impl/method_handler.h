@@ -221,7 +221,8 @@ class RDMARPC_EXPORT StreamMethodHandler : public MethodHandler {
 
 // rpc M(stream Req) returns (Resp):
 // `absl::Status (ServiceT::*)(ServerContext*, ServerReader<Req>*, Resp*)`.
-// The response is sent when the method returns OK.
+// The response is sent when the method returns OK, with the context's
+// response attachment.
 template <class ServiceT, class Req, class Resp>
 class ClientStreamingMethodHandler final : public StreamMethodHandler {
  public:
@@ -234,7 +235,7 @@ class ClientStreamingMethodHandler final : public StreamMethodHandler {
     ServerReader<Req> reader(stream);
     Resp response;
     absl::Status status = (service_->*method_)(context, &reader, &response);
-    if (status.ok() && !stream->Write(response)) {
+    if (status.ok() && !stream->Write(response, context->response_attachment())) {
       return absl::CancelledError(absl::StrCat(full_name(), " was cancelled"));
     }
     return status;

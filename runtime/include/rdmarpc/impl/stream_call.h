@@ -63,7 +63,7 @@ class RDMARPC_EXPORT ClientStream {
   // A failure to send it ends the call, and Finish tells why:
   // FAILED_PRECONDITION when the server's rdmarpc does not take stream
   // attachments, RESOURCE_EXHAUSTED above max_message_bytes or the
-  // channel's exposure cap.
+  // connection's exposure cap (max_exposed_bytes_per_connection).
   bool Write(const google::protobuf::MessageLite& message, const Buffer& attachment);
   // Half-closes: the server's Read returns false once it read everything.
   // False when the stream ended already.
@@ -75,6 +75,10 @@ class RDMARPC_EXPORT ClientStream {
   // As Read; `*attachment` receives the bytes the server sent beside the
   // message (the caller's to keep), or becomes empty without any.
   bool Read(google::protobuf::MessageLite* message, Buffer* attachment);
+  // A client-streaming call's one response: as Read, and its attachment
+  // (ServerContext::set_response_attachment) becomes the ClientContext's
+  // response_attachment.
+  bool ReadResponse(google::protobuf::MessageLite* response);
   // Half-closes if needed, drops messages not read, and waits for the
   // server's status (or the call's failure: DEADLINE_EXCEEDED, UNAVAILABLE,
   // CANCELLED, RESOURCE_EXHAUSTED, ...). Once only.
@@ -108,7 +112,7 @@ class RDMARPC_EXPORT ServerStream {
   // until the client pulled it. A failure to send it ends the call with
   // that status in place of the handler's: FAILED_PRECONDITION when the
   // client's rdmarpc does not take stream attachments, RESOURCE_EXHAUSTED
-  // above max_message_bytes or the exposure cap.
+  // above max_message_bytes or the connection's exposure cap.
   bool Write(const google::protobuf::MessageLite& message, const Buffer& attachment);
 
  private:
