@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench_echo.rdmarpc.pb.h"
 #include "benchmark/benchmark.h"
+#include "loopback_setup.h"
 #include "rdmarpc/rdmarpc.h"
 
 namespace rdmarpc {
@@ -31,31 +32,7 @@ class EchoImpl final : public BenchEcho::Service {
 };
 
 // One Server with EchoImpl on 127.0.0.1:0 and a stub on a Channel to it.
-struct EchoSetup {
-  EchoImpl service;
-  Server server;
-  std::shared_ptr<Channel> channel;
-  std::unique_ptr<BenchEcho::Stub> stub;
-
-  absl::Status Start() {
-    absl::Status status = server.AddService(&service);
-    if (!status.ok()) return status;
-    status = server.Start("127.0.0.1:0");
-    if (!status.ok()) return status;
-    absl::StatusOr<std::shared_ptr<Channel>> created =
-        CreateChannel(absl::StrCat("127.0.0.1:", server.port()));
-    if (!created.ok()) return created.status();
-    channel = *std::move(created);
-    stub = BenchEcho::NewStub(channel);
-    return absl::OkStatus();
-  }
-  ~EchoSetup() {
-    stub.reset();
-    channel.reset();
-    server.Shutdown();
-    server.Wait();
-  }
-};
+using EchoSetup = LoopbackSetup<EchoImpl, BenchEcho>;
 
 absl::Status CallOnce(BenchEcho::Stub& stub, const EchoRequest& request, EchoResponse* response) {
   ClientContext context;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench_stream.rdmarpc.pb.h"
 #include "benchmark/benchmark.h"
+#include "loopback_setup.h"
 #include "rdmarpc/rdmarpc.h"
 
 namespace rdmarpc {
@@ -42,31 +43,7 @@ class UploadImpl final : public BenchStream::Service {
   }
 };
 
-struct UploadSetup {
-  UploadImpl service;
-  Server server;
-  std::shared_ptr<Channel> channel;
-  std::unique_ptr<BenchStream::Stub> stub;
-
-  absl::Status Start() {
-    absl::Status status = server.AddService(&service);
-    if (!status.ok()) return status;
-    status = server.Start("127.0.0.1:0");
-    if (!status.ok()) return status;
-    absl::StatusOr<std::shared_ptr<Channel>> created =
-        CreateChannel(absl::StrCat("127.0.0.1:", server.port()));
-    if (!created.ok()) return created.status();
-    channel = *std::move(created);
-    stub = BenchStream::NewStub(channel);
-    return absl::OkStatus();
-  }
-  ~UploadSetup() {
-    stub.reset();
-    channel.reset();
-    server.Shutdown();
-    server.Wait();
-  }
-};
+using UploadSetup = LoopbackSetup<UploadImpl, BenchStream>;
 
 // One stream of kChunksPerStream chunks; OK only when the server counted
 // them all.

@@ -391,15 +391,11 @@ void Connection::StartStreamAttachmentPull(const Imm& imm, const ParsedMessage& 
       pool_ != nullptr ? pool_->Get(total)
                        : absl::StatusOr<LargeBuffer*>(absl::InternalError("no buffer pool"));
   if (!buf.ok()) {
-    // Only this stream fails; the connection's others go on.
-    QueueRelease(m.header.ref);
-    OutItem item;
-    item.slot = imm.slot;
-    item.generation = imm.generation;
-    FailStream(item, absl::ResourceExhaustedError(absl::StrCat(
-                         "no registered buffer to pull a stream message of ", m.header.payload_len,
-                         " bytes with an attachment of ", ctx.attachment_remote.length,
-                         " bytes from ", peer_name_, ": ", buf.status().message())));
+    RefuseStreamFrame(imm, m, absl::ResourceExhaustedError(absl::StrCat(
+                                  "no registered buffer to pull a stream message of ",
+                                  m.header.payload_len, " bytes with an attachment of ",
+                                  ctx.attachment_remote.length, " bytes from ", peer_name_, ": ",
+                                  buf.status().message())));
     return;
   }
   ctx.buffer = *buf;

@@ -610,6 +610,10 @@ class Connection final : public CmEventHandler, public LoopClient {
   // (client: the call fails and the server gets kCancel; server: trailers
   // with that status, once, and the handler is told as for a cancel).
   void FailStream(const OutItem& item, absl::Status status);
+  // A stream frame this side will not take (too large, no buffer to pull
+  // it into): the peer may reuse what it exposed for it (kRelease), and
+  // only its stream ends, with `status` (FailStream).
+  void RefuseStreamFrame(const Imm& imm, const ParsedMessage& m, absl::Status status);
   // A stream FailStreamItem ended: notes that its trailers went out
   // (`trailers_sent`) or that the handler's answer was dropped, and forgets
   // the stream once both happened. False when `handle` is no such stream.

@@ -202,6 +202,16 @@ void Connection::FailStream(const OutItem& item, absl::Status status) {
   if (!handler_answered && handler_ != nullptr) handler_->OnCancel(this, token);
 }
 
+void Connection::RefuseStreamFrame(const Imm& imm, const ParsedMessage& m, absl::Status status) {
+  if ((m.header.flags & kFlagPayloadRemote) || (m.has_attachment() && m.attachment.remote)) {
+    QueueRelease(m.header.ref);
+  }
+  OutItem item;
+  item.slot = imm.slot;
+  item.generation = imm.generation;
+  FailStream(item, std::move(status));
+}
+
 bool Connection::SettleFailedStream(uint32_t handle, bool trailers_sent) {
   auto it = failed_streams_.find(handle);
   if (it == failed_streams_.end()) return false;
@@ -309,6 +319,18 @@ void Connection::HandleStreamFrame(const Imm& imm, const ParsedMessage& m) {
     }
     return;
   }
+  if (is_client_) {
+    // The server handles a stream's opening request only once it pulled
+    // what the request exposed, and sends nothing on the stream before: it
+    // reads those buffers no more, so a long stream does not hold them.
+    Slot* s = streams_.Live(imm.slot, imm.generation);
+    for (LargeBuffer** b : {&s->request_buffer, &s->attachment_buffer}) {
+      if (*b == nullptr) continue;
+      RevokeAndPut(*b, /*rekey=*/false);
+      *b = nullptr;
+    }
+    s->request.attachment = Attachment();  // a stream is never sent again
+  }
   if (m.header.kind == MsgKind::kHeaders && !(m.header.flags & kFlagPayloadRemote)) {
     if (is_client_) streams_.Live(imm.slot, imm.generation)->sink->OnStreamHeaders(m.meta);
     return;
@@ -317,21 +339,15 @@ void Connection::HandleStreamFrame(const Imm& imm, const ParsedMessage& m) {
   const bool has_message = (m.header.flags & kFlagNoMessage) == 0;
   if (m.header.payload_len > options_.max_message_bytes ||
       (m.has_attachment() && m.attachment.length > options_.max_message_bytes)) {
-    // The peer's limit is larger than ours: only this stream fails.
-    if ((m.header.flags & kFlagPayloadRemote) || (m.has_attachment() && m.attachment.remote)) {
-      QueueRelease(m.header.ref);
-    }
-    OutItem item;
-    item.slot = imm.slot;
-    item.generation = imm.generation;
-    FailStream(item, absl::ResourceExhaustedError(absl::StrCat(
-                         "stream message of ", m.header.payload_len, " bytes",
-                         m.has_attachment()
-                             ? absl::StrCat(" with an attachment of ", m.attachment.length,
-                                            " bytes")
-                             : std::string(),
-                         " from ", peer_name_, " exceeds max_message_bytes ",
-                         options_.max_message_bytes)));
+    // The peer's limit is larger than ours.
+    RefuseStreamFrame(imm, m, absl::ResourceExhaustedError(absl::StrCat(
+                                  "stream message of ", m.header.payload_len, " bytes",
+                                  m.has_attachment()
+                                      ? absl::StrCat(" with an attachment of ",
+                                                     m.attachment.length, " bytes")
+                                      : std::string(),
+                                  " from ", peer_name_, " exceeds max_message_bytes ",
+                                  options_.max_message_bytes)));
     return;
   }
   if (m.has_attachment() && m.attachment.remote) {
@@ -343,15 +359,10 @@ void Connection::HandleStreamFrame(const Imm& imm, const ParsedMessage& m) {
         pool_ != nullptr ? pool_->Get(m.header.payload_len)
                          : absl::StatusOr<LargeBuffer*>(absl::InternalError("no buffer pool"));
     if (!buf.ok()) {
-      // Only this stream fails; the connection's others go on.
-      QueueRelease(m.header.ref);
-      OutItem item;
-      item.slot = imm.slot;
-      item.generation = imm.generation;
-      FailStream(item, absl::ResourceExhaustedError(absl::StrCat(
-                           "no registered buffer to pull a stream message of ",
-                           m.header.payload_len, " bytes from ", peer_name_, ": ",
-                           buf.status().message())));
+      RefuseStreamFrame(imm, m, absl::ResourceExhaustedError(absl::StrCat(
+                                    "no registered buffer to pull a stream message of ",
+                                    m.header.payload_len, " bytes from ", peer_name_, ": ",
+                                    buf.status().message())));
       return;
     }
     ReadCtx ctx;

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
 #include "runtime/transport/transport_stats.h"
+#include "tests/rpc/attachment_pattern.h"
 #include "tests/rpc/rpc_fixture.h"
 
 DECLARE_bool(rdmarpc_memory_windows);
@@ -30,14 +31,6 @@ constexpr char kBounceMethod[] = "/rdmarpc.test.AttachmentService/Bounce";
 constexpr char kAttachMethod[] = "/rdmarpc.test.AttachmentService/Attach";
 constexpr char kKeepMethod[] = "/rdmarpc.test.AttachmentService/Keep";
 constexpr char kFlakyMethod[] = "/rdmarpc.test.AttachmentService/Flaky";
-
-uint8_t PatternByte(size_t i, int seed) { return static_cast<uint8_t>((i * 131 + seed) & 0xFF); }
-
-Buffer Pattern(size_t n, int seed) {
-  Buffer b = Buffer::Allocate(n);
-  for (size_t i = 0; i < n; ++i) b.data()[i] = static_cast<char>(PatternByte(i, seed));
-  return b;
-}
 
 // The first index where `b` differs from Pattern(n, seed) (plus one each
 // byte when `plus_one`), or -1 when it matches and has n bytes.

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
 #include "runtime/transport/transport_stats.h"
+#include "tests/rpc/attachment_pattern.h"
 #include "tests/rpc/rpc_fixture.h"
 
 namespace rdmarpc {
@@ -34,15 +35,6 @@ constexpr char kFanMethod[] = "/rdmarpc.test.StreamAttachments/Fan";
 constexpr char kChatMethod[] = "/rdmarpc.test.StreamAttachments/Chat";
 constexpr char kReactorChatMethod[] = "/rdmarpc.test.StreamAttachments/ReactorChat";
 constexpr char kStoreMethod[] = "/rdmarpc.test.StreamAttachments/Store";
-
-uint8_t PatternByte(size_t i, int seed) { return static_cast<uint8_t>((i * 131 + seed) & 0xFF); }
-
-Buffer Pattern(size_t n, int seed) {
-  if (n == 0) return Buffer();
-  Buffer b = Buffer::Allocate(n);
-  for (size_t i = 0; i < n; ++i) b.data()[i] = static_cast<char>(PatternByte(i, seed));
-  return b;
-}
 
 // "none" without an attachment, "ok/<size>" when `b` is Pattern(size,
 // seed), else "bad@<first differing index>/<size>".
@@ -67,7 +59,8 @@ const std::vector<size_t> kSizes = {0, 1, 100, 8000, 8192, 9000, 65536 + 3, 1 <<
 // attachment of Pattern(1000 bytes per message, 77).
 // Fan (server streaming): the request's text lists sizes; message i
 // carries Pattern(size i, i) and text = i. Answers first with a message
-// whose text describes the request's own attachment (seed 5).
+// whose text describes the request's own attachment (seed 5); with text
+// "hold" it then waits until the call is cancelled.
 // Chat (bidirectional, blocking) and ReactorChat (a reactor): each message
 // goes back with the attachment it came with, the same Buffer.
 // Store (client streaming): keeps every attachment (as a store keeps
@@ -125,6 +118,10 @@ class StreamAttachments final : public Service {
     EchoResponse resp;
     resp.set_text(Describe(ctx->request_attachment(), 5));
     if (!w->Write(resp)) return absl::CancelledError("first write");
+    if (req.text() == "hold") {  // until the client cancels
+      while (!ctx->IsCancelled()) absl::SleepFor(absl::Milliseconds(1));
+      return absl::CancelledError("held until cancelled");
+    }
     int i = 0;
     for (absl::string_view part : absl::StrSplit(req.text(), ',', absl::SkipEmpty())) {
       size_t n = 0;
@@ -240,6 +237,35 @@ TEST(StreamAttachment, ServerStreamingCarriesTheRequestsAndEveryMessagesAttachme
     for (size_t n : kSizes) want.push_back(Expected(n));
     EXPECT_EQ(got, want);
   }
+}
+
+TEST(StreamAttachment, AServerStreamingRequestsAttachmentIsLetGoOnceTheServerAnswers) {
+  // The server pulled the request's attachment before its handler ran:
+  // once a message of the stream arrived, the client's runtime no longer
+  // holds the Buffer, though the stream goes on.
+  Fixture f;
+  constexpr size_t kBytes = 300 * 1024;
+  std::atomic<int> released{0};
+  auto bytes = std::make_shared<std::string>(kBytes, '\0');
+  for (size_t i = 0; i < kBytes; ++i) (*bytes)[i] = static_cast<char>(PatternByte(i, 5));
+  ClientContext ctx;
+  ctx.set_request_attachment(
+      Buffer::Wrap(bytes->data(), kBytes, [bytes, &released] { released.fetch_add(1); }));
+  EchoRequest req;
+  req.set_text("hold");
+  ClientReader<EchoResponse> reader(f.channel.get(), kFanMethod, &ctx, req);
+  EchoResponse resp;
+  ASSERT_TRUE(reader.Read(&resp));
+  EXPECT_EQ(resp.text(), Expected(kBytes));
+  // The request went out before that message came (the same loop thread
+  // sent it): the context's copy is the last one outside the runtime.
+  ctx.set_request_attachment(Buffer());
+  for (int i = 0; i < 1000 && released.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(released.load(), 1);
+  ctx.TryCancel();
+  EXPECT_FALSE(reader.Read(&resp));
+  EXPECT_EQ(reader.Finish().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(released.load(), 1);
 }
 
 // Writes every size from one thread while this one reads the echoes.

@@ -37,11 +37,13 @@
 // Ownership and lifetime: a Buffer is a shared handle (copies share the
 // bytes; the memory goes when the last copy and the runtime are done).
 // The runtime holds the bytes of an attachment it sends until the peer
-// read them (for a request, until the server answered, which for a
-// cancelled call or a losing hedged attempt may be after the call ended;
-// for a response, until the client's release, which the server's code
-// cannot see), so the Buffer may be dropped at once. Treat a sent Buffer's bytes as read-only: the peer's
-// NIC may read them until then. For memory to reuse, Wrap it: its release
+// read them (for a request, until the server answered, or for a
+// server-streaming call's request until its first message or metadata
+// arrived, which for a cancelled call or a losing hedged attempt may be
+// after the call ended; for a response or a stream message, until the
+// peer's release, which the sender's code cannot see), so the Buffer may
+// be dropped at once. Treat a sent Buffer's bytes as read-only: the
+// peer's NIC may read them until then. For memory to reuse, Wrap it: its release
 // callback is the signal that no NIC reads it any more. A received Buffer
 // may be kept after its Channel or Server is destroyed. It lies in a
 // buffer of the receiver's pool of registered buffers (64 KiB granules;
