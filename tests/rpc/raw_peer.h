@@ -89,9 +89,10 @@ class RawPeer {
   }
 
   // Server role: accepts the next connect request within `timeout` with a
-  // well-formed answer (our ring: kRecvDepth x kRecvBytes); true once
-  // established. server() then holds the client's offer.
-  bool Accept(absl::Duration timeout) {
+  // well-formed answer (our ring: kRecvDepth x kRecvBytes) offering
+  // `features` (an older rdmarpc offers fewer); true once established.
+  // server() then holds the client's offer.
+  bool Accept(absl::Duration timeout, uint32_t features = internal::kOfferedFeatures) {
     if (NextEvent(timeout) != RDMA_CM_EVENT_CONNECT_REQUEST) return false;
     id_ = last_event_id_;
     absl::StatusOr<internal::HandshakeData> h = internal::DecodeHandshake(
@@ -99,9 +100,14 @@ class RawPeer {
     if (!h.ok()) return false;
     server_ = *h;
     if (!SetUpQp()) return false;
-    const internal::Handshake::PrivateData answer =
-        internal::Handshake::Offer(internal::kProtocolVersion, kRecvDepth, kRecvBytes);
-    rdma_conn_param param = ConnParam(answer);
+    internal::HandshakeData offer;
+    offer.version = internal::kProtocolVersion;
+    offer.recv_depth = kRecvDepth;
+    offer.recv_buffer_bytes = kRecvBytes;
+    offer.features = features;
+    char answer[internal::kHandshakeBytes];
+    internal::EncodeHandshake(offer, answer);
+    rdma_conn_param param = ConnParam(answer, sizeof(answer));
     if (softrdma::accept(id_, &param) != 0) return false;
     return NextEvent(absl::Seconds(5)) == RDMA_CM_EVENT_ESTABLISHED;
   }
@@ -144,9 +150,12 @@ class RawPeer {
 
   // rdma_connect's / rdma_accept's parameters with our handshake.
   static rdma_conn_param ConnParam(const internal::Handshake::PrivateData& data) {
+    return ConnParam(data.data(), data.size());
+  }
+  static rdma_conn_param ConnParam(const char* data, uint8_t size) {
     rdma_conn_param param{};
-    param.private_data = data.data();
-    param.private_data_len = data.size();
+    param.private_data = data;
+    param.private_data_len = size;
     param.responder_resources = 4;
     param.initiator_depth = 4;
     param.retry_count = 7;

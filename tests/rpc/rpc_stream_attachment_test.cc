@@ -24,6 +24,7 @@
 #include "rdmarpc/rdmarpc.h"
 #include "runtime/transport/transport_stats.h"
 #include "tests/rpc/attachment_pattern.h"
+#include "tests/rpc/raw_peer.h"
 #include "tests/rpc/rpc_fixture.h"
 
 namespace rdmarpc {
@@ -591,6 +592,46 @@ TEST(StreamAttachment, AFullServerPoolEndsOnlyThatStream) {
   EXPECT_EQ(Describe(back, 9), Expected(1 << 20));
   ASSERT_TRUE(stream.WritesDone());
   EXPECT_TRUE(stream.Finish().ok());
+}
+
+TEST(StreamAttachment, AServerWithoutStreamAttachmentsFailsTheCallFailedPrecondition) {
+  // A server of an rdmarpc that takes attachments on unary calls only.
+  RawPeer server;
+  int port = 0;
+  ASSERT_TRUE(server.Listen(&port));
+  ChannelOptions co;
+  co.pool_size = 1;  // both calls on the one connection the peer accepts
+  auto channel = CreateChannel(absl::StrCat("127.0.0.1:", port), co);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  absl::Status bidi;
+  absl::Status server_streaming;
+  std::thread client([&] {
+    ClientContext ctx;
+    ctx.set_deadline(absl::Now() + absl::Seconds(20));
+    ClientReaderWriter<EchoRequest, EchoResponse> stream(channel->get(), kChatMethod, &ctx);
+    EchoRequest req;
+    req.set_text("x");
+    stream.Write(req, Pattern(100, 1));  // fails on the channel's loop
+    bidi = stream.Finish();
+    ClientContext ctx2;
+    ctx2.set_deadline(absl::Now() + absl::Seconds(20));
+    ctx2.set_request_attachment(Pattern(100, 2));
+    ClientReader<EchoResponse> reader(channel->get(), kFanMethod, &ctx2, req);
+    server_streaming = reader.Finish();
+  });
+  ASSERT_TRUE(server.Accept(absl::Seconds(10),
+                            internal::kFeatureDrain | internal::kFeatureAttachment));
+  client.join();
+  EXPECT_EQ(bidi.code(), absl::StatusCode::kFailedPrecondition) << bidi;
+  EXPECT_NE(bidi.message().find("stream message attachment of 100 bytes: server "),
+            absl::string_view::npos)
+      << bidi;
+  EXPECT_NE(bidi.message().find("does not take attachments on streams"), absl::string_view::npos)
+      << bidi;
+  EXPECT_EQ(server_streaming.code(), absl::StatusCode::kFailedPrecondition) << server_streaming;
+  EXPECT_NE(server_streaming.message().find("does not take attachments on streams"),
+            absl::string_view::npos)
+      << server_streaming;
 }
 
 }  // namespace
