@@ -543,9 +543,15 @@ ServerImpl::PoolCall::~PoolCall() { LetGoOfAttachments(); }
 
 void ServerImpl::PoolCall::LetGoOfAttachments() {
   request_holder = Attachment();  // the call's own reference, not a keeper
+  if (stream != nullptr) {
+    // A stream's request attachment is on its watch list (written back on
+    // the stream, it stays counted); the context's copy is not a keeper.
+    ServerContextAccess::SetRequestAttachment(&context, Buffer());
+    stream->ExemptKeptAttachments();
+    return;
+  }
   AttachmentAccess::ExemptIfKeptPastCall(context.request_attachment(),
                                          context.response_attachment());
-  if (stream != nullptr) stream->ExemptKeptAttachments();
 }
 
 std::unique_ptr<ServerImpl::PoolCall> ServerImpl::Worker::TakeSpareCall(
@@ -656,6 +662,9 @@ void ServerImpl::SubmitToPool(Worker* worker, Connection* conn, const IncomingRe
   if (absl::Status md = TakeClientMetadata(req, &call->context); !md.ok()) {
     SendReply(conn, req.token, std::move(md), nullptr);
     return;
+  }
+  if (call->stream != nullptr && call->context.request_attachment()) {
+    call->stream->WatchRequestAttachment(call->context.request_attachment());
   }
   PoolCall*& entry =
       worker->pool_calls[conn][req.token.handle()];

@@ -98,14 +98,22 @@ bool ServerStreamState::Write(const google::protobuf::MessageLite& message,
     mu_.Await(absl::Condition(&ready));
     if (cancelled_ || !failure_.ok()) return false;
     --send_window_;
+  }
+  // The state lives until the call's answer, which the handler's thread
+  // posts after this.
+  loop_->Post([this, payload = std::move(payload), attachment = std::move(attachment)]() mutable {
+    SendOnWorker(std::move(payload), std::move(attachment));
+  });
+  return true;
+}
+
+bool ServerStreamState::SendOnWorker(std::string payload, Attachment attachment) {
+  if (*conn_ == nullptr) return false;
+  if (attachment) {
+    absl::MutexLock lock(&mu_);
     UnwatchWritten(attachment);
   }
-  loop_->Post([conn = conn_, token = token_, payload = std::move(payload),
-                attachment = std::move(attachment)]() mutable {
-    if (*conn != nullptr) {
-      (*conn)->SendStreamMessage(token, std::move(payload), std::move(attachment));
-    }
-  });
+  (*conn_)->SendStreamMessage(token_, std::move(payload), std::move(attachment));
   return true;
 }
 
@@ -271,7 +279,6 @@ void ServerStreamState::StartWrite(const google::protobuf::MessageLite& message,
     if (react) loop_->Post([this] { reactions_->OnWriteDone(false); });
     return;
   }
-  UnwatchWritten(attachment);
   if (send_window_ == 0) {
     write_pending_ = true;
     pending_write_ = std::move(payload);
@@ -288,11 +295,7 @@ void ServerStreamState::StartWrite(const google::protobuf::MessageLite& message,
       absl::MutexLock lock(&mu_);
       sent = !cancelled_;
     }
-    if (sent && *conn_ != nullptr) {
-      (*conn_)->SendStreamMessage(token_, std::move(payload), std::move(attachment));
-    } else {
-      sent = false;
-    }
+    sent = sent && SendOnWorker(std::move(payload), std::move(attachment));
     if (react) reactions_->OnWriteDone(sent);
   });
 }
@@ -315,8 +318,7 @@ void ServerStreamState::SendPendingWrite() {
     finish = std::move(finish_);
     finish_ = nullptr;
   }
-  const bool sent = *conn_ != nullptr;
-  if (sent) (*conn_)->SendStreamMessage(token_, std::move(payload), std::move(attachment));
+  const bool sent = SendOnWorker(std::move(payload), std::move(attachment));
   if (finish) loop_->Post([finish = std::move(finish)]() mutable { std::move(finish)(); });
   if (react) reactions_->OnWriteDone(sent);
 }

@@ -114,6 +114,12 @@ class ServerStreamState {
   // written back) leave their pool's limit
   // (AttachmentAccess::ExemptIfStillHeld). Any thread, once nothing reads.
   void ExemptKeptAttachments();
+  // Watches the call's request attachment (a server-streaming call's) as
+  // one the handler read. Before the handler runs.
+  void WatchRequestAttachment(const Buffer& attachment) {
+    absl::MutexLock lock(&mu_);
+    WatchHandedOut(attachment);
+  }
 
   // Worker thread.
   void OnMessage(absl::string_view payload, bool has_message, bool end_stream,
@@ -142,9 +148,11 @@ class ServerStreamState {
   // Notes an attachment handed to the handler (ExemptKeptAttachments).
   void WatchHandedOut(const Buffer& attachment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A written attachment the handler read stays counted (the client may
-  // hold it exposed): it is no longer watched. Once the write is sure to
-  // be handed to the connection (or left pending for it).
+  // hold it exposed): it is no longer watched. When the write is handed
+  // to the connection (SendOnWorker).
   void UnwatchWritten(const Attachment& attachment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Worker: hands one message to the connection; false when it closed.
+  bool SendOnWorker(std::string payload, Attachment attachment);
   // Worker: sends the pending write if the window allows, then the finish.
   void SendPendingWrite();
 

@@ -5,8 +5,9 @@
 // small message); otherwise the sender exposes the user's own memory
 // (LargeBufferPool::Lend: no copy) and the receiver pulls it with RDMA
 // READ into a pool buffer that becomes the receiving user's attachment.
-// A request's attachment stays exposed until the call's answer (and is
-// quarantined with the call's other buffers when it is cancelled); a
+// A request's attachment stays exposed until the call's answer, or for a
+// server-streaming call until the server's first frame on the stream (and
+// is quarantined with the call's other buffers when it is cancelled); a
 // response's or a stream message's until the peer's kRelease. A stream
 // message's pull is ordered with its stream's other frames as any large
 // stream frame's is (streams.cc).
@@ -154,7 +155,8 @@ void Connection::SendRequestWithAttachment(Slot* s, uint16_t idx, uint16_t gen) 
   s->sent = true;
   s->sink->OnSent();
   // Kept for a transparent retry elsewhere as SendRequest keeps it (the
-  // attachment is the caller's and stays in the request).
+  // attachment is the caller's and stays in the request; a stream's goes
+  // at the server's first frame, as streams are never sent again).
   if (!r.keep_for_retry || r.payload.size() > kRetryBufferBytes) r.payload = std::string();
   r.registered.reset();
 }

@@ -577,8 +577,9 @@ class Connection final : public CmEventHandler, public LoopClient {
   // kRelease under a new ref, and, unless `payload_inline`, a pool copy of
   // `payload` beside it: fills `*ad` (remote) and `*pr`, sets h->ref and,
   // for the payload, kFlagPayloadRemote. On failure (RESOURCE_EXHAUSTED:
-  // the exposure cap or the pool; INTERNAL without a pool; a registration's
-  // error) nothing stays exposed.
+  // the exposure cap or the pool; OUT_OF_RANGE: a region or window the
+  // device cannot cover; INTERNAL without a pool; a registration's error)
+  // nothing stays exposed.
   absl::Status ExposeForPull(const Attachment& a, absl::string_view payload, bool payload_inline,
                              WireHeader* h, AttachmentDescriptor* ad, RemoteBuffer* pr);
   // Posts the stream message `item` with its attachment: inline, or

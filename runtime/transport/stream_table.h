@@ -81,9 +81,10 @@ struct OutgoingRequest {
   // Bytes beside the message (header.h: kFlagAttachment), unary and
   // server-streaming calls only (a stream's later messages carry theirs:
   // Connection::SendStreamMessage): inline when the whole request fits the
-  // eager limit, else exposed
-  // for the server to pull straight from the region (no copy) until the
-  // call's answer. The region is kept alive while the call is live.
+  // eager limit, else exposed for the server to pull straight from the
+  // region (no copy) until the call's answer, or for a stream until the
+  // server's first frame on it (HandleStreamFrame). The region is kept
+  // alive until then.
   Attachment attachment;
   // Opens a stream (kFlagStream): the request may carry no message
   // (no_message) and need not end the client's side (end_stream false);

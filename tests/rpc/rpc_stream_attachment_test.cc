@@ -36,6 +36,7 @@ constexpr char kFanMethod[] = "/rdmarpc.test.StreamAttachments/Fan";
 constexpr char kChatMethod[] = "/rdmarpc.test.StreamAttachments/Chat";
 constexpr char kReactorChatMethod[] = "/rdmarpc.test.StreamAttachments/ReactorChat";
 constexpr char kStoreMethod[] = "/rdmarpc.test.StreamAttachments/Store";
+constexpr char kReactorCollectMethod[] = "/rdmarpc.test.StreamAttachments/ReactorCollect";
 
 // "none" without an attachment, "ok/<size>" when `b` is Pattern(size,
 // seed), else "bad@<first differing index>/<size>".
@@ -66,6 +67,7 @@ const std::vector<size_t> kSizes = {0, 1, 100, 8000, 8192, 9000, 65536 + 3, 1 <<
 // goes back with the attachment it came with, the same Buffer.
 // Store (client streaming): keeps every attachment (as a store keeps
 // values) and answers with how many it holds.
+// ReactorCollect (client streaming, a reactor): as Collect.
 class StreamAttachments final : public Service {
  public:
   StreamAttachments() : Service("rdmarpc.test.StreamAttachments") {
@@ -81,6 +83,9 @@ class StreamAttachments final : public Service {
     AddMethod(std::make_unique<internal::ClientStreamingMethodHandler<StreamAttachments,
                                                                       EchoRequest, EchoResponse>>(
         kStoreMethod, this, &StreamAttachments::Store));
+    AddMethod(std::make_unique<internal::CallbackClientStreamingMethodHandler<
+                  StreamAttachments, EchoRequest, EchoResponse>>(
+        kReactorCollectMethod, this, &StreamAttachments::ReactorCollect));
     AddMethod(std::make_unique<internal::CallbackBidiStreamingMethodHandler<
                   StreamAttachments, EchoRequest, EchoResponse>>(
         kReactorChatMethod, this, &StreamAttachments::ReactorChat));
@@ -174,6 +179,36 @@ class StreamAttachments final : public Service {
   };
   ServerBidiReactor<EchoRequest, EchoResponse>* ReactorChat(CallbackServerContext* /*ctx*/) {
     return new ChatReactor();
+  }
+
+  class CollectReactor final : public ServerReadReactor<EchoRequest> {
+   public:
+    CollectReactor(CallbackServerContext* ctx, EchoResponse* resp) : ctx_(ctx), resp_(resp) {
+      StartRead(&req_, &in_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        resp_->set_text(absl::StrJoin(seen_, ","));
+        ctx_->set_response_attachment(Pattern(seen_.size() * 1000, 77));
+        Finish(absl::OkStatus());
+        return;
+      }
+      int seed = 0;
+      if (!absl::SimpleAtoi(req_.text(), &seed)) seed = -1;
+      seen_.push_back(Describe(in_, seed));
+      StartRead(&req_, &in_);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    CallbackServerContext* const ctx_;
+    EchoResponse* const resp_;
+    EchoRequest req_;
+    Buffer in_;
+    std::vector<std::string> seen_;
+  };
+  ServerReadReactor<EchoRequest>* ReactorCollect(CallbackServerContext* ctx, EchoResponse* resp) {
+    return new CollectReactor(ctx, resp);
   }
 
   absl::Mutex kept_mu;
@@ -412,6 +447,80 @@ TEST(StreamAttachment, AClientReactorWritesAndReadsThem) {
   std::vector<std::string> want;
   for (int i = 0; i < kMessages; ++i) want.push_back(Expected(ChatReactorClient::SizeOf(i)));
   EXPECT_EQ(client.got, want);
+}
+
+// A client reactor writes messages 0..n-1 with Pattern(kSizes[i], i) and
+// waits for the server's response.
+class UploadReactorClient final : public ClientWriteReactor<EchoRequest> {
+ public:
+  UploadReactorClient(Channel* ch, ClientContext* ctx, const char* method, int n) : n_(n) {
+    internal::ClientCallbackStream::Bind(this, ch, method, ctx,
+                                         internal::RpcKind::kClientStreaming, nullptr, &resp);
+    NextWrite();
+    StartCall();
+  }
+  void OnWriteDone(bool ok) override {
+    if (ok) NextWrite();
+  }
+  void OnDone(const absl::Status& s) override {
+    status = s;
+    done.Notify();
+  }
+  EchoResponse resp;
+  absl::Status status;
+  absl::Notification done;
+
+ private:
+  void NextWrite() {
+    if (written_ == n_) {
+      StartWritesDone();
+      return;
+    }
+    req_.set_text(absl::StrCat(written_));
+    out_ = Pattern(kSizes[static_cast<size_t>(written_)], written_);
+    ++written_;
+    StartWrite(&req_, out_);
+  }
+  const int n_;
+  int written_ = 0;
+  EchoRequest req_;
+  Buffer out_;
+};
+
+TEST(StreamAttachment, ClientStreamingReactorsCarryTheResponsesAttachment) {
+  Fixture f;
+  const int n = static_cast<int>(kSizes.size());
+  std::vector<std::string> want;
+  for (size_t size : kSizes) want.push_back(Expected(size));
+  // A client reactor against a blocking handler, a blocking client against
+  // a server reactor, and reactors on both sides.
+  struct Case {
+    const char* method;
+    bool client_reactor;
+  };
+  for (const Case& c : {Case{kCollectMethod, true}, Case{kReactorCollectMethod, false},
+                        Case{kReactorCollectMethod, true}}) {
+    SCOPED_TRACE(absl::StrCat(c.method, c.client_reactor ? " from a reactor" : ""));
+    ClientContext ctx;
+    EchoResponse resp;
+    if (c.client_reactor) {
+      UploadReactorClient client(f.channel.get(), &ctx, c.method, n);
+      ASSERT_TRUE(client.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+      ASSERT_TRUE(client.status.ok()) << client.status;
+      resp = client.resp;
+    } else {
+      ClientWriter<EchoRequest> writer(f.channel.get(), c.method, &ctx, &resp);
+      for (int i = 0; i < n; ++i) {
+        EchoRequest req;
+        req.set_text(absl::StrCat(i));
+        ASSERT_TRUE(writer.Write(req, Pattern(kSizes[static_cast<size_t>(i)], i)));
+      }
+      absl::Status s = writer.Finish();
+      ASSERT_TRUE(s.ok()) << s;
+    }
+    EXPECT_EQ(resp.text(), absl::StrJoin(want, ","));
+    EXPECT_EQ(Describe(ctx.response_attachment(), 77), Expected(want.size() * 1000));
+  }
 }
 
 TEST(StreamAttachment, LargerThanTheChannelsMaxMessageBytesEndsTheCall) {

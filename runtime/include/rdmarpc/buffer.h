@@ -8,8 +8,9 @@
 // ClientContext::response_attachment. On a stream each message may carry
 // one: Write(message, buffer) and Read(&message, &buffer) of the readers,
 // writers and reactors (rdmarpc/sync_stream.h, client_callback.h,
-// server_callback.h), and a server-streaming call's request carries the
-// ClientContext's request attachment. Small attachments (the whole message
+// server_callback.h); a server-streaming call's one request carries the
+// ClientContext's request attachment, and a client-streaming call's one
+// response the ServerContext's response attachment. Small attachments (the whole message
 // within the eager limit, 8 KiB by default) ride in the message's SEND.
 // Larger ones stay where they are: the runtime exposes the sender's Buffer
 // to the peer (a memory window bound for that call where the device has

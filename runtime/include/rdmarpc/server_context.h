@@ -99,7 +99,8 @@ class RDMARPC_EXPORT ServerContext {
   // buffer)). The runtime keeps a
   // reference until the client has read them. Errors the call may end
   // with instead:
-  // FAILED_PRECONDITION when the client's rdmarpc predates attachments;
+  // FAILED_PRECONDITION when the client's rdmarpc predates attachments (a
+  // client-streaming call's: predates attachments on streams);
   // RESOURCE_EXHAUSTED when it is larger than max_message_bytes or the
   // connection's exposure cap. Handler thread, before the handler returns
   // (or a reactor's Finish).

@@ -109,8 +109,9 @@ class ClientWriterInterface {
   // Finish tells why):
   // FAILED_PRECONDITION when the server's rdmarpc does not take stream
   // attachments, RESOURCE_EXHAUSTED above max_message_bytes or the
-  // connection's exposure cap (max_exposed_bytes_per_connection). The default, for test doubles that implement
-  // only Write, sends the message alone.
+  // connection's exposure cap (max_exposed_bytes_per_connection). The
+  // default, for test doubles that implement only Write, sends the message
+  // alone.
   virtual bool Write(const W& message, const Buffer& attachment) {
     (void)attachment;
     return Write(message);
