@@ -11,6 +11,7 @@
 #include "runtime/rpc/attachment_access.h"
 #include "runtime/rpc/auth.h"
 #include "runtime/rpc/metadata.h"
+#include "runtime/rpc/stream_limits.h"
 #include "runtime/rpc/status_payloads.h"
 
 namespace rdmarpc {
@@ -384,14 +385,14 @@ void ClientStreamState::FailOnLoop(absl::Status status) {
 bool ClientStreamState::Write(const google::protobuf::MessageLite& message,
                               Attachment attachment) {
   const size_t size = message.ByteSizeLong();
-  if (size > channel_->options().max_message_bytes) {
+  if (absl::Status fits = CheckStreamMessageSize(size, attachment.length,
+                                                 channel_->options().max_message_bytes);
+      !fits.ok()) {
     {
       absl::MutexLock lock(&mu_);
       if (done_) return false;
     }
-    FailFromUser(absl::ResourceExhaustedError(
-        absl::StrCat("stream message of ", size, " bytes exceeds max_message_bytes ",
-                     channel_->options().max_message_bytes)));
+    FailFromUser(std::move(fits));
     return false;
   }
   if (interceptors_ != nullptr) {
@@ -526,10 +527,9 @@ void ClientStreamState::StartWrite(const google::protobuf::MessageLite& message,
                                    Attachment attachment) {
   gate_.Add();
   const size_t size = message.ByteSizeLong();
-  if (size > channel_->options().max_message_bytes) {
-    absl::Status status = absl::ResourceExhaustedError(
-        absl::StrCat("stream message of ", size, " bytes exceeds max_message_bytes ",
-                     channel_->options().max_message_bytes));
+  if (absl::Status status = CheckStreamMessageSize(size, attachment.length,
+                                                   channel_->options().max_message_bytes);
+      !status.ok()) {
     {
       absl::MutexLock lock(&mu_);
       if (!started_) {

@@ -9,6 +9,7 @@
 #include "runtime/rpc/attachment_access.h"
 #include "runtime/rpc/context_access.h"
 #include "runtime/rpc/metadata.h"
+#include "runtime/rpc/stream_limits.h"
 
 namespace rdmarpc {
 namespace internal {
@@ -78,12 +79,10 @@ bool ServerStreamState::SendHeadersOnce() {
 bool ServerStreamState::Write(const google::protobuf::MessageLite& message,
                               Attachment attachment) {
   const size_t size = message.ByteSizeLong();
-  if (size > max_message_bytes_) {
+  if (absl::Status fits = CheckStreamMessageSize(size, attachment.length, max_message_bytes_);
+      !fits.ok()) {
     absl::MutexLock lock(&mu_);
-    if (failure_.ok()) {
-      failure_ = absl::ResourceExhaustedError(absl::StrCat(
-          "stream message of ", size, " bytes exceeds max_message_bytes ", max_message_bytes_));
-    }
+    if (failure_.ok()) failure_ = std::move(fits);
     return false;
   }
   if (!SendHeadersOnce()) return false;
@@ -260,12 +259,10 @@ void ServerStreamState::StartWrite(const google::protobuf::MessageLite& message,
                                    Attachment attachment) {
   const size_t size = message.ByteSizeLong();
   bool ok = true;
-  if (size > max_message_bytes_) {
+  if (absl::Status fits = CheckStreamMessageSize(size, attachment.length, max_message_bytes_);
+      !fits.ok()) {
     absl::MutexLock lock(&mu_);
-    if (failure_.ok()) {
-      failure_ = absl::ResourceExhaustedError(absl::StrCat(
-          "stream message of ", size, " bytes exceeds max_message_bytes ", max_message_bytes_));
-    }
+    if (failure_.ok()) failure_ = std::move(fits);
     ok = false;
   }
   std::string payload;

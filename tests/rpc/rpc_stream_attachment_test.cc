@@ -531,7 +531,7 @@ TEST(StreamAttachment, LargerThanTheChannelsMaxMessageBytesEndsTheCall) {
   ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &ctx);
   EchoRequest req;
   req.set_text("x");
-  stream.Write(req, Pattern((1 << 20) + 1, 0));  // fails on the channel's loop
+  EXPECT_FALSE(stream.Write(req, Pattern((1 << 20) + 1, 0)));  // checked at once
   EchoResponse resp;
   EXPECT_FALSE(stream.Read(&resp));
   absl::Status s = stream.Finish();

@@ -103,12 +103,12 @@ class ClientWriterInterface {
   virtual bool Write(const W& message) = 0;
   // As Write, with `attachment` beside the message (empty: none). The
   // runtime holds the Buffer's bytes until the server pulled them: treat
-  // them as read-only until then, or Wrap memory to learn when. A failure
-  // to send it ends the call (found on the channel's thread, so the Write
-  // that carried it may still return true; later ones return false, and
-  // Finish tells why):
-  // FAILED_PRECONDITION when the server's rdmarpc does not take stream
-  // attachments, RESOURCE_EXHAUSTED above max_message_bytes or the
+  // them as read-only until then, or Wrap memory to learn when. One above
+  // max_message_bytes: returns false at once, and the call ends
+  // RESOURCE_EXHAUSTED. Other failures to send it end the call later, on
+  // the channel's thread (this and later Writes may still return true;
+  // only Finish is sure to tell): FAILED_PRECONDITION when the server's
+  // rdmarpc does not take stream attachments, RESOURCE_EXHAUSTED at the
   // connection's exposure cap (max_exposed_bytes_per_connection). The
   // default, for test doubles that implement only Write, sends the message
   // alone.
@@ -236,9 +236,11 @@ class ServerWriter final {
   bool Write(const W& message) { return stream_->Write(message); }
   // As Write, with `attachment` beside the message (empty: none), held
   // until the client pulled it. A failure to send it ends the call with
-  // that status in place of the handler's: FAILED_PRECONDITION when the
-  // client's rdmarpc does not take stream attachments, RESOURCE_EXHAUSTED
-  // above max_message_bytes or the connection's exposure cap.
+  // that status in place of the handler's: RESOURCE_EXHAUSTED above
+  // max_message_bytes (this Write returns false) or at the connection's
+  // exposure cap, FAILED_PRECONDITION when the client's rdmarpc does not
+  // take stream attachments (found later, on the worker: this Write may
+  // return true).
   bool Write(const W& message, const Buffer& attachment) {
     return stream_->Write(message, attachment);
   }

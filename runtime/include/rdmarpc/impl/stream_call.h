@@ -61,9 +61,10 @@ class RDMARPC_EXPORT ClientStream {
   // As Write, with `attachment` beside the message (rdmarpc/buffer.h;
   // empty: none). The runtime holds the Buffer until the server pulled it.
   // A failure to send it ends the call, and Finish tells why:
+  // RESOURCE_EXHAUSTED above max_message_bytes (this returns false) or at
+  // the connection's exposure cap (max_exposed_bytes_per_connection),
   // FAILED_PRECONDITION when the server's rdmarpc does not take stream
-  // attachments, RESOURCE_EXHAUSTED above max_message_bytes or the
-  // connection's exposure cap (max_exposed_bytes_per_connection).
+  // attachments (found on the channel's thread: this may return true).
   bool Write(const google::protobuf::MessageLite& message, const Buffer& attachment);
   // Half-closes: the server's Read returns false once it read everything.
   // False when the stream ended already.
@@ -110,9 +111,10 @@ class RDMARPC_EXPORT ServerStream {
   bool Write(const google::protobuf::MessageLite& message);
   // As Write, with `attachment` beside the message (empty: none), held
   // until the client pulled it. A failure to send it ends the call with
-  // that status in place of the handler's: FAILED_PRECONDITION when the
-  // client's rdmarpc does not take stream attachments, RESOURCE_EXHAUSTED
-  // above max_message_bytes or the connection's exposure cap.
+  // that status in place of the handler's: RESOURCE_EXHAUSTED above
+  // max_message_bytes (this returns false) or at the connection's exposure
+  // cap, FAILED_PRECONDITION when the client's rdmarpc does not take stream
+  // attachments (found on the worker: this may return true).
   bool Write(const google::protobuf::MessageLite& message, const Buffer& attachment);
 
  private:
