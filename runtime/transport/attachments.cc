@@ -401,12 +401,7 @@ void Connection::StartStreamAttachmentPull(const Imm& imm, const ParsedMessage& 
     return;
   }
   ctx.buffer = *buf;
-  ctx.token.slot = imm.slot;
-  ctx.token.generation = imm.generation;
-  ctx.handle = PackHandle(imm.slot, imm.generation);
-  ctx.ref = m.header.ref;
-  ++in->pulls;
-  PostRead(std::move(ctx));
+  PostStreamPull(imm, in, std::move(ctx));
 }
 
 Attachment Connection::PulledAttachment(const ReadCtx& ctx) {

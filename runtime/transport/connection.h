@@ -624,6 +624,9 @@ class Connection final : public CmEventHandler, public LoopClient {
   // Forgets a stream's in-order state; frames still waiting that name a
   // peer buffer release it.
   void DropStreamIn(StreamIn& in);
+  // Posts the pull of stream frame `ctx` (its header, buffer and remote
+  // parts set) for `imm`'s stream, whose later frames wait for it.
+  void PostStreamPull(const Imm& imm, StreamIn* in, ReadCtx ctx);
   // A pulled stream frame's turn: delivered with `attachment` (empty
   // without one), then the frames deferred behind it.
   void OnStreamPullDone(const ReadCtx& ctx, absl::string_view payload, Attachment attachment);

@@ -371,12 +371,7 @@ void Connection::HandleStreamFrame(const Imm& imm, const ParsedMessage& m) {
     ctx.end_stream = end_stream;
     ctx.buffer = *buf;
     ctx.remote = m.payload_remote;
-    ctx.token.slot = imm.slot;
-    ctx.token.generation = imm.generation;
-    ctx.handle = PackHandle(imm.slot, imm.generation);
-    ctx.ref = m.header.ref;
-    ++in->pulls;
-    PostRead(std::move(ctx));
+    PostStreamPull(imm, in, std::move(ctx));
     return;
   }
   Attachment attachment;
@@ -396,6 +391,15 @@ void Connection::HandleStreamFrame(const Imm& imm, const ParsedMessage& m) {
   token.generation = imm.generation;
   handler_->OnStreamMessage(this, token, m.payload, has_message, end_stream,
                             std::move(attachment));
+}
+
+void Connection::PostStreamPull(const Imm& imm, StreamIn* in, ReadCtx ctx) {
+  ctx.token.slot = imm.slot;
+  ctx.token.generation = imm.generation;
+  ctx.handle = PackHandle(imm.slot, imm.generation);
+  ctx.ref = ctx.header.ref;
+  ++in->pulls;  // the stream's later frames wait for it
+  PostRead(std::move(ctx));
 }
 
 void Connection::OnStreamPullDone(const ReadCtx& ctx, absl::string_view payload,

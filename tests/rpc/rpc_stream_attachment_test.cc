@@ -217,6 +217,25 @@ class StreamAttachments final : public Service {
 
 using Fixture = ServiceFixture<StreamAttachments>;
 
+// One message to Chat and back: `data_bytes` of its own and an attachment
+// of Pattern(n, seed); every byte checked.
+void ExpectChatRoundTrip(Channel* channel, size_t n, int seed, size_t data_bytes = 0) {
+  ClientContext ctx;
+  ClientReaderWriter<EchoRequest, EchoResponse> stream(channel, kChatMethod, &ctx);
+  EchoRequest req;
+  req.set_text(absl::StrCat(seed));
+  req.mutable_data()->assign(data_bytes, 'd');
+  ASSERT_TRUE(stream.Write(req, Pattern(n, seed)));
+  EchoResponse resp;
+  Buffer back;
+  ASSERT_TRUE(stream.Read(&resp, &back));
+  EXPECT_EQ(resp.text(), req.text());
+  EXPECT_EQ(resp.data(), req.data());
+  EXPECT_EQ(Describe(back, seed), Expected(n));
+  ASSERT_TRUE(stream.WritesDone());
+  EXPECT_TRUE(stream.Finish().ok());
+}
+
 TEST(StreamAttachment, ClientStreamingDeliversEveryByteOfEveryMessageInOrder) {
   Fixture f;
   ClientContext ctx;
@@ -373,19 +392,7 @@ TEST(StreamAttachment, ABouncedAttachmentIsNeverCopiedByTheRuntime) {
 
 TEST(StreamAttachment, ALargeMessageAndItsAttachmentBothArrive) {
   Fixture f;
-  ClientContext ctx;
-  ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &ctx);
-  EchoRequest req;
-  req.set_text("big");
-  req.mutable_data()->assign(300 * 1024, 'd');  // the message is pulled too
-  ASSERT_TRUE(stream.Write(req, Pattern(2 << 20, 8)));
-  EchoResponse resp;
-  Buffer back;
-  ASSERT_TRUE(stream.Read(&resp, &back));
-  EXPECT_EQ(resp.data(), req.data());
-  EXPECT_EQ(Describe(back, 8), Expected(2 << 20));
-  ASSERT_TRUE(stream.WritesDone());
-  EXPECT_TRUE(stream.Finish().ok());
+  ExpectChatRoundTrip(f.channel.get(), 2 << 20, 8, 300 * 1024);
 }
 
 // A client reactor writes n messages with attachments (message i:
@@ -539,14 +546,7 @@ TEST(StreamAttachment, LargerThanTheChannelsMaxMessageBytesEndsTheCall) {
   EXPECT_EQ(s.message(), absl::StrCat("stream message attachment of ", (1 << 20) + 1,
                                       " bytes exceeds max_message_bytes ", 1 << 20));
   // The channel carries on.
-  ClientContext next;
-  ClientReaderWriter<EchoRequest, EchoResponse> again(f.channel.get(), kChatMethod, &next);
-  ASSERT_TRUE(again.Write(req, Pattern(1 << 20, 2)));
-  Buffer back;
-  ASSERT_TRUE(again.Read(&resp, &back));
-  EXPECT_EQ(Describe(back, 2), Expected(1 << 20));
-  ASSERT_TRUE(again.WritesDone());
-  EXPECT_TRUE(again.Finish().ok());
+  ExpectChatRoundTrip(f.channel.get(), 1 << 20, 2);
 }
 
 TEST(StreamAttachment, TheServersSmallerLimitEndsOnlyThatStream) {
@@ -569,14 +569,7 @@ TEST(StreamAttachment, TheServersSmallerLimitEndsOnlyThatStream) {
             absl::string_view::npos)
       << s;
   // The connection carries on: a stream within the limit on the same channel.
-  ClientContext next;
-  ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &next);
-  ASSERT_TRUE(stream.Write(req, Pattern(1 << 20, 4)));
-  Buffer back;
-  ASSERT_TRUE(stream.Read(&resp, &back));
-  EXPECT_EQ(Describe(back, 4), Expected(1 << 20));
-  ASSERT_TRUE(stream.WritesDone());
-  EXPECT_TRUE(stream.Finish().ok());
+  ExpectChatRoundTrip(f.channel.get(), 1 << 20, 4);
 }
 
 TEST(StreamAttachment, AClientStreamingCallsOpeningRequestTakesNone) {
@@ -617,17 +610,7 @@ TEST(StreamAttachment, ACancelledStreamLetsGoOfItsAttachmentExactlyOnce) {
     EXPECT_EQ(released.load(), 1);
   }
   // The connection carries on.
-  ClientContext ctx;
-  ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &ctx);
-  EchoRequest req;
-  req.set_text("after");
-  ASSERT_TRUE(stream.Write(req, Pattern(1 << 20, 6)));
-  EchoResponse resp;
-  Buffer back;
-  ASSERT_TRUE(stream.Read(&resp, &back));
-  EXPECT_EQ(Describe(back, 6), Expected(1 << 20));
-  ASSERT_TRUE(stream.WritesDone());
-  EXPECT_TRUE(stream.Finish().ok());
+  ExpectChatRoundTrip(f.channel.get(), 1 << 20, 6);
 }
 
 TEST(StreamAttachment, AttachmentsAHandlerKeepsLeaveTheServersPoolLimitWhenItsCallEnds) {
@@ -655,16 +638,7 @@ TEST(StreamAttachment, AttachmentsAHandlerKeepsLeaveTheServersPoolLimitWhenItsCa
       EXPECT_EQ(Describe(f.service.kept[i], i), Expected(1 << 20)) << "value " << i;
     }
   }
-  ClientContext ctx;
-  ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &ctx);
-  EchoRequest req;
-  ASSERT_TRUE(stream.Write(req, Pattern(3 << 20, 7)));
-  EchoResponse resp;
-  Buffer back;
-  ASSERT_TRUE(stream.Read(&resp, &back));
-  EXPECT_EQ(Describe(back, 7), Expected(3 << 20));
-  ASSERT_TRUE(stream.WritesDone());
-  EXPECT_TRUE(stream.Finish().ok());
+  ExpectChatRoundTrip(f.channel.get(), 3 << 20, 7);
   // Dropped, the kept buffers go back to the pool (ASan and the pool's
   // exit check see none lost).
   absl::MutexLock lock(&f.service.kept_mu);
@@ -693,14 +667,7 @@ TEST(StreamAttachment, AFullServerPoolEndsOnlyThatStream) {
     absl::MutexLock lock(&f.service.kept_mu);
     f.service.kept.clear();
   }
-  ClientContext next;
-  ClientReaderWriter<EchoRequest, EchoResponse> stream(f.channel.get(), kChatMethod, &next);
-  ASSERT_TRUE(stream.Write(req, Pattern(1 << 20, 9)));
-  Buffer back;
-  ASSERT_TRUE(stream.Read(&resp, &back));
-  EXPECT_EQ(Describe(back, 9), Expected(1 << 20));
-  ASSERT_TRUE(stream.WritesDone());
-  EXPECT_TRUE(stream.Finish().ok());
+  ExpectChatRoundTrip(f.channel.get(), 1 << 20, 9);
 }
 
 TEST(StreamAttachment, AServerWithoutStreamAttachmentsFailsTheCallFailedPrecondition) {
