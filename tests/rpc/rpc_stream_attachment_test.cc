@@ -14,18 +14,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "gflags/gflags.h"
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
 #include "runtime/transport/transport_stats.h"
 #include "tests/rpc/attachment_pattern.h"
 #include "tests/rpc/raw_peer.h"
 #include "tests/rpc/rpc_fixture.h"
+
+DECLARE_bool(rdmarpc_memory_windows);
 
 namespace rdmarpc {
 namespace test {
@@ -62,7 +66,8 @@ const std::vector<size_t> kSizes = {0, 1, 100, 8000, 8192, 9000, 65536 + 3, 1 <<
 // Fan (server streaming): the request's text lists sizes; message i
 // carries Pattern(size i, i) and text = i. Answers first with a message
 // whose text describes the request's own attachment (seed 5); with text
-// "hold" it then waits until the call is cancelled.
+// "hold" it then waits until the call is cancelled ("hold with headers":
+// with initial metadata before that message).
 // Chat (bidirectional, blocking) and ReactorChat (a reactor): each message
 // goes back with the attachment it came with, the same Buffer.
 // Store (client streaming): keeps every attachment (as a store keeps
@@ -123,8 +128,9 @@ class StreamAttachments final : public Service {
   absl::Status Fan(ServerContext* ctx, const EchoRequest& req, ServerWriter<EchoResponse>* w) {
     EchoResponse resp;
     resp.set_text(Describe(ctx->request_attachment(), 5));
+    if (req.text() == "hold with headers") ctx->AddInitialMetadata("k", "v");
     if (!w->Write(resp)) return absl::CancelledError("first write");
-    if (req.text() == "hold") {  // until the client cancels
+    if (absl::StartsWith(req.text(), "hold")) {  // until the client cancels
       while (!ctx->IsCancelled()) absl::SleepFor(absl::Milliseconds(1));
       return absl::CancelledError("held until cancelled");
     }
@@ -295,32 +301,47 @@ TEST(StreamAttachment, ServerStreamingCarriesTheRequestsAndEveryMessagesAttachme
 }
 
 TEST(StreamAttachment, AServerStreamingRequestsAttachmentIsLetGoOnceTheServerAnswers) {
-  // The server pulled the request's attachment before its handler ran:
-  // once a message of the stream arrived, the client's runtime no longer
-  // holds the Buffer, though the stream goes on.
-  Fixture f;
-  constexpr size_t kBytes = 300 * 1024;
-  std::atomic<int> released{0};
-  auto bytes = std::make_shared<std::string>(kBytes, '\0');
-  for (size_t i = 0; i < kBytes; ++i) (*bytes)[i] = static_cast<char>(PatternByte(i, 5));
-  ClientContext ctx;
-  ctx.set_request_attachment(
-      Buffer::Wrap(bytes->data(), kBytes, [bytes, &released] { released.fetch_add(1); }));
-  EchoRequest req;
-  req.set_text("hold");
-  ClientReader<EchoResponse> reader(f.channel.get(), kFanMethod, &ctx, req);
-  EchoResponse resp;
-  ASSERT_TRUE(reader.Read(&resp));
-  EXPECT_EQ(resp.text(), Expected(kBytes));
-  // The request went out before that message came (the same loop thread
-  // sent it): the context's copy is the last one outside the runtime.
-  ctx.set_request_attachment(Buffer());
-  for (int i = 0; i < 1000 && released.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(5));
-  EXPECT_EQ(released.load(), 1);
-  ctx.TryCancel();
-  EXPECT_FALSE(reader.Read(&resp));
-  EXPECT_EQ(reader.Finish().code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(released.load(), 1);
+  // The server pulled the request's attachment (and a large request with
+  // it) before its handler ran: once a frame of the stream arrived (its
+  // initial metadata, or a message), the client's runtime no longer holds
+  // the Buffer, though the stream goes on. With memory windows and with a
+  // registration of its own.
+  for (bool windows : {true, false}) {
+    for (bool headers_first : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(windows ? "windows" : "no windows",
+                                headers_first ? ", initial metadata first" : ""));
+      FLAGS_rdmarpc_memory_windows = windows;
+      Fixture f;
+      constexpr size_t kBytes = 300 * 1024;
+      std::atomic<int> released{0};
+      auto bytes = std::make_shared<std::string>(kBytes, '\0');
+      for (size_t i = 0; i < kBytes; ++i) (*bytes)[i] = static_cast<char>(PatternByte(i, 5));
+      ClientContext ctx;
+      ctx.set_request_attachment(
+          Buffer::Wrap(bytes->data(), kBytes, [bytes, &released] { released.fetch_add(1); }));
+      EchoRequest req;
+      req.set_text(headers_first ? "hold with headers" : "hold");
+      if (headers_first) req.mutable_data()->assign(200 * 1024, 'r');  // pulled too
+      ClientReader<EchoResponse> reader(f.channel.get(), kFanMethod, &ctx, req);
+      EchoResponse resp;
+      ASSERT_TRUE(reader.Read(&resp));
+      EXPECT_EQ(resp.text(), Expected(kBytes));
+      EXPECT_EQ(ctx.GetServerInitialMetadata().size(), headers_first ? 1u : 0u);
+      // The request went out before that message came (the same loop
+      // thread sent it): the context's copy is the last one outside the
+      // runtime.
+      ctx.set_request_attachment(Buffer());
+      for (int i = 0; i < 1000 && released.load() == 0; ++i) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+      EXPECT_EQ(released.load(), 1);
+      ctx.TryCancel();
+      EXPECT_FALSE(reader.Read(&resp));
+      EXPECT_EQ(reader.Finish().code(), absl::StatusCode::kCancelled);
+      EXPECT_EQ(released.load(), 1);
+    }
+  }
+  FLAGS_rdmarpc_memory_windows = true;
 }
 
 // Writes every size from one thread while this one reads the echoes.
