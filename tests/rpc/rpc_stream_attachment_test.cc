@@ -416,11 +416,49 @@ TEST(StreamAttachment, ALargeMessageAndItsAttachmentBothArrive) {
   ExpectChatRoundTrip(f.channel.get(), 2 << 20, 8, 300 * 1024);
 }
 
-// A client reactor writes n messages with attachments (message i:
-// Pattern(sizes[i % sizes.size()], i)) and describes what comes back.
-class ChatReactorClient final : public ClientBidiReactor<EchoRequest, EchoResponse> {
+// What both client reactors below share: they write messages 0..n-1,
+// message i with Pattern(SizeOf(i), i), then half-close, and record the
+// call's end. `Reactor` is ClientBidiReactor or ClientWriteReactor.
+template <class Reactor>
+class PatternWriter : public Reactor {
  public:
-  ChatReactorClient(Channel* ch, ClientContext* ctx, int n) : n_(n) {
+  void OnWriteDone(bool ok) override {
+    if (ok) NextWrite();
+  }
+  void OnDone(const absl::Status& s) override {
+    status = s;
+    done.Notify();
+  }
+  static size_t SizeOf(int i) { return kSizes[static_cast<size_t>(i) % kSizes.size()]; }
+
+  absl::Status status;
+  absl::Notification done;
+
+ protected:
+  explicit PatternWriter(int n) : n_(n) {}
+  void NextWrite() {
+    if (written_ == n_) {
+      this->StartWritesDone();
+      return;
+    }
+    req_.set_text(absl::StrCat(written_));
+    out_ = Pattern(SizeOf(written_), written_);
+    ++written_;
+    this->StartWrite(&req_, out_);
+  }
+
+ private:
+  const int n_;
+  int written_ = 0;
+  EchoRequest req_;
+  Buffer out_;
+};
+
+// Chats n messages and describes what comes back.
+class ChatReactorClient final
+    : public PatternWriter<ClientBidiReactor<EchoRequest, EchoResponse>> {
+ public:
+  ChatReactorClient(Channel* ch, ClientContext* ctx, int n) : PatternWriter(n) {
     internal::ClientCallbackStream::Bind(this, ch, kChatMethod, ctx,
                                          internal::RpcKind::kBidiStreaming, nullptr, nullptr);
     StartRead(&resp_, &in_);
@@ -433,35 +471,11 @@ class ChatReactorClient final : public ClientBidiReactor<EchoRequest, EchoRespon
     got.push_back(resp_.text() == absl::StrCat(i) ? Describe(in_, i) : "out of order");
     StartRead(&resp_, &in_);
   }
-  void OnWriteDone(bool ok) override {
-    if (ok) NextWrite();
-  }
-  void OnDone(const absl::Status& s) override {
-    status = s;
-    done.Notify();
-  }
-  static size_t SizeOf(int i) { return kSizes[static_cast<size_t>(i) % kSizes.size()]; }
 
   std::vector<std::string> got;  // the reactions run one at a time
-  absl::Status status;
-  absl::Notification done;
 
  private:
-  void NextWrite() {
-    if (written_ == n_) {
-      StartWritesDone();
-      return;
-    }
-    req_.set_text(absl::StrCat(written_));
-    out_ = Pattern(SizeOf(written_), written_);
-    ++written_;
-    StartWrite(&req_, out_);
-  }
-  const int n_;
-  int written_ = 0;
-  EchoRequest req_;
   EchoResponse resp_;
-  Buffer out_;
   Buffer in_;
 };
 
@@ -477,42 +491,17 @@ TEST(StreamAttachment, AClientReactorWritesAndReadsThem) {
   EXPECT_EQ(client.got, want);
 }
 
-// A client reactor writes messages 0..n-1 with Pattern(kSizes[i], i) and
-// waits for the server's response.
-class UploadReactorClient final : public ClientWriteReactor<EchoRequest> {
+// Uploads n messages to `method` and waits for the server's response.
+class UploadReactorClient final : public PatternWriter<ClientWriteReactor<EchoRequest>> {
  public:
-  UploadReactorClient(Channel* ch, ClientContext* ctx, const char* method, int n) : n_(n) {
+  UploadReactorClient(Channel* ch, ClientContext* ctx, const char* method, int n)
+      : PatternWriter(n) {
     internal::ClientCallbackStream::Bind(this, ch, method, ctx,
                                          internal::RpcKind::kClientStreaming, nullptr, &resp);
     NextWrite();
     StartCall();
   }
-  void OnWriteDone(bool ok) override {
-    if (ok) NextWrite();
-  }
-  void OnDone(const absl::Status& s) override {
-    status = s;
-    done.Notify();
-  }
   EchoResponse resp;
-  absl::Status status;
-  absl::Notification done;
-
- private:
-  void NextWrite() {
-    if (written_ == n_) {
-      StartWritesDone();
-      return;
-    }
-    req_.set_text(absl::StrCat(written_));
-    out_ = Pattern(kSizes[static_cast<size_t>(written_)], written_);
-    ++written_;
-    StartWrite(&req_, out_);
-  }
-  const int n_;
-  int written_ = 0;
-  EchoRequest req_;
-  Buffer out_;
 };
 
 TEST(StreamAttachment, ClientStreamingReactorsCarryTheResponsesAttachment) {
