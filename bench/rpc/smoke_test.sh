@@ -42,6 +42,7 @@ expect_bad_flag "1 <= --mixed_large_size <= 83881984 (83886080)" \
   --mode=client --systems=rdmarpc --port=1 --mixed_large_size=83886080
 expect_bad_flag "--stream_sizes: '67108864' is not a size in bytes from 0 to 67104768" \
   --mode=client --systems=rdmarpc --port=1 --stream_sizes=32,67108864
+: >"$dir/server.log"  # the background job opens it only when it runs
 "$bench" --mode=server --systems=rdmarpc --host=127.0.0.1 --port=0 --duration=100 \
   >"$dir/server.log" 2>"$dir/server.err.log" &
 server_pid=$!
