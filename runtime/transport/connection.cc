@@ -132,12 +132,6 @@ absl::StatusOr<Connection*> Connection::Connect(EventLoop* loop, DeviceResources
                                                 const SocketAddress& dst, std::string peer_name,
                                                 const ConnectionOptions& options,
                                                 ConnectionHandler* handler) {
-  if (options.shared_receive_queue) {
-    // A client advertises recv_depth credits in its connect request.
-    return absl::InvalidArgumentError(
-        absl::StrCat("connecting to ", peer_name, ": a client connection has no shared receive "
-                     "queue (ConnectionOptions::shared_receive_queue is for servers)"));
-  }
   std::unique_ptr<Connection> c(
       new Connection(loop, device, options, handler, peer_name, /*is_client=*/true));
   absl::StatusOr<CmIdPtr> id =
@@ -305,8 +299,10 @@ void Connection::OnCmEvent(const CmEvent& ev) {
         }
         token = *std::move(t);
       }
+      // With a shared receive queue the server starts with our floor.
       const Handshake::PrivateData pd = Handshake::Offer(
-          kProtocolVersion, options_.recv_depth, options_.recv_buffer_bytes, token);
+          kProtocolVersion, srq_ != nullptr ? srq_share_.in_use : options_.recv_depth,
+          options_.recv_buffer_bytes, token);
       rdma_conn_param param{};
       param.private_data = pd.data();
       param.private_data_len = pd.size();
@@ -365,6 +361,7 @@ void Connection::OnEstablished(const std::string& private_data) {
   }
   peer_ = *h;
   credits_.emplace(peer_.recv_depth, options_.recv_depth);
+  if (srq_ != nullptr) credits_->SetPeerWindow(srq_share_.in_use);
   SetState(ConnState::kEstablished);
   if (connect_timer_ != 0) {
     loop_->CancelTimer(connect_timer_);

@@ -97,7 +97,7 @@ struct ConnectionOptions {
   // handshake.h). An error ends the attempt with that status. Unset: no
   // token.
   std::function<absl::StatusOr<std::string>(absl::string_view peer)> connect_token;
-  // Server: receive from the loop's shared receive queue
+  // Receive from the loop's shared receive queue
   // (shared_receive_queue.h) instead of a ring of recv_depth buffers of the
   // connection's own; recv_depth is then the most credits the peer may
   // hold, `srq_min_credits` the credits it is always granted (and starts
@@ -603,8 +603,9 @@ class Connection final : public CmEventHandler, public LoopClient {
   void HandleStreamFrame(const Imm& imm, const ParsedMessage& m);
   void HandleWindow(const Imm& imm, const ParsedMessage& m);
   bool SendStreamItem(OutItem& item);
-  // A large stream message that cannot be exposed (the cap, no window):
-  // its stream ends RESOURCE_EXHAUSTED with `why` (FailStream).
+  // A large stream message that cannot be exposed (the cap, a full pool, a
+  // registration that failed): its stream ends with `why`'s code and
+  // message, naming the frame's size and the peer (FailStream).
   void FailStreamItem(const OutItem& item, const absl::Status& why);
   // Ends the stream of `item` (its slot and generation) with `status`,
   // e.g. instead of sending it or for a frame above max_message_bytes

@@ -60,8 +60,10 @@ SharedReceiveQueue::~SharedReceiveQueue() {
 }
 
 absl::Status SharedReceiveQueue::GrowTo(int buffers) {
+  // Refused before registering anything when the slabs would not fit.
+  const int64_t slabs = (int64_t{buffers} + kSlabBuffers - 1) / kSlabBuffers;
   while (capacity() < buffers) {
-    if (capacity() + kSlabBuffers > max_wr_) {
+    if (slabs * kSlabBuffers > max_wr_) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "shared receive queue full: ", capacity(), " receives of at most ", max_wr_,
           " (the device's max_srq_wr) hold ", attached_, " connections x ", options_.min_credits,

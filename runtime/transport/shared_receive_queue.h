@@ -1,6 +1,7 @@
-// shared_receive_queue.h: one shared receive queue (SRQ) per server worker
-// loop, from which all the worker's connections receive, and the credits
-// each connection's peer gets on it.
+// shared_receive_queue.h: one shared receive queue (SRQ) per event loop (a
+// server worker, or a channel's engine thread with ChannelOptions::
+// receive_queue = kShared), from which all the loop's connections receive,
+// and the credits each connection's peer gets on it.
 //
 // Receive memory: a per-connection ring (receive_ring.h) posts recv_depth
 // buffers for every connection, idle or not (64 x 8 KiB = 512 KiB each by

@@ -67,8 +67,8 @@
 //    never deadlock. RNR is therefore never provoked.
 //  * Receive queues: a connection receives into a ring of its own
 //    (ReceiveRing: recv_depth buffers, the peer's initial credits), or — a
-//    server's default — from its loop's shared receive queue
-//    (SharedReceiveQueue: one SRQ per worker), which grants each
+//    server's default, a client's choice — from its loop's shared receive
+//    queue (SharedReceiveQueue: one SRQ per loop), which grants each
 //    connection a floor of credits (its initial ones) and a fair share of
 //    the rest, never more than are posted. The wire is the same: a peer
 //    only sees how many credits it gets.
