@@ -205,6 +205,13 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
         " (2..65535), eager_limit_bytes ", options.eager_limit_bytes, " (>= 256), max_message_bytes ",
         options.max_message_bytes, " (>= 1)"));
   }
+  if (options.receive_queue == ChannelOptions::ReceiveQueue::kShared &&
+      (options.srq_min_credits < 3 || options.srq_min_credits > 65535 ||
+       options.srq_shared_buffers < 1 || options.srq_shared_buffers > 65535)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ChannelOptions: srq_min_credits ", options.srq_min_credits,
+        " (3..65535), srq_shared_buffers ", options.srq_shared_buffers, " (1..65535)"));
+  }
   if (options.max_message_bytes > kMaxProtobufMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ChannelOptions: max_message_bytes ", options.max_message_bytes, " exceeds ",
@@ -276,6 +283,13 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
   // Our receives get responses: the server sends at most our eager limit.
   copts.recv_buffer_bytes = options.eager_limit_bytes;
   copts.recv_depth = options.recv_depth;
+  copts.shared_receive_queue =
+      options.receive_queue == ChannelOptions::ReceiveQueue::kShared;
+  // A floor above the most a connection may hold is that most (as the
+  // server's).
+  copts.srq_min_credits =
+      std::min(options.srq_min_credits, std::max(kMinRecvDepth, options.recv_depth));
+  copts.srq_extra_buffers = options.srq_shared_buffers;
   copts.max_message_bytes = options.max_message_bytes;
   copts.max_exposed_bytes =
       options.max_exposed_bytes_per_connection != 0

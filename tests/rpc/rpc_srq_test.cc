@@ -3,8 +3,10 @@
 // no receiver-not-ready retry, a client that floods its connection borrows
 // only its share while another client's calls go on, a client that
 // pipelines grows its window, and the server's connections say so in their
-// status. Values read from softrdma's counters and the connections'
-// snapshots (what /statusz shows).
+// status. The same on the client side (ChannelOptions::receive_queue =
+// kShared): one channel's connections to several servers receive from one
+// queue per engine thread. Values read from softrdma's counters and the
+// connections' snapshots (what /statusz shows).
 #include <atomic>
 #include <memory>
 #include <string>
@@ -17,6 +19,7 @@
 #include "runtime/softrdma/softrdma.h"
 #include "runtime/transport/connection_snapshot.h"
 #include "tests/rpc/rpc_fixture.h"
+#include "tests/rpc/stream_service.h"
 #include "tests/rpc/test_service.h"
 
 namespace rdmarpc {
@@ -32,16 +35,27 @@ ServerOptions SharedQueue(int shared_buffers, int recv_depth = 64) {
   return so;
 }
 
-// The server side's connections (this process holds both sides).
-std::vector<internal::ConnectionStatus> ServerConnections() {
+// One side's established connections (this process holds both sides).
+std::vector<internal::ConnectionStatus> Connections(bool client) {
   std::vector<internal::ConnectionStatus> out;
   for (const internal::EngineSnapshot& e : internal::SnapshotConnections(absl::Seconds(5))) {
     EXPECT_TRUE(e.answered) << e.engine;
     for (const internal::ConnectionStatus& c : e.connections) {
-      if (!c.is_client && c.state == "established") out.push_back(c);
+      if (c.is_client == client && c.state == "established") out.push_back(c);
     }
   }
   return out;
+}
+std::vector<internal::ConnectionStatus> ServerConnections() { return Connections(false); }
+std::vector<internal::ConnectionStatus> ClientConnections() { return Connections(true); }
+
+ChannelOptions ClientSharedQueue(int shared_buffers, int recv_depth = 64) {
+  ChannelOptions co;
+  co.engine_threads = 1;
+  co.receive_queue = ChannelOptions::ReceiveQueue::kShared;
+  co.srq_shared_buffers = shared_buffers;
+  co.recv_depth = recv_depth;
+  return co;
 }
 
 TEST(SharedReceiveQueue, ManyConnectionsShareOneQueueWithoutRnr) {
@@ -190,6 +204,297 @@ TEST(SharedReceiveQueue, PerConnectionRingsStillWork) {
   ASSERT_EQ(conns.size(), 1u);
   EXPECT_FALSE(conns[0].shared_receive_queue);
   EXPECT_EQ(conns[0].local_recv_depth, 64);
+}
+
+// Several servers, each with a pool of 4 connections from one channel on
+// one engine thread: all 16 receive from the thread's one queue, with
+// eager and rendezvous messages both ways and no receiver-not-ready.
+TEST(ClientSharedReceiveQueue, OneChannelsConnectionsToManyServersShareOneQueue) {
+  ServerOptions per_connection;
+  per_connection.num_workers = 1;
+  per_connection.receive_queue = ServerOptions::ReceiveQueue::kPerConnection;
+  std::vector<std::unique_ptr<EchoFixture>> servers;
+  std::string target;
+  for (int i = 0; i < 4; ++i) {
+    // Half the servers have per-connection rings, half an SRQ of their own.
+    servers.push_back(std::make_unique<EchoFixture>(i % 2 == 0 ? per_connection
+                                                               : SharedQueue(64)));
+    absl::StrAppend(&target, i == 0 ? "" : ",", "127.0.0.1:", servers.back()->server.port());
+  }
+  ChannelOptions co = ClientSharedQueue(/*shared_buffers=*/32);
+  co.pool_size = 4;
+  absl::StatusOr<std::shared_ptr<Channel>> channel = CreateChannel(target, co);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  softrdma::ResetStats();
+  const std::vector<size_t> sizes = {32, 6000, 20000};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 160; ++i) {
+        EchoRequest req;
+        req.set_text(absl::StrCat("t", t, "-", i));
+        req.set_data(std::string(sizes[i % sizes.size()], static_cast<char>('a' + t)));
+        // Responses of the three sizes too, in another order.
+        req.set_reply_bytes(static_cast<int64_t>(sizes[(i / 3) % sizes.size()]));
+        EchoResponse resp;
+        ClientContext ctx;
+        ctx.set_deadline(absl::Now() + absl::Seconds(20));
+        const absl::Status s = Echo(channel->get(), &ctx, req, &resp);
+        if (!s.ok() || resp.text() != req.text() ||
+            resp.data().size() != static_cast<size_t>(req.reply_bytes())) {
+          ADD_FAILURE() << s << " for " << req.text() << ": " << resp.data().size() << " bytes";
+          wrong.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  int calls = 0;
+  for (const auto& s : servers) calls += s->service.calls();
+  EXPECT_EQ(calls, 8 * 160);
+  EXPECT_EQ(softrdma::GetStats().rnr_retries, 0u);
+  // The fixtures' own channels made no call: only ours are established.
+  const std::vector<internal::ConnectionStatus> clients = ClientConnections();
+  ASSERT_EQ(clients.size(), 16u);
+  for (const internal::ConnectionStatus& c : clients) {
+    EXPECT_TRUE(c.shared_receive_queue) << c.peer;
+    EXPECT_GE(c.local_recv_depth, 4) << c.peer;
+    EXPECT_LE(c.local_recv_depth, 64) << c.peer;
+  }
+  // Each server was offered the client's floor at the handshake.
+  const std::vector<internal::ConnectionStatus> server_side = ServerConnections();
+  ASSERT_EQ(server_side.size(), 16u);
+  for (const internal::ConnectionStatus& c : server_side) {
+    EXPECT_EQ(c.peer_recv_depth, 4) << c.peer;
+  }
+}
+
+// A server that streams fast to the client grows its window on the
+// client's queue from the floor, up to recv_depth; the messages arrive
+// whole and in order.
+TEST(ClientSharedReceiveQueue, AStreamingServerGrowsItsWindowUpToRecvDepth) {
+  ServiceFixture<StreamService> f(ServerOptions(), [] {
+    ChannelOptions co = ClientSharedQueue(/*shared_buffers=*/64, /*recv_depth=*/24);
+    co.pool_size = 1;
+    return co;
+  }());
+  softrdma::ResetStats();
+  ClientContext ctx;
+  ctx.set_deadline(absl::Now() + absl::Seconds(30));
+  EchoRequest req;
+  req.set_tag(3000);
+  req.set_reply_bytes(40);
+  ClientReader<EchoResponse> reader(f.channel.get(), kExpandMethod, &ctx, req);
+  EchoResponse resp;
+  int n = 0;
+  int most = 0;
+  while (reader.Read(&resp)) {
+    ASSERT_EQ(resp.text(), absl::StrCat(n));
+    ASSERT_EQ(resp.data(), PatternBytes(n, 40));
+    ++n;
+    if (n % 500 == 0) {
+      const std::vector<internal::ConnectionStatus> c = ClientConnections();
+      ASSERT_EQ(c.size(), 1u);
+      most = std::max(most, c[0].local_recv_depth);
+      EXPECT_LE(c[0].local_recv_depth, 24);
+    }
+  }
+  const absl::Status s = reader.Finish();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(n, 3000);
+  EXPECT_GT(most, 4);
+  EXPECT_EQ(softrdma::GetStats().rnr_retries, 0u);
+}
+
+// A server with the echo and the stream service, on 127.0.0.1:`port`.
+struct EchoAndStreams {
+  explicit EchoAndStreams(int port = 0) {
+    EXPECT_TRUE(server.AddService(&echo).ok());
+    EXPECT_TRUE(server.AddService(&streams).ok());
+    const absl::Status s = server.Start(absl::StrCat("127.0.0.1:", port));
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  EchoService echo;
+  StreamService streams;
+  Server server;
+};
+
+// Server streams flood the client (it reads them with no pause) while
+// unary calls go on beside them on the same channel, to both servers: the
+// connection of the stream borrows beyond its floor, but only its share of
+// the queue, and the calls beside it do not wait on receiver-not-ready.
+TEST(ClientSharedReceiveQueue, AFloodingServerBorrowsOnlyItsShare) {
+  EchoAndStreams a;
+  EchoAndStreams b;
+  // 16 shared round up to one slab of 256 receives; two connections leave
+  // 248 beyond their floors of 4, and recv_depth does not cap a share.
+  ChannelOptions co = ClientSharedQueue(/*shared_buffers=*/16, /*recv_depth=*/10000);
+  co.pool_size = 1;
+  absl::StatusOr<std::shared_ptr<Channel>> channel = CreateChannel(
+      absl::StrCat("127.0.0.1:", a.server.port(), ",127.0.0.1:", b.server.port()), co);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  softrdma::ResetStats();
+  std::atomic<bool> stop{false};
+  std::atomic<int> messages{0};
+  std::atomic<int> streams_failed{0};
+  std::thread flooder([&] {
+    while (!stop.load()) {
+      ClientContext ctx;
+      ctx.set_deadline(absl::Now() + absl::Seconds(30));
+      EchoRequest req;
+      req.set_tag(2000);
+      req.set_reply_bytes(32);
+      ClientReader<EchoResponse> reader(channel->get(), kExpandMethod, &ctx, req);
+      EchoResponse resp;
+      int n = 0;
+      while (reader.Read(&resp)) {
+        if (resp.text() != absl::StrCat(n)) break;
+        ++n;
+        messages.fetch_add(1);
+      }
+      const absl::Status s = reader.Finish();
+      if (!s.ok() || n != 2000) {
+        ADD_FAILURE() << s << " after " << n << " messages";
+        streams_failed.fetch_add(1);
+      }
+    }
+  });
+  while (messages.load() < 3000) absl::SleepFor(absl::Milliseconds(1));
+  int quiet_ok = 0;
+  int most = 0;
+  int least = 1 << 30;
+  for (int i = 0; i < 50; ++i) {
+    EchoRequest req;
+    req.set_text(absl::StrCat("quiet-", i));
+    EchoResponse resp;
+    ClientContext ctx;
+    ctx.set_deadline(absl::Now() + absl::Seconds(10));
+    const absl::Status s = Echo(channel->get(), &ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    if (s.ok() && resp.text() == req.text()) ++quiet_ok;
+    if (i % 10 == 0) {
+      for (const internal::ConnectionStatus& c : ClientConnections()) {
+        most = std::max(most, c.local_recv_depth);
+        least = std::min(least, c.local_recv_depth);
+      }
+    }
+  }
+  stop.store(true);
+  flooder.join();
+  EXPECT_EQ(quiet_ok, 50);
+  EXPECT_EQ(streams_failed.load(), 0);
+  EXPECT_EQ(softrdma::GetStats().rnr_retries, 0u);
+  // Never past a share (4 + 248 with nobody else borrowing), never below a
+  // floor; the stream's connection grew.
+  EXPECT_GT(most, 4);
+  EXPECT_LE(most, 4 + 248);
+  EXPECT_GE(least, 4);
+}
+
+// A connection whose floor the queue cannot hold any more fails its calls
+// RESOURCE_EXHAUSTED naming the numbers; the channel's other connection
+// carries on.
+TEST(ClientSharedReceiveQueue, AConnectionBeyondTheQueuesRoomFailsResourceExhausted) {
+  EchoFixture f;
+  // Floors of 20,000 receives: one connection fits in softrdma's
+  // max_srq_wr (32767), two do not. 256-byte buffers keep it small.
+  ChannelOptions co = ClientSharedQueue(/*shared_buffers=*/1, /*recv_depth=*/20000);
+  co.srq_min_credits = 20000;
+  co.eager_limit_bytes = 256;
+  co.pool_size = 2;
+  absl::StatusOr<std::shared_ptr<Channel>> channel =
+      CreateChannel(absl::StrCat("127.0.0.1:", f.server.port()), co);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  int ok = 0;
+  std::vector<absl::Status> failed;
+  for (int i = 0; i < 6; ++i) {
+    EchoRequest req;
+    req.set_text(absl::StrCat("call-", i));
+    EchoResponse resp;
+    ClientContext ctx;
+    ctx.set_deadline(absl::Now() + absl::Seconds(10));
+    const absl::Status s = Echo(channel->get(), &ctx, req, &resp);
+    if (s.ok()) {
+      EXPECT_EQ(resp.text(), req.text());
+      ++ok;
+    } else {
+      failed.push_back(s);
+    }
+  }
+  EXPECT_GE(ok, 3);
+  ASSERT_FALSE(failed.empty());
+  for (const absl::Status& s : failed) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_NE(s.message().find("shared receive queue full"), absl::string_view::npos) << s;
+    // Refused before registering more: the queue still has the first
+    // connection's 79 slabs of 256.
+    EXPECT_NE(s.message().find("shared receive queue full: 20224 receives of at most 32767 (the "
+                               "device's max_srq_wr) hold 1 connections x 20000 credits + 1 "
+                               "shared; 40001 needed"),
+              absl::string_view::npos)
+        << s;
+  }
+}
+
+// A connection that died gives its floor back: with floors so large that
+// the queue holds one connection, the channel reconnects to a server that
+// restarted on its port three times over, and each time calls go through.
+TEST(ClientSharedReceiveQueue, AReconnectedConnectionReusesTheFloorTheDeadOneGaveBack) {
+  ChannelOptions co = ClientSharedQueue(/*shared_buffers=*/1, /*recv_depth=*/20000);
+  co.srq_min_credits = 20000;
+  co.eager_limit_bytes = 256;
+  co.pool_size = 1;
+  auto server = std::make_unique<EchoAndStreams>();
+  const int port = server->server.port();
+  absl::StatusOr<std::shared_ptr<Channel>> channel =
+      CreateChannel(absl::StrCat("127.0.0.1:", port), co);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  for (int life = 0; life < 4; ++life) {
+    if (life > 0) {
+      server.reset();  // its connection to us dies with it
+      server = std::make_unique<EchoAndStreams>(port);
+    }
+    // Calls that meet the dead connection fail UNAVAILABLE; the reconnect
+    // (backoff about 1 s, then 1.6 s, ±20%) brings them back.
+    absl::Status last;
+    const absl::Time until = absl::Now() + absl::Seconds(15);
+    bool ok = false;
+    while (!ok && absl::Now() < until) {
+      EchoRequest req;
+      req.set_text(absl::StrCat("life-", life));
+      EchoResponse resp;
+      ClientContext ctx;
+      ctx.set_deadline(absl::Now() + absl::Seconds(5));
+      last = Echo(channel->get(), &ctx, req, &resp);
+      ok = last.ok() && resp.text() == req.text();
+      if (!ok) {
+        EXPECT_EQ(last.code(), absl::StatusCode::kUnavailable) << last;
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+    }
+    ASSERT_TRUE(ok) << "server life " << life << ": " << last;
+    const std::vector<internal::ConnectionStatus> clients = ClientConnections();
+    ASSERT_EQ(clients.size(), 1u);
+    EXPECT_TRUE(clients[0].shared_receive_queue);
+    EXPECT_EQ(clients[0].local_recv_depth, 20000);
+  }
+}
+
+TEST(ClientSharedReceiveQueue, OptionsOutOfRangeFailCreateChannel) {
+  ChannelOptions co = ClientSharedQueue(/*shared_buffers=*/0);
+  absl::StatusOr<std::shared_ptr<Channel>> ch = CreateChannel("127.0.0.1:1", co);
+  ASSERT_FALSE(ch.ok());
+  EXPECT_EQ(ch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ch.status().message(),
+            "ChannelOptions: srq_min_credits 4 (3..65535), srq_shared_buffers 0 (1..65535)");
+  co = ClientSharedQueue(/*shared_buffers=*/1);
+  co.srq_min_credits = 2;
+  ch = CreateChannel("127.0.0.1:1", co);
+  ASSERT_FALSE(ch.ok());
+  EXPECT_EQ(ch.status().message(),
+            "ChannelOptions: srq_min_credits 2 (3..65535), srq_shared_buffers 1 (1..65535)");
 }
 
 }  // namespace

@@ -114,6 +114,42 @@ struct RDMARPC_EXPORT ChannelOptions {
   // receive is held in reserve for credit returns and with only two the
   // peers could each wait for the other's credit.
   int recv_depth = 64;
+  // Where the channel's receive buffers (for responses, stream frames and
+  // credits the servers send) come from.
+  //  * kPerConnection (the default): each connection pre-posts recv_depth
+  //    buffers of eager_limit_bytes of its own (64 x 8 KiB = 512 KiB per
+  //    connection at the defaults), idle or not.
+  //  * kShared: one shared receive queue (SRQ) per engine thread serves
+  //    every connection of the channel on that thread, to every server of
+  //    the target (each server's pool of pool_size connections: a target
+  //    with many servers, or a large pool_size, makes many connections).
+  //    Receive memory grows with engine threads, not connections:
+  //    srq_shared_buffers per engine thread plus srq_min_credits per
+  //    connection (4 MiB + 32 KiB per connection at the defaults). Credits
+  //    are granted per connection as on a server's SRQ (ServerOptions::
+  //    receive_queue): each server gets srq_min_credits always and a fair
+  //    share of the shared buffers (at most recv_depth) while it sends, so
+  //    one server streaming to the client cannot take every receive, and
+  //    none meets receiver-not-ready. Each SRQ holds at most the device's
+  //    max_srq_wr receives (32767 on softrdma and ConnectX-5/6): an engine
+  //    thread takes at most (max_srq_wr - srq_shared_buffers) /
+  //    srq_min_credits connections; a connection beyond fails its calls
+  //    RESOURCE_EXHAUSTED naming the limit (raise engine_threads).
+  //    Channels do not share engine threads, so two channels in one
+  //    process have SRQs of their own: make one channel for a target with
+  //    many servers (a resolver target, or a comma-separated list) rather
+  //    than one per server.
+  //  Servers see no difference: both speak the same protocol.
+  enum class ReceiveQueue { kPerConnection, kShared };
+  ReceiveQueue receive_queue = ReceiveQueue::kPerConnection;
+  // kShared: credits every server connection is granted (and starts with).
+  // Accepted range 3..65535 (CreateChannel: INVALID_ARGUMENT otherwise);
+  // above recv_depth it is recv_depth (at least 3).
+  int srq_min_credits = 4;
+  // kShared: buffers each engine thread's SRQ shares beyond the
+  // connections' floors. Accepted range 1..65535 (CreateChannel:
+  // INVALID_ARGUMENT otherwise).
+  int srq_shared_buffers = 512;
   // Most registered memory one connection exposes to its server at once, in
   // bytes: the request and reply buffers of calls with large messages (held
   // until the server answered, also past a call's deadline) and large
