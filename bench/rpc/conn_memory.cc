@@ -6,11 +6,13 @@
 // counts), one Echo call on each new one (a channel with pool_size = the last
 // step, whose slots connect on first use), and after each step asks the child
 // for its registered memory -- softrdma::PinnedBytes(), the bytes a NIC's
-// driver pins and counts against RLIMIT_MEMLOCK -- and its VmRSS. Prints one
-// row per step and the per-connection slope between the first and last step.
+// driver pins and counts against RLIMIT_MEMLOCK -- and its VmRSS, and
+// reads the same two figures of its own (the client's channel, with
+// --client_receive_queue). Prints one row per step and the per-connection
+// slopes between the first and last step.
 //
 // Usage: conn_memory [--steps=0,10,100,500] [--receive_queue=shared]
-//        (RDMARPC_PROVIDER=soft)
+//        [--client_receive_queue=per-connection] (RDMARPC_PROVIDER=soft)
 
 #include <cstdint>
 #include <cstdio>
@@ -31,6 +33,8 @@ DEFINE_string(steps, "0,10,100,500", "Cumulative connection counts to measure at
 DEFINE_string(receive_queue, "shared",
               "Server's ServerOptions::receive_queue: shared | per-connection");
 DEFINE_int32(server_workers, 2, "Server worker threads");
+DEFINE_string(client_receive_queue, "per-connection",
+              "Client's ChannelOptions::receive_queue: per-connection | shared");
 
 using rdmarpc::rpcbench::EchoRequest;
 using rdmarpc::rpcbench::EchoResponse;
@@ -48,6 +52,13 @@ int main(int argc, char** argv) {
     }
     steps.push_back(n);
   }
+  for (const std::string* q : {&FLAGS_receive_queue, &FLAGS_client_receive_queue}) {
+    if (*q != "shared" && *q != "per-connection") {
+      fprintf(stderr, "--receive_queue / --client_receive_queue: shared or per-connection, got %s\n",
+              q->c_str());
+      return 2;
+    }
+  }
   if (steps.size() < 2) {
     fprintf(stderr, "--steps: want at least two counts\n");
     return 2;
@@ -62,11 +73,16 @@ int main(int argc, char** argv) {
   // Connections per engine as a busy client would spread them (a loop's
   // CQ grows, so this is for polling work, not room).
   options.engine_threads = options.pool_size / 150 + 1;
+  if (FLAGS_client_receive_queue == "shared") {
+    options.receive_queue = rdmarpc::ChannelOptions::ReceiveQueue::kShared;
+  }
   auto channel = rdmarpc::CreateChannel(absl::StrCat("127.0.0.1:", port), options);
   CHECK(channel.ok()) << channel.status();
   std::unique_ptr<RpcBench::Stub> stub = RpcBench::NewStub(*channel);
-  printf("%12s %16s %12s\n", "connections", "registered_KiB", "VmRSS_KiB");
+  printf("%12s %16s %12s %23s %19s\n", "connections", "registered_KiB", "VmRSS_KiB",
+         "client_registered_KiB", "client_VmRSS_KiB");
   std::vector<rdmarpc::rpcbench::MemorySample> at;
+  std::vector<rdmarpc::rpcbench::MemorySample> client_at;
   int open = 0;
   for (int n : steps) {
     for (; open < n; ++open) {  // slot `open` connects on its first call
@@ -79,14 +95,22 @@ int main(int argc, char** argv) {
       CHECK(s.ok()) << "connection " << open << ": " << s;
     }
     at.push_back(sample());
-    printf("%12d %16llu %12llu\n", n, static_cast<unsigned long long>(at.back().pinned_bytes >> 10),
-           static_cast<unsigned long long>(at.back().rss_kib));
+    client_at.push_back(rdmarpc::rpcbench::SampleThisProcess());
+    printf("%12d %16llu %12llu %23llu %19llu\n", n,
+           static_cast<unsigned long long>(at.back().pinned_bytes >> 10),
+           static_cast<unsigned long long>(at.back().rss_kib),
+           static_cast<unsigned long long>(client_at.back().pinned_bytes >> 10),
+           static_cast<unsigned long long>(client_at.back().rss_kib));
   }
   const double conns = steps.back() - steps.front();
   if (conns > 0) {
     printf("per connection: registered %.1f KiB, VmRSS %.1f KiB\n",
            (static_cast<double>(at.back().pinned_bytes) - at.front().pinned_bytes) / 1024 / conns,
            (static_cast<double>(at.back().rss_kib) - at.front().rss_kib) / conns);
+    printf("client per connection: registered %.1f KiB, VmRSS %.1f KiB\n",
+           (static_cast<double>(client_at.back().pinned_bytes) - client_at.front().pinned_bytes) /
+               1024 / conns,
+           (static_cast<double>(client_at.back().rss_kib) - client_at.front().rss_kib) / conns);
   }
   stub.reset();
   channel->reset();

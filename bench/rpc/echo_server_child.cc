@@ -40,6 +40,8 @@ uint64_t RssKib() {
   return 0;
 }
 
+MemorySample SampleThisProcess() { return MemorySample{softrdma::PinnedBytes(), RssKib()}; }
+
 int ServeEchoChild(int cmd_fd, int reply_fd, int workers, const std::string& receive_queue) {
   EchoImpl service;
   ServerOptions options;
@@ -57,7 +59,7 @@ int ServeEchoChild(int cmd_fd, int reply_fd, int workers, const std::string& rec
   CHECK_EQ(write(reply_fd, &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
   char c = 0;
   while (read(cmd_fd, &c, 1) == 1) {
-    MemorySample m{softrdma::PinnedBytes(), RssKib()};
+    const MemorySample m = SampleThisProcess();
     CHECK_EQ(write(reply_fd, &m, sizeof(m)), static_cast<ssize_t>(sizeof(m)));
   }
   server.Shutdown(absl::ZeroDuration());

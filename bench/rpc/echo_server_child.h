@@ -23,6 +23,8 @@ struct MemorySample {
 
 // This process's VmRSS in KiB (0 if /proc/self/status has none).
 uint64_t RssKib();
+// This process's softrdma::PinnedBytes() and RssKib() now.
+MemorySample SampleThisProcess();
 
 // Serves as above with `workers` workers and ServerOptions::receive_queue
 // given by name ("shared" or "per-connection"). Returns the exit status.

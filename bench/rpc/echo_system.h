@@ -122,6 +122,7 @@ struct ClientConfig {
   int engine_threads = 1;         // rdmarpc: completion threads per channel
   int pool_size = 0;              // rdmarpc: connections per channel; 0 = ChannelOptions'
   size_t max_message_bytes = 0;   // rdmarpc: the channel's limit; 0 = ChannelOptions'
+  bool shared_receive_queue = false;  // rdmarpc: ChannelOptions::receive_queue = kShared
 };
 
 // rdmarpc, with max_message_bytes = kLargeMessageBytes, and each worker's

@@ -296,6 +296,7 @@ absl::StatusOr<std::unique_ptr<EchoClient>> NewRdmarpcClient(const ClientConfig&
   options.engine_threads = config.engine_threads;
   if (config.pool_size > 0) options.pool_size = config.pool_size;
   if (config.max_message_bytes > 0) options.max_message_bytes = config.max_message_bytes;
+  if (config.shared_receive_queue) options.receive_queue = ChannelOptions::ReceiveQueue::kShared;
   absl::StatusOr<std::shared_ptr<Channel>> channel = CreateChannel(config.address, options);
   if (!channel.ok()) return channel.status();
   return std::unique_ptr<EchoClient>(std::make_unique<RdmarpcClient>(*std::move(channel)));

@@ -56,6 +56,8 @@ DEFINE_int32(server_workers, 1, "rdmarpc server worker threads");
 DEFINE_string(server_receive_queue, "shared",
               "rdmarpc server's ServerOptions::receive_queue: shared | per-connection");
 DEFINE_int32(engine_threads, 1, "rdmarpc client: completion (engine) threads per channel");
+DEFINE_string(client_receive_queue, "per-connection",
+              "rdmarpc client's ChannelOptions::receive_queue: per-connection | shared");
 DEFINE_int64(connect_timeout_ms, 5000, "Client: time allowed to connect, in ms");
 DEFINE_string(modes, "latency,rate,bandwidth,budget,stream,mixed",
               "Client: workloads to run (stream and mixed: rdmarpc only)");
@@ -108,6 +110,7 @@ absl::StatusOr<std::unique_ptr<EchoClient>> NewClient(const std::string& system)
   ClientConfig config;
   config.connect_timeout_ms = FLAGS_connect_timeout_ms;
   config.engine_threads = FLAGS_engine_threads;
+  config.shared_receive_queue = FLAGS_client_receive_queue == "shared";
   if (system == "rdmarpc") {
     config.address = absl::StrCat(FLAGS_host, ":", FLAGS_port);
     return NewRdmarpcClient(config);
@@ -239,6 +242,7 @@ absl::StatusOr<SystemResults> RunSystem(const std::string& system,
       config.connect_timeout_ms = FLAGS_connect_timeout_ms;
       config.engine_threads = FLAGS_engine_threads;
       config.pool_size = 1;
+      config.shared_receive_queue = FLAGS_client_receive_queue == "shared";
       config.max_message_bytes = kLargeMessageBytes;
       absl::StatusOr<std::unique_ptr<EchoClient>> mixed_client = NewRdmarpcClient(config);
       if (!mixed_client.ok()) return fail("mixed client", mixed_client.status());
@@ -438,6 +442,14 @@ int main(int argc, char** argv) {
     fprintf(stderr, "rpc_bench: built without gRPC; measuring rdmarpc only\n");
     systems->erase(std::find(systems->begin(), systems->end(), "grpc"));
     if (systems->empty()) return BadFlag(absl::InvalidArgumentError("--systems=grpc, no gRPC"));
+  }
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{
+                                        "server_receive_queue", &FLAGS_server_receive_queue},
+                                    {"client_receive_queue", &FLAGS_client_receive_queue}}) {
+    if (*value != "shared" && *value != "per-connection") {
+      return BadFlag(absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, " must be shared or per-connection, got '", *value, "'")));
+    }
   }
   if (FLAGS_mode == "server") return RunServer(*systems);
   if (FLAGS_mode == "client") {

@@ -42,6 +42,8 @@ expect_bad_flag "1 <= --mixed_large_size <= 83881984 (83886080)" \
   --mode=client --systems=rdmarpc --port=1 --mixed_large_size=83886080
 expect_bad_flag "--stream_sizes: '67108864' is not a size in bytes from 0 to 67104768" \
   --mode=client --systems=rdmarpc --port=1 --stream_sizes=32,67108864
+expect_bad_flag "--client_receive_queue must be shared or per-connection, got 'srq'" \
+  --mode=client --systems=rdmarpc --port=1 --client_receive_queue=srq
 : >"$dir/server.log"  # the background job opens it only when it runs
 "$bench" --mode=server --systems=rdmarpc --host=127.0.0.1 --port=0 --duration=100 \
   >"$dir/server.log" 2>"$dir/server.err.log" &
@@ -92,12 +94,13 @@ grep -q '"send_wrs_per_call": \([2-9]\|[1-9][0-9]\)' <<<"$json" || fail "send_wr
 grep -q '^32 [0-9.e+-]* [0-9.e+-]* NaN NaN$' "$dir/latency.dat" || fail "latency.dat: $(cat "$dir/latency.dat")"
 grep -q 'rdmarpc/' "$dir/client.log" && fail "ratio column printed with one system"
 grep -q '^latency 32 B p50' "$dir/client.log" || fail "no table in the client output"
-# Streaming and mixed, on the same server: two short streams per size, and
+# Streaming and mixed, on the same server, the client receiving from a
+# shared receive queue: two short streams per size, and
 # 32 B calls alone then next to the default 64 MiB calls (over the default
 # 64 MiB max_message_bytes: the server's and the mixed channel's limit is
 # 80 MiB).
 timeout 50 "$bench" --mode=client --systems=rdmarpc --host=127.0.0.1 --port="$port" \
-  --modes=stream,mixed --stream_sizes=32,4096 --stream_messages=500 --stream_runs=2 \
+  --client_receive_queue=shared --modes=stream,mixed --stream_sizes=32,4096 --stream_messages=500 --stream_runs=2 \
   --mixed_calls=200 --mixed_seconds=0.2 --warmup_calls=2 \
   --json_out="$dir/stream.json" >"$dir/stream_client.log" 2>"$dir/stream_client.err.log" \
   || fail "stream/mixed client failed"
