@@ -418,14 +418,27 @@ void Conn::Lost() {
   Close();
 }
 
+namespace {
+// The staging buffer of Conn::HandleReadable, in bytes.
+constexpr size_t kStageBytes = 64 << 10;
+// One per thread, not one per Conn: only the progress thread reads sockets,
+// and HandleReadable never runs inside another's frame dispatch. A buffer
+// per Conn was 64 KiB of every connection's resident memory (heaptrack of
+// a server holding 1,000 idle connections), a third of it.
+uint8_t* ReadStage() {
+  thread_local const std::unique_ptr<uint8_t[]> stage(new uint8_t[kStageBytes]);
+  return stage.get();
+}
+}  // namespace
+
 void Conn::HandleReadable() {
-  if (stage_.empty()) stage_.resize(64 << 10);
+  uint8_t* const stage = ReadStage();
   if (vanished_.load()) {
     // The peer "crashed": whatever arrives is lost, and its FIN or reset goes
     // unnoticed. Once the socket ends, stop watching it (it would stay
     // readable); the fd closes with the last owner.
     for (;;) {
-      ssize_t n = ::recv(fd_, stage_.data(), stage_.size(), MSG_DONTWAIT);
+      ssize_t n = ::recv(fd_, stage, kStageBytes, MSG_DONTWAIT);
       if (n > 0) continue;
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
@@ -438,7 +451,7 @@ void Conn::HandleReadable() {
     if (drop_requested_.load()) return Lost();
     // A large payload is read straight into its buffer; everything else goes
     // through the staging buffer so small frames cost one recv each batch.
-    if (hdr_got_ == kHeaderSize && cur_.h.length - pay_got_ >= stage_.size()) {
+    if (hdr_got_ == kHeaderSize && cur_.h.length - pay_got_ >= kStageBytes) {
       ssize_t n = ::recv(fd_, cur_.payload.get() + pay_got_, cur_.h.length - pay_got_,
                          MSG_DONTWAIT);
       if (n == 0) return Lost();
@@ -451,7 +464,7 @@ void Conn::HandleReadable() {
       io_progress_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
       budget -= std::min(budget, static_cast<size_t>(n));
     } else {
-      ssize_t n = ::recv(fd_, stage_.data(), stage_.size(), MSG_DONTWAIT);
+      ssize_t n = ::recv(fd_, stage, kStageBytes, MSG_DONTWAIT);
       if (n == 0) return Lost();
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -465,7 +478,7 @@ void Conn::HandleReadable() {
       while (pos < end || (hdr_got_ == kHeaderSize && pay_got_ == cur_.h.length)) {
         if (hdr_got_ < kHeaderSize) {
           size_t take = std::min(kHeaderSize - hdr_got_, end - pos);
-          std::memcpy(hdr_ + hdr_got_, stage_.data() + pos, take);
+          std::memcpy(hdr_ + hdr_got_, stage + pos, take);
           hdr_got_ += take;
           pos += take;
           if (hdr_got_ < kHeaderSize) break;
@@ -480,7 +493,7 @@ void Conn::HandleReadable() {
         }
         if (pay_got_ < cur_.h.length) {
           size_t take = std::min<size_t>(cur_.h.length - pay_got_, end - pos);
-          std::memcpy(cur_.payload.get() + pay_got_, stage_.data() + pos, take);
+          std::memcpy(cur_.payload.get() + pay_got_, stage + pos, take);
           pay_got_ += take;
           pos += take;
           if (pay_got_ < cur_.h.length) break;

@@ -194,7 +194,6 @@ class Conn : public Pollable, public std::enable_shared_from_this<Conn> {
   size_t hdr_got_ = 0;
   Frame cur_;
   size_t pay_got_ = 0;
-  std::vector<uint8_t> stage_;
 };
 
 // A listening TCP socket for an rdma_cm id in rdma_listen. Each accepted
