@@ -17,6 +17,7 @@
 #include "tests/testing/server_test_hooks.h"
 #include "runtime/softrdma/softrdma.h"
 #include "tests/rpc/call_model_service.h"
+#include "tests/rpc/stream_service.h"
 
 namespace rdmarpc {
 namespace test {
@@ -186,6 +187,75 @@ TEST(TryCancel, LargeRequestCancelledBeforeTheServerPulledItIsSkippedAndTheConne
     ASSERT_TRUE(r.ok()) << i << ": " << r;
     EXPECT_EQ(resp.data(), req.data());
   }
+}
+
+// A server-streaming call's opening request is large (pulled by RDMA READ,
+// delayed here): cancelled while the pull waits, the call ends CANCELLED,
+// the READ is never posted, the handler never starts, and the connection
+// carries the next such calls whole.
+TEST(TryCancel, AServerStreamingCallCancelledBeforeItsRequestWasPulledNeverStartsItsHandler) {
+  StreamService service;
+  Server server;
+  ASSERT_TRUE(server.AddService(&service).ok());
+  ASSERT_TRUE(server.Start("127.0.0.1:0").ok());
+  ChannelOptions co;
+  co.pool_size = 1;
+  absl::StatusOr<std::shared_ptr<Channel>> channel =
+      CreateChannel(absl::StrCat("127.0.0.1:", server.port()), co);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  // Reads the call's messages; returns how many had the expected text and
+  // data before the stream ended, and the status.
+  auto expand = [&](ClientContext* ctx, const EchoRequest& req, int* good) {
+    ClientReader<EchoResponse> reader(channel->get(), kExpandMethod, ctx, req);
+    EchoResponse resp;
+    *good = 0;
+    while (reader.Read(&resp)) {
+      if (resp.text() == absl::StrCat(*good) &&
+          resp.data() == PatternBytes(*good, static_cast<size_t>(req.reply_bytes()))) {
+        ++*good;
+      }
+    }
+    return reader.Finish();
+  };
+  EchoRequest warm;
+  warm.set_tag(3);
+  warm.set_reply_bytes(10);
+  int good = 0;
+  ClientContext warm_ctx;
+  warm_ctx.set_timeout(absl::Seconds(30));
+  ASSERT_TRUE(expand(&warm_ctx, warm, &good).ok());
+  ASSERT_EQ(good, 3);
+  softrdma::ResetStats();
+  internal::SetServerRequestReadDelay(absl::Milliseconds(400), 1);
+  EchoRequest big;
+  big.set_data(std::string(200000, 'b'));
+  big.set_tag(5);
+  big.set_reply_bytes(100);
+  ClientContext ctx;
+  ctx.set_timeout(absl::Seconds(30));
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    ctx.TryCancel();
+  });
+  const absl::Status s = expand(&ctx, big, &good);
+  canceller.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_EQ(good, 0);
+  absl::SleepFor(absl::Milliseconds(600));  // past the delayed READ
+  internal::SetServerRequestReadDelay(absl::ZeroDuration(), 0);
+  EXPECT_EQ(softrdma::GetStats().rdma_read, 0u);  // skipped, not posted
+  EXPECT_EQ(softrdma::GetStats().rem_access_errors, 0u);
+  EXPECT_EQ(service.expand_started_.load(), 1);  // the warm-up call only
+  for (int i = 0; i < 5; ++i) {
+    EchoRequest req = big;
+    req.set_data(std::string(200000, static_cast<char>('0' + i)));
+    ClientContext next;
+    next.set_timeout(absl::Seconds(30));
+    const absl::Status r = expand(&next, req, &good);
+    EXPECT_TRUE(r.ok()) << r;
+    EXPECT_EQ(good, 5) << "call " << i;
+  }
+  EXPECT_EQ(service.expand_started_.load(), 6);
 }
 
 TEST(FromServerContext, ChildCallInheritsTheDeadline) {
