@@ -336,12 +336,20 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
 std::unique_ptr<ConnectionPool> ChannelImpl::MakePool(const SocketAddress& addr,
                                                       const std::string& name) {
   // A resolver's pools have a slot on every loop, so a call parked on any
-  // loop finds one there (PickRouteOn).
+  // loop finds one there (PickRouteOn). A static target's pools start where
+  // the one before ended, so its servers' connections spread over the
+  // loops (with a shared receive queue, over their SRQs) instead of every
+  // pool's slot 0 sharing loop 0.
   const int size = resolver_handler_ == nullptr
                        ? options_.pool_size
                        : std::max(options_.pool_size, static_cast<int>(loop_ptrs_.size()));
+  const int first_loop =
+      resolver_handler_ == nullptr
+          ? static_cast<int>((pools_.size() * static_cast<size_t>(options_.pool_size)) %
+                             loop_ptrs_.size())
+          : 0;
   auto pool = std::make_unique<ConnectionPool>(addr, name, size, loop_ptrs_, device_.get(),
-                                               connection_options_);
+                                               connection_options_, first_loop);
   if (resolver_handler_ != nullptr) {
     pool->EnableBackgroundReconnect();
     pool->SetOnFailure([this] { RequestReresolution(); });

@@ -215,12 +215,16 @@ class ChannelImpl {
     }
     return idl;
   }
-  // The loop a retrying call runs on: in turn, among the loops every pool
-  // has a slot on (a pool's slot i is on loop i mod loops). Leaves the
-  // servers' round robin alone.
+  // The loop a retrying call runs on, in turn. A one-server static
+  // target's: among the loops its pool has a slot on (slot i is on loop i
+  // mod loops). Otherwise among all (a resolver's pools have a slot on
+  // each; a static target's several pools spread over them, so an attempt
+  // may hop to its slot's loop). Leaves the servers' round robin alone.
   EventLoop* PickHomeLoop() {
     size_t n = loop_ptrs_.size();
-    if (resolver_handler_ == nullptr) n = std::min(n, static_cast<size_t>(options_.pool_size));
+    if (resolver_handler_ == nullptr && static_pools_.size() == 1) {
+      n = std::min(n, static_cast<size_t>(options_.pool_size));
+    }
     return loop_ptrs_[next_home_.fetch_add(1, std::memory_order_relaxed) % n];
   }
   // Loop thread of `loop`: where an attempt goes: a server not in `avoid`

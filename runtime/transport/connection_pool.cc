@@ -17,13 +17,13 @@ constexpr absl::Duration kRetireCheck = absl::Milliseconds(200);
 
 ConnectionPool::ConnectionPool(SocketAddress address, std::string name, int size,
                                const std::vector<EventLoop*>& loops, DeviceResources* device,
-                               const ConnectionOptions& options)
+                               const ConnectionOptions& options, int first_loop)
     : address_(address), name_(std::move(name)), device_(device), options_(options) {
   for (int i = 0; i < size; ++i) {
     auto slot = std::make_unique<Slot>();
     slot->pool = this;
     slot->index = i;
-    slot->loop = loops[static_cast<size_t>(i) % loops.size()];
+    slot->loop = loops[static_cast<size_t>(first_loop + i) % loops.size()];
     slots_.push_back(std::move(slot));
   }
 }

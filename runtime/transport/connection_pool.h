@@ -34,9 +34,12 @@ namespace internal {
 
 class ConnectionPool {
  public:
+  // `size` slots; slot i connects on loops[(first_loop + i) % loops.size()],
+  // so that a channel's pools to several servers spread their connections
+  // over its loops instead of all starting on the first.
   ConnectionPool(SocketAddress address, std::string name, int size,
                  const std::vector<EventLoop*>& loops, DeviceResources* device,
-                 const ConnectionOptions& options);
+                 const ConnectionOptions& options, int first_loop = 0);
 
   const std::string& name() const { return name_; }
   int size() const { return static_cast<int>(slots_.size()); }
