@@ -199,7 +199,7 @@ void Connection::SendResponseWithAttachment(OutItem& item) {
     // The call ends with that instead (nothing of it exposed any more).
     WireHeader e;
     e.kind = MsgKind::kResponse;
-    e.status_code = static_cast<uint32_t>(exposed.code());
+    e.status_code = static_cast<uint32_t>(ExposeFailureCode(exposed.code()));
     const std::string msg =
         absl::StrCat("response attachment of ", a.length, " bytes to ", peer_name_, ": ",
                      exposed.message().substr(0, kMaxStatusMessage));
@@ -364,7 +364,8 @@ void Connection::SendStreamMessageWithAttachment(OutItem& item) {
   if (absl::Status exposed = ExposeForPull(a, item.payload, payload_inline, &h, &ad, &pr);
       !exposed.ok()) {
     // The stream ends with that instead (nothing of it exposed any more).
-    FailStream(item, absl::Status(exposed.code(), absl::StrCat("stream message attachment of ",
+    FailStream(item, absl::Status(ExposeFailureCode(exposed.code()),
+                                  absl::StrCat("stream message attachment of ",
                                                                a.length, " bytes to ",
                                                                peer_name_, ": ",
                                                                exposed.message())));

@@ -218,13 +218,23 @@ absl::Status Connection::SetupQp() {
     so.min_credits = options_.srq_min_credits;
     so.max_credits = std::max(options_.recv_depth, options_.srq_min_credits);
     absl::StatusOr<SharedReceiveQueue*> srq = loop_->EnsureSrq(*pd, so);
-    if (!srq.ok()) return srq.status();
-    srq_share_.owner = this;
-    srq_share_.on_granted = &Connection::OnSrqGranted;
-    if (absl::StatusOr<int> initial = (*srq)->Attach(&srq_share_); !initial.ok()) {
-      return initial.status();
+    if (absl::IsUnimplemented(srq.status())) {
+      // A device without shared receive queues: this connection receives
+      // into a ring of its own instead. The peer only sees how many
+      // credits it gets.
+      LOG_FIRST_N(WARNING, 1) << "rdmarpc: " << srq.status().message()
+                              << "; connections use receive rings of their own ("
+                              << options_.recv_depth << " buffers each)";
+    } else if (!srq.ok()) {
+      return srq.status();
+    } else {
+      srq_share_.owner = this;
+      srq_share_.on_granted = &Connection::OnSrqGranted;
+      if (absl::StatusOr<int> initial = (*srq)->Attach(&srq_share_); !initial.ok()) {
+        return initial.status();
+      }
+      srq_ = *srq;  // attached: Destroy detaches
     }
-    srq_ = *srq;  // attached: Destroy detaches
   }
   // The SRQ reserved CQ entries for its own receives.
   const int cqe = kSendQueueDepth + (srq_ != nullptr ? 0 : options_.recv_depth);

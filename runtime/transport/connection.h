@@ -102,6 +102,8 @@ struct ConnectionOptions {
   // connection's own; recv_depth is then the most credits the peer may
   // hold, `srq_min_credits` the credits it is always granted (and starts
   // with), and the queue shares `srq_extra_buffers` beyond those floors.
+  // On a device without SRQs (EnsureSrq: UNIMPLEMENTED) the connection
+  // gets its ring after all, with a warning logged once per process.
   // Every connection of one loop must agree on these and recv_buffer_bytes.
   bool shared_receive_queue = false;
   int srq_min_credits = 4;
@@ -126,6 +128,16 @@ const char* ConnStateName(ConnState s);
 
 // One connection as /statusz shows it (Connection::Describe): a copy taken
 // on its loop, plain values.
+// The code a call or stream ends with when this side could not expose its
+// data for the peer to pull: RESOURCE_EXHAUSTED as it came (the exposure
+// cap, a full pool: retry once others finished), INTERNAL for anything else
+// (a registration the device refused). Never the registration's own
+// INVALID_ARGUMENT or OUT_OF_RANGE, which would tell the caller its request
+// was at fault.
+inline absl::StatusCode ExposeFailureCode(absl::StatusCode code) {
+  return code == absl::StatusCode::kResourceExhausted ? code : absl::StatusCode::kInternal;
+}
+
 struct ConnectionStatus {
   std::string engine;        // the loop's name
   std::string peer;          // host:port
@@ -604,8 +616,9 @@ class Connection final : public CmEventHandler, public LoopClient {
   void HandleWindow(const Imm& imm, const ParsedMessage& m);
   bool SendStreamItem(OutItem& item);
   // A large stream message that cannot be exposed (the cap, a full pool, a
-  // registration that failed): its stream ends with `why`'s code and
-  // message, naming the frame's size and the peer (FailStream).
+  // registration that failed): its stream ends with `why`'s message, the
+  // frame's size and the peer, as RESOURCE_EXHAUSTED or INTERNAL
+  // (ExposeFailureCode; FailStream).
   void FailStreamItem(const OutItem& item, const absl::Status& why);
   // Ends the stream of `item` (its slot and generation) with `status`,
   // e.g. instead of sending it or for a frame above max_message_bytes

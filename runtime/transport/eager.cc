@@ -434,7 +434,7 @@ bool Connection::SendResponseItem(OutItem& item) {
         pool_ != nullptr ? pool_->Get(kRegisteredResponseOffset + head + payload_size)
                          : absl::StatusOr<LargeBuffer*>(absl::InternalError("no buffer pool"));
     if (!got.ok()) {
-      h.status_code = static_cast<uint32_t>(got.status().code());
+      h.status_code = static_cast<uint32_t>(ExposeFailureCode(got.status().code()));
       std::string msg(got.status().message().substr(0, kMaxStatusMessage));
       h.aux_len = static_cast<uint16_t>(msg.size());
       h.meta_len = 0;
@@ -462,7 +462,7 @@ bool Connection::SendResponseItem(OutItem& item) {
       exposures_.Expose(&send_queue_, b.get(), pr.addr, pr.length, IBV_ACCESS_REMOTE_READ);
   if (!rkey.ok()) {
     // The call ends with the reason instead (the buffer goes back with b).
-    h.status_code = static_cast<uint32_t>(rkey.status().code());
+    h.status_code = static_cast<uint32_t>(ExposeFailureCode(rkey.status().code()));
     std::string msg =
         absl::StrCat("response of ", payload_size, " bytes to ", peer_name_, ": ",
                      rkey.status().message().substr(0, kMaxStatusMessage));

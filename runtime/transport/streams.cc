@@ -166,9 +166,7 @@ bool Connection::SendStreamItem(OutItem& item) {
 }
 
 void Connection::FailStreamItem(const OutItem& item, const absl::Status& why) {
-  // The cause's code: RESOURCE_EXHAUSTED for the exposure cap and a full
-  // pool, registration's own codes otherwise.
-  FailStream(item, absl::Status(why.code(), absl::StrCat("stream frame of ", item.payload.size(),
+  FailStream(item, absl::Status(ExposeFailureCode(why.code()), absl::StrCat("stream frame of ", item.payload.size(),
                                                          " bytes on the connection to ",
                                                          peer_name_, ": ", why.message())));
 }

@@ -14,6 +14,7 @@
 #include "runtime/softrdma/faults.h"
 #include "runtime/softrdma/softrdma.h"
 #include "tests/rpc/rpc_fixture.h"
+#include "tests/rpc/stream_service.h"
 #include "tests/rpc/test_service.h"
 
 namespace rdmarpc {
@@ -204,6 +205,44 @@ TEST(Channel, RegistrationFailureIsResourceExhaustedAndRecovers) {
   s = Echo(f.channel.get(), &ctx2, req, &resp);
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(resp.text(), "x");
+}
+
+// The server's pool cannot register the buffer for a large stream message
+// (ibv_reg_mr refuses with EINVAL): the stream ends INTERNAL naming the
+// frame, not the registration's INVALID_ARGUMENT, which would blame the
+// caller's request; the connection carries the next call.
+TEST(Channel, AStreamFrameTheServerCannotRegisterEndsTheStreamInternal) {
+  ChannelOptions one;
+  one.pool_size = 1;
+  ServiceFixture<StreamService> f(ServerOptions(), one);
+  auto expand = [&](int64_t reply_bytes, int* got) {
+    ClientContext ctx;
+    ctx.set_timeout(absl::Seconds(20));
+    EchoRequest req;
+    req.set_tag(1);
+    req.set_reply_bytes(reply_bytes);
+    ClientReader<EchoResponse> reader(f.channel.get(), kExpandMethod, &ctx, req);
+    EchoResponse resp;
+    *got = 0;
+    while (reader.Read(&resp)) {
+      if (resp.data() == PatternBytes(*got, static_cast<size_t>(reply_bytes))) ++*got;
+    }
+    return reader.Finish();
+  };
+  int got = 0;
+  ASSERT_TRUE(expand(10, &got).ok());  // connected: its registrations are done
+  ASSERT_EQ(got, 1);
+  softrdma::FailNextRegMr(1, EINVAL);
+  const absl::Status s = expand(3 << 20, &got);
+  softrdma::FailNextRegMr(0, 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(s.message().find("stream frame of 3145736 bytes on the connection to 127.0.0.1:"),
+            absl::string_view::npos)
+      << s;
+  EXPECT_EQ(got, 0);
+  const absl::Status again = expand(3 << 20, &got);
+  EXPECT_TRUE(again.ok()) << again;
+  EXPECT_EQ(got, 1);
 }
 
 TEST(Async, CallbackRunsOnceWithResponse) {
