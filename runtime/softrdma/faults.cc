@@ -26,7 +26,7 @@ namespace softrdma {
 namespace internal {
 namespace {
 
-constexpr int kNumOps = static_cast<int>(FaultOp::kResizeCq) + 1;
+constexpr int kNumOps = static_cast<int>(FaultOp::kCreateSrq) + 1;
 constexpr uint64_t kPageBytes = 4096;
 
 struct FailKnob {
@@ -161,7 +161,8 @@ void LoadFromEnv() {
                 {"SOFTRDMA_FAULT_FAIL_REQ_NOTIFY_CQ", FaultOp::kReqNotifyCq},
                 {"SOFTRDMA_FAULT_FAIL_CREATE_QP", FaultOp::kCreateQp},
                 {"SOFTRDMA_FAULT_FAIL_ARM_NEW_CQ", FaultOp::kArmNewCq},
-                {"SOFTRDMA_FAULT_FAIL_RESIZE_CQ", FaultOp::kResizeCq}};
+                {"SOFTRDMA_FAULT_FAIL_RESIZE_CQ", FaultOp::kResizeCq},
+                {"SOFTRDMA_FAULT_FAIL_CREATE_SRQ", FaultOp::kCreateSrq}};
   for (const auto& f : kFails) {
     const char* v = std::getenv(f.name);
     if (v == nullptr) continue;

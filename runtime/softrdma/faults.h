@@ -30,6 +30,7 @@
 //   SOFTRDMA_FAULT_FAIL_CREATE_QP=count:errno[:after]     FailNext(kCreateQp, ...)
 //   SOFTRDMA_FAULT_FAIL_ARM_NEW_CQ=count:errno[:after]    FailNext(kArmNewCq, ...)
 //   SOFTRDMA_FAULT_FAIL_RESIZE_CQ=count:errno[:after]     FailNext(kResizeCq, ...)
+//   SOFTRDMA_FAULT_FAIL_CREATE_SRQ=count:errno[:after]    FailNext(kCreateSrq, ...)
 //       count, after: decimal >= 0 (after defaults to 0); errno: decimal
 //       (12) or a name (ENOMEM, EINVAL, EPERM, ENOSPC, EAGAIN, EBUSY, ENODEV,
 //       EIO, EFAULT, EACCES, EOPNOTSUPP), e.g. SOFTRDMA_FAULT_FAIL_REG_MR=2:ENOMEM
@@ -62,6 +63,8 @@ enum class FaultOp {
   kArmNewCq,     // only the FIRST ibv_req_notify_cq of each CQ (its set-up
                  // arm); re-arms of a CQ in use neither fail nor count
   kResizeCq,     // ibv_resize_cq: returns the errno value, the CQ unchanged
+  kCreateSrq,    // ibv_create_srq: returns NULL, errno set (EOPNOTSUPP: a
+                 // device without shared receive queues)
 };
 
 // After `after` more calls of `op` succeed, the next `count` calls (any

@@ -1,6 +1,7 @@
 // srq.cc: shared receive queues.
 #include <errno.h>
 
+#include "softrdma/faults_internal.h"
 #include "softrdma/internal.h"
 #include "softrdma/softrdma.h"
 
@@ -56,6 +57,10 @@ bool SrqTake(ibv_srq* srq, RecvWqe* out) {
 }  // namespace internal
 
 ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  if (int err = 0; internal::TakeInjectedFailure(FaultOp::kCreateSrq, &err)) {
+    errno = err;
+    return nullptr;
+  }
   if (pd == nullptr || attr == nullptr || attr->attr.max_wr == 0 ||
       attr->attr.max_wr > internal::kMaxSrqWr || attr->attr.max_sge > internal::kMaxSge ||
       attr->attr.srq_limit > attr->attr.max_wr) {
