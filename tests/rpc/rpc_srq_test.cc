@@ -8,6 +8,7 @@
 // queue per engine thread. Values read from softrdma's counters and the
 // connections' snapshots (what /statusz shows).
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
+#include "runtime/softrdma/faults.h"
 #include "runtime/softrdma/softrdma.h"
 #include "runtime/transport/connection_snapshot.h"
 #include "tests/rpc/rpc_fixture.h"
@@ -58,34 +60,47 @@ ChannelOptions ClientSharedQueue(int shared_buffers, int recv_depth = 64) {
   return co;
 }
 
-TEST(SharedReceiveQueue, ManyConnectionsShareOneQueueWithoutRnr) {
-  ChannelOptions co;
-  co.pool_size = 8;
-  EchoFixture f(SharedQueue(/*shared_buffers=*/32), co);
-  softrdma::ResetStats();
-  // Eager small and large messages and rendezvous ones, on 8 connections.
+// 8 threads each make `calls` Echo calls on `channel`, requests of 32,
+// 6000 and 20000 bytes in turn (eager small and large, and rendezvous);
+// with `vary_replies` the responses take those sizes too, in another order
+// (else they echo the request). Returns the calls that failed or came back
+// wrong.
+int CallsOfEverySizeFrom8Threads(Channel* channel, int calls, bool vary_replies) {
   const std::vector<size_t> sizes = {32, 6000, 20000};
   std::atomic<int> wrong{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
-      for (int i = 0; i < 300; ++i) {
+      for (int i = 0; i < calls; ++i) {
         EchoRequest req;
         req.set_text(absl::StrCat("t", t, "-", i));
         req.set_data(std::string(sizes[i % sizes.size()], static_cast<char>('a' + t)));
+        if (vary_replies) req.set_reply_bytes(static_cast<int64_t>(sizes[(i / 3) % sizes.size()]));
         EchoResponse resp;
         ClientContext ctx;
         ctx.set_deadline(absl::Now() + absl::Seconds(20));
-        const absl::Status s = Echo(f.channel.get(), &ctx, req, &resp);
-        if (!s.ok() || resp.text() != req.text() || resp.data() != req.data()) {
-          ADD_FAILURE() << s << " for " << req.text();
+        const absl::Status s = Echo(channel, &ctx, req, &resp);
+        const bool data_ok = vary_replies
+                                 ? resp.data().size() == static_cast<size_t>(req.reply_bytes())
+                                 : resp.data() == req.data();
+        if (!s.ok() || resp.text() != req.text() || !data_ok) {
+          ADD_FAILURE() << s << " for " << req.text() << ": " << resp.data().size() << " bytes";
           wrong.fetch_add(1);
         }
       }
     });
   }
   for (std::thread& t : threads) t.join();
-  EXPECT_EQ(wrong.load(), 0);
+  return wrong.load();
+}
+
+TEST(SharedReceiveQueue, ManyConnectionsShareOneQueueWithoutRnr) {
+  ChannelOptions co;
+  co.pool_size = 8;
+  EchoFixture f(SharedQueue(/*shared_buffers=*/32), co);
+  softrdma::ResetStats();
+  // On 8 connections.
+  EXPECT_EQ(CallsOfEverySizeFrom8Threads(f.channel.get(), 300, /*vary_replies=*/false), 0);
   EXPECT_EQ(f.service.calls(), 8 * 300);
   EXPECT_EQ(softrdma::GetStats().rnr_retries, 0u);
   const std::vector<internal::ConnectionStatus> conns = ServerConnections();
@@ -226,31 +241,7 @@ TEST(ClientSharedReceiveQueue, OneChannelsConnectionsToManyServersShareOneQueue)
   absl::StatusOr<std::shared_ptr<Channel>> channel = CreateChannel(target, co);
   ASSERT_TRUE(channel.ok()) << channel.status();
   softrdma::ResetStats();
-  const std::vector<size_t> sizes = {32, 6000, 20000};
-  std::atomic<int> wrong{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 160; ++i) {
-        EchoRequest req;
-        req.set_text(absl::StrCat("t", t, "-", i));
-        req.set_data(std::string(sizes[i % sizes.size()], static_cast<char>('a' + t)));
-        // Responses of the three sizes too, in another order.
-        req.set_reply_bytes(static_cast<int64_t>(sizes[(i / 3) % sizes.size()]));
-        EchoResponse resp;
-        ClientContext ctx;
-        ctx.set_deadline(absl::Now() + absl::Seconds(20));
-        const absl::Status s = Echo(channel->get(), &ctx, req, &resp);
-        if (!s.ok() || resp.text() != req.text() ||
-            resp.data().size() != static_cast<size_t>(req.reply_bytes())) {
-          ADD_FAILURE() << s << " for " << req.text() << ": " << resp.data().size() << " bytes";
-          wrong.fetch_add(1);
-        }
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(CallsOfEverySizeFrom8Threads(channel->get(), 160, /*vary_replies=*/true), 0);
   int calls = 0;
   for (const auto& s : servers) calls += s->service.calls();
   EXPECT_EQ(calls, 8 * 160);
@@ -479,6 +470,77 @@ TEST(ClientSharedReceiveQueue, AReconnectedConnectionReusesTheFloorTheDeadOneGav
     ASSERT_EQ(clients.size(), 1u);
     EXPECT_TRUE(clients[0].shared_receive_queue);
     EXPECT_EQ(clients[0].local_recv_depth, 20000);
+  }
+}
+
+// A channel to 8 servers with one connection each over 4 engine threads:
+// the pools spread over the threads, two connections on each thread's
+// queue, so raising engine_threads spreads the receives too.
+TEST(ClientSharedReceiveQueue, AStaticTargetsServersSpreadOverTheEngineThreads) {
+  std::vector<std::unique_ptr<EchoFixture>> servers;
+  std::string target;
+  for (int i = 0; i < 8; ++i) {
+    servers.push_back(std::make_unique<EchoFixture>());
+    absl::StrAppend(&target, i == 0 ? "" : ",", "127.0.0.1:", servers.back()->server.port());
+  }
+  ChannelOptions co = ClientSharedQueue(/*shared_buffers=*/16);
+  co.engine_threads = 4;
+  co.pool_size = 1;
+  absl::StatusOr<std::shared_ptr<Channel>> channel = CreateChannel(target, co);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  for (int i = 0; i < 16; ++i) {  // round robin: two calls to each server
+    EchoRequest req;
+    req.set_text(absl::StrCat("call-", i));
+    EchoResponse resp;
+    ClientContext ctx;
+    ctx.set_deadline(absl::Now() + absl::Seconds(10));
+    const absl::Status s = Echo(channel->get(), &ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(resp.text(), req.text());
+  }
+  for (const auto& s : servers) EXPECT_EQ(s->service.calls(), 2);
+  std::map<std::string, int> per_engine;
+  for (const internal::ConnectionStatus& c : ClientConnections()) {
+    EXPECT_TRUE(c.shared_receive_queue) << c.peer;
+    ++per_engine[c.engine];
+  }
+  EXPECT_EQ(per_engine, (std::map<std::string, int>{{"rdmarpc-client-0", 2},
+                                                    {"rdmarpc-client-1", 2},
+                                                    {"rdmarpc-client-2", 2},
+                                                    {"rdmarpc-client-3", 2}}));
+}
+
+// A device without shared receive queues (ibv_create_srq fails
+// EOPNOTSUPP): a server and a channel that ask for them get receive rings
+// of their own per connection instead, and calls work.
+TEST(SharedReceiveQueue, ADeviceWithoutThemGivesEveryConnectionItsOwnRing) {
+  softrdma::FailNext(softrdma::FaultOp::kCreateSrq, 1000, EOPNOTSUPP);
+  ChannelOptions co = ClientSharedQueue(/*shared_buffers=*/16);
+  co.pool_size = 2;
+  EchoFixture f(SharedQueue(/*shared_buffers=*/16), co);
+  for (int i = 0; i < 20; ++i) {
+    EchoRequest req;
+    req.set_text(absl::StrCat("ring-", i));
+    req.set_data(std::string(i % 2 == 0 ? 32 : 20000, 'r'));
+    EchoResponse resp;
+    ClientContext ctx;
+    ctx.set_deadline(absl::Now() + absl::Seconds(10));
+    const absl::Status s = Echo(f.channel.get(), &ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(resp.text(), req.text());
+    EXPECT_EQ(resp.data(), req.data());
+  }
+  const std::vector<internal::ConnectionStatus> servers = ServerConnections();
+  const std::vector<internal::ConnectionStatus> clients = ClientConnections();
+  softrdma::FailNext(softrdma::FaultOp::kCreateSrq, 0, 0);
+  ASSERT_EQ(servers.size(), 2u);
+  ASSERT_EQ(clients.size(), 2u);
+  for (const auto* side : {&servers, &clients}) {
+    for (const internal::ConnectionStatus& c : *side) {
+      EXPECT_FALSE(c.shared_receive_queue) << c.peer;
+      EXPECT_EQ(c.local_recv_depth, 64) << c.peer;
+      EXPECT_EQ(c.peer_recv_depth, 64) << c.peer;
+    }
   }
 }
 

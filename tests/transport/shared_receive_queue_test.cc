@@ -290,6 +290,25 @@ TEST_F(SharedReceiveQueueTest, TheDevicesMaxSrqWrBoundsTheConnections) {
   for (int i = 0; i < attached; ++i) q->Detach(&shares[i]);
 }
 
+TEST_F(SharedReceiveQueueTest, AFloorPastMaxSrqWrIsRefusedWithoutRegisteringMore) {
+  // Floors of 20,000: one fits in softrdma's 32767, two do not (40,001).
+  std::unique_ptr<SharedReceiveQueue> q = Make(1, 20000, 20000, /*buffer_bytes=*/64);
+  ASSERT_NE(q, nullptr);
+  SrqShare a;
+  SrqShare b;
+  ASSERT_TRUE(q->Attach(&a).ok());
+  EXPECT_EQ(q->capacity(), 20224);  // 79 slabs of 256
+  const absl::StatusOr<int> r = q->Attach(&b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(r.status().message(),
+            "shared receive queue full: 20224 receives of at most 32767 (the device's "
+            "max_srq_wr) hold 1 connections x 20000 credits + 1 shared; 40001 needed");
+  EXPECT_EQ(q->capacity(), 20224);  // nothing registered for the refusal
+  EXPECT_EQ(q->attached(), 1);
+  q->Detach(&a);
+}
+
 TEST_F(SharedReceiveQueueTest, RejectsOptionsThatCouldDeadlock) {
   SharedReceiveQueue::Options o;
   o.min_credits = 2;  // below kMinRecvDepth

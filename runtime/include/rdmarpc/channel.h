@@ -112,7 +112,8 @@ struct RDMARPC_EXPORT ChannelOptions {
   // Receive buffers pre-posted per connection = initial credits granted to
   // the server. Accepted range 2..65535; 2 is raised to 3, because one
   // receive is held in reserve for credit returns and with only two the
-  // peers could each wait for the other's credit.
+  // peers could each wait for the other's credit. With a shared receive
+  // queue (kShared below): the most credits one connection may hold.
   int recv_depth = 64;
   // Where the channel's receive buffers (for responses, stream frames and
   // credits the servers send) come from.
@@ -122,23 +123,27 @@ struct RDMARPC_EXPORT ChannelOptions {
   //  * kShared: one shared receive queue (SRQ) per engine thread serves
   //    every connection of the channel on that thread, to every server of
   //    the target (each server's pool of pool_size connections: a target
-  //    with many servers, or a large pool_size, makes many connections).
-  //    Receive memory grows with engine threads, not connections:
-  //    srq_shared_buffers per engine thread plus srq_min_credits per
-  //    connection (4 MiB + 32 KiB per connection at the defaults). Credits
-  //    are granted per connection as on a server's SRQ (ServerOptions::
-  //    receive_queue): each server gets srq_min_credits always and a fair
-  //    share of the shared buffers (at most recv_depth) while it sends, so
-  //    one server streaming to the client cannot take every receive, and
-  //    none meets receiver-not-ready. Each SRQ holds at most the device's
-  //    max_srq_wr receives (32767 on softrdma and ConnectX-5/6): an engine
-  //    thread takes at most (max_srq_wr - srq_shared_buffers) /
-  //    srq_min_credits connections; a connection beyond fails its calls
-  //    RESOURCE_EXHAUSTED naming the limit (raise engine_threads).
-  //    Channels do not share engine threads, so two channels in one
-  //    process have SRQs of their own: make one channel for a target with
-  //    many servers (a resolver target, or a comma-separated list) rather
-  //    than one per server.
+  //    with many servers, or a large pool_size, makes many connections;
+  //    the servers' pools spread over the engine threads). Receive memory
+  //    grows with engine threads, not connections: srq_shared_buffers per
+  //    engine thread plus srq_min_credits per connection, in whole slabs of
+  //    256 buffers (at the defaults 6 MiB for the first connections of a
+  //    thread, then 32 KiB per connection). Credits are granted per
+  //    connection as on a server's SRQ (ServerOptions::receive_queue): each
+  //    connection gets srq_min_credits always and a fair share of the
+  //    shared buffers (at most recv_depth) while its server sends, so one
+  //    server streaming to the client cannot take every receive, and none
+  //    meets receiver-not-ready. Each SRQ holds at most the device's
+  //    max_srq_wr receives rounded down to whole slabs (32512 on softrdma
+  //    and ConnectX-5/6): an engine thread takes at most (32512 -
+  //    srq_shared_buffers) / srq_min_credits connections (8,000 at the
+  //    defaults); a connection beyond fails its calls RESOURCE_EXHAUSTED
+  //    naming the numbers (raise engine_threads). On a device without
+  //    SRQs each connection gets a ring of its own, as kPerConnection,
+  //    with a warning logged once. Channels do not share engine threads,
+  //    so two channels in one process have SRQs of their own: make one
+  //    channel for a target with many servers (a resolver target, or a
+  //    comma-separated list) rather than one per server.
   //  Servers see no difference: both speak the same protocol.
   enum class ReceiveQueue { kPerConnection, kShared };
   ReceiveQueue receive_queue = ReceiveQueue::kPerConnection;

@@ -74,6 +74,8 @@ struct RDMARPC_EXPORT ServerOptions {
   //    srq_shared_buffers) / srq_min_credits connections (~8,000 at the defaults; its completion queue grows to
   //    the device's max_cqe, ~16,000; WORKSPACE.notes); more are rejected
   //    RESOURCE_EXHAUSTED naming the limit: raise num_workers.
+  //    On a device without SRQs each connection gets a ring of its own, as
+  //    kPerConnection, with a warning logged once.
   //  * kPerConnection: each connection pre-posts recv_depth buffers of its
   //    own (its client starts with recv_depth credits).
   // Both speak the same protocol to every client.
