@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -52,10 +53,11 @@ int main(int argc, char** argv) {
     }
     steps.push_back(n);
   }
-  for (const std::string* q : {&FLAGS_receive_queue, &FLAGS_client_receive_queue}) {
-    if (*q != "shared" && *q != "per-connection") {
-      fprintf(stderr, "--receive_queue / --client_receive_queue: shared or per-connection, got %s\n",
-              q->c_str());
+  for (const auto& [flag, value] :
+       {std::pair<const char*, const std::string*>{"receive_queue", &FLAGS_receive_queue},
+        {"client_receive_queue", &FLAGS_client_receive_queue}}) {
+    if (*value != "shared" && *value != "per-connection") {
+      fprintf(stderr, "--%s: shared or per-connection, got %s\n", flag, value->c_str());
       return 2;
     }
   }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # rpc_bench_smoke: starts `rpc_bench --mode=server` (rdmarpc only) on
-# 127.0.0.1, runs the client for one size with a few calls and the unary
-# modes, then once more with --modes=stream,mixed (short streams, a short
+# 127.0.0.1, runs the client (receiving from a shared receive queue) for one
+# size with a few calls and the unary modes, then once more (per-connection
+# receive rings) with --modes=stream,mixed (short streams, a short
 # phase next to 64 MiB calls), and checks the JSON has each figure with the
 # counts asked for and sane values (messages > 0, p50 <= p99 <= p99.9).
 # Numbers are not judged: this is not a benchmark, only proof the tool works.
@@ -58,7 +59,8 @@ done
 [[ -n "$port" ]] || fail "server did not print 'listening on'"
 
 timeout 40 "$bench" --mode=client --systems=rdmarpc --host=127.0.0.1 --port="$port" \
-  --modes=latency,rate,bandwidth,budget --sizes=32 --latency_calls=25 --warmup_calls=2 \
+  --client_receive_queue=shared --modes=latency,rate,bandwidth,budget --sizes=32 \
+  --latency_calls=25 --warmup_calls=2 \
   --rate_seconds=0.2 --warmup_seconds=0.05 --concurrency=4 \
   --bandwidth_sizes=65536 --bandwidth_seconds=0.3 --bandwidth_concurrency=2 \
   --budget_runs=32x1,32x4 --budget_calls=40 --server_pid="$server_pid" \
@@ -94,13 +96,12 @@ grep -q '"send_wrs_per_call": \([2-9]\|[1-9][0-9]\)' <<<"$json" || fail "send_wr
 grep -q '^32 [0-9.e+-]* [0-9.e+-]* NaN NaN$' "$dir/latency.dat" || fail "latency.dat: $(cat "$dir/latency.dat")"
 grep -q 'rdmarpc/' "$dir/client.log" && fail "ratio column printed with one system"
 grep -q '^latency 32 B p50' "$dir/client.log" || fail "no table in the client output"
-# Streaming and mixed, on the same server, the client receiving from a
-# shared receive queue: two short streams per size, and
+# Streaming and mixed, on the same server: two short streams per size, and
 # 32 B calls alone then next to the default 64 MiB calls (over the default
 # 64 MiB max_message_bytes: the server's and the mixed channel's limit is
 # 80 MiB).
 timeout 50 "$bench" --mode=client --systems=rdmarpc --host=127.0.0.1 --port="$port" \
-  --client_receive_queue=shared --modes=stream,mixed --stream_sizes=32,4096 --stream_messages=500 --stream_runs=2 \
+  --modes=stream,mixed --stream_sizes=32,4096 --stream_messages=500 --stream_runs=2 \
   --mixed_calls=200 --mixed_seconds=0.2 --warmup_calls=2 \
   --json_out="$dir/stream.json" >"$dir/stream_client.log" 2>"$dir/stream_client.err.log" \
   || fail "stream/mixed client failed"
