@@ -60,6 +60,24 @@ ChannelOptions ClientSharedQueue(int shared_buffers, int recv_depth = 64) {
   return co;
 }
 
+// One Echo of `text` and `data` on `channel`, with a 10 s deadline: the
+// call's status, or DATA_LOSS when an OK response did not carry both back.
+absl::Status EchoBack(Channel* channel, const std::string& text, const std::string& data = "") {
+  EchoRequest req;
+  req.set_text(text);
+  req.set_data(data);
+  EchoResponse resp;
+  ClientContext ctx;
+  ctx.set_deadline(absl::Now() + absl::Seconds(10));
+  const absl::Status s = Echo(channel, &ctx, req, &resp);
+  if (s.ok() && (resp.text() != text || resp.data() != data)) {
+    return absl::DataLossError(absl::StrCat("sent '", text, "' and ", data.size(),
+                                            " bytes, got '", resp.text(), "' and ",
+                                            resp.data().size()));
+  }
+  return s;
+}
+
 // 8 threads each make `calls` Echo calls on `channel`, requests of 32,
 // 6000 and 20000 bytes in turn (eager small and large, and rendezvous);
 // with `vary_replies` the responses take those sizes too, in another order
@@ -161,14 +179,9 @@ TEST(SharedReceiveQueue, AFloodingClientBorrowsOnlyItsShare) {
   // The other client's calls go through beside it.
   int quiet_ok = 0;
   for (int i = 0; i < 50; ++i) {
-    EchoRequest req;
-    req.set_text(absl::StrCat("quiet-", i));
-    EchoResponse resp;
-    ClientContext ctx;
-    ctx.set_deadline(absl::Now() + absl::Seconds(10));
-    const absl::Status s = Echo(quiet->get(), &ctx, req, &resp);
+    const absl::Status s = EchoBack(quiet->get(), absl::StrCat("quiet-", i));
     EXPECT_TRUE(s.ok()) << s;
-    if (s.ok() && resp.text() == req.text()) ++quiet_ok;
+    if (s.ok()) ++quiet_ok;
   }
   EXPECT_EQ(quiet_ok, 50);
   const std::vector<internal::ConnectionStatus> conns = ServerConnections();
@@ -208,12 +221,8 @@ TEST(SharedReceiveQueue, PerConnectionRingsStillWork) {
   one.pool_size = 1;
   EchoFixture f(so, one);
   for (int i = 0; i < 100; ++i) {
-    EchoRequest req;
-    req.set_text(absl::StrCat("ring-", i));
-    EchoResponse resp;
-    ClientContext ctx;
-    ASSERT_TRUE(Echo(f.channel.get(), &ctx, req, &resp).ok());
-    EXPECT_EQ(resp.text(), req.text());
+    const absl::Status s = EchoBack(f.channel.get(), absl::StrCat("ring-", i));
+    ASSERT_TRUE(s.ok()) << s;
   }
   const std::vector<internal::ConnectionStatus> conns = ServerConnections();
   ASSERT_EQ(conns.size(), 1u);
@@ -357,14 +366,9 @@ TEST(ClientSharedReceiveQueue, AFloodingServerBorrowsOnlyItsShare) {
   int most = 0;
   int least = 1 << 30;
   for (int i = 0; i < 50; ++i) {
-    EchoRequest req;
-    req.set_text(absl::StrCat("quiet-", i));
-    EchoResponse resp;
-    ClientContext ctx;
-    ctx.set_deadline(absl::Now() + absl::Seconds(10));
-    const absl::Status s = Echo(channel->get(), &ctx, req, &resp);
+    const absl::Status s = EchoBack(channel->get(), absl::StrCat("quiet-", i));
     EXPECT_TRUE(s.ok()) << s;
-    if (s.ok() && resp.text() == req.text()) ++quiet_ok;
+    if (s.ok()) ++quiet_ok;
     if (i % 10 == 0) {
       for (const internal::ConnectionStatus& c : ClientConnections()) {
         most = std::max(most, c.local_recv_depth);
@@ -401,14 +405,8 @@ TEST(ClientSharedReceiveQueue, AConnectionBeyondTheQueuesRoomFailsResourceExhaus
   int ok = 0;
   std::vector<absl::Status> failed;
   for (int i = 0; i < 6; ++i) {
-    EchoRequest req;
-    req.set_text(absl::StrCat("call-", i));
-    EchoResponse resp;
-    ClientContext ctx;
-    ctx.set_deadline(absl::Now() + absl::Seconds(10));
-    const absl::Status s = Echo(channel->get(), &ctx, req, &resp);
+    const absl::Status s = EchoBack(channel->get(), absl::StrCat("call-", i));
     if (s.ok()) {
-      EXPECT_EQ(resp.text(), req.text());
       ++ok;
     } else {
       failed.push_back(s);
@@ -453,13 +451,8 @@ TEST(ClientSharedReceiveQueue, AReconnectedConnectionReusesTheFloorTheDeadOneGav
     const absl::Time until = absl::Now() + absl::Seconds(15);
     bool ok = false;
     while (!ok && absl::Now() < until) {
-      EchoRequest req;
-      req.set_text(absl::StrCat("life-", life));
-      EchoResponse resp;
-      ClientContext ctx;
-      ctx.set_deadline(absl::Now() + absl::Seconds(5));
-      last = Echo(channel->get(), &ctx, req, &resp);
-      ok = last.ok() && resp.text() == req.text();
+      last = EchoBack(channel->get(), absl::StrCat("life-", life));
+      ok = last.ok();
       if (!ok) {
         EXPECT_EQ(last.code(), absl::StatusCode::kUnavailable) << last;
         absl::SleepFor(absl::Milliseconds(20));
@@ -489,14 +482,8 @@ TEST(ClientSharedReceiveQueue, AStaticTargetsServersSpreadOverTheEngineThreads) 
   absl::StatusOr<std::shared_ptr<Channel>> channel = CreateChannel(target, co);
   ASSERT_TRUE(channel.ok()) << channel.status();
   for (int i = 0; i < 16; ++i) {  // round robin: two calls to each server
-    EchoRequest req;
-    req.set_text(absl::StrCat("call-", i));
-    EchoResponse resp;
-    ClientContext ctx;
-    ctx.set_deadline(absl::Now() + absl::Seconds(10));
-    const absl::Status s = Echo(channel->get(), &ctx, req, &resp);
+    const absl::Status s = EchoBack(channel->get(), absl::StrCat("call-", i));
     ASSERT_TRUE(s.ok()) << s;
-    EXPECT_EQ(resp.text(), req.text());
   }
   for (const auto& s : servers) EXPECT_EQ(s->service.calls(), 2);
   std::map<std::string, int> per_engine;
@@ -518,17 +505,10 @@ TEST(SharedReceiveQueue, ADeviceWithoutThemGivesEveryConnectionItsOwnRing) {
   ChannelOptions co = ClientSharedQueue(/*shared_buffers=*/16);
   co.pool_size = 2;
   EchoFixture f(SharedQueue(/*shared_buffers=*/16), co);
-  for (int i = 0; i < 20; ++i) {
-    EchoRequest req;
-    req.set_text(absl::StrCat("ring-", i));
-    req.set_data(std::string(i % 2 == 0 ? 32 : 20000, 'r'));
-    EchoResponse resp;
-    ClientContext ctx;
-    ctx.set_deadline(absl::Now() + absl::Seconds(10));
-    const absl::Status s = Echo(f.channel.get(), &ctx, req, &resp);
+  for (int i = 0; i < 20; ++i) {  // eager and rendezvous
+    const absl::Status s = EchoBack(f.channel.get(), absl::StrCat("ring-", i),
+                                    std::string(i % 2 == 0 ? 32 : 20000, 'r'));
     ASSERT_TRUE(s.ok()) << s;
-    EXPECT_EQ(resp.text(), req.text());
-    EXPECT_EQ(resp.data(), req.data());
   }
   const std::vector<internal::ConnectionStatus> servers = ServerConnections();
   const std::vector<internal::ConnectionStatus> clients = ClientConnections();
