@@ -205,12 +205,15 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
         " (2..65535), eager_limit_bytes ", options.eager_limit_bytes, " (>= 256), max_message_bytes ",
         options.max_message_bytes, " (>= 1)"));
   }
-  if (options.receive_queue == ChannelOptions::ReceiveQueue::kShared &&
-      (options.srq_min_credits < 3 || options.srq_min_credits > 65535 ||
-       options.srq_shared_buffers < 1 || options.srq_shared_buffers > 65535)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ChannelOptions: srq_min_credits ", options.srq_min_credits,
-        " (3..65535), srq_shared_buffers ", options.srq_shared_buffers, " (1..65535)"));
+  if (options.receive_queue == ChannelOptions::ReceiveQueue::kShared) {
+    if (options.srq_min_credits < 3 || options.srq_min_credits > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ChannelOptions: srq_min_credits ", options.srq_min_credits, " (3..65535)"));
+    }
+    if (options.srq_shared_buffers < 1 || options.srq_shared_buffers > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ChannelOptions: srq_shared_buffers ", options.srq_shared_buffers, " (1..65535)"));
+    }
   }
   if (options.max_message_bytes > kMaxProtobufMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(

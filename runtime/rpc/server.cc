@@ -160,12 +160,15 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
         " (>= 256), eager_limit_bytes ", options_.eager_limit_bytes, " (>= 256), max_message_bytes ",
         options_.max_message_bytes, " (>= 1)"));
   }
-  if (options_.receive_queue == ServerOptions::ReceiveQueue::kShared &&
-      (options_.srq_min_credits < 3 || options_.srq_min_credits > 65535 ||
-       options_.srq_shared_buffers < 1 || options_.srq_shared_buffers > 65535)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ServerOptions: srq_min_credits ", options_.srq_min_credits,
-        " (3..65535), srq_shared_buffers ", options_.srq_shared_buffers, " (1..65535)"));
+  if (options_.receive_queue == ServerOptions::ReceiveQueue::kShared) {
+    if (options_.srq_min_credits < 3 || options_.srq_min_credits > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ServerOptions: srq_min_credits ", options_.srq_min_credits, " (3..65535)"));
+    }
+    if (options_.srq_shared_buffers < 1 || options_.srq_shared_buffers > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ServerOptions: srq_shared_buffers ", options_.srq_shared_buffers, " (1..65535)"));
+    }
   }
   if (options_.max_concurrent_streams < 0) {
     return absl::InvalidArgumentError(absl::StrCat("ServerOptions: max_concurrent_streams ",

@@ -142,7 +142,8 @@ absl::Status Handshake::Rejected(absl::string_view private_data, int cm_status,
   if (h.ok() && h->reject_reason == kRejectNoResources) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "server ", peer,
-        " has no room for another connection (completion queue or registered memory full)"));
+        " has no room for another connection (its completion queue, shared receive queue or "
+        "registered memory is full)"));
   }
   if (h.ok() && h->reject_reason == kRejectUnauthenticated) {
     return absl::UnauthenticatedError(absl::StrCat(

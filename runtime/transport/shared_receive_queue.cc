@@ -65,9 +65,13 @@ absl::Status SharedReceiveQueue::GrowTo(int buffers) {
   while (capacity() < buffers) {
     if (slabs * kSlabBuffers > max_wr_) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "shared receive queue full: ", capacity(), " receives of at most ", max_wr_,
-          " (the device's max_srq_wr) hold ", attached_, " connections x ", options_.min_credits,
-          " credits + ", options_.extra_buffers, " shared; ", buffers, " needed"));
+          "shared receive queue full: ", buffers, " receives needed, at most ",
+          max_wr_ / kSlabBuffers * kSlabBuffers, " fit (the device's max_srq_wr ", max_wr_,
+          " in slabs of ", kSlabBuffers, "); it holds ", attached_,
+          attached_ == 1 ? " connection" : " connections", " x ", options_.min_credits,
+          " srq_min_credits + ", options_.extra_buffers,
+          " srq_shared_buffers: lower those, or spread the connections over more loops "
+          "(ChannelOptions::engine_threads, ServerOptions::num_workers)"));
     }
     if (absl::Status s = loop_->ReserveCqEntries(kSlabBuffers); !s.ok()) return s;
     absl::StatusOr<std::unique_ptr<BufferSlab>> slab =

@@ -302,8 +302,10 @@ TEST_F(SharedReceiveQueueTest, AFloorPastMaxSrqWrIsRefusedWithoutRegisteringMore
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(r.status().message(),
-            "shared receive queue full: 20224 receives of at most 32767 (the device's "
-            "max_srq_wr) hold 1 connections x 20000 credits + 1 shared; 40001 needed");
+            "shared receive queue full: 40001 receives needed, at most 32512 fit (the device's "
+            "max_srq_wr 32767 in slabs of 256); it holds 1 connection x 20000 srq_min_credits + "
+            "1 srq_shared_buffers: lower those, or spread the connections over more loops "
+            "(ChannelOptions::engine_threads, ServerOptions::num_workers)");
   EXPECT_EQ(q->capacity(), 20224);  // nothing registered for the refusal
   EXPECT_EQ(q->attached(), 1);
   q->Detach(&a);
