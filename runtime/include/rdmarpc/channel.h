@@ -130,15 +130,19 @@ struct RDMARPC_EXPORT ChannelOptions {
   //    256 buffers (at the defaults 6 MiB for the first connections of a
   //    thread, then 32 KiB per connection). Credits are granted per
   //    connection as on a server's SRQ (ServerOptions::receive_queue): each
-  //    connection gets srq_min_credits always and a fair share of the
-  //    shared buffers (at most recv_depth) while its server sends, so one
-  //    server streaming to the client cannot take every receive, and none
-  //    meets receiver-not-ready. Each SRQ holds at most the device's
+  //    connection gets srq_min_credits always and a share of the shared
+  //    buffers (at most recv_depth, and at most an equal part among the
+  //    connections asking for more) while its server sends, so one server
+  //    streaming to the client cannot take every receive, and none meets
+  //    receiver-not-ready; credits a connection holds when its server goes
+  //    quiet are not taken back until it sends again. Each SRQ holds at most the device's
   //    max_srq_wr receives rounded down to whole slabs (32512 on softrdma
   //    and ConnectX-5/6): an engine thread takes at most (32512 -
   //    srq_shared_buffers) / srq_min_credits connections (8,000 at the
   //    defaults); a connection beyond fails its calls RESOURCE_EXHAUSTED
-  //    naming the numbers (raise engine_threads). On a device without
+  //    naming the numbers (raise engine_threads, or lower the two srq_
+  //    options: values past what one SRQ holds are accepted by
+  //    CreateChannel but fail every connection that way). On a device without
   //    SRQs each connection gets a ring of its own, as kPerConnection,
   //    with a warning logged once. Channels do not share engine threads,
   //    so two channels in one process have SRQs of their own: make one
@@ -148,12 +152,13 @@ struct RDMARPC_EXPORT ChannelOptions {
   enum class ReceiveQueue { kPerConnection, kShared };
   ReceiveQueue receive_queue = ReceiveQueue::kPerConnection;
   // kShared: credits every server connection is granted (and starts with).
-  // Accepted range 3..65535 (CreateChannel: INVALID_ARGUMENT otherwise);
-  // above recv_depth it is recv_depth (at least 3).
+  // Accepted range 3..65535 (CreateChannel: INVALID_ARGUMENT naming it
+  // otherwise; checked only with kShared); above recv_depth it is
+  // recv_depth (at least 3).
   int srq_min_credits = 4;
   // kShared: buffers each engine thread's SRQ shares beyond the
   // connections' floors. Accepted range 1..65535 (CreateChannel:
-  // INVALID_ARGUMENT otherwise).
+  // INVALID_ARGUMENT naming it otherwise; checked only with kShared).
   int srq_shared_buffers = 512;
   // Most registered memory one connection exposes to its server at once, in
   // bytes: the request and reply buffers of calls with large messages (held

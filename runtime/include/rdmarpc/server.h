@@ -60,20 +60,30 @@ struct RDMARPC_EXPORT ServerOptions {
   //  * kShared (the default): one shared receive queue (SRQ) per worker
   //    serves all its connections. Receive memory grows with workers, not
   //    connections: srq_shared_buffers per worker plus srq_min_credits per
-  //    connection (by default 512 x 8 KiB = 4 MiB, plus 32 KiB per
-  //    connection, against 512 KiB per connection with kPerConnection).
-  //    The default was chosen from measurements (bench/HISTORY.md, the
-  //    part on shared receive queues and memory per connection): far less
-  //    memory per connection, the same call rate within the noise.
+  //    connection, registered in whole slabs of 256 buffers (at the
+  //    defaults 6 MiB per worker for its first connections, then 32 KiB
+  //    per connection, against 512 KiB per connection with
+  //    kPerConnection; the smallest queue is one slab, 2 MiB of 8 KiB
+  //    buffers). The default was chosen from measurements (bench/
+  //    HISTORY.md, the part on shared receive queues and memory per
+  //    connection): far less memory per connection, the same call rate
+  //    within the noise.
   //    Every connection is always granted srq_min_credits credits; a
-  //    client that sends more gets a fair share of the shared buffers (at
-  //    most recv_depth), so no client can take all receives, and one that
-  //    spent its share waits for credits, not on RNR. Each SRQ holds at
-  //    most the device's max_srq_wr receives (32767 on softrdma and
-  //    ConnectX-5/6), so a worker takes at most (max_srq_wr -
-  //    srq_shared_buffers) / srq_min_credits connections (~8,000 at the defaults; its completion queue grows to
-  //    the device's max_cqe, ~16,000; WORKSPACE.notes); more are rejected
-  //    RESOURCE_EXHAUSTED naming the limit: raise num_workers.
+  //    client that sends more gets a share of the shared buffers (at most
+  //    recv_depth, and at most an equal part of them among the
+  //    connections asking for more), so no client can take all receives,
+  //    and one that spent its share waits for credits, not on RNR. Credits
+  //    a connection holds when it goes idle are not taken back until it
+  //    sends again (that would need a revoke message). Each SRQ holds at
+  //    most the device's max_srq_wr receives rounded down to whole slabs
+  //    (32512 on softrdma and ConnectX-5/6, whose max_srq_wr is 32767), so
+  //    a worker takes at most (32512 - srq_shared_buffers) /
+  //    srq_min_credits connections (8,000 at the defaults; its completion
+  //    queue grows to the device's max_cqe, ~16,000; WORKSPACE.notes);
+  //    more are rejected RESOURCE_EXHAUSTED naming the numbers: raise
+  //    num_workers (or lower the two srq_ options). Values of those two
+  //    past what one SRQ holds are accepted by Start but refuse every
+  //    connection the same way.
   //    On a device without SRQs each connection gets a ring of its own, as
   //    kPerConnection, with a warning logged once.
   //  * kPerConnection: each connection pre-posts recv_depth buffers of its
@@ -82,10 +92,13 @@ struct RDMARPC_EXPORT ServerOptions {
   enum class ReceiveQueue { kShared, kPerConnection };
   ReceiveQueue receive_queue = ReceiveQueue::kShared;
   // kShared: credits every connection is granted (and starts with).
-  // Accepted range 3..65535; above recv_depth it is recv_depth (at least 3).
+  // Accepted range 3..65535 (Start: INVALID_ARGUMENT naming it otherwise;
+  // checked only with kShared); above recv_depth it is recv_depth (at
+  // least 3).
   int srq_min_credits = 4;
   // kShared: buffers each worker's SRQ shares beyond the connections'
-  // minimum. Accepted range 1..65535.
+  // minimum. Accepted range 1..65535 (Start: INVALID_ARGUMENT naming it
+  // otherwise; checked only with kShared).
   int srq_shared_buffers = 512;
   // Largest request or response, in bytes; larger fail RESOURCE_EXHAUSTED.
   // At most kMaxProtobufMessageBytes (rdmarpc/channel.h; Start:
