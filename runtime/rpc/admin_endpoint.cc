@@ -130,10 +130,15 @@ std::string StatuszText() {
       absl::StrAppend(&out, "    peer ", c.peer, " (", c.is_client ? "client" : "server",
                       ") state ", c.state, ", ", c.device, ", qp ", c.qp_num, " ", c.qp_state,
                       "\n");
-      absl::StrAppend(&out, "      credits: send ", c.send_credits, " of ", c.peer_recv_depth,
-                      ", owed to peer ", c.credits_owed, " of ", c.local_recv_depth,
-                      c.shared_receive_queue ? " granted on the shared receive queue" : "",
-                      "; credit stall ", c.credit_stall_us, " us\n");
+      // send: what this side may spend now (the peer's handshake granted
+      // peer_recv_depth; an SRQ peer grows that). local_recv_depth: the
+      // receives granted to the peer, a ring's depth or an SRQ share.
+      absl::StrAppend(&out, "      credits: send ", c.send_credits, " (the peer granted ",
+                      c.peer_recv_depth, " at the handshake), granted to the peer ",
+                      c.local_recv_depth,
+                      c.shared_receive_queue ? " on the shared receive queue" : " in a ring",
+                      " with ", c.credits_owed, " owed; credit stall ", c.credit_stall_us,
+                      " us\n");
       absl::StrAppend(&out, "      streams in flight ", c.streams_in_flight, ", queued frames ",
                       c.queued_frames, ", rendezvous in flight ", c.rendezvous_in_flight,
                       ", buffers exposed ", c.exposed_buffers, " (", c.exposed_bytes,

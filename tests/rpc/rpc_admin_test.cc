@@ -197,7 +197,14 @@ TEST(AdminEndpoint, StatuszShowsServersConnectionsMemoryAndFlags) {
   EXPECT_TRUE(absl::StrContains(s, "(client) state established")) << s;
   EXPECT_TRUE(absl::StrContains(s, "(server) state established")) << s;
   EXPECT_TRUE(absl::StrContains(s, " RTS\n")) << s;
-  EXPECT_TRUE(absl::StrContains(s, "      credits: send ")) << s;
+  // The client's ring of 64 against the server's SRQ floor of 4: what each
+  // handshake granted, and where each side's receives come from.
+  EXPECT_TRUE(absl::StrContains(s, " (the peer granted 64 at the handshake), granted to the peer "))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s, " (the peer granted 4 at the handshake), granted to the peer 64 "
+                                   "in a ring with "))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s, " on the shared receive queue with ")) << s;
   // The default caps: the channel's 4 GiB; the server's room for two
   // messages of max_message_bytes, 2 x 64 MiB + 1 MiB (more than half its
   // 256 MiB pool). softrdma has type-2 windows.

@@ -14,7 +14,8 @@
 //                  provider), each server (address, state, services,
 //                  workers, open connections), each connection of every
 //                  completion engine (peer, role, state, device and port,
-//                  QP number and state, credits each way, streams in
+//                  QP number and state, credits each way and whether
+//                  they are granted from a shared receive queue, streams in
 //                  flight, queued frames, rendezvous transfers, buffers
 //                  exposed, messages and bytes each way, credit-stall time,
 //                  error completions and the last error), registered memory
