@@ -126,6 +126,13 @@ std::string StatuszText() {
     }
     absl::StrAppend(&out, "  engine ", e.engine, ": ", e.connections.size(), " connection",
                     e.connections.size() == 1 ? "" : "s", "\n");
+    if (e.srq) {
+      absl::StrAppend(&out, "    shared receive queue: ", e.srq_capacity, " buffers (",
+                      e.srq_registered_bytes, " bytes registered), ", e.srq_posted,
+                      " posted, ", e.srq_free_credits, " of them granted to no one; ",
+                      e.srq_attached, " connection", e.srq_attached == 1 ? "" : "s",
+                      " attached, ", e.srq_borrowers, " holding more than their floor\n");
+    }
     for (const ConnectionStatus& c : e.connections) {
       absl::StrAppend(&out, "    peer ", c.peer, " (", c.is_client ? "client" : "server",
                       ") state ", c.state, ", ", c.device, ", qp ", c.qp_num, " ", c.qp_state,

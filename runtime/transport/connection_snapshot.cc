@@ -33,9 +33,20 @@ std::vector<EngineSnapshot> SnapshotConnections(absl::Duration timeout) {
       loop->ForEachClient([&](LoopClient* client) {
         connections.push_back(static_cast<const Connection*>(client)->Describe());
       });
+      const SharedReceiveQueue* srq = loop->srq();
       absl::MutexLock lock(&shared->mu);
-      shared->engines[index].answered = true;
-      shared->engines[index].connections = std::move(connections);
+      EngineSnapshot& e = shared->engines[index];
+      e.answered = true;
+      e.connections = std::move(connections);
+      if (srq != nullptr) {
+        e.srq = true;
+        e.srq_capacity = srq->capacity();
+        e.srq_posted = srq->posted();
+        e.srq_attached = srq->attached();
+        e.srq_borrowers = srq->borrowers();
+        e.srq_free_credits = srq->free_credits();
+        e.srq_registered_bytes = srq->registered_bytes();
+      }
       --shared->pending;
     });
   });

@@ -18,6 +18,17 @@ struct EngineSnapshot {
   // handler or stuck): `connections` is then empty.
   bool answered = false;
   std::vector<ConnectionStatus> connections;
+  // The loop's shared receive queue (shared_receive_queue.h), when it has
+  // one: its buffers (registered, in whole slabs), those posted now, the
+  // connections attached, those holding credits beyond their floor, and
+  // posted receives no credit stands for; its bytes registered.
+  bool srq = false;
+  int srq_capacity = 0;
+  int srq_posted = 0;
+  int srq_attached = 0;
+  int srq_borrowers = 0;
+  int srq_free_credits = 0;
+  size_t srq_registered_bytes = 0;
 };
 
 // Asks every live loop for Describe() of each of its connections (a task

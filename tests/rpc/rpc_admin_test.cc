@@ -205,6 +205,12 @@ TEST(AdminEndpoint, StatuszShowsServersConnectionsMemoryAndFlags) {
                                    "in a ring with "))
       << s;
   EXPECT_TRUE(absl::StrContains(s, " on the shared receive queue with ")) << s;
+  // The server's worker has one SRQ: its default 512 shared buffers plus
+  // the floor of 4 round up to 3 slabs of 256 of 8 KiB.
+  EXPECT_TRUE(absl::StrContains(s, "    shared receive queue: 768 buffers (6291456 bytes "
+                                   "registered), "))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s, "; 1 connection attached, ")) << s;
   // The default caps: the channel's 4 GiB; the server's room for two
   // messages of max_message_bytes, 2 x 64 MiB + 1 MiB (more than half its
   // 256 MiB pool). softrdma has type-2 windows.

@@ -12,8 +12,11 @@
 //                  Content-Type kMetricsContentType.
 //   GET /statusz   plain text for a person: the process (pid, uptime,
 //                  provider), each server (address, state, services,
-//                  workers, open connections), each connection of every
-//                  completion engine (peer, role, state, device and port,
+//                  workers, open connections), each completion engine's
+//                  shared receive queue, when it has one (buffers, bytes
+//                  registered, posted, not granted, connections attached
+//                  and borrowing), each connection of every completion
+//                  engine (peer, role, state, device and port,
 //                  QP number and state, credits each way and whether
 //                  they are granted from a shared receive queue, streams in
 //                  flight, queued frames, rendezvous transfers, buffers
