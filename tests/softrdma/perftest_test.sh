@@ -90,7 +90,9 @@ run_once() {
     kill -0 $SPID 2>/dev/null || break
     sleep 0.1; i=$((i + 1))
   done
-  LD_PRELOAD="$PRELOAD" timeout --foreground 100 \
+  # After a race (below) the client runs at a lower priority, so on a busy
+  # host the server is likelier to be listening again by its second connect.
+  LD_PRELOAD="$PRELOAD" nice -n "$CLIENT_NICE" timeout --foreground 100 \
     "$TOOL" -R $SIZE_ARGS $EXTRA -n $ITERS -p "$PORT" 127.0.0.1 >"$LOG/client" 2>&1
   CRC=$?
   if [ $CRC -ne 0 ] && grep -q "RDMA_CM_EVENT_REJECTED" "$LOG/client"; then
@@ -109,12 +111,16 @@ run_once() {
 }
 
 pick_port 0
-for attempt in 1 2 3; do
+CLIENT_NICE=0
+# Six tries: under a loaded ctest -j2 the race below was seen to win three
+# times in a row.
+for attempt in 1 2 3 4 5 6; do
   RACED=0
   run_once
   if [ $RACED -eq 1 ]; then
     echo "client connected before the server listened (perftest race); retrying"
     cat "$LOG/client"
+    CLIENT_NICE=$(( CLIENT_NICE < 15 ? CLIENT_NICE + 5 : 19 ))
   elif grep -q -i -E "in use|couldn't bind|unable to bind" "$LOG/server"; then
     echo "port $PORT is taken; retrying on another"
   else
