@@ -11,6 +11,20 @@ scripts/install-deps.sh
 build_dir=${RDMARPC_TEST_BUILD_DIR:-build/asan}
 jobs=${RDMARPC_JOBS:-$(nproc)}
 
+# The sanitizer build takes about 10 GB (each test binary links the whole
+# runtime with ASan's metadata); etcd, the examples' files and the user
+# project's build need room too. A disk that fills mid-run fails unrelated
+# tests (etcd exits at once, writes fail), so say up front when room is short
+# and show the free space again if anything fails.
+mkdir -p "$build_dir"
+free_kib=$(df -Pk "$build_dir" | awk 'NR == 2 { print $4 }')
+if (( free_kib < 12 * 1024 * 1024 )); then
+  echo "test.sh: warning: only $((free_kib / 1024)) MiB free under $build_dir;" \
+       "the build and tests need about 12 GiB" >&2
+fi
+trap 'rc=$?; if (( rc != 0 )); then echo "test.sh: failed (exit $rc); free space:" >&2;
+      df -h "$build_dir" /tmp >&2; fi' EXIT
+
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Debug -DRDMARPC_SANITIZE=ON
 cmake --build "$build_dir" -j "$jobs"
 
