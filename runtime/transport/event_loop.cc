@@ -281,11 +281,13 @@ void EventLoop::EndLead() {
 
 bool EventLoop::Step() {
   bool worked = RunTasks();
+  if (++empty_steps_ >= kEmptyStepsPerClockRead) ReadClock();
   RunDueTimers();
   RunScheduledEndOfSteps();
   worked |= PollCq() > 0;
   PollFds();
   graveyard_.clear();
+  if (worked) ReadClock();
   return worked;
 }
 
@@ -515,9 +517,9 @@ bool EventLoop::RunTasks() {
 }
 
 void EventLoop::RunDueTimers() {
-  if (timers_.empty()) return;
-  const absl::Time now = absl::Now();
-  while (!timers_.empty() && timers_.begin()->first.first <= now) {
+  // By the loop's clock: a timer fires at most kEmptyStepsPerClockRead
+  // empty Steps late.
+  while (!timers_.empty() && timers_.begin()->first.first <= now_) {
     auto node = timers_.extract(timers_.begin());
     timer_when_.erase(node.key().second);
     quiet_timers_.erase(node.key().second);
@@ -669,7 +671,7 @@ void EventLoop::Loop() {
   thread_id_ = std::this_thread::get_id();
   t_current_ = this;
   AcquireForLoopThread();
-  absl::Time last_work = absl::Now();
+  absl::Time last_work = ReadClock();
   // When the present wait for calls in flight began (the last work before
   // it); InfinitePast when there is none this thread may learn from
   // (spin_governor.h).
@@ -704,7 +706,7 @@ void EventLoop::Loop() {
       // without asking us to step aside); spinning out the idle window here
       // would compete for the core with that caller and make each of its
       // calls a hand-over (a poll(2) here and an eventfd write in EndLead).
-      last_work = calls_in_flight_ > 0 ? absl::Now() : absl::InfinitePast();
+      last_work = calls_in_flight_ > 0 ? ReadClock() : absl::InfinitePast();
       // Nor flush held-back receives on the way (as a leader's EndLead does
       // not): holding fewer than a re-post batch is safe (transport.h), and
       // flushing here would make the re-post batches depend on when the
@@ -713,7 +715,7 @@ void EventLoop::Loop() {
       continue;
     }
     if (worked || tasks_.size() > 0) {
-      last_work = absl::Now();
+      last_work = worked ? now_ : ReadClock();  // a Step that worked read it
       if (worked) {
         end_in_flight_wait(last_work);
       } else {
@@ -727,7 +729,7 @@ void EventLoop::Loop() {
         last_work != absl::InfinitePast()) {
       in_flight_wait_start = last_work;
     }
-    const absl::Duration idle = absl::Now() - last_work;
+    const absl::Duration idle = now_ - last_work;  // the loop's clock
     // With calls in flight, spin for the learnt budget (--rdmarpc_spin_us
     // to kMaxInFlightSpin); otherwise for --rdmarpc_spin_us. Only with a
     // spinning slot.
@@ -759,7 +761,7 @@ void EventLoop::Loop() {
         continue;
       }
       if (PollCq() > 0) {
-        last_work = absl::Now();
+        last_work = ReadClock();
         end_in_flight_wait(last_work);
         continue;
       }
@@ -767,7 +769,7 @@ void EventLoop::Loop() {
     const uint64_t leads_before = leads_;
     Sleep();
     graveyard_.clear();
-    last_work = absl::Now();
+    last_work = ReadClock();
     // Callers led meanwhile: the wait that ends next is not all this
     // thread's.
     if (leads_ != leads_before) in_flight_wait_start = absl::InfinitePast();
