@@ -665,6 +665,7 @@ Stats GetStats() {
     s.shm_marked_qps += c.shm_marked_qps;
     s.shm_marked_drains += c.shm_marked_drains;
     s.shm_ring_rewinds += c.shm_ring_rewinds;
+    s.shm_publishes += c.shm_publishes;
     s.rd_atomic_waits += c.rd_atomic_waits;
     s.max_rd_atomic_out = std::max<uint64_t>(s.max_rd_atomic_out, c.max_rd_atomic_out);
     s.live_cm_ids += c.live_cm_ids;
@@ -704,6 +705,7 @@ void ResetStats() {
     c.shm_marked_qps = 0;
     c.shm_marked_drains = 0;
     c.shm_ring_rewinds = 0;
+    c.shm_publishes = 0;
     c.rd_atomic_waits = 0;
     c.max_rd_atomic_out = 0;
   });
@@ -738,14 +740,15 @@ void PrintStatsAtExit() {
   std::fprintf(stderr,
                "softrdma-stats-link: qps_on_shm=%llu qps_on_tcp=%llu shm_fallbacks=%llu "
                "shm_doorbells=%llu shm_marked_qps=%llu shm_marked_drains=%llu "
-               "shm_ring_rewinds=%llu\n",
+               "shm_ring_rewinds=%llu shm_publishes=%llu\n",
                static_cast<unsigned long long>(s.qps_on_shm),
                static_cast<unsigned long long>(s.qps_on_tcp),
                static_cast<unsigned long long>(s.shm_fallbacks),
                static_cast<unsigned long long>(s.shm_doorbells),
                static_cast<unsigned long long>(s.shm_marked_qps),
                static_cast<unsigned long long>(s.shm_marked_drains),
-               static_cast<unsigned long long>(s.shm_ring_rewinds));
+               static_cast<unsigned long long>(s.shm_ring_rewinds),
+               static_cast<unsigned long long>(s.shm_publishes));
 }
 
 // Registered at load time (not at first use) so a process that posted nothing

@@ -89,7 +89,7 @@ struct alignas(64) Counters {
       rdma_read{0}, atomic{0}, recv{0}, bytes_sent{0}, rnr_retries{0}, post_send_calls{0},
       post_recv_calls{0}, reg_mr{0}, max_send_bytes{0}, rem_access_errors{0}, signaled_sends{0},
       wc_polled{0}, poll_cq_calls{0}, qps_on_shm{0}, qps_on_tcp{0}, shm_fallbacks{0},
-      shm_doorbells{0}, shm_marked_qps{0}, shm_marked_drains{0}, shm_ring_rewinds{0},
+      shm_doorbells{0}, shm_marked_qps{0}, shm_marked_drains{0}, shm_ring_rewinds{0}, shm_publishes{0},
       rd_atomic_waits{0}, max_rd_atomic_out{0};
   std::atomic<int64_t> live_cm_ids{0}, live_qps{0}, live_cqs{0}, live_mrs{0},
       live_pds{0}, live_mws{0};

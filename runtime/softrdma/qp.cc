@@ -1210,12 +1210,38 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   }
 }
 
+// One ibv_post_send's WR list is one doorbell batch on the same-host link
+// (ShmLink::BeginBatch): the records its WRs push, and an ACK riding behind
+// them, cost one fence and at most one doorbell. Made and destroyed under
+// the QP's mutex.
+class ShmPostBatch {
+ public:
+  explicit ShmPostBatch(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu)
+      : q_(q), link_(q->shm.get()) {
+    if (link_ != nullptr) link_->BeginBatch();
+  }
+  ~ShmPostBatch() {
+    // A QP that left its link meanwhile (MoveToErrorLocked) no longer
+    // produces into it, and may have dropped the last reference.
+    if (link_ != nullptr && q_->shm.get() == link_ && link_->EndBatch()) {
+      RingDoorbellLocked(q_);
+    }
+  }
+  ShmPostBatch(const ShmPostBatch&) = delete;
+  ShmPostBatch& operator=(const ShmPostBatch&) = delete;
+
+ private:
+  SoftQp* const q_;
+  ShmLink* const link_;
+};
+
 }  // namespace
 
 int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   SoftQp* q = ToSoft(qp);
   Stat().post_send_calls++;
   absl::MutexLock l(&q->mu);
+  ShmPostBatch batch(q);
   for (; wr != nullptr; wr = wr->next) {
     int err = PostOneSendLocked(q, wr);
     if (err != 0) {

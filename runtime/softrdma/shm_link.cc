@@ -272,6 +272,21 @@ bool ShmLink::TryPush(const uint8_t* bytes, size_t n, bool* doorbell, uint32_t k
   std::memcpy(d + pos, hdr, sizeof(hdr));
   if (n > 0) std::memcpy(d + pos + kRecHeader, bytes, n);
   c->tail.store(t + rec, std::memory_order_release);
+  if (batching_) {
+    // Published; the peer is told at EndBatch, once for the whole batch.
+    if (!batch_pushed_) {
+      batch_pushed_ = true;
+      batch_start_ = tail;
+    }
+    return true;
+  }
+  if (TellPeer(tail)) *doorbell = true;
+  return true;
+}
+
+bool ShmLink::TellPeer(uint64_t from) {
+  RingCtl* c = ctl(out_);
+  Stat().shm_publishes++;
   // Dekker with the consumer's "set flag / store head; fence; reload tail",
   // and with its "clear the slot's bit; reload tail" (shm_hint.h).
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -283,11 +298,20 @@ bool ShmLink::TryPush(const uint8_t* bytes, size_t n, bool* doorbell, uint32_t k
   } else {
     asleep = c->need_doorbell.load(std::memory_order_relaxed) != 0;
   }
-  if (asleep && c->head.load(std::memory_order_relaxed) == tail) {
-    *doorbell = true;  // the consumer had caught up and sleeps: wake it
-  }
-  // (A consumer behind `tail` loops until it sees this record: shm_link.h.)
-  return true;
+  if (!asleep) return false;
+  // The consumer sleeps. Ring when it had caught up with `from` but not with
+  // our last record: it may have gone to sleep without seeing [from, tail).
+  // A consumer behind `from` was bound by an earlier TellPeer to reach
+  // `from`, and its "store head; fence; reload tail" then sees our tail.
+  const uint64_t head = c->head.load(std::memory_order_relaxed);
+  return head >= from && head != c->tail.load(std::memory_order_relaxed);
+}
+
+bool ShmLink::EndBatch() {
+  batching_ = false;
+  if (!batch_pushed_) return false;
+  batch_pushed_ = false;
+  return TellPeer(batch_start_);
 }
 
 bool ShmLink::OfferHint(const HintOffer& offer) {

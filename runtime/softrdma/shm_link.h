@@ -24,9 +24,12 @@
 // poller is busy-polling the QP's CQ (for a ring whose producer marks the CQ's
 // table, the table's poller_active word stands in for it; below). A producer
 // publishes `tail`, issues a seq_cst fence, then reads `need_doorbell` and
-// `head`; when the flag is set and the consumer had caught up (head == the tail
-// before this record), it writes a header-only kDoorbell frame on the TCP
-// socket, which wakes the peer's progress thread to drain. A consumer that sets
+// `head`; when the flag is set and the consumer had caught up with the tail
+// before this record but not with this one, it writes a header-only kDoorbell
+// frame on the TCP socket, which wakes the peer's progress thread to drain.
+// One ibv_post_send's records are a batch (BeginBatch): each tail is
+// published as its record is written, and the fence and the look at the flag
+// come once after the last, with "this record" read as "the batch". A consumer that sets
 // the flag (req_notify, or the progress thread's watchdog when the poller went
 // quiet for kWatchdogMicros) issues a seq_cst fence and drains again; every
 // drain loops "store head; fence; reload tail" until empty. Either side
@@ -172,6 +175,17 @@ class ShmLink {
   // peer's doorbell (the peer sleeps: a later record would not wake it, as
   // the peer would not have caught up with this one).
   bool OfferHint(const HintOffer& offer);
+  // Doorbell batching, as a NIC's provider rings one doorbell per
+  // ibv_post_send list: between BeginBatch and EndBatch each record is
+  // published (its tail stored) as it is pushed, but the peer is told once,
+  // at EndBatch: one seq_cst fence, one mark of its slot and one look at
+  // whether it sleeps for all of them. The fence was 80 % of TryPush's
+  // cycles, and TryPush 11 % of a server's, in the 32 B rate profile. The
+  // caller holds the QP's mutex from BeginBatch to EndBatch and must call
+  // EndBatch: records of an unended batch wake no sleeping consumer.
+  void BeginBatch() { batching_ = true; }
+  // Returns true when the caller must ring the peer's doorbell.
+  bool EndBatch();
   // True once after a Drain pushed a record (a hint ack) that needs the
   // peer's doorbell; the caller then rings it.
   bool TakeOwedDoorbell() {
@@ -232,6 +246,9 @@ class ShmLink {
   // Appends one record of `kind` with body `bytes`; false when it does not
   // fit now. Marks the peer's slot when the peer asked for it.
   bool TryPush(const uint8_t* bytes, size_t n, bool* doorbell, uint32_t kind = kRecFrame);
+  // After records from tail `from` on were published: the fence, the mark,
+  // and whether the consumer sleeps and must be rung for them.
+  bool TellPeer(uint64_t from);
   // Pushes a hint offer or ack still owed, if it fits and no backlog waits.
   bool PushOwedControl();
   // Consumer: a kRecHint from the peer. Maps the table and owes the ack.
@@ -255,6 +272,11 @@ class ShmLink {
   HintOffer offer_;
   bool ack_owed_ = false;
   bool doorbell_owed_ = false;
+  // BeginBatch..EndBatch: whether a record was pushed, and the tail before
+  // the first one.
+  bool batching_ = false;
+  bool batch_pushed_ = false;
+  uint64_t batch_start_ = 0;
   std::atomic<bool> marked_by_peer_{false};
 };
 

@@ -468,6 +468,10 @@ struct Stats {
   uint64_t shm_marked_qps = 0;    // same-host QPs whose peer marks their CQ's table (shm_hint.h)
   uint64_t shm_marked_drains = 0;  // marks polls took from their CQ's table (per ring and poll)
   uint64_t shm_ring_rewinds = 0;   // times a producer went back to its ring's start (shm_link.h)
+  // Times a producer told its peer about records it published (a seq_cst
+  // fence, and a doorbell if the peer sleeps): once per ibv_post_send list,
+  // and once per record pushed outside one (ACKs, answers, backlog).
+  uint64_t shm_publishes = 0;
   uint64_t rd_atomic_waits = 0;   // times a READ / atomic waited in the SQ for its QP's max_rd_atomic
   uint64_t max_rd_atomic_out = 0; // most READs / atomics one QP had outstanding at once
   // Gauges: objects alive now (to check that nothing leaks).

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "softrdma/internal.h"
 #include "softrdma/shm_link.h"
 #include "softrdma/softrdma.h"
 #include "test_util.h"
@@ -393,6 +394,71 @@ TEST(ShmLink, SleepingConsumerIsWokenThroughItsCompletionChannel) {
   if (EnvWantsShm()) {
     EXPECT_GT(GetStats().shm_doorbells, doorbells_before);
   }
+}
+
+// One ibv_post_send list is one doorbell batch (ShmLink::BeginBatch): its
+// eight records cost the posting thread one publish (one fence) and, with
+// the consumer asleep, one doorbell; eight posts of one WR cost eight
+// publishes. Both ways every message arrives, in order, with its bytes.
+TEST(ShmLink, PostListIsOnePublishAndOneDoorbell) {
+  ShmSwitch on(true);
+  ConnectedPair p;
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(QpUsesShm(p.client->qp));
+  constexpr int kN = 8;
+  constexpr uint32_t kLen = 64;
+  Buffer cb(p.client_pd, 2 * kN * kLen, kAll);
+  Buffer sb(p.server_pd, 2 * kN * kLen, kAll);
+  for (int i = 0; i < 2 * kN; ++i) {
+    ASSERT_EQ(PostRecv(p.server->qp, 100 + i, sb, i * kLen, kLen), 0);
+    Fill(cb, i * kLen, kLen, static_cast<uint8_t>(i * 17));
+  }
+  ibv_sge sges[2 * kN];
+  ibv_send_wr wrs[2 * kN];
+  for (int i = 0; i < 2 * kN; ++i) {
+    sges[i] = ibv_sge{cb.addr() + i * kLen, kLen, cb.mr->lkey};
+    wrs[i] = ibv_send_wr{};
+    wrs[i].wr_id = static_cast<uint64_t>(i);
+    wrs[i].sg_list = &sges[i];
+    wrs[i].num_sge = 1;
+    wrs[i].opcode = IBV_WR_SEND;
+    wrs[i].send_flags = i == kN - 1 || i == 2 * kN - 1 ? IBV_SEND_SIGNALED : 0;
+    wrs[i].next = i < kN - 1 ? &wrs[i + 1] : nullptr;  // the first kN are one list
+  }
+  auto receive_all = [&](int first) {
+    for (int i = first; i < first + kN; ++i) {
+      ibv_wc wc;
+      ASSERT_TRUE(PollOne(p.server_cq, &wc)) << "receive " << i;
+      EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+      EXPECT_EQ(wc.wr_id, 100u + i);
+      EXPECT_EQ(wc.byte_len, kLen);
+      EXPECT_TRUE(Matches(sb, i * kLen, kLen, static_cast<uint8_t>(i * 17))) << "message " << i;
+    }
+    ibv_wc wc;
+    ASSERT_TRUE(PollOne(p.client_cq, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.wr_id, static_cast<uint64_t>(first + kN - 1));
+  };
+  // This thread's counters: the progress threads count on their own.
+  internal::Counters& mine = internal::Stat();
+
+  // The server's CQ asleep (poll, arm, poll), so the list needs a doorbell.
+  ibv_wc wc;
+  ASSERT_EQ(ibv_poll_cq(p.server_cq, 1, &wc), 0);
+  ASSERT_EQ(ibv_req_notify_cq(p.server_cq, 0), 0);
+  ASSERT_EQ(ibv_poll_cq(p.server_cq, 1, &wc), 0);
+  uint64_t publishes = mine.shm_publishes.load();
+  const uint64_t doorbells = mine.shm_doorbells.load();
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(p.client->qp, &wrs[0], &bad), 0);
+  EXPECT_EQ(mine.shm_publishes.load() - publishes, 1u);
+  EXPECT_EQ(mine.shm_doorbells.load() - doorbells, 1u);
+  receive_all(0);
+
+  publishes = mine.shm_publishes.load();
+  for (int i = kN; i < 2 * kN; ++i) ASSERT_EQ(ibv_post_send(p.client->qp, &wrs[i], &bad), 0);
+  EXPECT_EQ(mine.shm_publishes.load() - publishes, static_cast<uint64_t>(kN));
+  receive_all(kN);
 }
 
 // A peer killed with SIGKILL: its TCP socket closing is the death signal.
