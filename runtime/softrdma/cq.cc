@@ -311,6 +311,10 @@ void DrainShmRings(SoftCq* c, bool polling) {
       }
       c->check_cursor.store(cur, std::memory_order_relaxed);
     };
+    // Few rings: each is looked at on every poll and the bits are left
+    // alone (kScanAllRingsUpTo); a ring with records is found by its tail
+    // either way, so the protocols' rechecks below hold for both.
+    const bool scan_all = snap->all.size() <= kScanAllRingsUpTo;
     if (!polling) {
       // Producers must ring again: poller_active to 0 for the rings whose
       // peers mark them, need_doorbell to 1 for the rest; then one fence
@@ -321,18 +325,26 @@ void DrainShmRings(SoftCq* c, bool polling) {
       for (const SoftCq::ShmEntry& e : snap->scan) e.link->MarkSleeping();
       c->rings_sleeping.store(true, std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      drain_marked();
-      for (const SoftCq::ShmEntry& e : snap->scan) drain(e);
-      check_some();
+      if (scan_all) {
+        for (const SoftCq::ShmEntry& e : snap->all) drain(e);
+      } else {
+        drain_marked();
+        for (const SoftCq::ShmEntry& e : snap->scan) drain(e);
+        check_some();
+      }
     } else {
       if (waking) {
         if (t != nullptr) woke |= t->SetPollerActive();
         for (const SoftCq::ShmEntry& e : snap->scan) woke |= e.link->MarkPolling();
       }
-      drain_marked();
-      if (c->watch->polls.load(std::memory_order_relaxed) % kCheckRingsEvery == 0) check_some();
+      if (scan_all) {
+        for (const SoftCq::ShmEntry& e : snap->all) drain(e);
+      } else {
+        drain_marked();
+        if (c->watch->polls.load(std::memory_order_relaxed) % kCheckRingsEvery == 0) check_some();
+        for (const SoftCq::ShmEntry& e : snap->scan) drain(e);
+      }
       for (const SoftCq::ShmEntry& e : snap->scan) {
-        drain(e);
         if (e.slot >= 0 && e.link->marked_by_peer()) refresh = true;
       }
     }

@@ -169,8 +169,13 @@ ConnectedPair::ConnectedPair(const PairOptions& opt) {
 
   server_pd = opt.shared_server_pd != nullptr ? opt.shared_server_pd : alloc_pd(server->verbs);
   owns_server_pd_ = opt.shared_server_pd == nullptr;
-  server_comp = create_comp_channel(server->verbs);
-  server_cq = create_cq(server->verbs, opt.cqe, nullptr, server_comp, 0);
+  owns_server_cq_ = opt.shared_server_cq == nullptr;
+  if (owns_server_cq_) {
+    server_comp = create_comp_channel(server->verbs);
+    server_cq = create_cq(server->verbs, opt.cqe, nullptr, server_comp, 0);
+  } else {
+    server_cq = opt.shared_server_cq;
+  }
   qa.send_cq = server_cq;
   qa.recv_cq = server_cq;
   if (opt.server_srq_wr > 0) {
@@ -215,7 +220,7 @@ ConnectedPair::~ConnectedPair() {
   if (listener != nullptr) destroy_id(listener);
   if (server_srq) destroy_srq(server_srq);
   if (client_cq) destroy_cq(client_cq);
-  if (server_cq) destroy_cq(server_cq);
+  if (server_cq && owns_server_cq_) destroy_cq(server_cq);
   if (client_comp) destroy_comp_channel(client_comp);
   if (server_comp) destroy_comp_channel(server_comp);
   if (client_pd) dealloc_pd(client_pd);

@@ -57,6 +57,10 @@ struct PairOptions {
   // Non-null: the server QP is made on this PD (owned by the caller), so two
   // pairs can share one server PD.
   ibv_pd* shared_server_pd = nullptr;
+  // Non-null: the server QP's send and receive CQ (owned by the caller, who
+  // destroys the pair first), so many pairs' server QPs share one CQ; the
+  // pair's server_comp is then null.
+  ibv_cq* shared_server_cq = nullptr;
   std::string client_private_data;
   std::string server_private_data;
   // Runs right after the server's rdma_accept, before either end is
@@ -90,6 +94,7 @@ class ConnectedPair {
  private:
   bool ok_ = false;
   bool owns_server_pd_ = true;
+  bool owns_server_cq_ = true;
 };
 
 // A registered buffer.
