@@ -101,6 +101,9 @@ struct CounterRegistry {
   absl::Mutex mu;
   std::vector<Counters*> all ABSL_GUARDED_BY(mu);      // every block made; never freed
   std::vector<Counters*> unowned ABSL_GUARDED_BY(mu);  // left by threads that exited
+  // The counts' sums at the last ResetStats, which GetStats subtracts (the
+  // gauges and maxima stay zero here).
+  Stats base ABSL_GUARDED_BY(mu);
 };
 CounterRegistry& Registry() {
   static CounterRegistry* r = new CounterRegistry;
@@ -146,12 +149,6 @@ Counters* TakeCounters() {
 Counters& Stat() {
   if (t_counters == nullptr) t_counters = TakeCounters();
   return *t_counters;
-}
-
-void ForEachCounters(absl::FunctionRef<void(Counters&)> fn) {
-  CounterRegistry& r = Registry();
-  absl::MutexLock l(&r.mu);
-  for (Counters* c : r.all) fn(*c);
 }
 
 void LockCountersForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { Registry().mu.Lock(); }
@@ -638,9 +635,44 @@ int dereg_mr(ibv_mr* mr) {
 
 // ---- counters ------------------------------------------------------------------------
 
-Stats GetStats() {
+namespace internal {
+namespace {
+
+// The fields of Stats that count events: ResetStats starts them from zero
+// (the gauges live_* and the maxima are not in it).
+constexpr uint64_t Stats::*kCountFields[] = {
+    &Stats::send,
+    &Stats::send_with_imm,
+    &Stats::rdma_write,
+    &Stats::rdma_write_with_imm,
+    &Stats::rdma_read,
+    &Stats::atomic,
+    &Stats::recv,
+    &Stats::bytes_sent,
+    &Stats::rnr_retries,
+    &Stats::post_send_calls,
+    &Stats::post_recv_calls,
+    &Stats::reg_mr,
+    &Stats::rem_access_errors,
+    &Stats::signaled_sends,
+    &Stats::wc_polled,
+    &Stats::poll_cq_calls,
+    &Stats::qps_on_shm,
+    &Stats::qps_on_tcp,
+    &Stats::shm_fallbacks,
+    &Stats::shm_doorbells,
+    &Stats::shm_marked_qps,
+    &Stats::shm_marked_drains,
+    &Stats::shm_ring_rewinds,
+    &Stats::shm_publishes,
+    &Stats::rd_atomic_waits,
+};
+
+// Sums every block. Caller holds the registry's mutex.
+Stats SumCountersLocked(CounterRegistry& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) {
   Stats s;
-  internal::ForEachCounters([&s](internal::Counters& c) {
+  for (const Counters* cp : r.all) {
+    const Counters& c = *cp;
     s.send += c.send;
     s.send_with_imm += c.send_with_imm;
     s.rdma_write += c.rdma_write;
@@ -674,41 +706,33 @@ Stats GetStats() {
     s.live_mrs += c.live_mrs;
     s.live_pds += c.live_pds;
     s.live_mws += c.live_mws;
-  });
+  }
+  return s;
+}
+
+}  // namespace
+
+}  // namespace internal
+
+Stats GetStats() {
+  internal::CounterRegistry& r = internal::Registry();
+  absl::MutexLock l(&r.mu);
+  Stats s = internal::SumCountersLocked(r);
+  for (uint64_t Stats::*f : internal::kCountFields) s.*f -= r.base.*f;
   return s;
 }
 
 void ResetStats() {
-  // Gauges count live objects and are not reset.
-  internal::ForEachCounters([](internal::Counters& c) {
-    c.send = 0;
-    c.send_with_imm = 0;
-    c.rdma_write = 0;
-    c.rdma_write_with_imm = 0;
-    c.rdma_read = 0;
-    c.atomic = 0;
-    c.recv = 0;
-    c.bytes_sent = 0;
-    c.rnr_retries = 0;
-    c.post_send_calls = 0;
-    c.post_recv_calls = 0;
-    c.reg_mr = 0;
-    c.max_send_bytes = 0;
-    c.rem_access_errors = 0;
-    c.signaled_sends = 0;
-    c.wc_polled = 0;
-    c.poll_cq_calls = 0;
-    c.qps_on_shm = 0;
-    c.qps_on_tcp = 0;
-    c.shm_fallbacks = 0;
-    c.shm_doorbells = 0;
-    c.shm_marked_qps = 0;
-    c.shm_marked_drains = 0;
-    c.shm_ring_rewinds = 0;
-    c.shm_publishes = 0;
-    c.rd_atomic_waits = 0;
-    c.max_rd_atomic_out = 0;
-  });
+  internal::CounterRegistry& r = internal::Registry();
+  absl::MutexLock l(&r.mu);
+  // Counts are written by their blocks' owners only (OwnerCount): remember
+  // their sums instead of zeroing them. Maxima restart from zero.
+  const Stats now = internal::SumCountersLocked(r);
+  for (uint64_t Stats::*f : internal::kCountFields) r.base.*f = now.*f;
+  for (internal::Counters* c : r.all) {
+    c->max_send_bytes = 0;
+    c->max_rd_atomic_out = 0;
+  }
 }
 
 namespace internal {
