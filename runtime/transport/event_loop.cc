@@ -30,8 +30,10 @@ DEFINE_int64(rdmarpc_spin_us, absl::ToInt64Microseconds(rdmarpc::internal::kDefa
 DEFINE_int32(rdmarpc_spin_yield_every,
              static_cast<int32_t>(rdmarpc::internal::kDefaultSpinYieldEvery),
              "Empty busy-poll iterations of an rdmarpc completion loop between two "
-             "sched_yield calls; the others issue a CPU pause hint (spin_pause.h). "
-             "1 = yield on every iteration. Values below 1 count as 1.");
+             "sched_yield calls while another thread wants the core; the others issue a "
+             "CPU pause hint. Yields that find the core idle stretch the interval, up to "
+             "256 iterations (spin_pause.h). 1 = yield on every iteration. Values below 1 "
+             "count as 1.");
 
 #ifdef NDEBUG
 inline constexpr bool kDefaultMutexDeadlockCheck = false;

@@ -125,7 +125,9 @@
 //    the CQ, poll once more (the arm/re-poll race) and sleep on the
 //    completion channel. An empty poll is followed
 //    by a CPU pause hint, and by a sched_yield only every
-//    --rdmarpc_spin_yield_every-th time (spin_pause.h). A caller never sleeps on
+//    --rdmarpc_spin_yield_every-th time while another thread wants the core,
+//    up to 16 times less often while yields find it idle (spin_pause.h).
+//    A caller never sleeps on
 //    the channel itself: past the bound it hands the poller to the loop
 //    thread and sleeps on a futex until its call is finished.
 //  * Buffers: the receive ring (ReceiveRing) and the send buffers
