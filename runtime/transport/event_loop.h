@@ -360,8 +360,12 @@ class EventLoop {
   absl::Time sleep_until_ = absl::InfiniteFuture();
   std::atomic<int> calls_in_flight_{0};  // written by the poller holder only
   bool flushing_ = false;
-  // Steps between two non-blocking looks at the fds while spinning.
-  static constexpr int kFdPollInterval = 64;
+  // Steps between two non-blocking looks at the fds (cm events, async
+  // events, the completion channel) while spinning: about 0.1 ms at 0.1 us
+  // a Step, which is how late a cm event may be seen while the loop spins.
+  // Each look is an epoll_wait(2), 0.35 us here; at 64 Steps a spinning
+  // rpc_bench server made 150,000 of them a second (5 % of its time).
+  static constexpr int kFdPollInterval = 1024;
   int steps_since_fd_poll_ = 0;
   // The poller holder's clock (ReadClock): what due timers and spin budgets
   // are measured against. Read at the end of every Step that found work and
