@@ -312,8 +312,10 @@ void DrainShmRings(SoftCq* c, bool polling) {
       c->check_cursor.store(cur, std::memory_order_relaxed);
     };
     // Few rings: each is looked at on every poll and the bits are left
-    // alone (kScanAllRingsUpTo); a ring with records is found by its tail
-    // either way, so the protocols' rechecks below hold for both.
+    // alone (kScanAllRingsUpTo). Going to sleep still takes the marked
+    // slots: a QP added after `snap` was loaded (or the CQ's 17th) is not
+    // in it, and its peer, seeing the poller active, marked its slot
+    // rather than ring; drain_marked finds it in the current snapshot.
     const bool scan_all = snap->all.size() <= kScanAllRingsUpTo;
     if (!polling) {
       // Producers must ring again: poller_active to 0 for the rings whose
@@ -325,10 +327,10 @@ void DrainShmRings(SoftCq* c, bool polling) {
       for (const SoftCq::ShmEntry& e : snap->scan) e.link->MarkSleeping();
       c->rings_sleeping.store(true, std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_seq_cst);
+      drain_marked();
       if (scan_all) {
         for (const SoftCq::ShmEntry& e : snap->all) drain(e);
       } else {
-        drain_marked();
         for (const SoftCq::ShmEntry& e : snap->scan) drain(e);
         check_some();
       }

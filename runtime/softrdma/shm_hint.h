@@ -34,6 +34,13 @@
 // the producer's bits in the seq_cst order and its take sees them: no record
 // is left with neither a doorbell nor a drain.
 //
+// A CQ with at most kScanAllRingsUpTo rings polls differently: each poll
+// looks at every ring's tail and takes no bits, so the bits stay set and a
+// producer's mark is a load. Going to sleep is as above (take the marked
+// slots after the fence), plus a look at every ring: the take covers a ring
+// added after the poll loaded its snapshot, whose peer marked rather than
+// rang.
+//
 // The table is a sealed memfd (no name in /dev/shm, so nothing is left
 // behind when a process dies). A QP tells its peer the table's fd and inode
 // and its slot in a kRecHint record on the ring it produces into; the peer
