@@ -151,7 +151,13 @@ void ClearSqLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
 // A QP on an SRQ then raises IBV_EVENT_QP_LAST_WQE_REACHED: it will take no
 // more receives from the SRQ (IB spec 11.6.3.1; the consumer may now destroy
 // it without losing SRQ receives).
+void RingDoorbellLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu);
+
 void MoveToErrorLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  // Records this QP published in an unended doorbell batch (ShmPostBatch)
+  // reach the peer as on the wire: tell it now, while the link and the
+  // socket for its doorbell are still ours.
+  if (q->shm != nullptr && q->shm->EndBatch()) RingDoorbellLocked(q);
   const bool entering = q->state != IBV_QPS_ERR;
   q->state = IBV_QPS_ERR;
   q->qp.state = IBV_QPS_ERR;
@@ -1220,9 +1226,12 @@ class ShmPostBatch {
       : q_(q), link_(q->shm.get()) {
     if (link_ != nullptr) link_->BeginBatch();
   }
-  ~ShmPostBatch() {
-    // A QP that left its link meanwhile (MoveToErrorLocked) no longer
-    // produces into it, and may have dropped the last reference.
+  // Runs before the caller's MutexLock on q->mu is released (declared
+  // after it), which the analysis cannot see.
+  ~ShmPostBatch() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    // A QP that left its link meanwhile (MoveToErrorLocked, which ended the
+    // batch) no longer produces into it, and may have dropped the last
+    // reference.
     if (link_ != nullptr && q_->shm.get() == link_ && link_->EndBatch()) {
       RingDoorbellLocked(q_);
     }

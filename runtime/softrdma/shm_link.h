@@ -82,6 +82,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "glog/logging.h"
 #include "softrdma/shm_hint.h"
 #include "softrdma/shm_record.h"
 #include "softrdma/wire.h"
@@ -183,7 +184,10 @@ class ShmLink {
   // cycles, and TryPush 11 % of a server's, in the 32 B rate profile. The
   // caller holds the QP's mutex from BeginBatch to EndBatch and must call
   // EndBatch: records of an unended batch wake no sleeping consumer.
-  void BeginBatch() { batching_ = true; }
+  void BeginBatch() {
+    DCHECK(!batching_) << "softrdma: a doorbell batch inside another";
+    batching_ = true;
+  }
   // Returns true when the caller must ring the peer's doorbell.
   bool EndBatch();
   // True once after a Drain pushed a record (a hint ack) that needs the
