@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -667,6 +668,11 @@ constexpr uint64_t Stats::*kCountFields[] = {
     &Stats::shm_publishes,
     &Stats::rd_atomic_waits,
 };
+// Every field of Stats is a count above, one of its two maxima or one of its
+// six gauges: a count added to Stats but not here would never be reset.
+static_assert(std::size(kCountFields) + 2 + 6 == sizeof(Stats) / sizeof(uint64_t),
+              "a field of Stats is missing from kCountFields");
+
 
 // Sums every block. Caller holds the registry's mutex.
 Stats SumCountersLocked(CounterRegistry& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) {
@@ -711,7 +717,6 @@ Stats SumCountersLocked(CounterRegistry& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) 
 }
 
 }  // namespace
-
 }  // namespace internal
 
 Stats GetStats() {
