@@ -660,10 +660,11 @@ void EventLoop::RunFdHandlers(const epoll_event* events, int n) {
 
 void EventLoop::PollFds() {
   // While spinning, cm events (connection set-up, disconnects) and watched
-  // fds are looked at every kFdPollInterval steps, so a loop that never
-  // sleeps still makes progress on them.
-  if (++steps_since_fd_poll_ < kFdPollInterval) return;
+  // fds are looked at every kFdPollInterval Steps or kFdPollPeriod, so a
+  // loop that never sleeps still makes progress on them.
+  if (++steps_since_fd_poll_ < kFdPollInterval && now_ - last_fd_poll_ < kFdPollPeriod) return;
   steps_since_fd_poll_ = 0;
+  last_fd_poll_ = now_;
   epoll_event events[8];
   const int n = epoll_wait(epoll_fd_, events, 8, 0);
   if (n > 0) RunFdHandlers(events, n);

@@ -360,13 +360,17 @@ class EventLoop {
   absl::Time sleep_until_ = absl::InfiniteFuture();
   std::atomic<int> calls_in_flight_{0};  // written by the poller holder only
   bool flushing_ = false;
-  // Steps between two non-blocking looks at the fds (cm events, async
-  // events, the completion channel) while spinning: about 0.1 ms at 0.1 us
-  // a Step, which is how late a cm event may be seen while the loop spins.
-  // Each look is an epoll_wait(2), 0.35 us here; at 64 Steps a spinning
-  // rpc_bench server made 150,000 of them a second (5 % of its time).
+  // Non-blocking looks at the fds (cm events, async events, the completion
+  // channel) while spinning: after kFdPollInterval Steps (about 0.1 ms of
+  // empty ones) or kFdPollPeriod by the loop's clock (Steps that work take
+  // longer), whichever comes first; that is how late a cm event may be seen
+  // while the loop spins. Each look is an epoll_wait(2), 0.35 us here; at
+  // every 64 Steps a spinning rpc_bench server made 150,000 of them a
+  // second (5 % of its time). Our own choice of both bounds.
   static constexpr int kFdPollInterval = 1024;
+  static constexpr absl::Duration kFdPollPeriod = absl::Microseconds(200);
   int steps_since_fd_poll_ = 0;
+  absl::Time last_fd_poll_ = absl::InfinitePast();
   // The poller holder's clock (ReadClock): what due timers and spin budgets
   // are measured against. Read at the end of every Step that found work and
   // once every kEmptyStepsPerClockRead empty Steps, not on every poll: a
