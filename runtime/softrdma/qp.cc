@@ -147,12 +147,12 @@ void ClearSqLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   q->rd_atomic_out = 0;
 }
 
+void RingDoorbellLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu);
+
 // The QP enters ERROR: every outstanding WR completes with WR_FLUSH_ERR.
 // A QP on an SRQ then raises IBV_EVENT_QP_LAST_WQE_REACHED: it will take no
 // more receives from the SRQ (IB spec 11.6.3.1; the consumer may now destroy
 // it without losing SRQ receives).
-void RingDoorbellLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu);
-
 void MoveToErrorLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   // Records this QP published in an unended doorbell batch (ShmPostBatch)
   // reach the peer as on the wire: tell it now, while the link and the
