@@ -23,6 +23,7 @@
 #include "runtime/rpc/retrying_call.h"
 #include "runtime/rpc/status_payloads.h"
 #include "runtime/transport/log_limiter.h"
+#include "runtime/transport/shared_receive_queue.h"
 
 namespace rdmarpc {
 
@@ -206,14 +207,9 @@ absl::StatusOr<std::unique_ptr<ChannelImpl>> ChannelImpl::Create(absl::string_vi
         options.max_message_bytes, " (>= 1)"));
   }
   if (options.receive_queue == ChannelOptions::ReceiveQueue::kShared) {
-    if (options.srq_min_credits < 3 || options.srq_min_credits > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ChannelOptions: srq_min_credits ", options.srq_min_credits, " (3..65535)"));
-    }
-    if (options.srq_shared_buffers < 1 || options.srq_shared_buffers > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ChannelOptions: srq_shared_buffers ", options.srq_shared_buffers, " (1..65535)"));
-    }
+    absl::Status srq = SharedReceiveQueue::CheckUserOptions(
+        "ChannelOptions", options.srq_min_credits, options.srq_shared_buffers);
+    if (!srq.ok()) return srq;
   }
   if (options.max_message_bytes > kMaxProtobufMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -22,6 +22,7 @@
 #include "runtime/rpc/server_hooks.h"
 #include "runtime/rpc/server_impl.h"
 #include "runtime/rpc/status_payloads.h"
+#include "runtime/transport/shared_receive_queue.h"
 #include "runtime/transport/transport.h"
 
 namespace rdmarpc {
@@ -161,14 +162,9 @@ absl::Status ServerImpl::Start(absl::string_view listen_address) {
         options_.max_message_bytes, " (>= 1)"));
   }
   if (options_.receive_queue == ServerOptions::ReceiveQueue::kShared) {
-    if (options_.srq_min_credits < 3 || options_.srq_min_credits > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ServerOptions: srq_min_credits ", options_.srq_min_credits, " (3..65535)"));
-    }
-    if (options_.srq_shared_buffers < 1 || options_.srq_shared_buffers > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ServerOptions: srq_shared_buffers ", options_.srq_shared_buffers, " (1..65535)"));
-    }
+    absl::Status srq = SharedReceiveQueue::CheckUserOptions(
+        "ServerOptions", options_.srq_min_credits, options_.srq_shared_buffers);
+    if (!srq.ok()) return srq;
   }
   if (options_.max_concurrent_streams < 0) {
     return absl::InvalidArgumentError(absl::StrCat("ServerOptions: max_concurrent_streams ",

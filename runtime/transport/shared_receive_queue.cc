@@ -15,6 +15,19 @@ namespace internal {
 static_assert((SharedReceiveQueue::kSlabBuffers & (SharedReceiveQueue::kSlabBuffers - 1)) == 0,
               "slabs are a power of two buffers, so an index splits with a shift");
 
+absl::Status SharedReceiveQueue::CheckUserOptions(absl::string_view options_name,
+                                                 int srq_min_credits, int srq_shared_buffers) {
+  if (srq_min_credits < 3 || srq_min_credits > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options_name, ": srq_min_credits ", srq_min_credits, " (3..65535)"));
+  }
+  if (srq_shared_buffers < 1 || srq_shared_buffers > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options_name, ": srq_shared_buffers ", srq_shared_buffers, " (1..65535)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<SharedReceiveQueue>> SharedReceiveQueue::Create(
     ibv_pd* pd, const Options& options, EventLoop* loop, EngineStats* stats) {
   if (options.min_credits < kMinRecvDepth || options.max_credits < options.min_credits ||

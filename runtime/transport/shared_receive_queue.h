@@ -94,6 +94,13 @@ class SharedReceiveQueue {
     int max_credits = 64;            // most one connection may hold
   };
 
+  // The check ServerOptions and ChannelOptions pass with kShared: OK when
+  // `srq_min_credits` is in 3..65535 and `srq_shared_buffers` in 1..65535;
+  // otherwise INVALID_ARGUMENT naming `options_name` ("ServerOptions"), the
+  // first option out of range, its value and the range. Any thread.
+  static absl::Status CheckUserOptions(absl::string_view options_name, int srq_min_credits,
+                                       int srq_shared_buffers);
+
   // Makes the SRQ on `pd` (its device's max_srq_wr bounds the buffers) and
   // registers and posts extra_buffers. `loop` gives the CQ entries the
   // receives may complete into (EventLoop::ReserveCqEntries; one per

@@ -208,9 +208,26 @@ TEST(SharedReceiveQueue, AFloodingClientBorrowsOnlyItsShare) {
 TEST(SharedReceiveQueue, OptionsOutOfRangeFailStart) {
   ServerOptions so = SharedQueue(/*shared_buffers=*/0);
   Server server(so);
-  const absl::Status s = server.Start("127.0.0.1:0");
+  absl::Status s = server.Start("127.0.0.1:0");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_NE(s.message().find("srq_shared_buffers 0"), absl::string_view::npos) << s;
+  EXPECT_EQ(s.message(), "ServerOptions: srq_shared_buffers 0 (1..65535)");
+  so = SharedQueue(/*shared_buffers=*/65536);
+  Server too_many(so);
+  s = too_many.Start("127.0.0.1:0");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(), "ServerOptions: srq_shared_buffers 65536 (1..65535)");
+  so = SharedQueue(/*shared_buffers=*/512);
+  so.srq_min_credits = 65536;
+  Server big_floor(so);
+  s = big_floor.Start("127.0.0.1:0");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(), "ServerOptions: srq_min_credits 65536 (3..65535)");
+  // Only checked for a shared queue.
+  so.receive_queue = ServerOptions::ReceiveQueue::kPerConnection;
+  Server per_connection(so);
+  s = per_connection.Start("127.0.0.1:0");
+  EXPECT_TRUE(s.ok()) << s;
+  per_connection.Shutdown();
 }
 
 TEST(SharedReceiveQueue, PerConnectionRingsStillWork) {
