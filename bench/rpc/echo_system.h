@@ -83,8 +83,10 @@ class EchoClient {
   // (rdmarpc::Buffer, rdmarpc/buffer.h) beside an empty message; the server
   // sends the same Buffer back. `slot` (0 .. calls in flight - 1) names the
   // caller's Buffer, reused by its next call. `done` as AsyncEcho's, with
-  // DATA_LOSS when the echoed attachment's size differs. UNIMPLEMENTED
-  // (through `done`) for a system without attachments (gRPC).
+  // DATA_LOSS when the echoed attachment differs (CheckEcho in
+  // workloads.h: each slot's first echo byte for byte, later ones by size
+  // and three windows). UNIMPLEMENTED (through `done`) for a system
+  // without attachments (gRPC).
   virtual void AsyncEchoAttachment(int /*slot*/, size_t /*size*/,
                                    absl::AnyInvocable<void(absl::Status) &&> done) {
     std::move(done)(absl::UnimplementedError("attachments are rdmarpc's only"));

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "bench/rpc/cpu_time.h"
 #include "bench/rpc/parse.h"
 #include "bench/rpc/report.h"
@@ -60,6 +62,48 @@ TEST(RpcBenchWorkloads, PercentileIsNearestRank) {
   EXPECT_EQ(Percentile(sorted, 1.0), 1000);
   EXPECT_EQ(Percentile({7}, 0.999), 7);
   EXPECT_EQ(Percentile({}, 0.5), 0);
+}
+
+TEST(RpcBenchWorkloads, CheckEchoFindsSizeAndByteDifferences) {
+  const std::string sent = MakeRequest(64 * 1024).payload();
+  EXPECT_TRUE(CheckEcho("t", sent, sent, /*whole=*/true).ok());
+  EXPECT_TRUE(CheckEcho("t", sent, sent, /*whole=*/false).ok());
+
+  absl::Status s = CheckEcho("t", sent, absl::string_view(sent).substr(1), /*whole=*/false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(s.message(), "t: sent 65536 bytes, echo has 65535");
+
+  // A byte between the windows: only the whole compare sees it.
+  std::string got = sent;
+  got[10000] = static_cast<char>(got[10000] ^ 1);
+  EXPECT_TRUE(CheckEcho("t", sent, got, /*whole=*/false).ok());
+  s = CheckEcho("t", sent, got, /*whole=*/true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(s.message(), absl::StrCat("t: echo of 65536 bytes differs at offset 10000 (sent ",
+                                      static_cast<uint8_t>(sent[10000]), ", got ",
+                                      static_cast<uint8_t>(got[10000]), ")"));
+
+  // The start, the middle and the end window are each compared.
+  for (size_t at : {size_t{0}, size_t{32768}, size_t{65535}}) {
+    got = sent;
+    got[at] = static_cast<char>(got[at] ^ 0x80);
+    s = CheckEcho("t", sent, got, /*whole=*/false);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << at;
+    EXPECT_NE(s.message().find(absl::StrCat("differs at offset ", at, " ")),
+              absl::string_view::npos)
+        << s;
+  }
+
+  // A payload echoed shifted by one byte differs at offset 0.
+  const std::string shifted = MakeRequest(64 * 1024 + 1).payload().substr(1);
+  s = CheckEcho("t", sent, shifted, /*whole=*/false);
+  EXPECT_NE(s.message().find("differs at offset 0 "), absl::string_view::npos) << s;
+
+  // Small echoes are compared whole either way.
+  const std::string small = MakeRequest(100).payload();
+  got = small;
+  got[50] = static_cast<char>(got[50] ^ 1);
+  EXPECT_EQ(CheckEcho("t", small, got, /*whole=*/false).code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(RpcBenchWorkloads, RequestPayloadIsSizedAndNotConstant) {

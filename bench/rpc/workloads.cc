@@ -31,6 +31,36 @@ EchoRequest MakeRequest(size_t size) {
   return request;
 }
 
+absl::Status CheckEcho(absl::string_view what, absl::string_view sent, absl::string_view got,
+                       bool whole) {
+  if (got.size() != sent.size()) {
+    return absl::DataLossError(
+        absl::StrCat(what, ": sent ", sent.size(), " bytes, echo has ", got.size()));
+  }
+  auto differs_at = [&](size_t begin, size_t end) -> size_t {
+    for (size_t i = begin; i < end; ++i) {
+      if (sent[i] != got[i]) return i;
+    }
+    return sent.size();
+  };
+  size_t bad = sent.size();
+  if (whole || sent.size() <= 3 * kEchoWindowBytes) {
+    bad = differs_at(0, sent.size());
+  } else {
+    const size_t mid = sent.size() / 2 - kEchoWindowBytes / 2;
+    for (size_t begin : {size_t{0}, mid, sent.size() - kEchoWindowBytes}) {
+      bad = differs_at(begin, begin + kEchoWindowBytes);
+      if (bad != sent.size()) break;
+    }
+  }
+  if (bad == sent.size()) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(what, ": echo of ", sent.size(),
+                                          " bytes differs at offset ", bad, " (sent ",
+                                          static_cast<int>(static_cast<uint8_t>(sent[bad])),
+                                          ", got ", static_cast<int>(static_cast<uint8_t>(got[bad])),
+                                          ")"));
+}
+
 // Nearest-rank percentile of sorted samples, p in (0, 1].
 double Percentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
@@ -131,6 +161,7 @@ class ClosedLoop {
   struct Slot {
     EchoRequest request;
     EchoResponse response;
+    bool checked_whole = false;  // an echo of this slot was compared byte for byte
   };
 
   // Starts a call on slot i unless stopped or out of calls; false when not.
@@ -155,10 +186,10 @@ class ClosedLoop {
   }
 
   void Done(size_t i, absl::Status status) {
-    if (status.ok() && slots_[i].response.payload().size() != slots_[i].request.payload().size()) {
-      status = absl::DataLossError(absl::StrCat("sent ", slots_[i].request.payload().size(),
-                                                " bytes, echo has ",
-                                                slots_[i].response.payload().size()));
+    if (status.ok() && !buffer_payload_) {
+      status = CheckEcho("closed loop", slots_[i].request.payload(), slots_[i].response.payload(),
+                         /*whole=*/!slots_[i].checked_whole);
+      slots_[i].checked_whole = true;
     }
     if (status.ok()) {
       completed_.fetch_add(1, std::memory_order_relaxed);
@@ -369,13 +400,15 @@ class LargeCallLoad {
  private:
   void Run() {
     EchoResponse response;
+    bool checked_whole = false;
     while (!stop_.load(std::memory_order_relaxed)) {
       response.Clear();
       absl::Status status = client_->Echo(request_, &response);
       const Clock::time_point end = Clock::now();
-      if (status.ok() && response.payload().size() != request_.payload().size()) {
-        status = absl::DataLossError(absl::StrCat("sent ", request_.payload().size(),
-                                                  " bytes, echo has ", response.payload().size()));
+      if (status.ok()) {
+        status = CheckEcho("background loop", request_.payload(), response.payload(),
+                           /*whole=*/!checked_whole);
+        checked_whole = true;
       }
       absl::MutexLock lock(&mu_);
       if (!status.ok()) {

@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "bench/rpc/echo_system.h"
 #include "bench/rpc/results.h"
 
@@ -19,6 +21,16 @@ namespace rpcbench {
 // A request of `size` payload bytes, not all equal (so a reply from a
 // shifted or stale buffer cannot match).
 EchoRequest MakeRequest(size_t size);
+
+// DATA_LOSS naming `what`, the sizes and the first differing offset when
+// `got` is not `sent`. `whole`: every byte is compared; otherwise the size
+// and kEchoWindowBytes at the start, the middle and the end (a full
+// compare of every 16 MiB echo would be a pass over the payload inside
+// the measured time, so the closed loops compare each slot's first echo
+// whole and the later ones by these windows).
+inline constexpr size_t kEchoWindowBytes = 4096;
+absl::Status CheckEcho(absl::string_view what, absl::string_view sent, absl::string_view got,
+                       bool whole);
 
 // Nearest-rank percentile of ascending `sorted`, p in (0, 1]; 0 when empty.
 double Percentile(const std::vector<double>& sorted, double p);
