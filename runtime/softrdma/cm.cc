@@ -62,7 +62,10 @@ enum class CmState {
   kAddrResolved,
   kRouteResolved,
   kConnecting,      // active: TCP connect / CONNECT_REQ sent, awaiting ACCEPT
-  kConnectResponse,  // active, own QP: CONNECT_RESPONSE delivered, awaiting rdma_establish
+  // active, ACCEPT received: with the application's own QP, CONNECT_RESPONSE
+  // queued, awaiting rdma_establish; with rdma_cm's QP, ESTABLISHED queued,
+  // awaiting rdma_get_cm_event (FinishConnectResponse)
+  kConnectResponse,
   kConnectReqRcvd,  // passive: CONNECT_REQUEST delivered, awaiting accept/reject
   kAccepting,       // passive: ACCEPT sent, awaiting RTU
   kEstablished,
@@ -91,6 +94,10 @@ struct SoftCmEvent {
   rdma_cm_event ev;  // first member
   uint8_t private_data[256];
   uint64_t id_serial = 0;  // SoftCmId::serial of ev.id, which may die first
+  // The active side's ESTABLISHED for an id with rdma_cm's own QP: the QP
+  // joins the link and the RTU goes out when rdma_get_cm_event returns it
+  // (FinishConnectResponse).
+  bool establish_on_get = false;
 };
 
 absl::Mutex& RegistryMutex();  // below: the live ids and their unacked events
@@ -331,9 +338,10 @@ std::shared_ptr<SoftCmId> IdBySerial(uint64_t serial) {
 // which goes on the listener's channel; the caller then holds the listener's
 // mutex too).
 void PostEventOn(SoftEventChannel* ch, SoftCmId* id, rdma_cm_event_type type, int status,
-                 const ConnParams* params, SoftCmId* listen_id)
+                 const ConnParams* params, SoftCmId* listen_id, bool establish_on_get = false)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(id->mu) {
   auto* e = new SoftCmEvent();
+  e->establish_on_get = establish_on_get;
   std::memset(&e->ev, 0, sizeof(e->ev));
   e->ev.id = &id->id;
   e->id_serial = id->serial;
@@ -440,16 +448,40 @@ void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   // The transport retry count is the connector's (rdma_accept ignores its
   // conn_param.retry_count, rdma_accept(3)).
   const uint8_t retry_cnt = s->passive ? s->remote.retry_count : s->local.retry_count;
-  const bool hold = s->shm_state == ShmState::kPendingRtu;
-  const bool use_shm = hold || s->shm_state == ShmState::kActive;
+  // The passive side holds its sends until RTU, as for the application's
+  // own QP above: the active side's QP joins the link only when its
+  // application takes ESTABLISHED (FinishConnectResponse).
+  const bool hold = passive || s->shm_state == ShmState::kPendingRtu;
+  const bool use_shm = s->shm_state == ShmState::kPendingRtu || s->shm_state == ShmState::kActive;
   // READ / atomic resources as the IB CM negotiated them (rdma_init_qp_attr
   // below): the passive side's own accept values; on the active side the
   // REP's, its responder resources being our initiator depth.
   const uint8_t resp_res = s->passive ? s->local.responder_resources : s->remote.initiator_depth;
   const uint8_t init_depth = s->passive ? s->local.initiator_depth : s->remote.responder_resources;
+  // The connection knows the QP first: QpAttach may offer the peer a hint
+  // slot, and the peer's answer (a ring record and a doorbell frame) can
+  // reach the progress thread before this thread is back here.
+  s->conn->set_qp(q->self.lock());
   QpAttach(q, s->conn, use_shm ? s->shm : nullptr, hold, s->remote.qp_num,
            s->remote.rnr_retry_count, resp_res, init_depth, retry_cnt, passive);
-  s->conn->set_qp(q->self.lock());
+}
+
+// rdma_get_cm_event took the active side's ESTABLISHED of an id with
+// rdma_cm's own QP (SoftCmEvent::establish_on_get): the QP joins the link
+// and the RTU goes out now, as librdmacm's ucma_process_conn_resp does in
+// that call. An id that left kConnectResponse meanwhile (the link broke, the
+// peer disconnected, the QP or id was destroyed) is left as it is: the event
+// that reports that follows.
+void FinishConnectResponse(SoftCmId* s) {
+  absl::MutexLock l(&s->mu);
+  if (s->destroyed || s->state != CmState::kConnectResponse || s->conn == nullptr ||
+      s->id.qp == nullptr) {
+    return;
+  }
+  AttachQp(s);
+  SendControl(s->conn.get(), FrameType::kRtu,
+              {static_cast<uint8_t>(s->shm_state == ShmState::kActive ? 1 : 0)});
+  s->state = CmState::kEstablished;
 }
 
 void DropShm(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
@@ -756,19 +788,22 @@ void OnControlFrameLocked(SoftCmId* s, Conn* conn, Frame& f) ABSL_EXCLUSIVE_LOCK
           DropShm(s);
         }
       }
-      AttachQp(s);
+      s->state = CmState::kConnectResponse;
       if (s->id.qp == nullptr) {
         // No QP of rdma_cm's (librdmacm's rule): the application gets
         // CONNECT_RESPONSE, moves its own QP to RTR and RTS, and calls
         // rdma_establish, which sends RTU.
-        s->state = CmState::kConnectResponse;
+        AttachQp(s);
         PostEvent(s, RDMA_CM_EVENT_CONNECT_RESPONSE, 0, &s->remote);
         return;
       }
-      SendControl(conn, FrameType::kRtu,
-                  {static_cast<uint8_t>(s->shm_state == ShmState::kActive ? 1 : 0)});
-      s->state = CmState::kEstablished;
-      PostEvent(s, RDMA_CM_EVENT_ESTABLISHED, 0, &s->remote);
+      // rdma_cm's own QP: librdmacm moves it to RTR and RTS and sends the
+      // RTU inside the rdma_get_cm_event call that returns ESTABLISHED
+      // (ucma_process_conn_resp), so nothing the passive side sends can
+      // complete on this QP before the application has seen ESTABLISHED.
+      // The same here: FinishConnectResponse, when the event is taken.
+      PostEventOn(ChannelOf(s->id.channel), s, RDMA_CM_EVENT_ESTABLISHED, 0, &s->remote, nullptr,
+                  /*establish_on_get=*/true);
       return;
     }
     case FrameType::kReject: {
@@ -790,7 +825,11 @@ void OnControlFrameLocked(SoftCmId* s, Conn* conn, Frame& f) ABSL_EXCLUSIVE_LOCK
         } else {
           DropShm(s);
         }
-        if (s->id.qp != nullptr) QpSetLink(internal::ToSoft(s->id.qp), use ? s->shm : nullptr);
+      }
+      // Either QP held its sends since rdma_accept (AttachQp).
+      if (s->id.qp != nullptr) {
+        QpSetLink(internal::ToSoft(s->id.qp),
+                  s->shm_state == ShmState::kActive ? s->shm : nullptr);
       }
       if (s->user_qp != nullptr) {
         QpSetLink(s->user_qp.get(), s->shm_state == ShmState::kActive ? s->shm : nullptr);
@@ -1694,22 +1733,29 @@ int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (ch == nullptr) return -1;
   for (;;) {
     if (internal::WaitEventFd(ch->ch.fd) != 0) return -1;
-    absl::MutexLock l(&ch->mu);
-    // Its id was destroyed or migrated; or the channel was destroyed while
-    // this call waited, after which nothing is posted on it again: wait on
-    // (for good, on a blocking fd), as a thread in the kernel's
-    // rdma_get_cm_event stays blocked when another closes the channel.
-    if (ch->destroyed || ch->events.empty()) continue;
-    SoftCmEvent* e = ch->events.front();
-    ch->events.pop_front();
+    SoftCmEvent* e = nullptr;
+    std::shared_ptr<SoftCmId> establish;
     {
+      absl::MutexLock l(&ch->mu);
+      // Its id was destroyed or migrated; or the channel was destroyed while
+      // this call waited, after which nothing is posted on it again: wait on
+      // (for good, on a blocking fd), as a thread in the kernel's
+      // rdma_get_cm_event stays blocked when another closes the channel.
+      if (ch->destroyed || ch->events.empty()) continue;
+      e = ch->events.front();
+      ch->events.pop_front();
       // Counted before the channel's lock goes, so rdma_destroy_id (which
       // drops the id's queued events under it) either finds the event still
       // queued or counted.
       absl::MutexLock reg(&internal::RegistryMutex());
       auto it = internal::LiveIds().find(e->id_serial);
-      if (it != internal::LiveIds().end()) it->second->unacked_events++;
+      if (it != internal::LiveIds().end()) {
+        it->second->unacked_events++;
+        if (e->establish_on_get) establish = it->second->self.lock();
+      }
     }
+    // The id's lock is taken before a channel's (PostEventOn), so only now.
+    if (establish != nullptr) internal::FinishConnectResponse(establish.get());
     *event = &e->ev;
     return 0;
   }

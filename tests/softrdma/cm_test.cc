@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -47,6 +48,50 @@ TEST(RdmaCm, ConnectAcceptDeliversPrivateDataBothWays) {
   EXPECT_EQ(get_dst_port(p.client), get_src_port(p.listener));
   EXPECT_EQ(get_src_port(p.server), get_src_port(p.listener));
   EXPECT_NE(ntohs(get_src_port(p.listener)), 0);
+}
+
+// librdmacm moves the active side's QP (rdma_cm's own) to RTR and RTS and
+// sends the RTU inside the rdma_get_cm_event call that returns ESTABLISHED.
+// So until the client takes that event, the server is not ESTABLISHED and
+// nothing it sends completes at the client.
+TEST(RdmaCm, ActiveQpJoinsWhenItsEstablishedIsTaken) {
+  PairOptions opt;
+  std::unique_ptr<Buffer> client_buf;
+  std::unique_ptr<Buffer> server_buf;
+  int server_events_early = -1;
+  int client_completions_early = -1;
+  opt.before_client_established = [&](ConnectedPair* p) {
+    client_buf = std::make_unique<Buffer>(p->client_pd, 64, kAll);
+    server_buf = std::make_unique<Buffer>(p->server_pd, 64, kAll);
+    ASSERT_EQ(PostRecv(p->client->qp, 1, *client_buf, 0, 64), 0);
+    std::memcpy(server_buf->data.data(), "early", 5);
+    ASSERT_EQ(PostSend(p->server->qp, IBV_WR_SEND, 2, *server_buf, 0, 5), 0);
+    rdma_cm_event* e = NextEvent(p->server_ch, 300);
+    server_events_early = e != nullptr ? 1 : 0;
+    if (e != nullptr) {
+      ADD_FAILURE() << "server event " << e->event << " before the client's";
+      ack_cm_event(e);
+    }
+    client_completions_early = static_cast<int>(Drain(p->client_cq, 200).size());
+  };
+  ConnectedPair p(opt);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(server_events_early, 0);
+  EXPECT_EQ(client_completions_early, 0);
+  // Once the client took ESTABLISHED, the SEND arrives.
+  ibv_wc wc{};
+  ASSERT_TRUE(PollOne(p.client_cq, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+  EXPECT_EQ(wc.byte_len, 5u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(client_buf->data.data()), 5), "early");
+  ASSERT_TRUE(PollOne(p.server_cq, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 2u);
+  // The MRs go before the pair's PDs.
+  client_buf.reset();
+  server_buf.reset();
 }
 
 TEST(RdmaCm, PrivateDataOverLimitsIsEinval) {

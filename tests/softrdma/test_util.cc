@@ -194,6 +194,7 @@ ConnectedPair::ConnectedPair(const PairOptions& opt) {
   ap.rnr_retry_count = opt.rnr_retry;
   if (softrdma::accept(server, &ap) != 0) return;
   if (opt.after_accept) opt.after_accept(server, server_pd);
+  if (opt.before_client_established) opt.before_client_established(this);
 
   e = NextEvent(client_ch);
   if (e == nullptr || e->event != RDMA_CM_EVENT_ESTABLISHED) {

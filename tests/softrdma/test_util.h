@@ -66,6 +66,10 @@ struct PairOptions {
   // Runs right after the server's rdma_accept, before either end is
   // ESTABLISHED (e.g. to post while the link is still being decided).
   std::function<void(rdma_cm_id* server, ibv_pd* server_pd)> after_accept;
+  // Runs after after_accept, before the client takes its ESTABLISHED from
+  // client_ch; every member of the pair is set but the private data at the
+  // client.
+  std::function<void(class ConnectedPair* pair)> before_client_established;
 };
 
 // One listener, one client id and the accepted server id, each end with its
