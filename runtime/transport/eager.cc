@@ -652,6 +652,17 @@ void Connection::OnRecvCompletion(const ibv_wc& wc) {
     MaybeFinishClose();
     return;
   }
+  if (!credits_.has_value()) {
+    // A client's message before its ESTABLISHED (the window comes with it).
+    // librdmacm moves the QP to RTR inside the rdma_get_cm_event call that
+    // returns ESTABLISHED, which this loop handles before it polls again,
+    // so only a provider that breaks that order gets here.
+    Close(absl::UnavailableError(absl::StrCat("protocol error from ", peer_name_,
+                                              ": a message arrived in state ",
+                                              ConnStateName(state_),
+                                              ", before the connection was established")));
+    return;
+  }
   if (srq_ != nullptr) {
     // One credit spent; what the share allows comes back (owed).
     const int granted = srq_->OnMessage(&srq_share_);
