@@ -153,15 +153,16 @@ void PublishShmSnapshot(SoftCq* c, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->l
   SoftCq::ShmSnapshot* next = nullptr;
   if (!c->shm_qps.empty()) {
     next = new SoftCq::ShmSnapshot();
-    next->all = c->shm_qps;
-    for (const SoftCq::ShmEntry& e : c->shm_qps) {
+    next->all.reserve(c->shm_qps.size());
+    int top_slot = -1;
+    for (const SoftCq::ShmMember& m : c->shm_qps) {
+      next->all.push_back(SoftCq::ShmEntry{m.qp, m.link.get(), m.slot});
+      top_slot = std::max(top_slot, m.slot);
+    }
+    next->by_slot.assign(static_cast<size_t>(top_slot + 1), SoftCq::ShmEntry{nullptr, nullptr});
+    for (const SoftCq::ShmEntry& e : next->all) {
       if (e.slot < 0 || !e.link->marked_by_peer()) next->scan.push_back(e);
-      if (e.slot >= 0) {
-        if (next->by_slot.size() <= static_cast<size_t>(e.slot)) {
-          next->by_slot.resize(static_cast<size_t>(e.slot) + 1, SoftCq::ShmEntry{nullptr, nullptr});
-        }
-        next->by_slot[static_cast<size_t>(e.slot)] = e;
-      }
+      if (e.slot >= 0) next->by_slot[static_cast<size_t>(e.slot)] = e;
     }
   }
   SoftCq::ShmSnapshot* old = c->shm_snapshot.exchange(next, std::memory_order_seq_cst);
@@ -175,6 +176,7 @@ void PublishShmSnapshot(SoftCq* c, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->l
   }
   for (SoftCq::ShmSnapshot* s : c->shm_retired) delete s;
   c->shm_retired.clear();
+  c->shm_retired_links.clear();
 }
 
 }  // namespace
@@ -183,15 +185,17 @@ bool CqAddShmQp(ibv_cq* cq, SoftQp* qp, std::shared_ptr<ShmLink> link, bool want
                 HintOffer* offer) {
   SoftCq* c = ToSoft(cq);
   absl::MutexLock l(&c->links_mu);
-  SoftCq::ShmEntry* entry = nullptr;
-  for (SoftCq::ShmEntry& e : c->shm_qps) {
+  SoftCq::ShmMember* entry = nullptr;
+  for (SoftCq::ShmMember& e : c->shm_qps) {
     if (e.qp == qp) {
+      // Snapshots published before the next one may still name the old link.
+      if (e.link != link) c->shm_retired_links.push_back(std::move(e.link));
       e.link = link;
       entry = &e;
     }
   }
   if (entry == nullptr) {
-    c->shm_qps.push_back(SoftCq::ShmEntry{qp, std::move(link)});
+    c->shm_qps.push_back(SoftCq::ShmMember{qp, std::move(link)});
     entry = &c->shm_qps.back();
   }
   if (want_slot && entry->slot < 0) {
@@ -231,13 +235,17 @@ void CqRemoveShmQp(ibv_cq* cq, SoftQp* qp) {
   SoftCq* c = ToSoft(cq);
   absl::MutexLock l(&c->links_mu);
   auto& v = c->shm_qps;
-  const size_t before = v.size();
-  for (const SoftCq::ShmEntry& e : v) {
-    if (e.qp == qp && e.slot >= 0 && c->hints != nullptr) c->hints->FreeSlot(e.slot);
+  // The links stay alive until no poller can read a snapshot naming them.
+  std::vector<std::shared_ptr<ShmLink>> removed;
+  for (SoftCq::ShmMember& e : v) {
+    if (e.qp != qp) continue;
+    if (e.slot >= 0 && c->hints != nullptr) c->hints->FreeSlot(e.slot);
+    removed.push_back(std::move(e.link));
   }
-  v.erase(std::remove_if(v.begin(), v.end(), [qp](const SoftCq::ShmEntry& e) { return e.qp == qp; }),
+  if (removed.empty()) return;
+  v.erase(std::remove_if(v.begin(), v.end(), [qp](const SoftCq::ShmMember& e) { return e.qp == qp; }),
           v.end());
-  if (v.size() != before) PublishShmSnapshot(c, /*wait=*/true);
+  PublishShmSnapshot(c, /*wait=*/true);
 }
 
 namespace {
@@ -275,7 +283,7 @@ void DrainShmRings(SoftCq* c, bool polling) {
                         c->rings_sleeping.exchange(false, std::memory_order_acq_rel);
     ShmHintTable* t = c->hints_for_pollers.load(std::memory_order_acquire);
     auto drain = [](const SoftCq::ShmEntry& e) {
-      if (e.link->HasIncoming()) QpDrainShm(e.qp, e.link.get());
+      if (e.link->HasIncoming()) QpDrainShm(e.qp, e.link);
     };
     auto entry = [](const SoftCq::ShmSnapshot* s, int slot) -> const SoftCq::ShmEntry* {
       if (s == nullptr || static_cast<size_t>(slot) >= s->by_slot.size()) return nullptr;
@@ -599,6 +607,7 @@ int destroy_cq(ibv_cq* cq) {
     delete c->shm_snapshot.exchange(nullptr);
     for (SoftCq::ShmSnapshot* s : c->shm_retired) delete s;
     c->shm_retired.clear();
+    c->shm_retired_links.clear();
   }
   pthread_cond_destroy(&cq->cond);
   pthread_mutex_destroy(&cq->mutex);

@@ -337,10 +337,19 @@ struct SoftCq {
   // and for QPs without a slot, on every poll (`scan`). Every
   // kCheckRingsEvery polls, and each sleep, look at kRingsChecked of `all`
   // too, in turn from `check_cursor`.
+  //
+  // Snapshot entries are plain pointers (a publication copies n of them, no
+  // reference counts): `shm_qps` owns the links, and a link it lets go of
+  // waits in `shm_retired_links` as long as a retired snapshot may name it.
   struct ShmEntry {
     SoftQp* qp;
-    std::shared_ptr<ShmLink> link;
+    ShmLink* link;
     int slot = -1;  // in `hints`; -1: none
+  };
+  struct ShmMember {
+    SoftQp* qp;
+    std::shared_ptr<ShmLink> link;
+    int slot = -1;
   };
   struct ShmSnapshot {
     std::vector<ShmEntry> all;
@@ -348,7 +357,8 @@ struct SoftCq {
     std::vector<ShmEntry> by_slot;  // indexed by slot; qp == nullptr: free
   };
   absl::Mutex links_mu;
-  std::vector<ShmEntry> shm_qps ABSL_GUARDED_BY(links_mu);
+  std::vector<ShmMember> shm_qps ABSL_GUARDED_BY(links_mu);
+  std::vector<std::shared_ptr<ShmLink>> shm_retired_links ABSL_GUARDED_BY(links_mu);
   // Made with the first QP that gets a slot; lives until destroy_cq.
   std::unique_ptr<ShmHintTable> hints ABSL_GUARDED_BY(links_mu);
   std::atomic<ShmHintTable*> hints_for_pollers{nullptr};
