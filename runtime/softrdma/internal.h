@@ -522,8 +522,8 @@ struct SoftQp {
   // `conn` carries only doorbells and DISCONNECT.
   std::shared_ptr<ShmLink> shm ABSL_GUARDED_BY(mu);
   FramePool frames ABSL_GUARDED_BY(mu);  // the frames of this QP's WRs and answers
-  // Passive side between rdma_accept and RTU while the link is being decided:
-  // WRs queue and go out once QpSetLink decides.
+  // Passive side between rdma_accept and RTU (the link, same-host or TCP, is
+  // decided then): WRs queue and go out once QpSetLink runs at RTU.
   bool link_hold ABSL_GUARDED_BY(mu) = false;
   // ACK coalescing while a batch of frames is drained from the ring: one ACK
   // for the last request answers them all (an ACK, NAK or READ response

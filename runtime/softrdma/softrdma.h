@@ -102,6 +102,11 @@
 //    softrdma under the preload library. It reads librdmacm-private fields
 //    right after the rdma_cm_id (cma_id_private's cma_dev->max_qpsize and
 //    sync); softrdma's ids carry them laid out as in rdma-core v44 (cm.cc).
+//  - An id's own QP (rdma_create_qp): on the active side it moves to RTS and
+//    the RTU goes out inside the rdma_get_cm_event call that returns
+//    ESTABLISHED, as librdmacm's ucma_process_conn_resp does, so nothing
+//    the passive side sends completes there before the application has
+//    taken that event; the passive side holds its sends until the RTU.
 //  - QPs the application creates itself (ibv_create_qp on a PD of id->verbs,
 //    its number in rdma_conn_param.qp_num; id->qp stays NULL, as librdmacm
 //    leaves it), as MPI, UCX and NCCL connect: rdma_init_qp_attr gives the
