@@ -3,9 +3,11 @@
 // One TCP connection per RC connection. The active side connects, sends
 // CONNECT_REQ (its conn_param and private data); the passive side's listener
 // turns that into RDMA_CM_EVENT_CONNECT_REQUEST with a new id; rdma_accept
-// answers ACCEPT (the QP goes to RTS at once, as librdmacm does), the active
-// side moves its QP to RTS, posts ESTABLISHED and sends RTU, on which the
-// passive side posts ESTABLISHED. rdma_reject answers REJECT. After that the
+// answers ACCEPT (the QP goes to RTS at once, as librdmacm does, and holds
+// its sends until RTU); the active side queues ESTABLISHED, and the
+// rdma_get_cm_event that takes it moves the id's QP to RTS and sends RTU
+// (FinishConnectResponse), on which the passive side posts ESTABLISHED.
+// rdma_reject answers REJECT. After that the
 // socket carries the QPs' frames and finally DISCONNECT.
 //
 // Locking: no process-wide lock. Each id has its own mutex (SoftCmId::mu),
@@ -198,6 +200,14 @@ struct SoftCmId {
   int timeout_ms ABSL_GUARDED_BY(mu) = 2000;
   bool tcp_connecting ABSL_GUARDED_BY(mu) = false;
   bool disconnect_event_posted ABSL_GUARDED_BY(mu) = false;
+  // Active side with rdma_cm's QP: ESTABLISHED is queued and its QP not yet
+  // on the link (FinishConnectResponse).
+  bool establish_pending ABSL_GUARDED_BY(mu) = false;
+  // That ESTABLISHED was handed out as CONNECT_ERROR: the id's later
+  // DISCONNECTED and REJECTED are dropped, as librdmacm drops them after a
+  // failed ucma_process_conn_resp. Read by get_cm_event under the registry's
+  // mutex.
+  std::atomic<bool> connect_error{false};
   // Passive side: the client vanished before accept / reject.
   bool peer_gone ABSL_GUARDED_BY(mu) = false;
   // Events of this id that get_cm_event returned and ack_cm_event has not
@@ -428,7 +438,7 @@ void SendControl(Conn* conn, FrameType type, const std::vector<uint8_t>& payload
 // Connects the id's QP (if any) to its connection; the QP goes to RTS. The
 // peer's rnr_retry_count governs our sends (rdma_cm(7): "the maximum number of
 // times that a send operation from the remote peer should be retried").
-void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+bool AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   if (s->user_qp != nullptr && s->conn != nullptr) {
     // The application's own QP: only the link. The passive side holds its
     // sends until RTU, when the active side's QP is known to be in RTR (a NIC
@@ -439,9 +449,9 @@ void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
     const bool use_shm = s->shm_state == ShmState::kPendingRtu || s->shm_state == ShmState::kActive;
     QpBindLink(s->user_qp.get(), s->conn, use_shm ? s->shm : nullptr, hold, passive);
     s->conn->set_qp(s->user_qp);
-    return;
+    return true;
   }
-  if (s->id.qp == nullptr || s->conn == nullptr) return;
+  if (s->id.qp == nullptr || s->conn == nullptr) return false;
   SoftQp* q = internal::ToSoft(s->id.qp);
   const bool passive =
       s->state == CmState::kConnectReqRcvd || s->state == CmState::kAccepting;
@@ -451,7 +461,7 @@ void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   // The passive side holds its sends until RTU, as for the application's
   // own QP above: the active side's QP joins the link only when its
   // application takes ESTABLISHED (FinishConnectResponse).
-  const bool hold = passive || s->shm_state == ShmState::kPendingRtu;
+  const bool hold = passive;  // kPendingRtu is passive only
   const bool use_shm = s->shm_state == ShmState::kPendingRtu || s->shm_state == ShmState::kActive;
   // READ / atomic resources as the IB CM negotiated them (rdma_init_qp_attr
   // below): the passive side's own accept values; on the active side the
@@ -462,26 +472,50 @@ void AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   // slot, and the peer's answer (a ring record and a doorbell frame) can
   // reach the progress thread before this thread is back here.
   s->conn->set_qp(q->self.lock());
-  QpAttach(q, s->conn, use_shm ? s->shm : nullptr, hold, s->remote.qp_num,
-           s->remote.rnr_retry_count, resp_res, init_depth, retry_cnt, passive);
+  if (QpAttach(q, s->conn, use_shm ? s->shm : nullptr, hold, s->remote.qp_num,
+               s->remote.rnr_retry_count, resp_res, init_depth, retry_cnt, passive)) {
+    return true;
+  }
+  s->conn->set_qp(nullptr);
+  return false;
 }
 
 // rdma_get_cm_event took the active side's ESTABLISHED of an id with
-// rdma_cm's own QP (SoftCmEvent::establish_on_get): the QP joins the link
-// and the RTU goes out now, as librdmacm's ucma_process_conn_resp does in
-// that call. An id that left kConnectResponse meanwhile (the link broke, the
-// peer disconnected, the QP or id was destroyed) is left as it is: the event
-// that reports that follows.
-void FinishConnectResponse(SoftCmId* s) {
+// rdma_cm's own QP (SoftCmEvent::establish_on_get) and decides, as
+// librdmacm's rdma_get_cm_event and ucma_process_conn_resp do then, what the
+// event is:
+//  - ESTABLISHED: the QP joined the link and the RTU went out;
+//  - CONNECT_RESPONSE: the id has no QP any more (rdma_destroy_qp since);
+//  - CONNECT_ERROR, status `*status`: the QP could not join (it is in ERR;
+//    -EINVAL) or the connection is gone (the link broke or the peer
+//    disconnected since; -ECONNRESET). The QP is flushed to ERR, no RTU is
+//    sent, the TCP connection closes (the passive side sees CONNECT_ERROR),
+//    and the id's later DISCONNECTED and REJECTED are dropped.
+void DetachConn(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+
+rdma_cm_event_type FinishConnectResponse(SoftCmId* s, int* status) {
   absl::MutexLock l(&s->mu);
-  if (s->destroyed || s->state != CmState::kConnectResponse || s->conn == nullptr ||
-      s->id.qp == nullptr) {
-    return;
+  s->establish_pending = false;
+  *status = 0;
+  if (s->id.qp == nullptr) return RDMA_CM_EVENT_CONNECT_RESPONSE;
+  if (s->state == CmState::kConnectResponse && !s->destroyed && s->conn != nullptr) {
+    if (AttachQp(s)) {
+      SendControl(s->conn.get(), FrameType::kRtu,
+                  {static_cast<uint8_t>(s->shm_state == ShmState::kActive ? 1 : 0)});
+      s->state = CmState::kEstablished;
+      return RDMA_CM_EVENT_ESTABLISHED;
+    }
+    *status = -EINVAL;
+  } else {
+    *status = -ECONNRESET;
   }
-  AttachQp(s);
-  SendControl(s->conn.get(), FrameType::kRtu,
-              {static_cast<uint8_t>(s->shm_state == ShmState::kActive ? 1 : 0)});
-  s->state = CmState::kEstablished;
+  QpFlushToError(internal::ToSoft(s->id.qp));
+  if (s->state == CmState::kConnectResponse) {
+    s->state = CmState::kError;
+    DetachConn(s);
+  }
+  s->connect_error.store(true);
+  return RDMA_CM_EVENT_CONNECT_ERROR;
 }
 
 void DropShm(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
@@ -645,8 +679,17 @@ namespace {
 
 void OnClosedLocked(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   switch (s->state) {
-    case CmState::kEstablished:
     case CmState::kConnectResponse:
+      if (s->establish_pending) {
+        // The id's QP never joined the link (its ESTABLISHED is not taken
+        // yet): no transport failure to report; that event becomes
+        // CONNECT_ERROR (FinishConnectResponse).
+        s->state = CmState::kError;
+        DetachConn(s);
+        break;
+      }
+      [[fallthrough]];
+    case CmState::kEstablished:
       // The TCP connection broke without a DISCONNECT: a transport failure,
       // which the QP reports as IBV_EVENT_QP_FATAL before it flushes.
       if (s->id.qp != nullptr) QpTransportFailed(internal::ToSoft(s->id.qp));
@@ -789,6 +832,7 @@ void OnControlFrameLocked(SoftCmId* s, Conn* conn, Frame& f) ABSL_EXCLUSIVE_LOCK
         }
       }
       s->state = CmState::kConnectResponse;
+      s->establish_pending = s->id.qp != nullptr;
       if (s->id.qp == nullptr) {
         // No QP of rdma_cm's (librdmacm's rule): the application gets
         // CONNECT_RESPONSE, moves its own QP to RTR and RTS, and calls
@@ -1750,12 +1794,19 @@ int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
       absl::MutexLock reg(&internal::RegistryMutex());
       auto it = internal::LiveIds().find(e->id_serial);
       if (it != internal::LiveIds().end()) {
+        if (it->second->connect_error.load() && (e->ev.event == RDMA_CM_EVENT_DISCONNECTED ||
+                                                 e->ev.event == RDMA_CM_EVENT_REJECTED)) {
+          delete e;  // after CONNECT_ERROR, as librdmacm (connect_error)
+          continue;
+        }
         it->second->unacked_events++;
         if (e->establish_on_get) establish = it->second->self.lock();
       }
     }
     // The id's lock is taken before a channel's (PostEventOn), so only now.
-    if (establish != nullptr) internal::FinishConnectResponse(establish.get());
+    if (establish != nullptr) {
+      e->ev.event = internal::FinishConnectResponse(establish.get(), &e->ev.status);
+    }
     *event = &e->ev;
     return 0;
   }

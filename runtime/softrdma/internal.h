@@ -582,7 +582,9 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 // conn_param.retry_count (rdma_accept ignores its own, as librdmacm).
 // `passive`: the accepting side, whose first incoming request raises
 // IBV_EVENT_COMM_EST.
-void QpAttach(SoftQp* qp, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm,
+// False, and nothing attached, when the QP is in ERR (the application
+// moved it there, or it failed).
+bool QpAttach(SoftQp* qp, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm,
               bool hold, uint32_t dest_qpn, uint8_t rnr_retry, uint8_t responder_resources,
               uint8_t initiator_depth, uint8_t retry_cnt, bool passive = false);
 // Connects a QP the application created itself (ibv_create_qp, its number

@@ -1338,12 +1338,12 @@ void RegisterWithCqs(SoftQp* q, const std::shared_ptr<ShmLink>& link) {
 
 }  // namespace
 
-void QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm, bool hold,
+bool QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm, bool hold,
               uint32_t dest_qpn, uint8_t rnr_retry, uint8_t responder_resources,
               uint8_t initiator_depth, uint8_t retry_cnt, bool passive) {
   {
     absl::MutexLock l(&q->mu);
-    if (q->state == IBV_QPS_ERR) return;
+    if (q->state == IBV_QPS_ERR) return false;
     q->awaiting_first_request = passive;
     q->max_dest_rd_atomic = std::min<uint8_t>(responder_resources, kMaxRdAtom);
     q->max_rd_atomic = std::min<uint8_t>(initiator_depth, kMaxRdAtom);
@@ -1358,6 +1358,7 @@ void QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> sh
   }
   if (shm != nullptr && !hold) RegisterWithCqs(q, shm);
   if (!hold) (shm != nullptr ? Stat().qps_on_shm : Stat().qps_on_tcp)++;
+  return true;
 }
 
 bool QpBindLink(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm, bool hold,

@@ -94,6 +94,66 @@ TEST(RdmaCm, ActiveQpJoinsWhenItsEstablishedIsTaken) {
   server_buf.reset();
 }
 
+// What librdmacm's rdma_get_cm_event makes of the active side's
+// CONNECT_RESPONSE when the id's QP cannot join: CONNECT_ERROR, no RTU (the
+// passive side's connection fails), and no later DISCONNECTED.
+TEST(RdmaCm, QpInErrorWhenEstablishedIsTakenIsConnectError) {
+  PairOptions opt;
+  opt.take_established = false;
+  opt.before_client_established = [](ConnectedPair* p) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(modify_qp(p->client->qp, &a, IBV_QP_STATE), 0);
+  };
+  ConnectedPair p(opt);
+  ASSERT_TRUE(p.ok());
+  rdma_cm_event* e = NextEvent(p.client_ch);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->event, RDMA_CM_EVENT_CONNECT_ERROR);
+  EXPECT_EQ(e->status, -EINVAL);
+  ack_cm_event(e);
+  e = NextEvent(p.server_ch);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->event, RDMA_CM_EVENT_CONNECT_ERROR);
+  EXPECT_EQ(e->status, -ECONNRESET);
+  ack_cm_event(e);
+  EXPECT_EQ(NextEvent(p.client_ch, 200), nullptr);
+  EXPECT_EQ(p.client->qp->state, IBV_QPS_ERR);
+}
+
+TEST(RdmaCm, PeerGoneBeforeEstablishedIsTakenIsConnectErrorAndNothingMore) {
+  PairOptions opt;
+  opt.take_established = false;
+  std::unique_ptr<Buffer> client_buf;
+  opt.before_client_established = [&](ConnectedPair* p) {
+    client_buf = std::make_unique<Buffer>(p->client_pd, 64, kAll);
+    ASSERT_EQ(PostRecv(p->client->qp, 7, *client_buf, 0, 64), 0);
+    // The passive side gives up before the RTU.
+    ASSERT_EQ(disconnect(p->server), 0);
+    usleep(100000);  // the DISCONNECT reaches the client's progress thread
+  };
+  ConnectedPair p(opt);
+  ASSERT_TRUE(p.ok());
+  rdma_cm_event* e = NextEvent(p.client_ch);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->event, RDMA_CM_EVENT_CONNECT_ERROR);
+  EXPECT_EQ(e->status, -ECONNRESET);
+  ack_cm_event(e);
+  // Its DISCONNECTED is dropped, and the QP never joined: no QP_FATAL, the
+  // receive flushed.
+  EXPECT_EQ(NextEvent(p.client_ch, 200), nullptr);
+  ibv_async_event ae;
+  if (WaitAsyncEvent(p.client->verbs, IBV_EVENT_QP_FATAL, &ae, 100)) {
+    ADD_FAILURE() << "IBV_EVENT_QP_FATAL on a QP that never joined";
+    ack_async_event(&ae);
+  }
+  ibv_wc wc{};
+  ASSERT_TRUE(PollOne(p.client_cq, &wc));
+  EXPECT_EQ(wc.wr_id, 7u);
+  EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+  client_buf.reset();
+}
+
 TEST(RdmaCm, PrivateDataOverLimitsIsEinval) {
   rdma_event_channel* ch = create_event_channel();
   rdma_cm_id* id = nullptr;

@@ -195,6 +195,10 @@ ConnectedPair::ConnectedPair(const PairOptions& opt) {
   if (softrdma::accept(server, &ap) != 0) return;
   if (opt.after_accept) opt.after_accept(server, server_pd);
   if (opt.before_client_established) opt.before_client_established(this);
+  if (!opt.take_established) {
+    ok_ = true;
+    return;
+  }
 
   e = NextEvent(client_ch);
   if (e == nullptr || e->event != RDMA_CM_EVENT_ESTABLISHED) {

@@ -70,6 +70,9 @@ struct PairOptions {
   // client_ch; every member of the pair is set but the private data at the
   // client.
   std::function<void(class ConnectedPair* pair)> before_client_established;
+  // false: the pair stops there (ok() once accepted), and the test takes
+  // both ends' remaining events itself.
+  bool take_established = true;
 };
 
 // One listener, one client id and the accepted server id, each end with its
