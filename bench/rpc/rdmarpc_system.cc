@@ -215,15 +215,13 @@ class RdmarpcClient final : public EchoClient {
       if (attachments_.size() <= static_cast<size_t>(slot)) attachments_.resize(slot + 1);
       AttachmentSlot& a = attachments_[slot];
       if (a.buffer.size() != size) {
-        if (pattern_ == nullptr || pattern_->size() != size) {
-          pattern_ = std::make_shared<const std::string>(MakeRequest(size).payload());
-        }
+        a.pattern = std::make_shared<const std::string>(MakeRequest(size).payload());
         a.buffer = Buffer::Allocate(size);
-        std::memcpy(a.buffer.data(), pattern_->data(), size);
+        std::memcpy(a.buffer.data(), a.pattern->data(), size);
         a.checked_whole = false;
       }
       attachment = a.buffer;
-      pattern = pattern_;
+      pattern = a.pattern;
       whole = !a.checked_whole;
       a.checked_whole = true;
     }
@@ -275,14 +273,13 @@ class RdmarpcClient final : public EchoClient {
   std::unique_ptr<RpcBench::Stub> stub_;
   struct AttachmentSlot {
     Buffer buffer;
+    std::shared_ptr<const std::string> pattern;  // what `buffer` holds (MakeRequest's bytes)
     bool checked_whole = false;  // an echo of it was compared byte for byte
   };
   // AsyncEchoAttachment's Buffers, one per slot, registered by their first
   // call and reused.
   absl::Mutex attachments_mu_;
   std::vector<AttachmentSlot> attachments_ ABSL_GUARDED_BY(attachments_mu_);
-  // What every attachment of the current size holds (MakeRequest's bytes).
-  std::shared_ptr<const std::string> pattern_ ABSL_GUARDED_BY(attachments_mu_);
 };
 
 }  // namespace

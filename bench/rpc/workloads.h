@@ -22,13 +22,15 @@ namespace rpcbench {
 // shifted or stale buffer cannot match).
 EchoRequest MakeRequest(size_t size);
 
+// The bytes CheckEcho compares at each of its three places when not whole.
+inline constexpr size_t kEchoWindowBytes = 4096;
+
 // DATA_LOSS naming `what`, the sizes and the first differing offset when
 // `got` is not `sent`. `whole`: every byte is compared; otherwise the size
 // and kEchoWindowBytes at the start, the middle and the end (a full
 // compare of every 16 MiB echo would be a pass over the payload inside
 // the measured time, so the closed loops compare each slot's first echo
 // whole and the later ones by these windows).
-inline constexpr size_t kEchoWindowBytes = 4096;
 absl::Status CheckEcho(absl::string_view what, absl::string_view sent, absl::string_view got,
                        bool whole);
 
