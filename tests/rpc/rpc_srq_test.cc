@@ -217,6 +217,11 @@ TEST(SharedReceiveQueue, OptionsOutOfRangeFailStart) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_EQ(s.message(), "ServerOptions: srq_shared_buffers 65536 (1..65535)");
   so = SharedQueue(/*shared_buffers=*/512);
+  so.srq_min_credits = 2;
+  Server small_floor(so);
+  s = small_floor.Start("127.0.0.1:0");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(), "ServerOptions: srq_min_credits 2 (3..65535)");
   so.srq_min_credits = 65536;
   Server big_floor(so);
   s = big_floor.Start("127.0.0.1:0");
