@@ -106,7 +106,11 @@
 //    the RTU goes out inside the rdma_get_cm_event call that returns
 //    ESTABLISHED, as librdmacm's ucma_process_conn_resp does, so nothing
 //    the passive side sends completes there before the application has
-//    taken that event; the passive side holds its sends until the RTU.
+//    taken that event; the passive side holds its sends until the RTU. As
+//    in librdmacm, that call returns CONNECT_RESPONSE instead when the QP
+//    was destroyed meanwhile, and CONNECT_ERROR (-EINVAL: the QP is in ERR;
+//    -ECONNRESET: the connection is gone) when it cannot join, after which
+//    the id's DISCONNECTED and REJECTED are not delivered.
 //  - QPs the application creates itself (ibv_create_qp on a PD of id->verbs,
 //    its number in rdma_conn_param.qp_num; id->qp stays NULL, as librdmacm
 //    leaves it), as MPI, UCX and NCCL connect: rdma_init_qp_attr gives the
