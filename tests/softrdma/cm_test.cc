@@ -94,6 +94,15 @@ TEST(RdmaCm, ActiveQpJoinsWhenItsEstablishedIsTaken) {
   server_buf.reset();
 }
 
+// The next event on `ch` (within 5 s) is `type` with `status`; acks it.
+void ExpectEventWithStatus(rdma_event_channel* ch, rdma_cm_event_type type, int status) {
+  rdma_cm_event* e = NextEvent(ch);
+  ASSERT_NE(e, nullptr) << "no event, wanted " << type;
+  EXPECT_EQ(e->event, type);
+  EXPECT_EQ(e->status, status);
+  ack_cm_event(e);
+}
+
 // What librdmacm's rdma_get_cm_event makes of the active side's
 // CONNECT_RESPONSE when the id's QP cannot join: CONNECT_ERROR, no RTU (the
 // passive side's connection fails), and no later DISCONNECTED.
@@ -107,16 +116,8 @@ TEST(RdmaCm, QpInErrorWhenEstablishedIsTakenIsConnectError) {
   };
   ConnectedPair p(opt);
   ASSERT_TRUE(p.ok());
-  rdma_cm_event* e = NextEvent(p.client_ch);
-  ASSERT_NE(e, nullptr);
-  EXPECT_EQ(e->event, RDMA_CM_EVENT_CONNECT_ERROR);
-  EXPECT_EQ(e->status, -EINVAL);
-  ack_cm_event(e);
-  e = NextEvent(p.server_ch);
-  ASSERT_NE(e, nullptr);
-  EXPECT_EQ(e->event, RDMA_CM_EVENT_CONNECT_ERROR);
-  EXPECT_EQ(e->status, -ECONNRESET);
-  ack_cm_event(e);
+  ExpectEventWithStatus(p.client_ch, RDMA_CM_EVENT_CONNECT_ERROR, -EINVAL);
+  ExpectEventWithStatus(p.server_ch, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
   EXPECT_EQ(NextEvent(p.client_ch, 200), nullptr);
   EXPECT_EQ(p.client->qp->state, IBV_QPS_ERR);
 }
@@ -134,11 +135,7 @@ TEST(RdmaCm, PeerGoneBeforeEstablishedIsTakenIsConnectErrorAndNothingMore) {
   };
   ConnectedPair p(opt);
   ASSERT_TRUE(p.ok());
-  rdma_cm_event* e = NextEvent(p.client_ch);
-  ASSERT_NE(e, nullptr);
-  EXPECT_EQ(e->event, RDMA_CM_EVENT_CONNECT_ERROR);
-  EXPECT_EQ(e->status, -ECONNRESET);
-  ack_cm_event(e);
+  ExpectEventWithStatus(p.client_ch, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
   // Its DISCONNECTED is dropped, and the QP never joined: no QP_FATAL, the
   // receive flushed.
   EXPECT_EQ(NextEvent(p.client_ch, 200), nullptr);
