@@ -38,10 +38,8 @@ absl::Status CheckEcho(absl::string_view what, absl::string_view sent, absl::str
         absl::StrCat(what, ": sent ", sent.size(), " bytes, echo has ", got.size()));
   }
   auto differs_at = [&](size_t begin, size_t end) -> size_t {
-    for (size_t i = begin; i < end; ++i) {
-      if (sent[i] != got[i]) return i;
-    }
-    return sent.size();
+    auto at = std::mismatch(sent.begin() + begin, sent.begin() + end, got.begin() + begin).first;
+    return at == sent.begin() + end ? sent.size() : static_cast<size_t>(at - sent.begin());
   };
   size_t bad = sent.size();
   if (whole || sent.size() <= 3 * kEchoWindowBytes) {

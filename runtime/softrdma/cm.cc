@@ -480,6 +480,8 @@ bool AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   return false;
 }
 
+void DetachConn(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+
 // rdma_get_cm_event took the active side's ESTABLISHED of an id with
 // rdma_cm's own QP (SoftCmEvent::establish_on_get) and decides, as
 // librdmacm's rdma_get_cm_event and ucma_process_conn_resp do then, what the
@@ -491,8 +493,6 @@ bool AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
 //    disconnected since; -ECONNRESET). The QP is flushed to ERR, no RTU is
 //    sent, the TCP connection closes (the passive side sees CONNECT_ERROR),
 //    and the id's later DISCONNECTED and REJECTED are dropped.
-void DetachConn(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
-
 rdma_cm_event_type FinishConnectResponse(SoftCmId* s, int* status) {
   absl::MutexLock l(&s->mu);
   s->establish_pending = false;

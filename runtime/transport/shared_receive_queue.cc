@@ -17,9 +17,10 @@ static_assert((SharedReceiveQueue::kSlabBuffers & (SharedReceiveQueue::kSlabBuff
 
 absl::Status SharedReceiveQueue::CheckUserOptions(absl::string_view options_name,
                                                  int srq_min_credits, int srq_shared_buffers) {
-  if (srq_min_credits < 3 || srq_min_credits > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(options_name, ": srq_min_credits ", srq_min_credits, " (3..65535)"));
+  if (srq_min_credits < kMinRecvDepth || srq_min_credits > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(options_name, ": srq_min_credits ",
+                                                   srq_min_credits, " (", kMinRecvDepth,
+                                                   "..65535)"));
   }
   if (srq_shared_buffers < 1 || srq_shared_buffers > 65535) {
     return absl::InvalidArgumentError(

@@ -95,7 +95,7 @@ class SharedReceiveQueue {
   };
 
   // The check ServerOptions and ChannelOptions pass with kShared: OK when
-  // `srq_min_credits` is in 3..65535 and `srq_shared_buffers` in 1..65535;
+  // `srq_min_credits` is in kMinRecvDepth (3)..65535 and `srq_shared_buffers` in 1..65535;
   // otherwise INVALID_ARGUMENT naming `options_name` ("ServerOptions"), the
   // first option out of range, its value and the range. Any thread.
   static absl::Status CheckUserOptions(absl::string_view options_name, int srq_min_credits,
