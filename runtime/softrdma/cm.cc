@@ -447,8 +447,10 @@ bool AttachQp(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
         s->state == CmState::kConnectReqRcvd || s->state == CmState::kAccepting;
     const bool hold = passive || s->shm_state == ShmState::kPendingRtu;
     const bool use_shm = s->shm_state == ShmState::kPendingRtu || s->shm_state == ShmState::kActive;
-    QpBindLink(s->user_qp.get(), s->conn, use_shm ? s->shm : nullptr, hold, passive);
+    // The connection knows the QP first, as below: binding to the same-host
+    // link may offer the peer a hint slot, which it answers at once.
     s->conn->set_qp(s->user_qp);
+    QpBindLink(s->user_qp.get(), s->conn, use_shm ? s->shm : nullptr, hold, passive);
     return true;
   }
   if (s->id.qp == nullptr || s->conn == nullptr) return false;
