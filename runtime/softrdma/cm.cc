@@ -92,6 +92,15 @@ enum class ShmState {
 // How long rdma_destroy_id waits for the id's returned events to be acked.
 inline constexpr absl::Duration kDestroyIdAckWait = absl::Seconds(5);
 
+// How long the passive side waits for the RTU after rdma_accept, in ms
+// (SetRtuTimeoutMillis). The IB CM resends an unanswered REP every
+// 4.096 us * 2^CMA_CM_RESPONSE_TIMEOUT (20: 4.3 s), CMA_MAX_CM_RETRIES (15)
+// times, then reports IB_CM_REP_ERROR, which rdma_cm turns into
+// RDMA_CM_EVENT_UNREACHABLE -ETIMEDOUT (Linux drivers/infiniband/core/cma.c):
+// 16 * 4,294.967 ms.
+inline constexpr uint32_t kDefaultRtuTimeoutMillis = 68720;
+std::atomic<uint32_t> g_rtu_timeout_ms{kDefaultRtuTimeoutMillis};
+
 struct SoftCmEvent {
   rdma_cm_event ev;  // first member
   uint8_t private_data[256];
@@ -545,6 +554,31 @@ void EndConnection(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
     s->disconnect_event_posted = true;
     PostEvent(s, RDMA_CM_EVENT_DISCONNECTED, 0);
   }
+}
+
+// rdma_accept: if the RTU does not come in time (the active side's
+// application never takes its CONNECT_RESPONSE / ESTABLISHED, or a peer that
+// is not rdma_cm at all stops after CONNECT_REQ), the accept fails as the IB
+// CM's does once its REP retries are spent: the id gets UNREACHABLE
+// -ETIMEDOUT, its QP is flushed and the connection closes, so the id's
+// resources do not stay taken by a peer that never finishes.
+void ArmRtuTimer(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+  std::weak_ptr<SoftCmId> weak = s->self;
+  const Conn* conn = s->conn.get();  // compared only: the accept being timed
+  const uint32_t ms = g_rtu_timeout_ms.load(std::memory_order_relaxed);
+  ProgressThread::Get().RunAfter(absl::Milliseconds(ms), [weak, conn] {
+    std::shared_ptr<SoftCmId> live = weak.lock();
+    if (live == nullptr) return;
+    absl::MutexLock l(&live->mu);
+    if (live->destroyed || live->state != CmState::kAccepting || live->conn.get() != conn) {
+      return;
+    }
+    live->state = CmState::kError;
+    if (live->id.qp != nullptr) QpFlushToError(internal::ToSoft(live->id.qp));
+    if (live->user_qp != nullptr) QpFlushToError(live->user_qp.get());
+    DetachConn(live.get());
+    PostEvent(live.get(), RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
+  });
 }
 
 void FailConnect(SoftCmId* s, int err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
@@ -1469,6 +1503,7 @@ static int AcceptStart(rdma_cm_id* id, rdma_conn_param* conn_param) {
   internal::SendControl(s->conn.get(), internal::FrameType::kAccept,
                         internal::EncodeConnParams(s->local));
   s->state = CmState::kAccepting;
+  internal::ArmRtuTimer(s);
   return 0;
 }
 
@@ -1529,6 +1564,11 @@ int connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   int rc = ConnectStart(id, conn_param);
   if (rc != 0 || !IsSync(id)) return rc;
   return WaitSync(id, RDMA_CM_EVENT_ESTABLISHED);
+}
+
+void SetRtuTimeoutMillis(uint32_t ms) {
+  internal::g_rtu_timeout_ms.store(ms == 0 ? internal::kDefaultRtuTimeoutMillis : ms,
+                                   std::memory_order_relaxed);
 }
 
 int accept(rdma_cm_id* id, rdma_conn_param* conn_param) {

@@ -111,6 +111,12 @@
 //    was destroyed meanwhile, and CONNECT_ERROR (-EINVAL: the QP is in ERR;
 //    -ECONNRESET: the connection is gone) when it cannot join, after which
 //    the id's DISCONNECTED and REJECTED are not delivered.
+//  - The passive side waits for the RTU after rdma_accept for as long as the
+//    IB CM resends its REP (16 tries of 4.3 s: 68,720 ms;
+//    SetRtuTimeoutMillis), then reports RDMA_CM_EVENT_UNREACHABLE with status
+//    -ETIMEDOUT, flushes the connection's QP and closes the connection: an
+//    active side that never takes its ESTABLISHED or CONNECT_RESPONSE (or a
+//    peer that stops after CONNECT_REQ) does not hold the accepted id forever.
 //  - QPs the application creates itself (ibv_create_qp on a PD of id->verbs,
 //    its number in rdma_conn_param.qp_num; id->qp stays NULL, as librdmacm
 //    leaves it), as MPI, UCX and NCCL connect: rdma_init_qp_attr gives the
@@ -415,6 +421,11 @@ int connect(rdma_cm_id* id, rdma_conn_param* conn_param);
 int accept(rdma_cm_id* id, rdma_conn_param* conn_param);
 int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len);
 int disconnect(rdma_cm_id* id);
+// How long an accepted connection waits for the active side's RTU before it
+// fails with RDMA_CM_EVENT_UNREACHABLE -ETIMEDOUT (see above), in
+// milliseconds; 0 restores the default, 68,720 ms. Thread-safe; applies to
+// rdma_accept calls made from now on.
+void SetRtuTimeoutMillis(uint32_t ms);
 // rdma_init_qp_attr: the attributes and mask that move an application's own
 // QP to qp_attr->qp_state for this connection, as the IB CM computes them
 // (INIT at any time once the id has a device; RTR and RTS once the peer's

@@ -11,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "softrdma/softrdma.h"
 #include "test_util.h"
@@ -149,6 +151,65 @@ TEST(RdmaCm, PeerGoneBeforeEstablishedIsTakenIsConnectErrorAndNothingMore) {
   EXPECT_EQ(wc.wr_id, 7u);
   EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
   client_buf.reset();
+}
+
+// An active side that never takes its ESTABLISHED sends no RTU: the accept
+// fails as the IB CM's does when its REP retries run out.
+TEST(RdmaCm, AcceptWithoutRtuIsUnreachableAfterTheRtuTimeout) {
+  SetRtuTimeoutMillis(400);
+  PairOptions opt;
+  opt.take_established = false;
+  std::unique_ptr<Buffer> server_buf;
+  opt.before_client_established = [&](ConnectedPair* p) {
+    server_buf = std::make_unique<Buffer>(p->server_pd, 64, kAll);
+    ASSERT_EQ(PostRecv(p->server->qp, 9, *server_buf, 0, 64), 0);
+  };
+  ConnectedPair p(opt);
+  SetRtuTimeoutMillis(0);  // later accepts wait the default again
+  ASSERT_TRUE(p.ok());
+  const absl::Time accepted = absl::Now();
+  rdma_cm_event* e = NextEvent(p.server_ch, 5000);
+  const absl::Duration waited = absl::Now() - accepted;
+  ASSERT_NE(e, nullptr) << "no event within 5 s of the accept";
+  EXPECT_EQ(e->event, RDMA_CM_EVENT_UNREACHABLE);
+  EXPECT_EQ(e->status, -ETIMEDOUT);
+  ack_cm_event(e);
+  // Not before the timeout (the pair took a little of it to build).
+  EXPECT_GE(waited, absl::Milliseconds(200));
+  ibv_wc wc{};
+  ASSERT_TRUE(PollOne(p.server_cq, &wc));
+  EXPECT_EQ(wc.wr_id, 9u);
+  EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+  ibv_qp_attr at{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(query_qp(p.server->qp, &at, IBV_QP_STATE, &init), 0);
+  EXPECT_EQ(at.qp_state, IBV_QPS_ERR);
+  EXPECT_EQ(NextEvent(p.server_ch, 200), nullptr);
+  // The connection is closed: the client's late take cannot establish.
+  usleep(100000);
+  ExpectEventWithStatus(p.client_ch, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
+  EXPECT_EQ(NextEvent(p.client_ch, 200), nullptr);
+  server_buf.reset();
+}
+
+// The timer is cancelled by the RTU: an established connection outlives it.
+TEST(RdmaCm, RtuInTimeStopsTheRtuTimer) {
+  SetRtuTimeoutMillis(200);
+  ConnectedPair p;
+  SetRtuTimeoutMillis(0);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(NextEvent(p.server_ch, 500), nullptr);
+  Buffer cbuf(p.client_pd, 64, kAll);
+  Buffer sbuf(p.server_pd, 64, kAll);
+  ASSERT_EQ(PostRecv(p.server->qp, 1, sbuf, 0, 64), 0);
+  std::memcpy(cbuf.data.data(), "after", 5);
+  ASSERT_EQ(PostSend(p.client->qp, IBV_WR_SEND, 2, cbuf, 0, 5), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(PollOne(p.server_cq, &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.byte_len, 5u);
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(sbuf.data.data()), 5), "after");
 }
 
 TEST(RdmaCm, PrivateDataOverLimitsIsEinval) {
