@@ -4,6 +4,7 @@
 // the server's memory is out of its reach (RDMA operations on guessed keys
 // fail at the offender); and a well-behaved client's calls, before and
 // after, all succeed.
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <vector>
@@ -15,6 +16,8 @@
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
 #include "runtime/rpc/metadata.h"
+#include "runtime/transport/connection.h"
+#include "runtime/transport/engine_stats.h"
 #include "tests/rpc/raw_peer.h"
 #include "tests/rpc/stream_service.h"
 #include "tests/rpc/test_service.h"
@@ -99,6 +102,35 @@ TEST_F(HostilePeer, ItsOwnValidCallIsAnswered) {
   ASSERT_TRUE(resp.ParseFromArray(m->payload.data(), static_cast<int>(m->payload.size())));
   EXPECT_EQ(resp.text(), "from raw");
   EXPECT_EQ(a.imm, RawPeer::Imm(MsgKind::kResponse, 3, 1));
+}
+
+// A client that sends its connect request and never finishes the handshake
+// (no RTU) holds the server's accepted connection only until the RTU timeout
+// (softrdma's SetRtuTimeoutMillis; the IB CM's REP retries on a NIC), when
+// the server's connection fails and is freed.
+TEST_F(HostilePeer, AConnectNeverFinishedIsFreedAtTheRtuTimeout) {
+  const int accepting = static_cast<int>(internal::ConnState::kAccepting);
+  const int64_t closed_before = internal::SumEngineStats().connections_closed;
+  ASSERT_EQ(internal::SumEngineStats().connections_in_state[accepting], 0);
+  softrdma::SetRtuTimeoutMillis(500);
+  RawPeer peer;
+  const bool started = peer.StartConnect(server_.port());
+  const absl::Time start = absl::Now();
+  int64_t seen_accepting = 0;
+  while (absl::Now() - start < absl::Seconds(10)) {
+    const internal::EngineTotals t = internal::SumEngineStats();
+    seen_accepting = std::max(seen_accepting, t.connections_in_state[accepting]);
+    if (seen_accepting > 0 && t.connections_in_state[accepting] == 0) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  softrdma::SetRtuTimeoutMillis(0);
+  ASSERT_TRUE(started);
+  EXPECT_EQ(seen_accepting, 1);
+  const internal::EngineTotals t = internal::SumEngineStats();
+  EXPECT_EQ(t.connections_in_state[accepting], 0);
+  EXPECT_EQ(t.connections_closed - closed_before, 1);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  ExpectGoodClientServed(20);
 }
 
 TEST_F(HostilePeer, GarbageBytesCloseItsConnectionOnly) {
