@@ -369,8 +369,10 @@ absl::StatusOr<SharedReceiveQueue*> EventLoop::EnsureSrq(
     }
     return srq_.get();
   }
+  if (!srq_unsupported_.ok()) return srq_unsupported_;
   absl::StatusOr<std::unique_ptr<SharedReceiveQueue>> q =
       SharedReceiveQueue::Create(pd, options, this, &stats_);
+  if (absl::IsUnimplemented(q.status())) srq_unsupported_ = q.status();
   if (!q.ok()) return q.status();
   ibv_context* context = pd->context;
   const int fd = context->async_fd;

@@ -257,7 +257,8 @@ class EventLoop {
   // _QP_ACCESS_ERR, _QP_LAST_WQE_REACHED) is acked at once and handed to
   // the loop that owns the QP (a task to every live loop; the owner finds
   // it in its QP map), which fails the connection as a flushed receive
-  // would (after the grace for a peer's disconnect).
+  // would (after the grace for a peer's disconnect). A device without SRQs
+  // is asked once: its UNIMPLEMENTED is returned to every later call.
   absl::StatusOr<SharedReceiveQueue*> EnsureSrq(ibv_pd* pd,
                                                 const SharedReceiveQueue::Options& options);
   SharedReceiveQueue* srq() const { return srq_.get(); }
@@ -330,6 +331,9 @@ class EventLoop {
   CompChannelPtr comp_channel_;
   CqPtr cq_;
   std::unique_ptr<SharedReceiveQueue> srq_;  // after cq_: destroyed first
+  // EnsureSrq found the device has no SRQs (UNIMPLEMENTED): kept, so later
+  // connections do not ask the device again.
+  absl::Status srq_unsupported_;
   int async_fd_ = -1;  // the device's, watched while srq_ exists
   bool stopped_ = false;
 
