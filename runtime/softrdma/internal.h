@@ -553,6 +553,11 @@ struct SoftQp {
   int timeouts ABSL_GUARDED_BY(mu) = 0;  // consecutive, with no progress
   uint64_t progress ABSL_GUARDED_BY(mu) = 0;  // answers received
   uint64_t seen_progress ABSL_GUARDED_BY(mu) = 0;
+  // The same-host peer process's CPU time (clock ticks, /proc/PID/stat) at
+  // the last period that saw no progress; peer_cpu_known false: not read
+  // since progress was last seen (see PeerProcessStalledLocked in qp.cc).
+  bool peer_cpu_known ABSL_GUARDED_BY(mu) = false;
+  uint64_t peer_cpu_ticks ABSL_GUARDED_BY(mu) = 0;
   // RecvBeforeSend (faults.h): the responder's ACK being held back.
   bool ack_held ABSL_GUARDED_BY(mu) = false;
   uint32_t ack_held_psn ABSL_GUARDED_BY(mu) = 0;

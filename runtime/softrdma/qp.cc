@@ -13,9 +13,13 @@
 // retransmits from the NAKed PSN (it keeps each WR's encoded frame until the WR
 // completes), up to rnr_retry times (7 = forever), then completes the WR with
 // IBV_WC_RNR_RETRY_EXC_ERR. This is the IB go-back-N recovery, minus packets.
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
@@ -448,6 +452,78 @@ void ArmAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
                                  });
 }
 
+// What a /proc/PID/stat (or /proc/PID/task/TID/stat) file says: the state
+// letter (of the process's first thread, or of the thread) and the CPU time
+// (utime + stime, clock ticks; of all threads, or of the thread). False when
+// it cannot be read (gone).
+bool ReadProcessStat(const char* path, char* state, uint64_t* cpu_ticks) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[1024];
+  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  // "pid (comm) S ppid ..."; comm may hold spaces and parentheses.
+  const char* after_comm = std::strrchr(buf, ')');
+  if (after_comm == nullptr) return false;
+  unsigned long utime = 0, stime = 0;  // NOLINT(runtime/int): proc(5)'s %lu
+  if (std::sscanf(after_comm + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", state,
+                  &utime, &stime) != 3) {
+    return false;
+  }
+  *cpu_ticks = static_cast<uint64_t>(utime) + stime;
+  return true;
+}
+
+// Whether some thread of process `pid` is runnable (state R in
+// /proc/PID/task/TID/stat).
+bool AnyThreadRunnable(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/task", static_cast<int>(pid));
+  DIR* dir = ::opendir(path);
+  if (dir == nullptr) return false;
+  bool runnable = false;
+  while (dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char stat_path[300];
+    std::snprintf(stat_path, sizeof(stat_path), "/proc/%d/task/%s/stat", static_cast<int>(pid),
+                  e->d_name);
+    char state = 0;
+    uint64_t ticks = 0;
+    if (ReadProcessStat(stat_path, &state, &ticks) && state == 'R') {
+      runnable = true;
+      break;
+    }
+  }
+  ::closedir(dir);
+  return runnable;
+}
+
+// Whether the same-host peer process could not have answered during the
+// period that just passed without progress: it is stopped (SIGSTOP, a
+// debugger: state T or t), or one of its threads is runnable while the
+// process got no CPU time since the last such period (a starved host). On a NIC the adapter answers
+// whatever the host's processes do, so its transport timer never fires for
+// a stopped or starved peer; softrdma's answers come from the peer process
+// itself, so such a period does not count as a timeout. A peer that runs,
+// or sleeps, and stays silent still counts (as does a link silenced by a
+// fault, and a peer on the TCP link, whose process is not known).
+bool PeerProcessStalledLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (q->shm == nullptr || LinkSilencedLocked(q)) return false;
+  const pid_t pid = q->shm->peer_pid();
+  if (pid <= 0 || pid == ::getpid()) return false;  // this process runs: we do
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  char state = 0;
+  uint64_t ticks = 0;
+  if (!ReadProcessStat(path, &state, &ticks)) return false;
+  const bool no_cpu = q->peer_cpu_known && ticks == q->peer_cpu_ticks;
+  q->peer_cpu_known = true;
+  q->peer_cpu_ticks = ticks;
+  return state == 'T' || state == 't' || (no_cpu && AnyThreadRunnable(pid));
+}
+
 // One transport timeout period passed. Progress (LinkProgressLocked: an
 // answer, bytes moving, the peer copying for us -- a NIC ACKs or answers every
 // packet of a large message as it moves) restarts the count; retry_cnt + 1 periods without any fail
@@ -462,7 +538,14 @@ void OnAckTimer(SoftQp* q) {
   }
   const uint64_t progress = LinkProgressLocked(q);
   if (q->rnr_wait || progress != q->seen_progress) {
+    q->peer_cpu_known = false;
     ArmAckTimerLocked(q);  // resets the count
+    return;
+  }
+  if (PeerProcessStalledLocked(q)) {
+    const int timeouts = q->timeouts;
+    ArmAckTimerLocked(q);
+    q->timeouts = timeouts;  // this period does not count
     return;
   }
   if (++q->timeouts <= q->retry_cnt) {

@@ -70,7 +70,13 @@
 //    READ or WRITE that takes seconds never trips it while data moves. timeout 14 (67 ms) by default and
 //    0 = infinite; modify_qp(IBV_QP_TIMEOUT / IBV_QP_RETRY_CNT) sets them, and
 //    rdma_cm takes retry_cnt from the connector's conn_param.retry_count (7
-//    when it passes none).
+//    when it passes none). A NIC answers for its host whatever the host's
+//    processes do; softrdma's answers come from the peer process, so on the
+//    same-host link a period in which that process is stopped (SIGSTOP, a
+//    debugger: /proc state T or t) or starved (a thread runnable, no CPU
+//    time since the last silent period) does not count: the WR waits and
+//    completes when the peer runs again. On the TCP link the peer process is
+//    not known, and such silence counts.
 //  - RNR: a SEND or WRITE_WITH_IMM finding no receive is NAKed with the
 //    responder QP's RNR timer, min_rnr_timer (IBA table 45: 1 = 0.01 ms ..
 //    31 = 491.52 ms, 0 = 655.36 ms), once modify_qp set it (the INIT->RTR

@@ -1,5 +1,6 @@
 // transport_timer_test.cc: the transport (local ACK) timer fires only when the
-// peer stops answering, not while a large transfer is moving.
+// peer stops answering, not while a large transfer is moving, nor while the
+// peer process is stopped (a NIC answers for a stopped process).
 //
 // The requester is a second process (this binary re-executed with a filter
 // that runs only TransportTimerChild.Reader, as fork_test.cc does), so its
@@ -10,6 +11,7 @@
 // 256 MiB takes far longer than 50 ms (a NIC would send response packets all
 // along): the READ must still complete, byte-exact.
 #include <arpa/inet.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,6 +125,140 @@ TEST(TransportTimerChild, Reader) {
   disconnect(id);
   softrdma::destroy_qp(qp);
   destroy_id(id);
+  destroy_cq(cq);
+  dealloc_pd(pd);
+  destroy_event_channel(ch);
+}
+
+// Runs only inside the child process: connects, then receives until a
+// 3-byte "bye" comes (exit status 0), busy-polling, for at most 60 s.
+TEST(TransportTimerChild, Receiver) {
+  const char* port = std::getenv(kPortEnv);
+  if (port == nullptr) GTEST_SKIP() << "runs only as TransportTimer's child";
+  rdma_event_channel* ch = create_event_channel();
+  SetNonBlocking(ch->fd);
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(port)));
+  ASSERT_EQ(resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&addr), 2000), 0);
+  ASSERT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_ADDR_RESOLVED), 0);
+  ASSERT_EQ(resolve_route(id, 2000), 0);
+  ASSERT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_ROUTE_RESOLVED), 0);
+  ibv_pd* pd = alloc_pd(id->verbs);
+  ibv_cq* cq = create_cq(id->verbs, 16, nullptr, nullptr, 0);
+  ibv_qp_init_attr qa{};
+  qa.qp_type = IBV_QPT_RC;
+  qa.send_cq = cq;
+  qa.recv_cq = cq;
+  qa.cap = {4, 8, 1, 1, 0};
+  ASSERT_EQ(create_qp(id, pd, &qa), 0);
+  {
+    Buffer buf(pd, 8 * 64, kAll);
+    for (int i = 0; i < 8; ++i) ASSERT_EQ(PostRecv(id->qp, i, buf, i * 64, 64), 0);
+    rdma_conn_param cp{};
+    cp.retry_count = 2;  // the parent's sends give up after 3 silent periods
+    cp.rnr_retry_count = 7;
+    ASSERT_EQ(softrdma::connect(id, &cp), 0);
+    ASSERT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_ESTABLISHED, 10000), 0);
+    bool bye = false;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!bye && std::chrono::steady_clock::now() < until) {
+      ibv_wc wc{};
+      if (ibv_poll_cq(cq, 1, &wc) != 1) continue;
+      ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+      ASSERT_EQ(wc.opcode, IBV_WC_RECV);
+      const size_t slot = static_cast<size_t>(wc.wr_id);
+      bye = wc.byte_len == 3 && std::memcmp(buf.data.data() + slot * 64, "bye", 3) == 0;
+      ASSERT_EQ(PostRecv(id->qp, wc.wr_id, buf, slot * 64, 64), 0);
+    }
+    EXPECT_TRUE(bye);
+    disconnect(id);
+  }
+  destroy_qp(id);
+  destroy_id(id);
+  destroy_cq(cq);
+  dealloc_pd(pd);
+  destroy_event_channel(ch);
+}
+
+// A NIC acknowledges for a stopped process, so a requester whose peer process
+// is stopped (SIGSTOP, a debugger) for longer than its transport timeout
+// waits, and its send completes once the peer runs again; softrdma does the
+// same on the same-host link, where it knows the peer process (the TCP
+// link counts such silence as a timeout: see qp.cc, PeerProcessStalledLocked).
+TEST(TransportTimer, StoppedPeerProcessIsNotASilentLink) {
+  rdma_event_channel* ch = create_event_channel();
+  SetNonBlocking(ch->fd);
+  rdma_cm_id* listener = nullptr;
+  ASSERT_EQ(create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)), 0);
+  ASSERT_EQ(softrdma::listen(listener, 4), 0);
+  const std::string port = std::to_string(ntohs(get_src_port(listener)));
+
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv(kPortEnv, port.c_str(), 1);
+    execl("/proc/self/exe", "softrdma_test", "--gtest_filter=TransportTimerChild.Receiver",
+          nullptr);
+    _exit(127);
+  }
+  rdma_cm_event* e = NextEvent(ch, 20000);
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(e->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+  rdma_cm_id* server = e->id;
+  ack_cm_event(e);
+  ibv_pd* pd = alloc_pd(server->verbs);
+  ibv_cq* cq = create_cq(server->verbs, 16, nullptr, nullptr, 0);
+  ibv_qp_init_attr qa{};
+  qa.qp_type = IBV_QPT_RC;
+  qa.send_cq = cq;
+  qa.recv_cq = cq;
+  qa.cap = {4, 4, 1, 1, 0};
+  ASSERT_EQ(create_qp(server, pd, &qa), 0);
+  int status = 0;
+  {
+    Buffer buf(pd, 64, kAll);
+    std::memcpy(buf.data.data(), "onetwobye", 9);
+    rdma_conn_param ap{};
+    ASSERT_EQ(softrdma::accept(server, &ap), 0);
+    ASSERT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_ESTABLISHED, 10000), 0);
+    const bool shm = QpUsesShm(server->qp);
+    ibv_wc wc{};
+    ASSERT_EQ(PostSend(server->qp, IBV_WR_SEND, 1, buf, 0, 3), 0);
+    ASSERT_TRUE(PollOne(cq, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    if (shm) {
+      ASSERT_EQ(kill(pid, SIGSTOP), 0);
+      ASSERT_EQ(waitpid(pid, &status, WUNTRACED), pid);
+      ASSERT_TRUE(WIFSTOPPED(status));
+      // Five times the 3 x 67 ms the timer allows a silent peer.
+      ASSERT_EQ(PostSend(server->qp, IBV_WR_SEND, 2, buf, 3, 3), 0);
+      EXPECT_FALSE(PollOne(cq, &wc, 1000)) << "completed while the peer was stopped: status "
+                                           << wc.status;
+      ASSERT_EQ(kill(pid, SIGCONT), 0);
+      ASSERT_TRUE(PollOne(cq, &wc));
+      EXPECT_EQ(wc.wr_id, 2u);
+      EXPECT_EQ(wc.status, IBV_WC_SUCCESS);  // 12: IBV_WC_RETRY_EXC_ERR
+    }
+    ASSERT_EQ(PostSend(server->qp, IBV_WR_SEND, 3, buf, 6, 3), 0);
+    ASSERT_TRUE(PollOne(cq, &wc));
+    EXPECT_EQ(wc.wr_id, 3u);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    if (waitpid(pid, &status, 0) != pid) ADD_FAILURE() << "waitpid";
+    if (!shm) GTEST_SKIP() << "the TCP link does not know the peer process";
+  }
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child failed (see its output above)";
+  destroy_qp(server);
+  destroy_id(server);
+  destroy_id(listener);
   destroy_cq(cq);
   dealloc_pd(pd);
   destroy_event_channel(ch);
