@@ -16,12 +16,22 @@ using google::protobuf::FileDescriptor;
 using google::protobuf::io::Printer;
 using Vars = std::map<std::string, std::string>;
 
+// The namespace a service's class is in, as a qualifier: "::a::b::" for
+// "::a::b::S", "::" for a file without a package.
+std::string NamespaceQualifier(const ServiceModel& service) {
+  return service.qualified_class.substr(0, service.qualified_class.rfind("::") + 2);
+}
+
 Vars ServiceVars(const ServiceModel& service) {
+  // The .cc's helpers (method-name table, retry / hedging configs) sit in an
+  // unnamed namespace inside the service's; their uses are qualified, so a
+  // method that happens to share a helper's name cannot hide it.
   return {
       {"Service", service.name},
       {"service_full_name", service.full_name},
       {"qualified_service", service.qualified_class},
-      {"method_names", "k" + service.name + "MethodNames"},
+      {"method_names_decl", "k" + service.name + "MethodNames"},
+      {"method_names", NamespaceQualifier(service) + "k" + service.name + "MethodNames"},
       {"mock_class", service.mock_class},
   };
 }
@@ -42,8 +52,8 @@ Vars MethodVars(const ServiceModel& service, const MethodModel& method, size_t i
   // The IDL's retry or hedging policy, passed to the runtime with each call.
   vars["config_arg"] = method.method_config_json.empty()
                            ? ""
-                           : ",\n      " + service.name + "MethodConfig" +
-                                 std::to_string(index) + "()";
+                           : ",\n      " + NamespaceQualifier(service) + service.name +
+                                 "MethodConfig" + std::to_string(index) + "()";
   // "stream " before a streamed type in the comments that quote the .proto.
   const bool client_streams =
       method.kind == MethodKind::kClientStreaming || method.kind == MethodKind::kBidiStreaming;
@@ -745,7 +755,7 @@ void PrintMethodNameTable(const ServiceModel& service, Printer* printer) {
   if (service.methods.empty()) return;
   printer->Print(ServiceVars(service),
                  "// The full names of $service_full_name$'s methods, in .proto order.\n"
-                 "constexpr const char* $method_names$[] = {\n");
+                 "constexpr const char* $method_names_decl$[] = {\n");
   for (const MethodModel& method : service.methods) {
     printer->Print("    \"$name$\",\n", "name", method.full_name);
   }

@@ -33,14 +33,58 @@ bool IsCppKeyword(const std::string& name) {
   return kKeywords->count(name) > 0;
 }
 
+bool IsStandardMacro(const std::string& name) {
+  // Macros of the C and POSIX headers that generated code includes through
+  // the C++ library, Abseil and protobuf: a method or service with such a
+  // name would be macro-expanded ("assert" takes one argument, "EOF" becomes
+  // (-1)). From C17 7.2-7.24 (<assert.h>, <errno.h>, <limits.h>,
+  // <stdint.h>, <stdio.h>, <stdlib.h>, <stddef.h>, <math.h>, <setjmp.h>,
+  // <stdarg.h>, <signal.h>, <locale.h>, <time.h>, <float.h>) and the errno
+  // values of POSIX.1-2017 <errno.h>.
+  static const std::set<std::string>* const kMacros = new std::set<std::string>{
+      "assert", "errno", "offsetof", "setjmp", "va_arg", "va_copy", "va_end", "va_start",
+      "NULL", "EOF", "BUFSIZ", "FILENAME_MAX", "FOPEN_MAX", "L_tmpnam", "TMP_MAX",
+      "SEEK_SET", "SEEK_CUR", "SEEK_END", "_IOFBF", "_IOLBF", "_IONBF",
+      "EXIT_SUCCESS", "EXIT_FAILURE", "RAND_MAX", "MB_CUR_MAX", "MB_LEN_MAX",
+      "CLOCKS_PER_SEC", "TIME_UTC", "LC_ALL", "LC_COLLATE", "LC_CTYPE", "LC_MONETARY",
+      "LC_NUMERIC", "LC_TIME", "SIG_DFL", "SIG_ERR", "SIG_IGN", "SIGABRT", "SIGFPE",
+      "SIGILL", "SIGINT", "SIGSEGV", "SIGTERM", "INFINITY", "NAN", "HUGE_VAL",
+      "HUGE_VALF", "HUGE_VALL", "FP_INFINITE", "FP_NAN", "FP_NORMAL", "FP_SUBNORMAL",
+      "FP_ZERO", "FP_ILOGB0", "FP_ILOGBNAN", "MATH_ERRNO", "MATH_ERREXCEPT",
+      "math_errhandling", "CHAR_BIT", "CHAR_MIN", "CHAR_MAX", "SCHAR_MIN", "SCHAR_MAX",
+      "UCHAR_MAX", "SHRT_MIN", "SHRT_MAX", "USHRT_MAX", "INT_MIN", "INT_MAX", "UINT_MAX",
+      "LONG_MIN", "LONG_MAX", "ULONG_MAX", "LLONG_MIN", "LLONG_MAX", "ULLONG_MAX",
+      "INT8_MIN", "INT8_MAX", "UINT8_MAX", "INT16_MIN", "INT16_MAX", "UINT16_MAX",
+      "INT32_MIN", "INT32_MAX", "UINT32_MAX", "INT64_MIN", "INT64_MAX", "UINT64_MAX",
+      "INTPTR_MIN", "INTPTR_MAX", "UINTPTR_MAX", "INTMAX_MIN", "INTMAX_MAX", "UINTMAX_MAX",
+      "PTRDIFF_MIN", "PTRDIFF_MAX", "SIZE_MAX", "SIG_ATOMIC_MIN", "SIG_ATOMIC_MAX",
+      "WCHAR_MIN", "WCHAR_MAX", "WINT_MIN", "WINT_MAX", "WEOF", "FLT_MAX", "FLT_MIN",
+      "FLT_EPSILON", "FLT_DIG", "FLT_RADIX", "DBL_MAX", "DBL_MIN", "DBL_EPSILON",
+      "DBL_DIG", "LDBL_MAX", "LDBL_MIN", "LDBL_EPSILON", "DECIMAL_DIG",
+      "E2BIG", "EACCES", "EADDRINUSE", "EADDRNOTAVAIL", "EAFNOSUPPORT", "EAGAIN",
+      "EALREADY", "EBADF", "EBADMSG", "EBUSY", "ECANCELED", "ECHILD", "ECONNABORTED",
+      "ECONNREFUSED", "ECONNRESET", "EDEADLK", "EDESTADDRREQ", "EDOM", "EDQUOT",
+      "EEXIST", "EFAULT", "EFBIG", "EHOSTUNREACH", "EIDRM", "EILSEQ", "EINPROGRESS",
+      "EINTR", "EINVAL", "EIO", "EISCONN", "EISDIR", "ELOOP", "EMFILE", "EMLINK",
+      "EMSGSIZE", "EMULTIHOP", "ENAMETOOLONG", "ENETDOWN", "ENETRESET", "ENETUNREACH",
+      "ENFILE", "ENOBUFS", "ENODATA", "ENODEV", "ENOENT", "ENOEXEC", "ENOLCK", "ENOLINK",
+      "ENOMEM", "ENOMSG", "ENOPROTOOPT", "ENOSPC", "ENOSR", "ENOSTR", "ENOSYS",
+      "ENOTCONN", "ENOTDIR", "ENOTEMPTY", "ENOTRECOVERABLE", "ENOTSOCK", "ENOTSUP",
+      "ENOTTY", "ENXIO", "EOPNOTSUPP", "EOVERFLOW", "EOWNERDEAD", "EPERM", "EPIPE",
+      "EPROTO", "EPROTONOSUPPORT", "EPROTOTYPE", "ERANGE", "EROFS", "ESPIPE", "ESRCH",
+      "ESTALE", "ETIME", "ETIMEDOUT", "ETXTBSY", "EWOULDBLOCK", "EXDEV",
+  };
+  return kMacros->count(name) > 0;
+}
+
 std::set<std::string> ReservedMemberNames(const google::protobuf::ServiceDescriptor* service) {
   return {
       // Members and nested types of the generated class S and its nested
-      // Service, StubInterface, StubInterface::async_interface, Stub and
-      // Stub::async classes (a method named like the class that declares it
-      // would be a constructor), and of the gMock class Mock<S>Stub.
-      "Service", "StubInterface", "async_interface", "Stub", "NewStub", "async",
-      "service_full_name", "channel_", "async_stub_",
+      // Service, CallbackService, StubInterface, StubInterface::async_interface,
+      // Stub and Stub::async classes (a method named like the class that
+      // declares it would be a constructor), and of the gMock class Mock<S>Stub.
+      "Service", "CallbackService", "StubInterface", "async_interface", "Stub", "NewStub",
+      "async", "service_full_name", "channel_", "async_stub_",
       // Members of ::rdmarpc::Service the generated constructor calls or that
       // users and the Server call on a generated Service; a method of the
       // same name would hide them.
@@ -52,27 +96,22 @@ std::set<std::string> ReservedMemberNames(const google::protobuf::ServiceDescrip
   };
 }
 
-std::string CppServiceName(const google::protobuf::ServiceDescriptor* service) {
-  // The members of the generated class S itself: a nested class or member
-  // function named like its enclosing class is ill-formed.
-  static const std::set<std::string>* const kReserved =
-      new std::set<std::string>{"Service", "StubInterface", "Stub", "NewStub",
-                                "service_full_name"};
-  // A file without a package puts S in the global namespace, where a class
-  // named like a namespace the generated code (or the .pb.h it includes)
-  // uses is ill-formed: "class rdmarpc" clashes with namespace ::rdmarpc.
+namespace {
+
+// Whether a service called `name` gets a C++ name of its own (the rule in
+// names.h): a keyword, a standard macro, a member of the generated class S
+// itself (a nested class or member function named like its enclosing class is
+// ill-formed), or, in a file without a package, a global namespace that
+// generated code (or the .pb.h it includes) uses ("class rdmarpc" clashes
+// with namespace ::rdmarpc).
+bool ServiceNameNeedsMangling(const std::string& name, bool global) {
+  static const std::set<std::string>* const kReserved = new std::set<std::string>{
+      "Service", "CallbackService", "StubInterface", "Stub", "NewStub", "service_full_name"};
   static const std::set<std::string>* const kGlobalNamespaces =
       new std::set<std::string>{"rdmarpc", "absl", "std", "google"};
-  const bool global = service->file()->package().empty();
-  std::string name = service->name();
-  while (IsCppKeyword(name) || kReserved->count(name) > 0 ||
-         (global && kGlobalNamespaces->count(name) > 0)) {
-    name += '_';
-  }
-  return name;
+  return IsCppKeyword(name) || IsStandardMacro(name) || kReserved->count(name) > 0 ||
+         (global && kGlobalNamespaces->count(name) > 0);
 }
-
-namespace {
 
 // The names protobuf's C++ generator declares at namespace scope for
 // `enum_type`: the enum itself and, since it is an unscoped enum, its values
@@ -96,18 +135,48 @@ void AddMessageNames(const google::protobuf::Descriptor* message, std::set<std::
   for (int i = 0; i < message->enum_type_count(); ++i) AddEnumNames(message->enum_type(i), names);
 }
 
+// What `file`'s .pb.h declares in the package's namespace.
+std::set<std::string> ProtobufNamespaceNames(const google::protobuf::FileDescriptor* file) {
+  std::set<std::string> names;
+  for (int i = 0; i < file->message_type_count(); ++i) {
+    AddMessageNames(file->message_type(i), &names);
+  }
+  for (int i = 0; i < file->enum_type_count(); ++i) AddEnumNames(file->enum_type(i), &names);
+  for (int i = 0; i < file->extension_count(); ++i) names.insert(file->extension(i)->name());
+  return names;
+}
+
 }  // namespace
+
+std::string CppServiceName(const google::protobuf::ServiceDescriptor* service) {
+  const google::protobuf::FileDescriptor* file = service->file();
+  const bool global = file->package().empty();
+  std::string name = service->name();
+  if (!ServiceNameNeedsMangling(name, global)) return name;
+  // A mangled name steps aside from every other name the file puts in the
+  // namespace: the .pb.h's, and the services that keep their .proto names
+  // (protoc already refuses a service named like a message of the package).
+  std::set<std::string> taken = ProtobufNamespaceNames(file);
+  for (int i = 0; i < file->service_count(); ++i) {
+    const std::string& other = file->service(i)->name();
+    if (!ServiceNameNeedsMangling(other, global)) taken.insert(other);
+  }
+  // Services mangled before this one, in .proto order, took their names.
+  for (int i = 0; i < file->service_count() && file->service(i) != service; ++i) {
+    const std::string& other = file->service(i)->name();
+    if (ServiceNameNeedsMangling(other, global)) taken.insert(CppServiceName(file->service(i)));
+  }
+  do {
+    name += '_';
+  } while (ServiceNameNeedsMangling(name, global) || taken.count(name) > 0);
+  return name;
+}
 
 std::string MockStubClassName(const google::protobuf::ServiceDescriptor* service) {
   const google::protobuf::FileDescriptor* file = service->file();
   // What the file's .pb.h and .rdmarpc.pb.h declare in the package's
   // namespace, where the mock goes.
-  std::set<std::string> taken;
-  for (int i = 0; i < file->message_type_count(); ++i) {
-    AddMessageNames(file->message_type(i), &taken);
-  }
-  for (int i = 0; i < file->enum_type_count(); ++i) AddEnumNames(file->enum_type(i), &taken);
-  for (int i = 0; i < file->extension_count(); ++i) taken.insert(file->extension(i)->name());
+  std::set<std::string> taken = ProtobufNamespaceNames(file);
   for (int i = 0; i < file->service_count(); ++i) taken.insert(CppServiceName(file->service(i)));
   std::string name = "Mock" + service->name() + "Stub";
   while (taken.count(name) > 0) name += '_';
@@ -117,7 +186,7 @@ std::string MockStubClassName(const google::protobuf::ServiceDescriptor* service
 std::vector<std::string> CppMethodNames(const google::protobuf::ServiceDescriptor* service) {
   const std::set<std::string> reserved = ReservedMemberNames(service);
   auto needs_mangling = [&reserved](const std::string& name) {
-    return IsCppKeyword(name) || reserved.count(name) > 0;
+    return IsCppKeyword(name) || IsStandardMacro(name) || reserved.count(name) > 0;
   };
   // Names that stay as they are are taken first, so a mangled name never
   // takes the name of a later method that needed no mangling.
@@ -163,11 +232,14 @@ std::string QualifiedServiceClass(const google::protobuf::ServiceDescriptor* ser
 }
 
 std::string StripProtoExtension(const std::string& proto_file) {
-  static const std::string kExtension = ".proto";
-  if (proto_file.size() > kExtension.size() &&
-      proto_file.compare(proto_file.size() - kExtension.size(), kExtension.size(),
-                         kExtension) == 0) {
-    return proto_file.substr(0, proto_file.size() - kExtension.size());
+  // The two extensions protoc's C++ generator strips (StripProto in
+  // google/protobuf/compiler/code_generator.cc), so NAME.pb.h is its NAME.
+  for (const std::string extension : {".protodevel", ".proto"}) {
+    if (proto_file.size() > extension.size() &&
+        proto_file.compare(proto_file.size() - extension.size(), extension.size(),
+                           extension) == 0) {
+      return proto_file.substr(0, proto_file.size() - extension.size());
+    }
   }
   return proto_file;
 }

@@ -7,8 +7,10 @@
 // Method names follow one mangling rule, applied everywhere a method's C++
 // name appears (Service, Stub, Stub::async):
 //
-//   A method keeps its .proto name unless that name is a C++ keyword or a
-//   name the generated classes use themselves (ReservedMemberNames). Such a
+//   A method keeps its .proto name unless that name is a C++ keyword, a
+//   macro of the C and POSIX headers (IsStandardMacro: "assert", "EOF",
+//   "INT_MAX", "EINVAL") or a name the generated classes use themselves
+//   (ReservedMemberNames). Such a
 //   name gets a trailing '_' ("delete" -> "delete_", "Stub" -> "Stub_"), and
 //   one more '_' at a time while the result is still reserved or is the C++
 //   name of another method of the service ("delete" beside a method really
@@ -19,9 +21,15 @@
 // names, e.g. "delete" and "delete_", and compilers accept it.)
 //
 // Service classes follow the same rule with their own reserved names: a
-// service called "delete", "Service", "StubInterface", "Stub", "NewStub" or
-// "service_full_name" becomes class delete_, Service_, ... (protobuf itself
-// appends '_' to message names that are keywords).
+// service called "delete", "EOF", "Service", "CallbackService",
+// "StubInterface", "Stub", "NewStub" or "service_full_name" becomes class
+// delete_, EOF_, Service_, ... (protobuf itself appends '_' to message names
+// that are keywords); the '_' are added while the name is still reserved or
+// is taken by another name the file puts in the namespace (a message, enum,
+// enum value or extension as the .pb.h declares it, or another service).
+// Names the runtime declares in namespace rdmarpc are not avoided: a file
+// whose package is `rdmarpc` itself must not name a service like one of
+// them (Server, Channel, ...).
 //
 // The gMock class of a service S (NAME_mock.rdmarpc.pb.h) is MockSStub, as
 // gRPC names it, after the .proto name of S, beside S in S's namespace; it
@@ -46,9 +54,16 @@ namespace compiler {
 // C++20 keywords, so generated code keeps compiling under newer standards.
 bool IsCppKeyword(const std::string& name);
 
+// True for the macros of the C17 library headers and the POSIX errno values
+// ("assert", "errno", "NULL", "EOF", "INT_MAX", "SIZE_MAX", "EINVAL", ...),
+// which the headers generated code includes may define: a method or service
+// of that name would be macro-expanded.
+bool IsStandardMacro(const std::string& name);
+
 // Names a method of `service` may not have in C++: the members and nested
-// types of the generated classes (Service, StubInterface, async_interface,
-// Stub, NewStub, async, service_full_name, channel_, async_stub_), those of
+// types of the generated classes (Service, CallbackService, StubInterface,
+// async_interface, Stub, NewStub, async, service_full_name, channel_,
+// async_stub_), those of
 // the ::rdmarpc::Service base that generated code calls (full_name, methods,
 // AddMethod), and the service's own name, both as in the .proto and as a
 // C++ class.
@@ -75,7 +90,9 @@ std::vector<std::string> PackageNamespaces(const google::protobuf::FileDescripto
 // ("a.b.S" -> "::a::b::S", "a.b.Stub" -> "::a::b::Stub_").
 std::string QualifiedServiceClass(const google::protobuf::ServiceDescriptor* service);
 
-// "foo/bar.proto" -> "foo/bar" (any other name is returned unchanged).
+// "foo/bar.proto" -> "foo/bar", "foo/bar.protodevel" -> "foo/bar", as
+// protoc's C++ generator names its output (any other name is returned
+// unchanged).
 std::string StripProtoExtension(const std::string& proto_file);
 
 // An include guard unique to `proto_file`'s generated header: every character

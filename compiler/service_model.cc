@@ -18,14 +18,23 @@ std::vector<std::string> CommentLines(const std::string& comments) {
   std::vector<std::string> lines;
   size_t start = 0;
   while (start < comments.size()) {
-    size_t end = comments.find('\n', start);
+    // A lone '\r' ends a line as '\n' and "\r\n" do: a C++ compiler reads
+    // it as a line break, so text after it would leave the `//` comment.
+    size_t end = comments.find_first_of("\r\n", start);
     if (end == std::string::npos) end = comments.size();
     std::string line = comments.substr(start, end - start);
-    while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) {
+    // Trailing white space goes, form feed and vertical tab too: a
+    // backslash followed by any of it still continues the line.
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\f' ||
+                             line.back() == '\v')) {
       line.pop_back();
     }
     lines.push_back(std::move(line));
     start = end + 1;
+    if (end < comments.size() && comments[end] == '\r' && start < comments.size() &&
+        comments[start] == '\n') {
+      ++start;
+    }
   }
   return lines;
 }

@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "edge/clashes.rdmarpc.pb.h"
+#include "edge/clashes_mock.rdmarpc.pb.h"
+#include "edge/comment_bytes.rdmarpc.pb.h"
 #include "edge/global_names.rdmarpc.pb.h"
 #include "edge/packaged.rdmarpc.pb.h"
 #include "edge/streaming.rdmarpc.pb.h"
@@ -121,6 +124,83 @@ TEST(GeneratedEdge, StreamingMethodsNamedLikeGeneratedParameters) {
   EXPECT_CALL(mock, context(::testing::_)).WillOnce(::testing::Return(::testing::ByMove(nullptr)));
   ::rdmarpc::ClientContext c7;
   EXPECT_EQ(static_cast<Params::StubInterface*>(&mock)->context(&c7), nullptr);
+}
+
+// Each unary method of `stub` answers through the fake on its wire name.
+template <typename StubT, typename... Calls>
+std::vector<std::string> WireNames(StubT* stub, Calls... calls) {
+  std::vector<std::string> names;
+  ::edge::clash::M request, response;
+  for (auto call : {calls...}) {
+    ::rdmarpc::ClientContext context;
+    EXPECT_TRUE((stub->*call)(&context, request, &response).ok());
+    names.push_back(fake_call::LastCall().method);
+  }
+  return names;
+}
+
+TEST(GeneratedEdge, RenamedServicesStepAsideFromMessagesAndEachOther) {
+  // service Stub beside message Stub_; service class beside service class_.
+  EXPECT_EQ(std::string(::edge::clash::Stub__::service_full_name), "edge.clash.Stub");
+  EXPECT_EQ(std::string(::edge::clash::class__::service_full_name), "edge.clash.class");
+  EXPECT_EQ(std::string(::edge::clash::class_::service_full_name), "edge.clash.class_");
+  EXPECT_EQ(std::string(::edge::clash::CallbackService_::service_full_name),
+            "edge.clash.CallbackService");
+  EXPECT_EQ(std::string(::edge::clash::EOF_::service_full_name), "edge.clash.EOF");
+  ::edge::clash::Stub_ message_keeps_its_name;
+  message_keeps_its_name.set_b(1);
+  EXPECT_EQ(message_keeps_its_name.b(), 1);
+
+  fake_call::Reset(absl::OkStatus());
+  ::edge::clash::class__::Stub cls(nullptr);
+  ::edge::clash::class_::Stub cls_(nullptr);
+  EXPECT_EQ(WireNames(&cls, &::edge::clash::class__::Stub::Get),
+            (std::vector<std::string>{"/edge.clash.class/Get"}));
+  EXPECT_EQ(WireNames(&cls_, &::edge::clash::class_::Stub::Get),
+            (std::vector<std::string>{"/edge.clash.class_/Get"}));
+}
+
+TEST(GeneratedEdge, MethodsNamedLikeGeneratedClassesAndMacrosAreRenamed) {
+  using Callback = ::edge::clash::CallbackService_;
+  using Eof = ::edge::clash::EOF_;
+  fake_call::Reset(absl::OkStatus());
+  Callback::Stub callback(nullptr);
+  EXPECT_EQ(WireNames(&callback, &Callback::Stub::CallbackService__, &Callback::Stub::Get),
+            (std::vector<std::string>{"/edge.clash.CallbackService/CallbackService",
+                                      "/edge.clash.CallbackService/Get"}));
+  Eof::Stub eof(nullptr);
+  EXPECT_EQ(WireNames(&eof, &Eof::Stub::assert_, &Eof::Stub::errno_, &Eof::Stub::NULL_,
+                      &Eof::Stub::INT_MAX_, &Eof::Stub::EINVAL_),
+            (std::vector<std::string>{"/edge.clash.EOF/assert", "/edge.clash.EOF/errno",
+                                      "/edge.clash.EOF/NULL", "/edge.clash.EOF/INT_MAX",
+                                      "/edge.clash.EOF/EINVAL"}));
+  // The servers' method tables name them too, in .proto order.
+  Callback::CallbackService callback_service;
+  std::vector<std::string> names;
+  for (const auto& handler : callback_service.methods()) names.push_back(handler->full_name());
+  EXPECT_EQ(names, (std::vector<std::string>{"/edge.clash.CallbackService/CallbackService",
+                                             "/edge.clash.CallbackService/Get"}));
+  ::edge::clash::MockEOFStub mock;
+  EXPECT_CALL(mock, assert_(::testing::_, ::testing::_, ::testing::_))
+      .WillOnce(::testing::Return(absl::NotFoundError("mocked")));
+  ::rdmarpc::ClientContext context;
+  ::edge::clash::M response;
+  EXPECT_EQ(static_cast<Eof::StubInterface*>(&mock)->assert_(&context, {}, &response).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(GeneratedEdge, CommentsWithCarriageReturnsAndFormFeedsStayComments) {
+  // The file compiled (a lone '\r' or a backslash before a form feed in a
+  // .proto comment would otherwise end the comment or swallow the next line).
+  using Svc = ::edge::bytes::Svc;
+  fake_call::Reset(absl::OkStatus());
+  Svc::Stub stub(nullptr);
+  ::rdmarpc::ClientContext context;
+  ::edge::bytes::M response;
+  ASSERT_TRUE(stub.Get(&context, {}, &response).ok());
+  EXPECT_EQ(fake_call::LastCall().method, "/edge.bytes.Svc/Get");
+  ASSERT_TRUE(stub.Put(&context, {}, &response).ok());
+  EXPECT_EQ(fake_call::LastCall().method, "/edge.bytes.Svc/Put");
 }
 
 }  // namespace

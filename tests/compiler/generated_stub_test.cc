@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "edge/helpers.rdmarpc.pb.h"
 #include "fake_unary_call.h"
 #include "golden/golden_test.rdmarpc.pb.h"
 #include "golden/no_package.rdmarpc.pb.h"
@@ -156,6 +157,25 @@ TEST(GeneratedStub, MangledMethodsCallTheirWireNames) {
   EXPECT_EQ(fake_call::LastCall().method, "/golden.v1.Admin/class");
   ASSERT_TRUE(admin.new_(&c9, ping, &ping).ok());
   EXPECT_EQ(fake_call::LastCall().method, "/golden.v1.Admin/new");
+}
+
+TEST(GeneratedStub, MethodsNamedLikeTheGeneratedHelpersStillFindThem) {
+  using Svc = ::edge::helpers::Svc;
+  fake_call::Reset(absl::OkStatus());
+  Svc::Stub stub(nullptr);
+  ::edge::helpers::M response;
+  // Each call reaches its own wire name; only the first carries the IDL's
+  // retry policy (the helper SvcMethodConfig0 is its).
+  ::rdmarpc::ClientContext c1, c2, c3;
+  ASSERT_TRUE(stub.Retried(&c1, {}, &response).ok());
+  EXPECT_EQ(fake_call::LastCall().method, "/edge.helpers.Svc/Retried");
+  EXPECT_NE(fake_call::LastCall().idl_config_json.find("retryPolicy"), std::string::npos);
+  ASSERT_TRUE(stub.SvcMethodConfig0(&c2, {}, &response).ok());
+  EXPECT_EQ(fake_call::LastCall().method, "/edge.helpers.Svc/SvcMethodConfig0");
+  EXPECT_EQ(fake_call::LastCall().idl_config_json, "");
+  ASSERT_TRUE(stub.kSvcMethodNames(&c3, {}, &response).ok());
+  EXPECT_EQ(fake_call::LastCall().method, "/edge.helpers.Svc/kSvcMethodNames");
+  EXPECT_EQ(fake_call::LastCall().calls, 3);
 }
 
 TEST(GeneratedStub, AsyncCallRunsDoneOnceWithTheStatus) {

@@ -103,10 +103,56 @@ TEST(CppServiceName, AppendsUnderscoreToKeywordsAndClassMembers) {
                                                         {"StubInterface", "StubInterface_"},
                                                         {"async_interface", "async_interface"},
                                                         {"service_full_name", "service_full_name_"},
+                                                        {"CallbackService", "CallbackService_"},
+                                                        {"EOF", "EOF_"},
+                                                        {"assert", "assert_"},
                                                         {"async", "async"}}) {
     DescriptorPool pool;
     EXPECT_EQ(CppServiceName(BuildFile(&pool, "p", proto_name, {})->service(0)), cpp_name);
   }
+}
+
+TEST(CppServiceName, RenamedServiceStepsAsideFromTheFilesOtherNames) {
+  FileDescriptorProto proto;
+  proto.set_name("test.proto");
+  proto.set_package("p");
+  proto.set_syntax("proto3");
+  proto.add_message_type()->set_name("Stub_");
+  auto* color = proto.add_enum_type();
+  color->set_name("Color");
+  color->add_value()->set_name("Service_");
+  color->mutable_value(0)->set_number(0);
+  for (const char* name : {"Stub", "Service", "class", "class_", "class__"}) {
+    proto.add_service()->set_name(name);
+  }
+  DescriptorPool pool;
+  const FileDescriptor* file = pool.BuildFile(proto);
+  ASSERT_NE(file, nullptr);
+  // Stub_ is a message and Service_ an enum value; class_ and class__ are
+  // services that keep their names.
+  EXPECT_EQ(CppServiceName(file->service(0)), "Stub__");
+  EXPECT_EQ(CppServiceName(file->service(1)), "Service__");
+  EXPECT_EQ(CppServiceName(file->service(2)), "class___");
+  EXPECT_EQ(CppServiceName(file->service(3)), "class_");
+  EXPECT_EQ(CppServiceName(file->service(4)), "class__");
+}
+
+TEST(IsStandardMacro, KnowsTheCLibrarysMacros) {
+  for (const char* name : {"assert", "errno", "NULL", "EOF", "offsetof", "INT_MAX", "UINT32_MAX",
+                           "SIZE_MAX", "INFINITY", "EINVAL", "EXIT_FAILURE"}) {
+    EXPECT_TRUE(IsStandardMacro(name)) << name;
+  }
+  for (const char* name : {"Assert", "assert_", "Get", "major", "LOG", "CHECK", "Null", ""}) {
+    EXPECT_FALSE(IsStandardMacro(name)) << name;
+  }
+}
+
+TEST(CppMethodNames, AppendsUnderscoreToMacros) {
+  DescriptorPool pool;
+  const FileDescriptor* file =
+      BuildFile(&pool, "p", "S", {"assert", "EOF", "INT_MAX", "CallbackService", "Get"});
+  EXPECT_EQ(CppMethodNames(file->service(0)),
+            (std::vector<std::string>{"assert_", "EOF_", "INT_MAX_", "CallbackService_", "Get"}));
 }
 
 TEST(CppMethodNames, ReservesTheServiceClassName) {
@@ -201,6 +247,8 @@ TEST(StripProtoExtension, RemovesOnlyTrailingProto) {
   EXPECT_EQ(StripProtoExtension("foo/bar.proto"), "foo/bar");
   EXPECT_EQ(StripProtoExtension("foo.proto.txt"), "foo.proto.txt");
   EXPECT_EQ(StripProtoExtension(".proto"), ".proto");
+  // protoc's C++ generator strips the legacy .protodevel too.
+  EXPECT_EQ(StripProtoExtension("foo/bar.protodevel"), "foo/bar");
 }
 
 TEST(HeaderGuard, EscapesNonIdentifierCharacters) {

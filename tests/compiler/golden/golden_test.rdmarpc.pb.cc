@@ -64,31 +64,31 @@ const ::rdmarpc::internal::MethodConfig* AdminMethodConfig2() {
 Store::Service::Service() : ::rdmarpc::Service(Store::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Store::Service, ::golden::v1::Request, ::golden::v1::Response>>(
-      kStoreMethodNames[0], this, &Store::Service::Get));
+      ::golden::v1::kStoreMethodNames[0], this, &Store::Service::Get));
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Store::Service, ::golden::v1::Request, ::golden::v1::Status>>(
-      kStoreMethodNames[1], this, &Store::Service::delete__));
+      ::golden::v1::kStoreMethodNames[1], this, &Store::Service::delete__));
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Store::Service, ::golden::v1::Request, ::golden::v1::Response>>(
-      kStoreMethodNames[2], this, &Store::Service::delete_));
+      ::golden::v1::kStoreMethodNames[2], this, &Store::Service::delete_));
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Store::Service, ::golden::common::Ping, ::golden::common::Empty>>(
-      kStoreMethodNames[3], this, &Store::Service::Stub_));
+      ::golden::v1::kStoreMethodNames[3], this, &Store::Service::Stub_));
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Store::Service, ::golden::v1::Outer_Inner, ::golden::v1::Channel>>(
-      kStoreMethodNames[4], this, &Store::Service::Service_));
+      ::golden::v1::kStoreMethodNames[4], this, &Store::Service::Service_));
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Store::Service, ::golden::v1::Request, ::golden::v1::Response>>(
-      kStoreMethodNames[5], this, &Store::Service::NewStub_));
+      ::golden::v1::kStoreMethodNames[5], this, &Store::Service::NewStub_));
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Store::Service, ::golden::v1::Request, ::golden::v1::Response>>(
-      kStoreMethodNames[6], this, &Store::Service::async_));
+      ::golden::v1::kStoreMethodNames[6], this, &Store::Service::async_));
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Store::Service, ::golden::v1::Request, ::golden::v1::Response>>(
-      kStoreMethodNames[7], this, &Store::Service::Store_));
+      ::golden::v1::kStoreMethodNames[7], this, &Store::Service::Store_));
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Store::Service, ::golden::v1::Request, ::golden::v1::Response>>(
-      kStoreMethodNames[8], this, &Store::Service::Peek, /*run_inline=*/true));
+      ::golden::v1::kStoreMethodNames[8], this, &Store::Service::Peek, /*run_inline=*/true));
 }
 
 Store::Service::~Service() = default;
@@ -169,31 +169,31 @@ Store::CallbackService::CallbackService()
     : ::rdmarpc::Service(Store::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Store::CallbackService, ::golden::v1::Request, ::golden::v1::Response>>(
-      kStoreMethodNames[0], this, &Store::CallbackService::Get));
+      ::golden::v1::kStoreMethodNames[0], this, &Store::CallbackService::Get));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Store::CallbackService, ::golden::v1::Request, ::golden::v1::Status>>(
-      kStoreMethodNames[1], this, &Store::CallbackService::delete__));
+      ::golden::v1::kStoreMethodNames[1], this, &Store::CallbackService::delete__));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Store::CallbackService, ::golden::v1::Request, ::golden::v1::Response>>(
-      kStoreMethodNames[2], this, &Store::CallbackService::delete_));
+      ::golden::v1::kStoreMethodNames[2], this, &Store::CallbackService::delete_));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Store::CallbackService, ::golden::common::Ping, ::golden::common::Empty>>(
-      kStoreMethodNames[3], this, &Store::CallbackService::Stub_));
+      ::golden::v1::kStoreMethodNames[3], this, &Store::CallbackService::Stub_));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Store::CallbackService, ::golden::v1::Outer_Inner, ::golden::v1::Channel>>(
-      kStoreMethodNames[4], this, &Store::CallbackService::Service_));
+      ::golden::v1::kStoreMethodNames[4], this, &Store::CallbackService::Service_));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Store::CallbackService, ::golden::v1::Request, ::golden::v1::Response>>(
-      kStoreMethodNames[5], this, &Store::CallbackService::NewStub_));
+      ::golden::v1::kStoreMethodNames[5], this, &Store::CallbackService::NewStub_));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Store::CallbackService, ::golden::v1::Request, ::golden::v1::Response>>(
-      kStoreMethodNames[6], this, &Store::CallbackService::async_));
+      ::golden::v1::kStoreMethodNames[6], this, &Store::CallbackService::async_));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Store::CallbackService, ::golden::v1::Request, ::golden::v1::Response>>(
-      kStoreMethodNames[7], this, &Store::CallbackService::Store_));
+      ::golden::v1::kStoreMethodNames[7], this, &Store::CallbackService::Store_));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Store::CallbackService, ::golden::v1::Request, ::golden::v1::Response>>(
-      kStoreMethodNames[8], this, &Store::CallbackService::Peek, /*run_inline=*/true));
+      ::golden::v1::kStoreMethodNames[8], this, &Store::CallbackService::Peek, /*run_inline=*/true));
 }
 
 Store::CallbackService::~CallbackService() = default;
@@ -273,7 +273,7 @@ Store::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     context->set_timeout(::absl::Milliseconds(200));
   }
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kStoreMethodNames[0], context, request, response);
+      channel_.get(), ::golden::v1::kStoreMethodNames[0], context, request, response);
 }
 
 ::absl::Status Store::Stub::delete__(
@@ -285,7 +285,7 @@ Store::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     context->set_timeout(::absl::Milliseconds(1000));
   }
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kStoreMethodNames[1], context, request, response);
+      channel_.get(), ::golden::v1::kStoreMethodNames[1], context, request, response);
 }
 
 ::absl::Status Store::Stub::delete_(
@@ -297,8 +297,8 @@ Store::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     context->set_timeout(::absl::Milliseconds(1000));
   }
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kStoreMethodNames[2], context, request, response,
-      StoreMethodConfig2());
+      channel_.get(), ::golden::v1::kStoreMethodNames[2], context, request, response,
+      ::golden::v1::StoreMethodConfig2());
 }
 
 ::absl::Status Store::Stub::Stub_(
@@ -310,7 +310,7 @@ Store::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     context->set_timeout(::absl::Milliseconds(1000));
   }
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kStoreMethodNames[3], context, request, response);
+      channel_.get(), ::golden::v1::kStoreMethodNames[3], context, request, response);
 }
 
 ::absl::Status Store::Stub::Service_(
@@ -322,7 +322,7 @@ Store::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     context->set_timeout(::absl::Milliseconds(1000));
   }
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kStoreMethodNames[4], context, request, response);
+      channel_.get(), ::golden::v1::kStoreMethodNames[4], context, request, response);
 }
 
 ::absl::Status Store::Stub::NewStub_(
@@ -334,7 +334,7 @@ Store::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     context->set_timeout(::absl::Milliseconds(1000));
   }
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kStoreMethodNames[5], context, request, response);
+      channel_.get(), ::golden::v1::kStoreMethodNames[5], context, request, response);
 }
 
 ::absl::Status Store::Stub::async_(
@@ -346,7 +346,7 @@ Store::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     context->set_timeout(::absl::Milliseconds(1000));
   }
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kStoreMethodNames[6], context, request, response);
+      channel_.get(), ::golden::v1::kStoreMethodNames[6], context, request, response);
 }
 
 ::absl::Status Store::Stub::Store_(
@@ -358,7 +358,7 @@ Store::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     context->set_timeout(::absl::Milliseconds(1000));
   }
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kStoreMethodNames[7], context, request, response);
+      channel_.get(), ::golden::v1::kStoreMethodNames[7], context, request, response);
 }
 
 ::absl::Status Store::Stub::Peek(
@@ -370,7 +370,7 @@ Store::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     context->set_timeout(::absl::Milliseconds(1000));
   }
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kStoreMethodNames[8], context, request, response);
+      channel_.get(), ::golden::v1::kStoreMethodNames[8], context, request, response);
 }
 
 void Store::Stub::async::Get(
@@ -383,7 +383,7 @@ void Store::Stub::async::Get(
     context->set_timeout(::absl::Milliseconds(200));
   }
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kStoreMethodNames[0], context, request, response,
+      channel_, ::golden::v1::kStoreMethodNames[0], context, request, response,
       ::std::move(done));
 }
 
@@ -397,7 +397,7 @@ void Store::Stub::async::Get(
     context->set_timeout(::absl::Milliseconds(200));
   }
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kStoreMethodNames[0], context, request, response);
+      reactor, channel_, ::golden::v1::kStoreMethodNames[0], context, request, response);
 }
 
 void Store::Stub::async::delete__(
@@ -410,7 +410,7 @@ void Store::Stub::async::delete__(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kStoreMethodNames[1], context, request, response,
+      channel_, ::golden::v1::kStoreMethodNames[1], context, request, response,
       ::std::move(done));
 }
 
@@ -424,7 +424,7 @@ void Store::Stub::async::delete__(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kStoreMethodNames[1], context, request, response);
+      reactor, channel_, ::golden::v1::kStoreMethodNames[1], context, request, response);
 }
 
 void Store::Stub::async::delete_(
@@ -437,9 +437,9 @@ void Store::Stub::async::delete_(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kStoreMethodNames[2], context, request, response,
+      channel_, ::golden::v1::kStoreMethodNames[2], context, request, response,
       ::std::move(done),
-      StoreMethodConfig2());
+      ::golden::v1::StoreMethodConfig2());
 }
 
 void Store::Stub::async::delete_(
@@ -452,8 +452,8 @@ void Store::Stub::async::delete_(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kStoreMethodNames[2], context, request, response,
-      StoreMethodConfig2());
+      reactor, channel_, ::golden::v1::kStoreMethodNames[2], context, request, response,
+      ::golden::v1::StoreMethodConfig2());
 }
 
 void Store::Stub::async::Stub_(
@@ -466,7 +466,7 @@ void Store::Stub::async::Stub_(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kStoreMethodNames[3], context, request, response,
+      channel_, ::golden::v1::kStoreMethodNames[3], context, request, response,
       ::std::move(done));
 }
 
@@ -480,7 +480,7 @@ void Store::Stub::async::Stub_(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kStoreMethodNames[3], context, request, response);
+      reactor, channel_, ::golden::v1::kStoreMethodNames[3], context, request, response);
 }
 
 void Store::Stub::async::Service_(
@@ -493,7 +493,7 @@ void Store::Stub::async::Service_(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kStoreMethodNames[4], context, request, response,
+      channel_, ::golden::v1::kStoreMethodNames[4], context, request, response,
       ::std::move(done));
 }
 
@@ -507,7 +507,7 @@ void Store::Stub::async::Service_(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kStoreMethodNames[4], context, request, response);
+      reactor, channel_, ::golden::v1::kStoreMethodNames[4], context, request, response);
 }
 
 void Store::Stub::async::NewStub_(
@@ -520,7 +520,7 @@ void Store::Stub::async::NewStub_(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kStoreMethodNames[5], context, request, response,
+      channel_, ::golden::v1::kStoreMethodNames[5], context, request, response,
       ::std::move(done));
 }
 
@@ -534,7 +534,7 @@ void Store::Stub::async::NewStub_(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kStoreMethodNames[5], context, request, response);
+      reactor, channel_, ::golden::v1::kStoreMethodNames[5], context, request, response);
 }
 
 void Store::Stub::async::async_(
@@ -547,7 +547,7 @@ void Store::Stub::async::async_(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kStoreMethodNames[6], context, request, response,
+      channel_, ::golden::v1::kStoreMethodNames[6], context, request, response,
       ::std::move(done));
 }
 
@@ -561,7 +561,7 @@ void Store::Stub::async::async_(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kStoreMethodNames[6], context, request, response);
+      reactor, channel_, ::golden::v1::kStoreMethodNames[6], context, request, response);
 }
 
 void Store::Stub::async::Store_(
@@ -574,7 +574,7 @@ void Store::Stub::async::Store_(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kStoreMethodNames[7], context, request, response,
+      channel_, ::golden::v1::kStoreMethodNames[7], context, request, response,
       ::std::move(done));
 }
 
@@ -588,7 +588,7 @@ void Store::Stub::async::Store_(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kStoreMethodNames[7], context, request, response);
+      reactor, channel_, ::golden::v1::kStoreMethodNames[7], context, request, response);
 }
 
 void Store::Stub::async::Peek(
@@ -601,7 +601,7 @@ void Store::Stub::async::Peek(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kStoreMethodNames[8], context, request, response,
+      channel_, ::golden::v1::kStoreMethodNames[8], context, request, response,
       ::std::move(done));
 }
 
@@ -615,7 +615,7 @@ void Store::Stub::async::Peek(
     context->set_timeout(::absl::Milliseconds(1000));
   }
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kStoreMethodNames[8], context, request, response);
+      reactor, channel_, ::golden::v1::kStoreMethodNames[8], context, request, response);
 }
 
 ::std::unique_ptr<Store::Stub> Store::NewStub(
@@ -628,13 +628,13 @@ void Store::Stub::async::Peek(
 Admin::Service::Service() : ::rdmarpc::Service(Admin::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Admin::Service, ::golden::common::Empty, ::golden::common::Empty>>(
-      kAdminMethodNames[0], this, &Admin::Service::class_, /*run_inline=*/true));
+      ::golden::v1::kAdminMethodNames[0], this, &Admin::Service::class_, /*run_inline=*/true));
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Admin::Service, ::golden::common::Ping, ::golden::common::Ping>>(
-      kAdminMethodNames[1], this, &Admin::Service::new_));
+      ::golden::v1::kAdminMethodNames[1], this, &Admin::Service::new_));
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Admin::Service, ::golden::common::Ping, ::golden::v1::Status>>(
-      kAdminMethodNames[2], this, &Admin::Service::Ping, /*run_inline=*/true));
+      ::golden::v1::kAdminMethodNames[2], this, &Admin::Service::Ping, /*run_inline=*/true));
 }
 
 Admin::Service::~Service() = default;
@@ -667,13 +667,13 @@ Admin::CallbackService::CallbackService()
     : ::rdmarpc::Service(Admin::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Admin::CallbackService, ::golden::common::Empty, ::golden::common::Empty>>(
-      kAdminMethodNames[0], this, &Admin::CallbackService::class_, /*run_inline=*/true));
+      ::golden::v1::kAdminMethodNames[0], this, &Admin::CallbackService::class_, /*run_inline=*/true));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Admin::CallbackService, ::golden::common::Ping, ::golden::common::Ping>>(
-      kAdminMethodNames[1], this, &Admin::CallbackService::new_));
+      ::golden::v1::kAdminMethodNames[1], this, &Admin::CallbackService::new_));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Admin::CallbackService, ::golden::common::Ping, ::golden::v1::Status>>(
-      kAdminMethodNames[2], this, &Admin::CallbackService::Ping, /*run_inline=*/true));
+      ::golden::v1::kAdminMethodNames[2], this, &Admin::CallbackService::Ping, /*run_inline=*/true));
 }
 
 Admin::CallbackService::~CallbackService() = default;
@@ -707,8 +707,8 @@ Admin::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     const ::golden::common::Empty& request,
     ::golden::common::Empty* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kAdminMethodNames[0], context, request, response,
-      AdminMethodConfig0());
+      channel_.get(), ::golden::v1::kAdminMethodNames[0], context, request, response,
+      ::golden::v1::AdminMethodConfig0());
 }
 
 ::absl::Status Admin::Stub::new_(
@@ -716,8 +716,8 @@ Admin::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     const ::golden::common::Ping& request,
     ::golden::common::Ping* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kAdminMethodNames[1], context, request, response,
-      AdminMethodConfig1());
+      channel_.get(), ::golden::v1::kAdminMethodNames[1], context, request, response,
+      ::golden::v1::AdminMethodConfig1());
 }
 
 ::absl::Status Admin::Stub::Ping(
@@ -725,8 +725,8 @@ Admin::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     const ::golden::common::Ping& request,
     ::golden::v1::Status* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kAdminMethodNames[2], context, request, response,
-      AdminMethodConfig2());
+      channel_.get(), ::golden::v1::kAdminMethodNames[2], context, request, response,
+      ::golden::v1::AdminMethodConfig2());
 }
 
 void Admin::Stub::async::class_(
@@ -735,9 +735,9 @@ void Admin::Stub::async::class_(
     ::golden::common::Empty* response,
     ::absl::AnyInvocable<void(::absl::Status) &&> done) {
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kAdminMethodNames[0], context, request, response,
+      channel_, ::golden::v1::kAdminMethodNames[0], context, request, response,
       ::std::move(done),
-      AdminMethodConfig0());
+      ::golden::v1::AdminMethodConfig0());
 }
 
 void Admin::Stub::async::class_(
@@ -746,8 +746,8 @@ void Admin::Stub::async::class_(
     ::golden::common::Empty* response,
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kAdminMethodNames[0], context, request, response,
-      AdminMethodConfig0());
+      reactor, channel_, ::golden::v1::kAdminMethodNames[0], context, request, response,
+      ::golden::v1::AdminMethodConfig0());
 }
 
 void Admin::Stub::async::new_(
@@ -756,9 +756,9 @@ void Admin::Stub::async::new_(
     ::golden::common::Ping* response,
     ::absl::AnyInvocable<void(::absl::Status) &&> done) {
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kAdminMethodNames[1], context, request, response,
+      channel_, ::golden::v1::kAdminMethodNames[1], context, request, response,
       ::std::move(done),
-      AdminMethodConfig1());
+      ::golden::v1::AdminMethodConfig1());
 }
 
 void Admin::Stub::async::new_(
@@ -767,8 +767,8 @@ void Admin::Stub::async::new_(
     ::golden::common::Ping* response,
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kAdminMethodNames[1], context, request, response,
-      AdminMethodConfig1());
+      reactor, channel_, ::golden::v1::kAdminMethodNames[1], context, request, response,
+      ::golden::v1::AdminMethodConfig1());
 }
 
 void Admin::Stub::async::Ping(
@@ -777,9 +777,9 @@ void Admin::Stub::async::Ping(
     ::golden::v1::Status* response,
     ::absl::AnyInvocable<void(::absl::Status) &&> done) {
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kAdminMethodNames[2], context, request, response,
+      channel_, ::golden::v1::kAdminMethodNames[2], context, request, response,
       ::std::move(done),
-      AdminMethodConfig2());
+      ::golden::v1::AdminMethodConfig2());
 }
 
 void Admin::Stub::async::Ping(
@@ -788,8 +788,8 @@ void Admin::Stub::async::Ping(
     ::golden::v1::Status* response,
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kAdminMethodNames[2], context, request, response,
-      AdminMethodConfig2());
+      reactor, channel_, ::golden::v1::kAdminMethodNames[2], context, request, response,
+      ::golden::v1::AdminMethodConfig2());
 }
 
 ::std::unique_ptr<Admin::Stub> Admin::NewStub(

@@ -40,7 +40,7 @@ Bare::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
 Notes::Service::Service() : ::rdmarpc::Service(Notes::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Notes::Service, ::Note, ::Note>>(
-      kNotesMethodNames[0], this, &Notes::Service::Add));
+      ::kNotesMethodNames[0], this, &Notes::Service::Add));
 }
 
 Notes::Service::~Service() = default;
@@ -57,7 +57,7 @@ Notes::CallbackService::CallbackService()
     : ::rdmarpc::Service(Notes::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Notes::CallbackService, ::Note, ::Note>>(
-      kNotesMethodNames[0], this, &Notes::CallbackService::Add));
+      ::kNotesMethodNames[0], this, &Notes::CallbackService::Add));
 }
 
 Notes::CallbackService::~CallbackService() = default;
@@ -77,7 +77,7 @@ Notes::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     const ::Note& request,
     ::Note* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kNotesMethodNames[0], context, request, response);
+      channel_.get(), ::kNotesMethodNames[0], context, request, response);
 }
 
 void Notes::Stub::async::Add(
@@ -86,7 +86,7 @@ void Notes::Stub::async::Add(
     ::Note* response,
     ::absl::AnyInvocable<void(::absl::Status) &&> done) {
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kNotesMethodNames[0], context, request, response,
+      channel_, ::kNotesMethodNames[0], context, request, response,
       ::std::move(done));
 }
 
@@ -96,7 +96,7 @@ void Notes::Stub::async::Add(
     ::Note* response,
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kNotesMethodNames[0], context, request, response);
+      reactor, channel_, ::kNotesMethodNames[0], context, request, response);
 }
 
 ::std::unique_ptr<Notes::Stub> Notes::NewStub(

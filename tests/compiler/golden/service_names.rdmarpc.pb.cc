@@ -38,7 +38,7 @@ constexpr const char* kStubInterface_MethodNames[] = {
 Service_::Service::Service() : ::rdmarpc::Service(Service_::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Service_::Service, ::golden::names::M, ::golden::names::M>>(
-      kService_MethodNames[0], this, &Service_::Service::Service__));
+      ::golden::names::kService_MethodNames[0], this, &Service_::Service::Service__));
 }
 
 Service_::Service::~Service() = default;
@@ -55,7 +55,7 @@ Service_::CallbackService::CallbackService()
     : ::rdmarpc::Service(Service_::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Service_::CallbackService, ::golden::names::M, ::golden::names::M>>(
-      kService_MethodNames[0], this, &Service_::CallbackService::Service__));
+      ::golden::names::kService_MethodNames[0], this, &Service_::CallbackService::Service__));
 }
 
 Service_::CallbackService::~CallbackService() = default;
@@ -75,7 +75,7 @@ Service_::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     const ::golden::names::M& request,
     ::golden::names::M* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kService_MethodNames[0], context, request, response);
+      channel_.get(), ::golden::names::kService_MethodNames[0], context, request, response);
 }
 
 void Service_::Stub::async::Service__(
@@ -84,7 +84,7 @@ void Service_::Stub::async::Service__(
     ::golden::names::M* response,
     ::absl::AnyInvocable<void(::absl::Status) &&> done) {
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kService_MethodNames[0], context, request, response,
+      channel_, ::golden::names::kService_MethodNames[0], context, request, response,
       ::std::move(done));
 }
 
@@ -94,7 +94,7 @@ void Service_::Stub::async::Service__(
     ::golden::names::M* response,
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kService_MethodNames[0], context, request, response);
+      reactor, channel_, ::golden::names::kService_MethodNames[0], context, request, response);
 }
 
 ::std::unique_ptr<Service_::Stub> Service_::NewStub(
@@ -107,10 +107,10 @@ void Service_::Stub::async::Service__(
 Stub_::Service::Service() : ::rdmarpc::Service(Stub_::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Stub_::Service, ::golden::names::M, ::golden::names::M>>(
-      kStub_MethodNames[0], this, &Stub_::Service::Stub__));
+      ::golden::names::kStub_MethodNames[0], this, &Stub_::Service::Stub__));
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Stub_::Service, ::golden::names::M, ::golden::names::M>>(
-      kStub_MethodNames[1], this, &Stub_::Service::Stub___));
+      ::golden::names::kStub_MethodNames[1], this, &Stub_::Service::Stub___));
 }
 
 Stub_::Service::~Service() = default;
@@ -135,10 +135,10 @@ Stub_::CallbackService::CallbackService()
     : ::rdmarpc::Service(Stub_::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Stub_::CallbackService, ::golden::names::M, ::golden::names::M>>(
-      kStub_MethodNames[0], this, &Stub_::CallbackService::Stub__));
+      ::golden::names::kStub_MethodNames[0], this, &Stub_::CallbackService::Stub__));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Stub_::CallbackService, ::golden::names::M, ::golden::names::M>>(
-      kStub_MethodNames[1], this, &Stub_::CallbackService::Stub___));
+      ::golden::names::kStub_MethodNames[1], this, &Stub_::CallbackService::Stub___));
 }
 
 Stub_::CallbackService::~CallbackService() = default;
@@ -165,7 +165,7 @@ Stub_::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     const ::golden::names::M& request,
     ::golden::names::M* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kStub_MethodNames[0], context, request, response);
+      channel_.get(), ::golden::names::kStub_MethodNames[0], context, request, response);
 }
 
 ::absl::Status Stub_::Stub::Stub___(
@@ -173,7 +173,7 @@ Stub_::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     const ::golden::names::M& request,
     ::golden::names::M* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kStub_MethodNames[1], context, request, response);
+      channel_.get(), ::golden::names::kStub_MethodNames[1], context, request, response);
 }
 
 void Stub_::Stub::async::Stub__(
@@ -182,7 +182,7 @@ void Stub_::Stub::async::Stub__(
     ::golden::names::M* response,
     ::absl::AnyInvocable<void(::absl::Status) &&> done) {
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kStub_MethodNames[0], context, request, response,
+      channel_, ::golden::names::kStub_MethodNames[0], context, request, response,
       ::std::move(done));
 }
 
@@ -192,7 +192,7 @@ void Stub_::Stub::async::Stub__(
     ::golden::names::M* response,
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kStub_MethodNames[0], context, request, response);
+      reactor, channel_, ::golden::names::kStub_MethodNames[0], context, request, response);
 }
 
 void Stub_::Stub::async::Stub___(
@@ -201,7 +201,7 @@ void Stub_::Stub::async::Stub___(
     ::golden::names::M* response,
     ::absl::AnyInvocable<void(::absl::Status) &&> done) {
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kStub_MethodNames[1], context, request, response,
+      channel_, ::golden::names::kStub_MethodNames[1], context, request, response,
       ::std::move(done));
 }
 
@@ -211,7 +211,7 @@ void Stub_::Stub::async::Stub___(
     ::golden::names::M* response,
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kStub_MethodNames[1], context, request, response);
+      reactor, channel_, ::golden::names::kStub_MethodNames[1], context, request, response);
 }
 
 ::std::unique_ptr<Stub_::Stub> Stub_::NewStub(
@@ -224,7 +224,7 @@ void Stub_::Stub::async::Stub___(
 delete_::Service::Service() : ::rdmarpc::Service(delete_::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 delete_::Service, ::golden::names::M, ::golden::names::M>>(
-      kdelete_MethodNames[0], this, &delete_::Service::delete__));
+      ::golden::names::kdelete_MethodNames[0], this, &delete_::Service::delete__));
 }
 
 delete_::Service::~Service() = default;
@@ -241,7 +241,7 @@ delete_::CallbackService::CallbackService()
     : ::rdmarpc::Service(delete_::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 delete_::CallbackService, ::golden::names::M, ::golden::names::M>>(
-      kdelete_MethodNames[0], this, &delete_::CallbackService::delete__));
+      ::golden::names::kdelete_MethodNames[0], this, &delete_::CallbackService::delete__));
 }
 
 delete_::CallbackService::~CallbackService() = default;
@@ -261,7 +261,7 @@ delete_::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     const ::golden::names::M& request,
     ::golden::names::M* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kdelete_MethodNames[0], context, request, response);
+      channel_.get(), ::golden::names::kdelete_MethodNames[0], context, request, response);
 }
 
 void delete_::Stub::async::delete__(
@@ -270,7 +270,7 @@ void delete_::Stub::async::delete__(
     ::golden::names::M* response,
     ::absl::AnyInvocable<void(::absl::Status) &&> done) {
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kdelete_MethodNames[0], context, request, response,
+      channel_, ::golden::names::kdelete_MethodNames[0], context, request, response,
       ::std::move(done));
 }
 
@@ -280,7 +280,7 @@ void delete_::Stub::async::delete__(
     ::golden::names::M* response,
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kdelete_MethodNames[0], context, request, response);
+      reactor, channel_, ::golden::names::kdelete_MethodNames[0], context, request, response);
 }
 
 ::std::unique_ptr<delete_::Stub> delete_::NewStub(
@@ -293,10 +293,10 @@ void delete_::Stub::async::delete__(
 StubInterface_::Service::Service() : ::rdmarpc::Service(StubInterface_::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 StubInterface_::Service, ::golden::names::M, ::golden::names::M>>(
-      kStubInterface_MethodNames[0], this, &StubInterface_::Service::StubInterface__));
+      ::golden::names::kStubInterface_MethodNames[0], this, &StubInterface_::Service::StubInterface__));
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 StubInterface_::Service, ::golden::names::M, ::golden::names::M>>(
-      kStubInterface_MethodNames[1], this, &StubInterface_::Service::async_interface_));
+      ::golden::names::kStubInterface_MethodNames[1], this, &StubInterface_::Service::async_interface_));
 }
 
 StubInterface_::Service::~Service() = default;
@@ -321,10 +321,10 @@ StubInterface_::CallbackService::CallbackService()
     : ::rdmarpc::Service(StubInterface_::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 StubInterface_::CallbackService, ::golden::names::M, ::golden::names::M>>(
-      kStubInterface_MethodNames[0], this, &StubInterface_::CallbackService::StubInterface__));
+      ::golden::names::kStubInterface_MethodNames[0], this, &StubInterface_::CallbackService::StubInterface__));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 StubInterface_::CallbackService, ::golden::names::M, ::golden::names::M>>(
-      kStubInterface_MethodNames[1], this, &StubInterface_::CallbackService::async_interface_));
+      ::golden::names::kStubInterface_MethodNames[1], this, &StubInterface_::CallbackService::async_interface_));
 }
 
 StubInterface_::CallbackService::~CallbackService() = default;
@@ -351,7 +351,7 @@ StubInterface_::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     const ::golden::names::M& request,
     ::golden::names::M* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kStubInterface_MethodNames[0], context, request, response);
+      channel_.get(), ::golden::names::kStubInterface_MethodNames[0], context, request, response);
 }
 
 ::absl::Status StubInterface_::Stub::async_interface_(
@@ -359,7 +359,7 @@ StubInterface_::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     const ::golden::names::M& request,
     ::golden::names::M* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kStubInterface_MethodNames[1], context, request, response);
+      channel_.get(), ::golden::names::kStubInterface_MethodNames[1], context, request, response);
 }
 
 void StubInterface_::Stub::async::StubInterface__(
@@ -368,7 +368,7 @@ void StubInterface_::Stub::async::StubInterface__(
     ::golden::names::M* response,
     ::absl::AnyInvocable<void(::absl::Status) &&> done) {
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kStubInterface_MethodNames[0], context, request, response,
+      channel_, ::golden::names::kStubInterface_MethodNames[0], context, request, response,
       ::std::move(done));
 }
 
@@ -378,7 +378,7 @@ void StubInterface_::Stub::async::StubInterface__(
     ::golden::names::M* response,
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kStubInterface_MethodNames[0], context, request, response);
+      reactor, channel_, ::golden::names::kStubInterface_MethodNames[0], context, request, response);
 }
 
 void StubInterface_::Stub::async::async_interface_(
@@ -387,7 +387,7 @@ void StubInterface_::Stub::async::async_interface_(
     ::golden::names::M* response,
     ::absl::AnyInvocable<void(::absl::Status) &&> done) {
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kStubInterface_MethodNames[1], context, request, response,
+      channel_, ::golden::names::kStubInterface_MethodNames[1], context, request, response,
       ::std::move(done));
 }
 
@@ -397,7 +397,7 @@ void StubInterface_::Stub::async::async_interface_(
     ::golden::names::M* response,
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kStubInterface_MethodNames[1], context, request, response);
+      reactor, channel_, ::golden::names::kStubInterface_MethodNames[1], context, request, response);
 }
 
 ::std::unique_ptr<StubInterface_::Stub> StubInterface_::NewStub(

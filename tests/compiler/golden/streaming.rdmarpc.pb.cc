@@ -35,16 +35,16 @@ constexpr const char* kRelayMethodNames[] = {
 RouteGuide::Service::Service() : ::rdmarpc::Service(RouteGuide::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 RouteGuide::Service, ::golden::route::Point, ::golden::route::Feature>>(
-      kRouteGuideMethodNames[0], this, &RouteGuide::Service::GetFeature));
+      ::golden::route::kRouteGuideMethodNames[0], this, &RouteGuide::Service::GetFeature));
   AddMethod(::std::make_unique<::rdmarpc::internal::ServerStreamingMethodHandler<
                 RouteGuide::Service, ::golden::route::Rectangle, ::golden::route::Feature>>(
-      kRouteGuideMethodNames[1], this, &RouteGuide::Service::ListFeatures));
+      ::golden::route::kRouteGuideMethodNames[1], this, &RouteGuide::Service::ListFeatures));
   AddMethod(::std::make_unique<::rdmarpc::internal::ClientStreamingMethodHandler<
                 RouteGuide::Service, ::golden::route::Point, ::golden::route::RouteSummary>>(
-      kRouteGuideMethodNames[2], this, &RouteGuide::Service::RecordRoute));
+      ::golden::route::kRouteGuideMethodNames[2], this, &RouteGuide::Service::RecordRoute));
   AddMethod(::std::make_unique<::rdmarpc::internal::BidiStreamingMethodHandler<
                 RouteGuide::Service, ::golden::route::RouteNote, ::golden::route::RouteNote>>(
-      kRouteGuideMethodNames[3], this, &RouteGuide::Service::RouteChat));
+      ::golden::route::kRouteGuideMethodNames[3], this, &RouteGuide::Service::RouteChat));
 }
 
 RouteGuide::Service::~Service() = default;
@@ -84,16 +84,16 @@ RouteGuide::CallbackService::CallbackService()
     : ::rdmarpc::Service(RouteGuide::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 RouteGuide::CallbackService, ::golden::route::Point, ::golden::route::Feature>>(
-      kRouteGuideMethodNames[0], this, &RouteGuide::CallbackService::GetFeature));
+      ::golden::route::kRouteGuideMethodNames[0], this, &RouteGuide::CallbackService::GetFeature));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackServerStreamingMethodHandler<
                 RouteGuide::CallbackService, ::golden::route::Rectangle, ::golden::route::Feature>>(
-      kRouteGuideMethodNames[1], this, &RouteGuide::CallbackService::ListFeatures));
+      ::golden::route::kRouteGuideMethodNames[1], this, &RouteGuide::CallbackService::ListFeatures));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackClientStreamingMethodHandler<
                 RouteGuide::CallbackService, ::golden::route::Point, ::golden::route::RouteSummary>>(
-      kRouteGuideMethodNames[2], this, &RouteGuide::CallbackService::RecordRoute));
+      ::golden::route::kRouteGuideMethodNames[2], this, &RouteGuide::CallbackService::RecordRoute));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackBidiStreamingMethodHandler<
                 RouteGuide::CallbackService, ::golden::route::RouteNote, ::golden::route::RouteNote>>(
-      kRouteGuideMethodNames[3], this, &RouteGuide::CallbackService::RouteChat));
+      ::golden::route::kRouteGuideMethodNames[3], this, &RouteGuide::CallbackService::RouteChat));
 }
 
 RouteGuide::CallbackService::~CallbackService() = default;
@@ -130,7 +130,7 @@ RouteGuide::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     const ::golden::route::Point& request,
     ::golden::route::Feature* response) {
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kRouteGuideMethodNames[0], context, request, response);
+      channel_.get(), ::golden::route::kRouteGuideMethodNames[0], context, request, response);
 }
 
 ::std::unique_ptr<::rdmarpc::ClientReaderInterface<::golden::route::Feature>>
@@ -142,7 +142,7 @@ RouteGuide::Stub::ListFeatures(
     context->set_timeout(::absl::Milliseconds(500));
   }
   return ::std::make_unique<::rdmarpc::ClientReader<::golden::route::Feature>>(
-      channel_.get(), kRouteGuideMethodNames[1], context, request);
+      channel_.get(), ::golden::route::kRouteGuideMethodNames[1], context, request);
 }
 
 ::std::unique_ptr<::rdmarpc::ClientWriterInterface<::golden::route::Point>>
@@ -150,14 +150,14 @@ RouteGuide::Stub::RecordRoute(
     ::rdmarpc::ClientContext* context,
     ::golden::route::RouteSummary* response) {
   return ::std::make_unique<::rdmarpc::ClientWriter<::golden::route::Point>>(
-      channel_.get(), kRouteGuideMethodNames[2], context, response);
+      channel_.get(), ::golden::route::kRouteGuideMethodNames[2], context, response);
 }
 
 ::std::unique_ptr<::rdmarpc::ClientReaderWriterInterface<::golden::route::RouteNote, ::golden::route::RouteNote>>
 RouteGuide::Stub::RouteChat(
     ::rdmarpc::ClientContext* context) {
   return ::std::make_unique<::rdmarpc::ClientReaderWriter<::golden::route::RouteNote, ::golden::route::RouteNote>>(
-      channel_.get(), kRouteGuideMethodNames[3], context);
+      channel_.get(), ::golden::route::kRouteGuideMethodNames[3], context);
 }
 
 void RouteGuide::Stub::async::GetFeature(
@@ -166,7 +166,7 @@ void RouteGuide::Stub::async::GetFeature(
     ::golden::route::Feature* response,
     ::absl::AnyInvocable<void(::absl::Status) &&> done) {
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kRouteGuideMethodNames[0], context, request, response,
+      channel_, ::golden::route::kRouteGuideMethodNames[0], context, request, response,
       ::std::move(done));
 }
 
@@ -176,7 +176,7 @@ void RouteGuide::Stub::async::GetFeature(
     ::golden::route::Feature* response,
     ::rdmarpc::ClientUnaryReactor* reactor) {
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kRouteGuideMethodNames[0], context, request, response);
+      reactor, channel_, ::golden::route::kRouteGuideMethodNames[0], context, request, response);
 }
 
 void RouteGuide::Stub::async::ListFeatures(
@@ -188,7 +188,7 @@ void RouteGuide::Stub::async::ListFeatures(
     context->set_timeout(::absl::Milliseconds(500));
   }
   ::rdmarpc::internal::ClientCallbackStream::Bind(
-      reactor, channel_, kRouteGuideMethodNames[1], context,
+      reactor, channel_, ::golden::route::kRouteGuideMethodNames[1], context,
       ::rdmarpc::internal::RpcKind::kServerStreaming, request, nullptr);
 }
 
@@ -197,7 +197,7 @@ void RouteGuide::Stub::async::RecordRoute(
     ::golden::route::RouteSummary* response,
     ::rdmarpc::ClientWriteReactor<::golden::route::Point>* reactor) {
   ::rdmarpc::internal::ClientCallbackStream::Bind(
-      reactor, channel_, kRouteGuideMethodNames[2], context,
+      reactor, channel_, ::golden::route::kRouteGuideMethodNames[2], context,
       ::rdmarpc::internal::RpcKind::kClientStreaming, nullptr, response);
 }
 
@@ -205,7 +205,7 @@ void RouteGuide::Stub::async::RouteChat(
     ::rdmarpc::ClientContext* context,
     ::rdmarpc::ClientBidiReactor<::golden::route::RouteNote, ::golden::route::RouteNote>* reactor) {
   ::rdmarpc::internal::ClientCallbackStream::Bind(
-      reactor, channel_, kRouteGuideMethodNames[3], context,
+      reactor, channel_, ::golden::route::kRouteGuideMethodNames[3], context,
       ::rdmarpc::internal::RpcKind::kBidiStreaming, nullptr, nullptr);
 }
 
@@ -219,25 +219,25 @@ void RouteGuide::Stub::async::RouteChat(
 Relay::Service::Service() : ::rdmarpc::Service(Relay::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::UnaryMethodHandler<
                 Relay::Service, ::golden::route::Point, ::golden::route::Point>>(
-      kRelayMethodNames[0], this, &Relay::Service::Ping, /*run_inline=*/true));
+      ::golden::route::kRelayMethodNames[0], this, &Relay::Service::Ping, /*run_inline=*/true));
   AddMethod(::std::make_unique<::rdmarpc::internal::ServerStreamingMethodHandler<
                 Relay::Service, ::golden::route::Point, ::golden::route::Point>>(
-      kRelayMethodNames[1], this, &Relay::Service::Watch));
+      ::golden::route::kRelayMethodNames[1], this, &Relay::Service::Watch));
   AddMethod(::std::make_unique<::rdmarpc::internal::ClientStreamingMethodHandler<
                 Relay::Service, ::golden::route::Point, ::golden::route::RouteSummary>>(
-      kRelayMethodNames[2], this, &Relay::Service::Upload));
+      ::golden::route::kRelayMethodNames[2], this, &Relay::Service::Upload));
   AddMethod(::std::make_unique<::rdmarpc::internal::BidiStreamingMethodHandler<
                 Relay::Service, ::golden::route::RouteNote, ::golden::route::RouteNote>>(
-      kRelayMethodNames[3], this, &Relay::Service::Chat));
+      ::golden::route::kRelayMethodNames[3], this, &Relay::Service::Chat));
   AddMethod(::std::make_unique<::rdmarpc::internal::BidiStreamingMethodHandler<
                 Relay::Service, ::golden::route::Point, ::golden::route::Point>>(
-      kRelayMethodNames[4], this, &Relay::Service::async_));
+      ::golden::route::kRelayMethodNames[4], this, &Relay::Service::async_));
   AddMethod(::std::make_unique<::rdmarpc::internal::ClientStreamingMethodHandler<
                 Relay::Service, ::golden::route::Point, ::golden::route::Point>>(
-      kRelayMethodNames[5], this, &Relay::Service::delete_));
+      ::golden::route::kRelayMethodNames[5], this, &Relay::Service::delete_));
   AddMethod(::std::make_unique<::rdmarpc::internal::ServerStreamingMethodHandler<
                 Relay::Service, ::golden::route::Point, ::golden::route::Point>>(
-      kRelayMethodNames[6], this, &Relay::Service::Stub_));
+      ::golden::route::kRelayMethodNames[6], this, &Relay::Service::Stub_));
 }
 
 Relay::Service::~Service() = default;
@@ -300,25 +300,25 @@ Relay::CallbackService::CallbackService()
     : ::rdmarpc::Service(Relay::service_full_name) {
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackUnaryMethodHandler<
                 Relay::CallbackService, ::golden::route::Point, ::golden::route::Point>>(
-      kRelayMethodNames[0], this, &Relay::CallbackService::Ping, /*run_inline=*/true));
+      ::golden::route::kRelayMethodNames[0], this, &Relay::CallbackService::Ping, /*run_inline=*/true));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackServerStreamingMethodHandler<
                 Relay::CallbackService, ::golden::route::Point, ::golden::route::Point>>(
-      kRelayMethodNames[1], this, &Relay::CallbackService::Watch));
+      ::golden::route::kRelayMethodNames[1], this, &Relay::CallbackService::Watch));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackClientStreamingMethodHandler<
                 Relay::CallbackService, ::golden::route::Point, ::golden::route::RouteSummary>>(
-      kRelayMethodNames[2], this, &Relay::CallbackService::Upload));
+      ::golden::route::kRelayMethodNames[2], this, &Relay::CallbackService::Upload));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackBidiStreamingMethodHandler<
                 Relay::CallbackService, ::golden::route::RouteNote, ::golden::route::RouteNote>>(
-      kRelayMethodNames[3], this, &Relay::CallbackService::Chat));
+      ::golden::route::kRelayMethodNames[3], this, &Relay::CallbackService::Chat));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackBidiStreamingMethodHandler<
                 Relay::CallbackService, ::golden::route::Point, ::golden::route::Point>>(
-      kRelayMethodNames[4], this, &Relay::CallbackService::async_));
+      ::golden::route::kRelayMethodNames[4], this, &Relay::CallbackService::async_));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackClientStreamingMethodHandler<
                 Relay::CallbackService, ::golden::route::Point, ::golden::route::Point>>(
-      kRelayMethodNames[5], this, &Relay::CallbackService::delete_));
+      ::golden::route::kRelayMethodNames[5], this, &Relay::CallbackService::delete_));
   AddMethod(::std::make_unique<::rdmarpc::internal::CallbackServerStreamingMethodHandler<
                 Relay::CallbackService, ::golden::route::Point, ::golden::route::Point>>(
-      kRelayMethodNames[6], this, &Relay::CallbackService::Stub_));
+      ::golden::route::kRelayMethodNames[6], this, &Relay::CallbackService::Stub_));
 }
 
 Relay::CallbackService::~CallbackService() = default;
@@ -376,7 +376,7 @@ Relay::Stub::Stub(::std::shared_ptr<::rdmarpc::Channel> channel)
     context->set_timeout(::absl::Milliseconds(100));
   }
   return ::rdmarpc::internal::BlockingUnaryCall(
-      channel_.get(), kRelayMethodNames[0], context, request, response);
+      channel_.get(), ::golden::route::kRelayMethodNames[0], context, request, response);
 }
 
 ::std::unique_ptr<::rdmarpc::ClientReaderInterface<::golden::route::Point>>
@@ -388,7 +388,7 @@ Relay::Stub::Watch(
     context->set_timeout(::absl::Milliseconds(100));
   }
   return ::std::make_unique<::rdmarpc::ClientReader<::golden::route::Point>>(
-      channel_.get(), kRelayMethodNames[1], context, request);
+      channel_.get(), ::golden::route::kRelayMethodNames[1], context, request);
 }
 
 ::std::unique_ptr<::rdmarpc::ClientWriterInterface<::golden::route::Point>>
@@ -400,7 +400,7 @@ Relay::Stub::Upload(
     context->set_timeout(::absl::Milliseconds(100));
   }
   return ::std::make_unique<::rdmarpc::ClientWriter<::golden::route::Point>>(
-      channel_.get(), kRelayMethodNames[2], context, response);
+      channel_.get(), ::golden::route::kRelayMethodNames[2], context, response);
 }
 
 ::std::unique_ptr<::rdmarpc::ClientReaderWriterInterface<::golden::route::RouteNote, ::golden::route::RouteNote>>
@@ -411,7 +411,7 @@ Relay::Stub::Chat(
     context->set_timeout(::absl::Milliseconds(100));
   }
   return ::std::make_unique<::rdmarpc::ClientReaderWriter<::golden::route::RouteNote, ::golden::route::RouteNote>>(
-      channel_.get(), kRelayMethodNames[3], context);
+      channel_.get(), ::golden::route::kRelayMethodNames[3], context);
 }
 
 ::std::unique_ptr<::rdmarpc::ClientReaderWriterInterface<::golden::route::Point, ::golden::route::Point>>
@@ -422,7 +422,7 @@ Relay::Stub::async_(
     context->set_timeout(::absl::Milliseconds(100));
   }
   return ::std::make_unique<::rdmarpc::ClientReaderWriter<::golden::route::Point, ::golden::route::Point>>(
-      channel_.get(), kRelayMethodNames[4], context);
+      channel_.get(), ::golden::route::kRelayMethodNames[4], context);
 }
 
 ::std::unique_ptr<::rdmarpc::ClientWriterInterface<::golden::route::Point>>
@@ -434,7 +434,7 @@ Relay::Stub::delete_(
     context->set_timeout(::absl::Milliseconds(100));
   }
   return ::std::make_unique<::rdmarpc::ClientWriter<::golden::route::Point>>(
-      channel_.get(), kRelayMethodNames[5], context, response);
+      channel_.get(), ::golden::route::kRelayMethodNames[5], context, response);
 }
 
 ::std::unique_ptr<::rdmarpc::ClientReaderInterface<::golden::route::Point>>
@@ -446,7 +446,7 @@ Relay::Stub::Stub_(
     context->set_timeout(::absl::Milliseconds(100));
   }
   return ::std::make_unique<::rdmarpc::ClientReader<::golden::route::Point>>(
-      channel_.get(), kRelayMethodNames[6], context, request);
+      channel_.get(), ::golden::route::kRelayMethodNames[6], context, request);
 }
 
 void Relay::Stub::async::Ping(
@@ -459,7 +459,7 @@ void Relay::Stub::async::Ping(
     context->set_timeout(::absl::Milliseconds(100));
   }
   ::rdmarpc::internal::AsyncUnaryCall(
-      channel_, kRelayMethodNames[0], context, request, response,
+      channel_, ::golden::route::kRelayMethodNames[0], context, request, response,
       ::std::move(done));
 }
 
@@ -473,7 +473,7 @@ void Relay::Stub::async::Ping(
     context->set_timeout(::absl::Milliseconds(100));
   }
   ::rdmarpc::internal::ClientReactorAccess::BindUnary(
-      reactor, channel_, kRelayMethodNames[0], context, request, response);
+      reactor, channel_, ::golden::route::kRelayMethodNames[0], context, request, response);
 }
 
 void Relay::Stub::async::Watch(
@@ -485,7 +485,7 @@ void Relay::Stub::async::Watch(
     context->set_timeout(::absl::Milliseconds(100));
   }
   ::rdmarpc::internal::ClientCallbackStream::Bind(
-      reactor, channel_, kRelayMethodNames[1], context,
+      reactor, channel_, ::golden::route::kRelayMethodNames[1], context,
       ::rdmarpc::internal::RpcKind::kServerStreaming, request, nullptr);
 }
 
@@ -498,7 +498,7 @@ void Relay::Stub::async::Upload(
     context->set_timeout(::absl::Milliseconds(100));
   }
   ::rdmarpc::internal::ClientCallbackStream::Bind(
-      reactor, channel_, kRelayMethodNames[2], context,
+      reactor, channel_, ::golden::route::kRelayMethodNames[2], context,
       ::rdmarpc::internal::RpcKind::kClientStreaming, nullptr, response);
 }
 
@@ -510,7 +510,7 @@ void Relay::Stub::async::Chat(
     context->set_timeout(::absl::Milliseconds(100));
   }
   ::rdmarpc::internal::ClientCallbackStream::Bind(
-      reactor, channel_, kRelayMethodNames[3], context,
+      reactor, channel_, ::golden::route::kRelayMethodNames[3], context,
       ::rdmarpc::internal::RpcKind::kBidiStreaming, nullptr, nullptr);
 }
 
@@ -522,7 +522,7 @@ void Relay::Stub::async::async_(
     context->set_timeout(::absl::Milliseconds(100));
   }
   ::rdmarpc::internal::ClientCallbackStream::Bind(
-      reactor, channel_, kRelayMethodNames[4], context,
+      reactor, channel_, ::golden::route::kRelayMethodNames[4], context,
       ::rdmarpc::internal::RpcKind::kBidiStreaming, nullptr, nullptr);
 }
 
@@ -535,7 +535,7 @@ void Relay::Stub::async::delete_(
     context->set_timeout(::absl::Milliseconds(100));
   }
   ::rdmarpc::internal::ClientCallbackStream::Bind(
-      reactor, channel_, kRelayMethodNames[5], context,
+      reactor, channel_, ::golden::route::kRelayMethodNames[5], context,
       ::rdmarpc::internal::RpcKind::kClientStreaming, nullptr, response);
 }
 
@@ -548,7 +548,7 @@ void Relay::Stub::async::Stub_(
     context->set_timeout(::absl::Milliseconds(100));
   }
   ::rdmarpc::internal::ClientCallbackStream::Bind(
-      reactor, channel_, kRelayMethodNames[6], context,
+      reactor, channel_, ::golden::route::kRelayMethodNames[6], context,
       ::rdmarpc::internal::RpcKind::kServerStreaming, request, nullptr);
 }
 
