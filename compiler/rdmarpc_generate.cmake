@@ -13,7 +13,11 @@
 # foo/bar.rdmarpc.pb.cc to <target>. The path of a generated file below the
 # output directory is the .proto's path below the import directory that
 # contains it, so `#include "bar.rdmarpc.pb.h"` works for a .proto found
-# through its own directory.
+# through its own directory. Two PROTOS that come to the same path that way
+# (a/greeter.proto and b/greeter.proto, each found through its own directory)
+# are refused with a FATAL_ERROR naming both: protobuf names a file by that
+# path, so one program cannot hold both; an IMPORT_DIRS entry above both
+# (IMPORT_DIRS .) gives them a/greeter.proto and b/greeter.proto.
 #
 #   TARGET          an existing target (executable or library).
 #   IMPORT_DIRS     protoc -I directories, searched first, in order (relative
@@ -116,6 +120,8 @@ function(rdmarpc_generate)
   endif()
 
   set(generated "")
+  set(seen_rels "")
+  set(seen_abs "")
   foreach(abs IN LISTS abs_protos)
     # protoc names outputs after the .proto's path below the first import
     # directory that contains it; work out the same path here.
@@ -127,6 +133,20 @@ function(rdmarpc_generate)
         break()
       endif()
     endforeach()
+    # protobuf names a file by this path (its descriptor pool holds one file
+    # per name), and the outputs are named after it: two .proto files that
+    # map to one path cannot be generated side by side, nor linked together.
+    list(FIND seen_rels "${rel}" clash)
+    if(NOT clash EQUAL -1)
+      list(GET seen_abs ${clash} other)
+      message(FATAL_ERROR
+        "rdmarpc_generate(TARGET ${ARG_TARGET}): ${other} and ${abs} are both "
+        "'${rel}' below their import directories; protobuf names a file by that path, "
+        "so one program cannot hold both. Add an IMPORT_DIRS entry that contains "
+        "both (e.g. IMPORT_DIRS .) so that each gets its own path.")
+    endif()
+    list(APPEND seen_rels "${rel}")
+    list(APPEND seen_abs "${abs}")
     string(REGEX REPLACE "\\.proto$" "" base "${rel}")
     set(outputs
       "${out_dir}/${base}.pb.h"
