@@ -127,8 +127,14 @@ class AsyncBurst {
 
 TEST(ManyConnections, PeersMarkTheCqTableAndEveryCallCompletes) {
   const softrdma::Stats before = softrdma::GetStats();
+  const int64_t resizes_before = internal::SumEngineStats().cq_resizes;
   EchoFixture f(OneWorker(), Pool(kConnections));
   ASSERT_EQ(CallEachConnection(f.channel.get(), kConnections, "first"), 0);
+  // 128 connections of 64 + 256 CQEs each outgrow a loop's first CQ of
+  // kCqDepth (2048) entries: each side's CQ doubled to 64 Ki (5 resizes
+  // each), and every call over every connection completed.
+  static_assert(internal::kCqDepth == 2048);
+  EXPECT_EQ(internal::SumEngineStats().cq_resizes - resizes_before, 2 * 5);
   // The offers and acks travel with the first calls' records; a second
   // round carries whatever was still owed.
   ASSERT_EQ(CallEachConnection(f.channel.get(), kConnections, "second"), 0);
