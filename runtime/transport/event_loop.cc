@@ -109,7 +109,11 @@ void EventLoop::ForEachLiveLoop(absl::FunctionRef<void(EventLoop*)> fn) {
 }
 
 absl::Status EventLoop::ReserveCqEntries(int n) {
-  if (n > cq_free_ && cq_ != nullptr) {
+  if (cq_ == nullptr) {
+    cq_free_ -= n;  // EnsureCq sizes the CQ for what is reserved by then
+    return absl::OkStatus();
+  }
+  if (n > cq_free_) {
     // Grow the CQ (ibv_resize_cq keeps the CQEs not yet polled): double it,
     // or more when one reservation needs more, up to the device's max_cqe.
     const int64_t used = static_cast<int64_t>(cq_depth_) - cq_free_;
@@ -419,14 +423,24 @@ absl::StatusOr<ibv_cq*> EventLoop::EnsureCq(ibv_context* context) {
   absl::StatusOr<CompChannelPtr> ch = CreateCompChannel(context);
   if (!ch.ok()) return ch.status();
   if (absl::Status s = SetNonBlocking((*ch)->fd, "completion channel"); !s.ok()) return s;
-  int depth = kCqDepth;
+  // Entries reserved before the CQ existed (ReserveCqEntries) must fit.
+  const int64_t reserved = static_cast<int64_t>(cq_depth_) - cq_free_;
+  int64_t depth = std::max<int64_t>(kCqDepth, reserved);
   int max_depth = kCqDepth;
   ibv_device_attr attr{};
   if (Verbs().query_device(context, &attr) == 0 && attr.max_cqe > 0) {
-    depth = std::min(depth, attr.max_cqe);
-    max_depth = attr.max_cqe;
+    if (reserved > attr.max_cqe) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(name_, ": ", reserved, " completion queue entries were reserved before its "
+                       "CQ was made; the device's max_cqe is ", attr.max_cqe));
+    }
+    depth = std::min<int64_t>(depth, attr.max_cqe);
+    max_depth = std::max<int>(attr.max_cqe, static_cast<int>(depth));
+  } else {
+    // The device's limit is unknown: grow at most to 64 Ki entries.
+    max_depth = static_cast<int>(std::max<int64_t>(depth, int64_t{1} << 16));
   }
-  absl::StatusOr<CqPtr> cq = CreateCq(context, depth, ch->get());
+  absl::StatusOr<CqPtr> cq = CreateCq(context, static_cast<int>(depth), ch->get());
   if (!cq.ok()) return cq.status();
   // Arm and watch the new CQ before the loop adopts it: if either fails the
   // CQ and its channel are freed on return, so the next connection tries
@@ -451,9 +465,8 @@ absl::StatusOr<ibv_cq*> EventLoop::EnsureCq(ibv_context* context) {
       Verbs().ack_cq_events(ev_cq, 1);
     }
   };
-  // Reservations made before the CQ existed count against the smaller depth.
-  cq_free_ -= cq_depth_ - depth;
-  cq_depth_ = depth;
+  cq_free_ = static_cast<int>(depth - reserved);
+  cq_depth_ = static_cast<int>(depth);
   cq_max_depth_ = max_depth;
   comp_channel_ = std::move(*ch);
   cq_ = std::move(*cq);

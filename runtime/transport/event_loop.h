@@ -237,7 +237,9 @@ class EventLoop {
   // a NIC). When it does not fit the CQ grows (ibv_resize_cq, doubling, up
   // to the device's max_cqe; never shrinks). RESOURCE_EXHAUSTED names the
   // numbers when even max_cqe cannot hold `n` more, or the resize failed:
-  // the caller refuses the connection. Loop thread only.
+  // the caller refuses the connection. Before the CQ exists (EnsureCq)
+  // every reservation succeeds, and EnsureCq makes the CQ big enough for
+  // them. Loop thread only.
   absl::Status ReserveCqEntries(int n);
   void ReleaseCqEntries(int n) { cq_free_ += n; }
   // Every connection the loop owns now (not the retired ones), in no
