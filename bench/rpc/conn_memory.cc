@@ -11,8 +11,14 @@
 // --client_receive_queue). Prints one row per step and the per-connection
 // slopes between the first and last step.
 //
+// With --channels=N it then measures what a Channel costs the client by
+// itself: N more channels with default ChannelOptions (one engine thread,
+// one connection each), one Echo call on each, and the client's registered
+// memory and VmRSS before and after, divided by N ("client per channel:").
+//
 // Usage: conn_memory [--steps=0,10,100,500] [--receive_queue=shared]
-//        [--client_receive_queue=per-connection] (RDMARPC_PROVIDER=soft)
+//        [--client_receive_queue=per-connection] [--channels=0]
+//        (RDMARPC_PROVIDER=soft)
 
 #include <cstdint>
 #include <cstdio>
@@ -36,6 +42,9 @@ DEFINE_string(receive_queue, "shared",
 DEFINE_int32(server_workers, 2, "Server worker threads");
 DEFINE_string(client_receive_queue, "per-connection",
               "Client's ChannelOptions::receive_queue: per-connection | shared");
+DEFINE_int32(channels, 0,
+             "Then open this many more channels of one connection each and report the "
+             "client's memory per channel (0: skip)");
 
 using rdmarpc::rpcbench::EchoRequest;
 using rdmarpc::rpcbench::EchoResponse;
@@ -113,6 +122,29 @@ int main(int argc, char** argv) {
            (static_cast<double>(client_at.back().pinned_bytes) - client_at.front().pinned_bytes) /
                1024 / conns,
            (static_cast<double>(client_at.back().rss_kib) - client_at.front().rss_kib) / conns);
+  }
+  if (FLAGS_channels > 0) {
+    const rdmarpc::rpcbench::MemorySample before = rdmarpc::rpcbench::SampleThisProcess();
+    std::vector<std::shared_ptr<rdmarpc::Channel>> channels;
+    for (int i = 0; i < FLAGS_channels; ++i) {
+      auto ch = rdmarpc::CreateChannel(absl::StrCat("127.0.0.1:", port));
+      CHECK(ch.ok()) << ch.status();
+      channels.push_back(*ch);
+      rdmarpc::ClientContext ctx;
+      ctx.set_timeout(absl::Seconds(10));
+      EchoRequest req;
+      req.set_payload("x");
+      EchoResponse resp;
+      absl::Status s = RpcBench::NewStub(channels.back())->Echo(&ctx, req, &resp);
+      CHECK(s.ok()) << "channel " << i << ": " << s;
+    }
+    const rdmarpc::rpcbench::MemorySample after = rdmarpc::rpcbench::SampleThisProcess();
+    printf("client per channel (%d channels of one connection): registered %.1f KiB, "
+           "VmRSS %.1f KiB\n",
+           FLAGS_channels,
+           (static_cast<double>(after.pinned_bytes) - before.pinned_bytes) / 1024 /
+               FLAGS_channels,
+           (static_cast<double>(after.rss_kib) - before.rss_kib) / FLAGS_channels);
   }
   stub.reset();
   channel->reset();
