@@ -61,22 +61,106 @@ int MoveTo(rdma_cm_id* id, ibv_qp* qp, ibv_qp_state state, uint8_t timeout = 0,
   return softrdma::modify_qp(qp, &a, mask);
 }
 
+// The child's side: a non-blocking event channel and an id on it with the
+// parent's 127.0.0.1:`port` resolved (address and route).
+void ResolveParent(int port, rdma_event_channel** ch, rdma_cm_id** id) {
+  *ch = create_event_channel();
+  SetNonBlocking((*ch)->fd);
+  ASSERT_EQ(create_id(*ch, id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(resolve_addr(*id, nullptr, reinterpret_cast<sockaddr*>(&addr), 2000), 0);
+  ASSERT_EQ(ExpectEvent(*ch, RDMA_CM_EVENT_ADDR_RESOLVED), 0);
+  ASSERT_EQ(resolve_route(*id, 2000), 0);
+  ASSERT_EQ(ExpectEvent(*ch, RDMA_CM_EVENT_ROUTE_RESOLVED), 0);
+}
+
+// The parent's side: listens on 127.0.0.1, starts this binary as a child
+// that runs only `child_test` (it connects to the port in kPortEnv), takes
+// the child's CONNECT_REQUEST and gives the new id a QP (rdma_create_qp) on a
+// PD and CQ of its own. The test accepts. The destructor frees it all.
+struct ParentSide {
+  void Start(const char* child_test) {
+    ch = create_event_channel();
+    SetNonBlocking(ch->fd);
+    ASSERT_EQ(create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)), 0);
+    ASSERT_EQ(softrdma::listen(listener, 4), 0);
+    const std::string port = std::to_string(ntohs(get_src_port(listener)));
+    const std::string filter = std::string("--gtest_filter=") + child_test;
+    pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      setenv(kPortEnv, port.c_str(), 1);
+      execl("/proc/self/exe", "softrdma_test", filter.c_str(), nullptr);
+      _exit(127);
+    }
+    rdma_cm_event* e = NextEvent(ch, 20000);
+    ASSERT_NE(e, nullptr);
+    ASSERT_EQ(e->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+    server = e->id;
+    ack_cm_event(e);
+    pd = alloc_pd(server->verbs);
+    cq = create_cq(server->verbs, 16, nullptr, nullptr, 0);
+    ibv_qp_init_attr qa{};
+    qa.qp_type = IBV_QPT_RC;
+    qa.send_cq = cq;
+    qa.recv_cq = cq;
+    qa.cap = {4, 4, 1, 1, 0};
+    ASSERT_EQ(create_qp(server, pd, &qa), 0);
+  }
+  // Waits up to `seconds` for the child to exit (then kills it); its wait
+  // status.
+  int WaitChild(int seconds) {
+    int status = 0;
+    pid_t got = 0;
+    for (int i = 0; i < seconds * 10 && got == 0; ++i) {
+      got = waitpid(pid, &status, WNOHANG);
+      if (got == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (got == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "child did not finish in " << seconds << " s";
+    }
+    pid = -1;
+    return status;
+  }
+  ~ParentSide() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    if (server != nullptr) {
+      destroy_qp(server);
+      destroy_id(server);
+    }
+    if (listener != nullptr) destroy_id(listener);
+    if (cq != nullptr) destroy_cq(cq);
+    if (pd != nullptr) dealloc_pd(pd);
+    if (ch != nullptr) destroy_event_channel(ch);
+  }
+
+  rdma_event_channel* ch = nullptr;
+  rdma_cm_id* listener = nullptr;
+  rdma_cm_id* server = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  pid_t pid = -1;
+};
+
 // Runs only inside the child process.
 TEST(TransportTimerChild, Reader) {
   const char* port = std::getenv(kPortEnv);
   if (port == nullptr) GTEST_SKIP() << "runs only as TransportTimer's child";
-  rdma_event_channel* ch = create_event_channel();
-  SetNonBlocking(ch->fd);
+  rdma_event_channel* ch = nullptr;
   rdma_cm_id* id = nullptr;
-  ASSERT_EQ(create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(port)));
-  ASSERT_EQ(resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&addr), 2000), 0);
-  ASSERT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_ADDR_RESOLVED), 0);
-  ASSERT_EQ(resolve_route(id, 2000), 0);
-  ASSERT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_ROUTE_RESOLVED), 0);
+  ASSERT_NO_FATAL_FAILURE(ResolveParent(std::atoi(port), &ch, &id));
   ibv_pd* pd = alloc_pd(id->verbs);
   ibv_cq* cq = create_cq(id->verbs, 16, nullptr, nullptr, 0);
   ibv_qp_init_attr qa{};
@@ -135,18 +219,9 @@ TEST(TransportTimerChild, Reader) {
 TEST(TransportTimerChild, Receiver) {
   const char* port = std::getenv(kPortEnv);
   if (port == nullptr) GTEST_SKIP() << "runs only as TransportTimer's child";
-  rdma_event_channel* ch = create_event_channel();
-  SetNonBlocking(ch->fd);
+  rdma_event_channel* ch = nullptr;
   rdma_cm_id* id = nullptr;
-  ASSERT_EQ(create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(port)));
-  ASSERT_EQ(resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&addr), 2000), 0);
-  ASSERT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_ADDR_RESOLVED), 0);
-  ASSERT_EQ(resolve_route(id, 2000), 0);
-  ASSERT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_ROUTE_RESOLVED), 0);
+  ASSERT_NO_FATAL_FAILURE(ResolveParent(std::atoi(port), &ch, &id));
   ibv_pd* pd = alloc_pd(id->verbs);
   ibv_cq* cq = create_cq(id->verbs, 16, nullptr, nullptr, 0);
   ibv_qp_init_attr qa{};
@@ -190,116 +265,48 @@ TEST(TransportTimerChild, Receiver) {
 // same on the same-host link, where it knows the peer process (the TCP
 // link counts such silence as a timeout: see qp.cc, PeerProcessStalledLocked).
 TEST(TransportTimer, StoppedPeerProcessIsNotASilentLink) {
-  rdma_event_channel* ch = create_event_channel();
-  SetNonBlocking(ch->fd);
-  rdma_cm_id* listener = nullptr;
-  ASSERT_EQ(create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)), 0);
-  ASSERT_EQ(softrdma::listen(listener, 4), 0);
-  const std::string port = std::to_string(ntohs(get_src_port(listener)));
-
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setenv(kPortEnv, port.c_str(), 1);
-    execl("/proc/self/exe", "softrdma_test", "--gtest_filter=TransportTimerChild.Receiver",
-          nullptr);
-    _exit(127);
-  }
-  rdma_cm_event* e = NextEvent(ch, 20000);
-  ASSERT_NE(e, nullptr);
-  ASSERT_EQ(e->event, RDMA_CM_EVENT_CONNECT_REQUEST);
-  rdma_cm_id* server = e->id;
-  ack_cm_event(e);
-  ibv_pd* pd = alloc_pd(server->verbs);
-  ibv_cq* cq = create_cq(server->verbs, 16, nullptr, nullptr, 0);
-  ibv_qp_init_attr qa{};
-  qa.qp_type = IBV_QPT_RC;
-  qa.send_cq = cq;
-  qa.recv_cq = cq;
-  qa.cap = {4, 4, 1, 1, 0};
-  ASSERT_EQ(create_qp(server, pd, &qa), 0);
-  int status = 0;
-  {
-    Buffer buf(pd, 64, kAll);
-    std::memcpy(buf.data.data(), "onetwobye", 9);
-    rdma_conn_param ap{};
-    ASSERT_EQ(softrdma::accept(server, &ap), 0);
-    ASSERT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_ESTABLISHED, 10000), 0);
-    const bool shm = QpUsesShm(server->qp);
-    ibv_wc wc{};
-    ASSERT_EQ(PostSend(server->qp, IBV_WR_SEND, 1, buf, 0, 3), 0);
-    ASSERT_TRUE(PollOne(cq, &wc));
-    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-    if (shm) {
-      ASSERT_EQ(kill(pid, SIGSTOP), 0);
-      ASSERT_EQ(waitpid(pid, &status, WUNTRACED), pid);
-      ASSERT_TRUE(WIFSTOPPED(status));
-      // Five times the 3 x 67 ms the timer allows a silent peer.
-      ASSERT_EQ(PostSend(server->qp, IBV_WR_SEND, 2, buf, 3, 3), 0);
-      EXPECT_FALSE(PollOne(cq, &wc, 1000)) << "completed while the peer was stopped: status "
+  ParentSide p;
+  ASSERT_NO_FATAL_FAILURE(p.Start("TransportTimerChild.Receiver"));
+  Buffer buf(p.pd, 64, kAll);
+  std::memcpy(buf.data.data(), "onetwobye", 9);
+  rdma_conn_param ap{};
+  ASSERT_EQ(softrdma::accept(p.server, &ap), 0);
+  ASSERT_EQ(ExpectEvent(p.ch, RDMA_CM_EVENT_ESTABLISHED, 10000), 0);
+  const bool shm = QpUsesShm(p.server->qp);
+  ibv_wc wc{};
+  ASSERT_EQ(PostSend(p.server->qp, IBV_WR_SEND, 1, buf, 0, 3), 0);
+  ASSERT_TRUE(PollOne(p.cq, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  if (shm) {
+    int status = 0;
+    ASSERT_EQ(kill(p.pid, SIGSTOP), 0);
+    ASSERT_EQ(waitpid(p.pid, &status, WUNTRACED), p.pid);
+    ASSERT_TRUE(WIFSTOPPED(status));
+    // Five times the 3 x 67 ms the timer allows a silent peer.
+    ASSERT_EQ(PostSend(p.server->qp, IBV_WR_SEND, 2, buf, 3, 3), 0);
+    EXPECT_FALSE(PollOne(p.cq, &wc, 1000)) << "completed while the peer was stopped: status "
                                            << wc.status;
-      ASSERT_EQ(kill(pid, SIGCONT), 0);
-      ASSERT_TRUE(PollOne(cq, &wc));
-      EXPECT_EQ(wc.wr_id, 2u);
-      EXPECT_EQ(wc.status, IBV_WC_SUCCESS);  // 12: IBV_WC_RETRY_EXC_ERR
-    }
-    ASSERT_EQ(PostSend(server->qp, IBV_WR_SEND, 3, buf, 6, 3), 0);
-    ASSERT_TRUE(PollOne(cq, &wc));
-    EXPECT_EQ(wc.wr_id, 3u);
-    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-    if (waitpid(pid, &status, 0) != pid) ADD_FAILURE() << "waitpid";
-    if (!shm) GTEST_SKIP() << "the TCP link does not know the peer process";
+    ASSERT_EQ(kill(p.pid, SIGCONT), 0);
+    ASSERT_TRUE(PollOne(p.cq, &wc));
+    EXPECT_EQ(wc.wr_id, 2u);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);  // 12: IBV_WC_RETRY_EXC_ERR
   }
+  ASSERT_EQ(PostSend(p.server->qp, IBV_WR_SEND, 3, buf, 6, 3), 0);
+  ASSERT_TRUE(PollOne(p.cq, &wc));
+  EXPECT_EQ(wc.wr_id, 3u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  const int status = p.WaitChild(30);
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child failed (see its output above)";
-  destroy_qp(server);
-  destroy_id(server);
-  destroy_id(listener);
-  destroy_cq(cq);
-  dealloc_pd(pd);
-  destroy_event_channel(ch);
+  if (!shm) GTEST_SKIP() << "the TCP link does not know the peer process";
 }
 
 TEST(TransportTimer, LargeReadByAnotherProcessDoesNotTimeOut) {
-  rdma_event_channel* ch = create_event_channel();
-  SetNonBlocking(ch->fd);
-  rdma_cm_id* listener = nullptr;
-  ASSERT_EQ(create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)), 0);
-  ASSERT_EQ(softrdma::listen(listener, 4), 0);
-  const std::string port = std::to_string(ntohs(get_src_port(listener)));
-
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setenv(kPortEnv, port.c_str(), 1);
-    execl("/proc/self/exe", "softrdma_test", "--gtest_filter=TransportTimerChild.Reader",
-          nullptr);
-    _exit(127);
-  }
-  rdma_cm_event* e = NextEvent(ch, 20000);
-  ASSERT_NE(e, nullptr);
-  ASSERT_EQ(e->event, RDMA_CM_EVENT_CONNECT_REQUEST);
-  rdma_cm_id* server = e->id;
-  ack_cm_event(e);
-  ibv_pd* pd = alloc_pd(server->verbs);
-  ibv_cq* cq = create_cq(server->verbs, 16, nullptr, nullptr, 0);
-  ibv_qp_init_attr qa{};
-  qa.qp_type = IBV_QPT_RC;
-  qa.send_cq = cq;
-  qa.recv_cq = cq;
-  qa.cap = {4, 4, 1, 1, 0};
-  ASSERT_EQ(create_qp(server, pd, &qa), 0);
+  ParentSide p;
+  ASSERT_NO_FATAL_FAILURE(p.Start("TransportTimerChild.Reader"));
   int status = 0;
   {
-    Buffer region(pd, kBytes, kAll);
+    Buffer region(p.pd, kBytes, kAll);
     Fill(region.data.data(), kBytes);
     Advert adv{region.addr(), region.mr->rkey};
     rdma_conn_param ap{};
@@ -307,29 +314,14 @@ TEST(TransportTimer, LargeReadByAnotherProcessDoesNotTimeOut) {
     ap.private_data_len = sizeof(adv);
     ap.responder_resources = 1;
     ap.initiator_depth = 1;
-    ASSERT_EQ(softrdma::accept(server, &ap), 0);
-    EXPECT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_ESTABLISHED, 10000), 0);
+    ASSERT_EQ(softrdma::accept(p.server, &ap), 0);
+    EXPECT_EQ(ExpectEvent(p.ch, RDMA_CM_EVENT_ESTABLISHED, 10000), 0);
     // The parent only serves (its progress thread answers the READ) until the
     // child is done.
-    pid_t got = 0;
-    for (int i = 0; i < 500 && got == 0; ++i) {
-      got = waitpid(pid, &status, WNOHANG);
-      if (got == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    if (got == 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      ADD_FAILURE() << "child did not finish in 50 s";
-    }
+    status = p.WaitChild(50);
   }
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's READ failed (see its output above)";
-  destroy_qp(server);
-  destroy_id(server);
-  destroy_id(listener);
-  destroy_cq(cq);
-  dealloc_pd(pd);
-  destroy_event_channel(ch);
 }
 
 }  // namespace
