@@ -39,7 +39,9 @@
 # The runtime itself is linked by the user: rdmarpc::rdmarpc.
 #
 # Call it once per .proto and output directory: to share generated code among
-# several targets, generate into a library and link that library.
+# several targets (an app and its tests with GENERATE_MOCKS), generate into a
+# library and link that library. A second call for the same .proto and
+# output directory fails with a FATAL_ERROR that says so.
 #
 # Example (the whole of what a user's CMakeLists needs):
 #   add_subdirectory(third_party/rdmarpc)
@@ -148,6 +150,19 @@ function(rdmarpc_generate)
     list(APPEND seen_rels "${rel}")
     list(APPEND seen_abs "${abs}")
     string(REGEX REPLACE "\\.proto$" "" base "${rel}")
+    # An earlier call that generated the same files for another target (in
+    # the same output directory) would make CMake refuse the second rule
+    # with a message about ".rule" files; say what to do instead.
+    get_property(owner GLOBAL PROPERTY "RDMARPC_GENERATED_${out_dir}/${base}")
+    if(owner AND NOT owner STREQUAL ARG_TARGET)
+      message(FATAL_ERROR
+        "rdmarpc_generate(TARGET ${ARG_TARGET}): ${rel} is already generated into "
+        "${out_dir} for target ${owner}. Generate it once, into a library "
+        "(add_library(x_proto STATIC) + rdmarpc_generate(TARGET x_proto ... "
+        "[GENERATE_MOCKS])), and link that library from both targets, or give this "
+        "call its own PROTOC_OUT_DIR.")
+    endif()
+    set_property(GLOBAL PROPERTY "RDMARPC_GENERATED_${out_dir}/${base}" "${ARG_TARGET}")
     set(outputs
       "${out_dir}/${base}.pb.h"
       "${out_dir}/${base}.pb.cc"
