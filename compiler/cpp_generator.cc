@@ -30,8 +30,9 @@ Vars ServiceVars(const ServiceModel& service) {
       {"Service", service.name},
       {"service_full_name", service.full_name},
       {"qualified_service", service.qualified_class},
-      {"method_names_decl", "k" + service.name + "MethodNames"},
-      {"method_names", NamespaceQualifier(service) + "k" + service.name + "MethodNames"},
+      {"method_names_decl", service.method_names_var},
+      {"method_names", NamespaceQualifier(service) + service.method_names_var},
+      {"method_config_prefix", service.method_config_prefix},
       {"mock_class", service.mock_class},
   };
 }
@@ -52,8 +53,8 @@ Vars MethodVars(const ServiceModel& service, const MethodModel& method, size_t i
   // The IDL's retry or hedging policy, passed to the runtime with each call.
   vars["config_arg"] = method.method_config_json.empty()
                            ? ""
-                           : ",\n      " + NamespaceQualifier(service) + service.name +
-                                 "MethodConfig" + std::to_string(index) + "()";
+                           : ",\n      " + NamespaceQualifier(service) +
+                                 service.method_config_prefix + std::to_string(index) + "()";
   // "stream " before a streamed type in the comments that quote the .proto.
   const bool client_streams =
       method.kind == MethodKind::kClientStreaming || method.kind == MethodKind::kBidiStreaming;
@@ -776,7 +777,7 @@ void PrintMethodNameTable(const ServiceModel& service, Printer* printer) {
     printer->Print(vars,
                    "\n"
                    "// $method_full_name$'s policy, from $config_source$ (rdmarpc/options.proto).\n"
-                   "const ::rdmarpc::internal::MethodConfig* $Service$MethodConfig$index$() {\n"
+                   "const ::rdmarpc::internal::MethodConfig* $method_config_prefix$$index$() {\n"
                    "  static const ::rdmarpc::internal::MethodConfig* const config =\n"
                    "      ::rdmarpc::internal::IdlMethodConfig(\"$json$\");\n"
                    "  return config;\n"

@@ -1,6 +1,8 @@
 #include "names.h"
 
 #include <cstdio>
+#include <cstring>
+#include <initializer_list>
 
 #include "google/protobuf/compiler/cpp/names.h"
 
@@ -33,16 +35,53 @@ bool IsCppKeyword(const std::string& name) {
   return kKeywords->count(name) > 0;
 }
 
+namespace {
+
+// `s` from `pos` on is one of `words`; returns the length matched, or 0.
+size_t MatchWord(const std::string& s, size_t pos, std::initializer_list<const char*> words) {
+  for (const char* w : words) {
+    if (s.compare(pos, std::string::npos, w) == 0) return std::strlen(w);
+  }
+  return 0;
+}
+
+// <stdint.h> / <inttypes.h>: INT8_C, UINT64_MAX, INT_FAST16_MIN,
+// INT_LEAST8_WIDTH, INTMAX_C, PRId64, SCNuPTR, ...
+bool IsStdintMacro(const std::string& name) {
+  static const std::initializer_list<const char*> kWidths = {
+      "8", "16", "32", "64", "MAX", "PTR", "FAST8", "FAST16", "FAST32", "FAST64",
+      "LEAST8", "LEAST16", "LEAST32", "LEAST64"};
+  if (name.size() > 4 && (name.compare(0, 3, "PRI") == 0 || name.compare(0, 3, "SCN") == 0) &&
+      std::strchr("diouxX", name[3]) != nullptr) {
+    return MatchWord(name, 4, kWidths) > 0;
+  }
+  size_t pos = name.compare(0, 4, "UINT") == 0 ? 4 : name.compare(0, 3, "INT") == 0 ? 3 : 0;
+  if (pos == 0) return false;
+  if (name.compare(pos, 1, "_") == 0) ++pos;  // INT_FAST8_MAX
+  for (const char* width : kWidths) {
+    const std::string w = width;
+    if (name.compare(pos, w.size(), w) != 0) continue;
+    const std::string rest = name.substr(pos + w.size());
+    if (rest == "_C" || rest == "_MAX" || rest == "_MIN" || rest == "_WIDTH") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 bool IsStandardMacro(const std::string& name) {
   // Macros of the C and POSIX headers that generated code includes through
   // the C++ library, Abseil and protobuf: a method or service with such a
   // name would be macro-expanded ("assert" takes one argument, "EOF" becomes
   // (-1)). From C17 7.2-7.24 (<assert.h>, <errno.h>, <limits.h>,
-  // <stdint.h>, <stdio.h>, <stdlib.h>, <stddef.h>, <math.h>, <setjmp.h>,
-  // <stdarg.h>, <signal.h>, <locale.h>, <time.h>, <float.h>) and the errno
-  // values of POSIX.1-2017 <errno.h>.
+  // <stdint.h>, <inttypes.h>, <stdio.h>, <stdlib.h>, <stddef.h>, <math.h>,
+  // <setjmp.h>, <stdarg.h>, <signal.h>, <locale.h>, <time.h>, <float.h>),
+  // the errno values of Linux (a superset of POSIX.1-2017's), glibc's
+  // <endian.h>, <limits.h> and <time.h> extensions, and the `linux` and
+  // `unix` that GCC defines in its GNU modes (-std=gnu++17, CMake's default).
   static const std::set<std::string>* const kMacros = new std::set<std::string>{
       "assert", "errno", "offsetof", "setjmp", "va_arg", "va_copy", "va_end", "va_start",
+      "alloca", "linux", "unix",
       "NULL", "EOF", "BUFSIZ", "FILENAME_MAX", "FOPEN_MAX", "L_tmpnam", "TMP_MAX",
       "SEEK_SET", "SEEK_CUR", "SEEK_END", "_IOFBF", "_IOLBF", "_IONBF",
       "EXIT_SUCCESS", "EXIT_FAILURE", "RAND_MAX", "MB_CUR_MAX", "MB_LEN_MAX",
@@ -54,27 +93,35 @@ bool IsStandardMacro(const std::string& name) {
       "math_errhandling", "CHAR_BIT", "CHAR_MIN", "CHAR_MAX", "SCHAR_MIN", "SCHAR_MAX",
       "UCHAR_MAX", "SHRT_MIN", "SHRT_MAX", "USHRT_MAX", "INT_MIN", "INT_MAX", "UINT_MAX",
       "LONG_MIN", "LONG_MAX", "ULONG_MAX", "LLONG_MIN", "LLONG_MAX", "ULLONG_MAX",
-      "INT8_MIN", "INT8_MAX", "UINT8_MAX", "INT16_MIN", "INT16_MAX", "UINT16_MAX",
-      "INT32_MIN", "INT32_MAX", "UINT32_MAX", "INT64_MIN", "INT64_MAX", "UINT64_MAX",
-      "INTPTR_MIN", "INTPTR_MAX", "UINTPTR_MAX", "INTMAX_MIN", "INTMAX_MAX", "UINTMAX_MAX",
       "PTRDIFF_MIN", "PTRDIFF_MAX", "SIZE_MAX", "SIG_ATOMIC_MIN", "SIG_ATOMIC_MAX",
       "WCHAR_MIN", "WCHAR_MAX", "WINT_MIN", "WINT_MAX", "WEOF", "FLT_MAX", "FLT_MIN",
       "FLT_EPSILON", "FLT_DIG", "FLT_RADIX", "DBL_MAX", "DBL_MIN", "DBL_EPSILON",
       "DBL_DIG", "LDBL_MAX", "LDBL_MIN", "LDBL_EPSILON", "DECIMAL_DIG",
-      "E2BIG", "EACCES", "EADDRINUSE", "EADDRNOTAVAIL", "EAFNOSUPPORT", "EAGAIN",
-      "EALREADY", "EBADF", "EBADMSG", "EBUSY", "ECANCELED", "ECHILD", "ECONNABORTED",
-      "ECONNREFUSED", "ECONNRESET", "EDEADLK", "EDESTADDRREQ", "EDOM", "EDQUOT",
-      "EEXIST", "EFAULT", "EFBIG", "EHOSTUNREACH", "EIDRM", "EILSEQ", "EINPROGRESS",
-      "EINTR", "EINVAL", "EIO", "EISCONN", "EISDIR", "ELOOP", "EMFILE", "EMLINK",
-      "EMSGSIZE", "EMULTIHOP", "ENAMETOOLONG", "ENETDOWN", "ENETRESET", "ENETUNREACH",
-      "ENFILE", "ENOBUFS", "ENODATA", "ENODEV", "ENOENT", "ENOEXEC", "ENOLCK", "ENOLINK",
-      "ENOMEM", "ENOMSG", "ENOPROTOOPT", "ENOSPC", "ENOSR", "ENOSTR", "ENOSYS",
-      "ENOTCONN", "ENOTDIR", "ENOTEMPTY", "ENOTRECOVERABLE", "ENOTSOCK", "ENOTSUP",
-      "ENOTTY", "ENXIO", "EOPNOTSUPP", "EOVERFLOW", "EOWNERDEAD", "EPERM", "EPIPE",
-      "EPROTO", "EPROTONOSUPPORT", "EPROTOTYPE", "ERANGE", "EROFS", "ESPIPE", "ESRCH",
-      "ESTALE", "ETIME", "ETIMEDOUT", "ETXTBSY", "EWOULDBLOCK", "EXDEV",
+      "PATH_MAX", "NAME_MAX", "PIPE_BUF", "IOV_MAX", "FD_SETSIZE", "LITTLE_ENDIAN",
+      "BIG_ENDIAN", "PDP_ENDIAN", "BYTE_ORDER", "CLOCK_REALTIME", "CLOCK_MONOTONIC",
+      "CLOCK_PROCESS_CPUTIME_ID", "CLOCK_THREAD_CPUTIME_ID", "htobe16", "htobe32",
+      "htobe64", "htole16", "htole32", "htole64", "be16toh", "be32toh", "be64toh",
+      "le16toh", "le32toh", "le64toh",
+      "E2BIG", "EACCES", "EADDRINUSE", "EADDRNOTAVAIL", "EADV", "EAFNOSUPPORT", "EAGAIN",
+      "EALREADY", "EBADE", "EBADF", "EBADFD", "EBADMSG", "EBADR", "EBADRQC", "EBADSLT",
+      "EBFONT", "EBUSY", "ECANCELED", "ECHILD", "ECHRNG", "ECOMM", "ECONNABORTED",
+      "ECONNREFUSED", "ECONNRESET", "EDEADLK", "EDEADLOCK", "EDESTADDRREQ", "EDOM", "EDOTDOT",
+      "EDQUOT", "EEXIST", "EFAULT", "EFBIG", "EHOSTDOWN", "EHOSTUNREACH", "EIDRM", "EILSEQ",
+      "EINPROGRESS", "EINTR", "EINVAL", "EIO", "EISCONN", "EISDIR", "EISNAM", "EKEYEXPIRED",
+      "EKEYREJECTED", "EKEYREVOKED", "EL2HLT", "EL2NSYNC", "EL3HLT", "EL3RST", "ELIBACC",
+      "ELIBBAD", "ELIBEXEC", "ELIBMAX", "ELIBSCN", "ELNRNG", "ELOOP", "EMEDIUMTYPE", "EMFILE",
+      "EMLINK", "EMSGSIZE", "EMULTIHOP", "ENAMETOOLONG", "ENAVAIL", "ENETDOWN", "ENETRESET",
+      "ENETUNREACH", "ENFILE", "ENOANO", "ENOBUFS", "ENOCSI", "ENODATA", "ENODEV", "ENOENT",
+      "ENOEXEC", "ENOKEY", "ENOLCK", "ENOLINK", "ENOMEDIUM", "ENOMEM", "ENOMSG", "ENONET",
+      "ENOPKG", "ENOPROTOOPT", "ENOSPC", "ENOSR", "ENOSTR", "ENOSYS", "ENOTBLK", "ENOTCONN",
+      "ENOTDIR", "ENOTEMPTY", "ENOTNAM", "ENOTRECOVERABLE", "ENOTSOCK", "ENOTSUP", "ENOTTY",
+      "ENOTUNIQ", "ENXIO", "EOPNOTSUPP", "EOVERFLOW", "EOWNERDEAD", "EPERM", "EPFNOSUPPORT",
+      "EPIPE", "EPROTO", "EPROTONOSUPPORT", "EPROTOTYPE", "ERANGE", "EREMCHG", "EREMOTE",
+      "EREMOTEIO", "ERESTART", "ERFKILL", "EROFS", "ESHUTDOWN", "ESOCKTNOSUPPORT", "ESPIPE",
+      "ESRCH", "ESRMNT", "ESTALE", "ESTRPIPE", "ETIME", "ETIMEDOUT", "ETOOMANYREFS", "ETXTBSY",
+      "EUCLEAN", "EUNATCH", "EUSERS", "EWOULDBLOCK", "EXDEV", "EXFULL",
   };
-  return kMacros->count(name) > 0;
+  return kMacros->count(name) > 0 || IsStdintMacro(name);
 }
 
 std::set<std::string> ReservedMemberNames(const google::protobuf::ServiceDescriptor* service) {
@@ -135,41 +182,95 @@ void AddMessageNames(const google::protobuf::Descriptor* message, std::set<std::
   for (int i = 0; i < message->enum_type_count(); ++i) AddEnumNames(message->enum_type(i), names);
 }
 
-// What `file`'s .pb.h declares in the package's namespace.
+// Adds what `file`'s .pb.h declares in its package's namespace.
+void AddFileNames(const google::protobuf::FileDescriptor* file, std::set<std::string>* names) {
+  for (int i = 0; i < file->message_type_count(); ++i) {
+    AddMessageNames(file->message_type(i), names);
+  }
+  for (int i = 0; i < file->enum_type_count(); ++i) AddEnumNames(file->enum_type(i), names);
+  for (int i = 0; i < file->extension_count(); ++i) names->insert(file->extension(i)->name());
+}
+
+// What the .pb.h of `file` and of every file it imports, directly or not,
+// in the same package declare in that package's namespace (a .pb.h
+// includes the .pb.h of each import).
 std::set<std::string> ProtobufNamespaceNames(const google::protobuf::FileDescriptor* file) {
   std::set<std::string> names;
-  for (int i = 0; i < file->message_type_count(); ++i) {
-    AddMessageNames(file->message_type(i), &names);
+  std::set<const google::protobuf::FileDescriptor*> seen;
+  std::vector<const google::protobuf::FileDescriptor*> todo = {file};
+  while (!todo.empty()) {
+    const google::protobuf::FileDescriptor* f = todo.back();
+    todo.pop_back();
+    if (!seen.insert(f).second) continue;
+    if (f->package() == file->package()) AddFileNames(f, &names);
+    for (int i = 0; i < f->dependency_count(); ++i) todo.push_back(f->dependency(i));
   }
-  for (int i = 0; i < file->enum_type_count(); ++i) AddEnumNames(file->enum_type(i), &names);
-  for (int i = 0; i < file->extension_count(); ++i) names.insert(file->extension(i)->name());
   return names;
 }
 
 }  // namespace
 
-std::string CppServiceName(const google::protobuf::ServiceDescriptor* service) {
-  const google::protobuf::FileDescriptor* file = service->file();
+std::vector<std::string> CppServiceNames(const google::protobuf::FileDescriptor* file) {
   const bool global = file->package().empty();
-  std::string name = service->name();
-  if (!ServiceNameNeedsMangling(name, global)) return name;
-  // A mangled name steps aside from every other name the file puts in the
-  // namespace: the .pb.h's, and the services that keep their .proto names
-  // (protoc already refuses a service named like a message of the package).
+  // A mangled name steps aside from every other name in the namespace: the
+  // .pb.h's (of this file and its same-package imports), the services that
+  // keep their .proto names (protoc already refuses a service named like a
+  // message of the package), and the names given to the services mangled
+  // before it, in .proto order.
   std::set<std::string> taken = ProtobufNamespaceNames(file);
   for (int i = 0; i < file->service_count(); ++i) {
-    const std::string& other = file->service(i)->name();
-    if (!ServiceNameNeedsMangling(other, global)) taken.insert(other);
+    const std::string& name = file->service(i)->name();
+    if (!ServiceNameNeedsMangling(name, global)) taken.insert(name);
   }
-  // Services mangled before this one, in .proto order, took their names.
-  for (int i = 0; i < file->service_count() && file->service(i) != service; ++i) {
-    const std::string& other = file->service(i)->name();
-    if (ServiceNameNeedsMangling(other, global)) taken.insert(CppServiceName(file->service(i)));
+  std::vector<std::string> names;
+  names.reserve(file->service_count());
+  for (int i = 0; i < file->service_count(); ++i) {
+    std::string name = file->service(i)->name();
+    if (ServiceNameNeedsMangling(name, global)) {
+      do {
+        name += '_';
+      } while (ServiceNameNeedsMangling(name, global) || taken.count(name) > 0);
+      taken.insert(name);
+    }
+    names.push_back(std::move(name));
   }
-  do {
-    name += '_';
-  } while (ServiceNameNeedsMangling(name, global) || taken.count(name) > 0);
-  return name;
+  return names;
+}
+
+std::string CppServiceName(const google::protobuf::ServiceDescriptor* service) {
+  return CppServiceNames(service->file())[static_cast<size_t>(service->index())];
+}
+
+std::vector<ServiceHelperNames> CppServiceHelperNames(const google::protobuf::FileDescriptor* file) {
+  // The helpers are qualified where used (::pkg::kSMethodNames), and a
+  // qualified lookup finds a name declared in the namespace itself before
+  // one in the unnamed namespace inside it: they step aside from the .pb.h's
+  // names, the service classes and each other.
+  std::set<std::string> taken = ProtobufNamespaceNames(file);
+  for (const std::string& name : CppServiceNames(file)) taken.insert(name);
+  std::vector<ServiceHelperNames> helpers;
+  helpers.reserve(file->service_count());
+  for (int i = 0; i < file->service_count(); ++i) {
+    const google::protobuf::ServiceDescriptor* service = file->service(i);
+    const std::string cpp_name = CppServiceName(service);
+    ServiceHelperNames h;
+    h.method_names = "k" + cpp_name + "MethodNames";
+    while (taken.count(h.method_names) > 0) h.method_names += '_';
+    taken.insert(h.method_names);
+    h.method_config_prefix = cpp_name + "MethodConfig";
+    auto prefix_taken = [&]() {
+      for (int m = 0; m < service->method_count(); ++m) {
+        if (taken.count(h.method_config_prefix + std::to_string(m)) > 0) return true;
+      }
+      return false;
+    };
+    while (prefix_taken()) h.method_config_prefix += '_';
+    for (int m = 0; m < service->method_count(); ++m) {
+      taken.insert(h.method_config_prefix + std::to_string(m));
+    }
+    helpers.push_back(std::move(h));
+  }
+  return helpers;
 }
 
 std::string MockStubClassName(const google::protobuf::ServiceDescriptor* service) {
@@ -177,7 +278,7 @@ std::string MockStubClassName(const google::protobuf::ServiceDescriptor* service
   // What the file's .pb.h and .rdmarpc.pb.h declare in the package's
   // namespace, where the mock goes.
   std::set<std::string> taken = ProtobufNamespaceNames(file);
-  for (int i = 0; i < file->service_count(); ++i) taken.insert(CppServiceName(file->service(i)));
+  for (const std::string& name : CppServiceNames(file)) taken.insert(name);
   std::string name = "Mock" + service->name() + "Stub";
   while (taken.count(name) > 0) name += '_';
   return name;

@@ -25,8 +25,9 @@
 // "StubInterface", "Stub", "NewStub" or "service_full_name" becomes class
 // delete_, EOF_, Service_, ... (protobuf itself appends '_' to message names
 // that are keywords); the '_' are added while the name is still reserved or
-// is taken by another name the file puts in the namespace (a message, enum,
-// enum value or extension as the .pb.h declares it, or another service).
+// is taken by another name in the namespace (a message, enum, enum value or
+// extension as the .pb.h of the file or of an import in the same package
+// declares it, or another service of the file).
 // Names the runtime declares in namespace rdmarpc are not avoided: a file
 // whose package is `rdmarpc` itself must not name a service like one of
 // them (Server, Channel, ...).
@@ -54,10 +55,13 @@ namespace compiler {
 // C++20 keywords, so generated code keeps compiling under newer standards.
 bool IsCppKeyword(const std::string& name);
 
-// True for the macros of the C17 library headers and the POSIX errno values
-// ("assert", "errno", "NULL", "EOF", "INT_MAX", "SIZE_MAX", "EINVAL", ...),
-// which the headers generated code includes may define: a method or service
-// of that name would be macro-expanded.
+// True for the macros of the C17 library headers (<stdint.h> and
+// <inttypes.h> families included: INT64_C, UINT_FAST8_MAX, PRId64), Linux's
+// errno values, a few glibc extensions (alloca, PATH_MAX, htobe32,
+// CLOCK_MONOTONIC, ...) and GCC's `linux` / `unix` of its GNU modes, which
+// the headers generated code includes may define: a method or service of
+// that name would be macro-expanded ("assert", "EOF", "EINVAL"). Macros of
+// other libraries a user's code includes are not known.
 bool IsStandardMacro(const std::string& name);
 
 // Names a method of `service` may not have in C++: the members and nested
@@ -68,6 +72,24 @@ bool IsStandardMacro(const std::string& name);
 // AddMethod), and the service's own name, both as in the .proto and as a
 // C++ class.
 std::set<std::string> ReservedMemberNames(const google::protobuf::ServiceDescriptor* service);
+
+// The C++ names of the classes generated for `file`'s services, in .proto
+// order, after the rule above.
+std::vector<std::string> CppServiceNames(const google::protobuf::FileDescriptor* file);
+
+// The names the generated .cc gives its own helpers for a service S, in an
+// unnamed namespace inside S's: the table of its methods' full names
+// (kSMethodNames) and the functions that return its methods' retry or
+// hedging configs (SMethodConfig0, SMethodConfig1, ...). Each gets a
+// trailing '_' while it is taken by a name of the namespace (a message,
+// enum, enum value or extension of the file or of a same-package import, a
+// service class, another helper).
+struct ServiceHelperNames {
+  std::string method_names;          // "kSMethodNames"
+  std::string method_config_prefix;  // "SMethodConfig", before the method's index
+};
+// For each of `file`'s services, in .proto order.
+std::vector<ServiceHelperNames> CppServiceHelperNames(const google::protobuf::FileDescriptor* file);
 
 // The C++ name of the class generated for `service`, after the rule above;
 // in a file without a package, also not rdmarpc, absl, std or google, the

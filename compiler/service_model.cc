@@ -205,6 +205,10 @@ ServiceModel BuildServiceModel(const google::protobuf::ServiceDescriptor* servic
   model.full_name = service->full_name();
   model.qualified_class = QualifiedServiceClass(service);
   model.mock_class = MockStubClassName(service);
+  const ServiceHelperNames helpers =
+      CppServiceHelperNames(service->file())[static_cast<size_t>(service->index())];
+  model.method_names_var = helpers.method_names;
+  model.method_config_prefix = helpers.method_config_prefix;
   model.comment_lines = LeadingComments(service);
 
   // The options arrive in the CodeGeneratorRequest as serialised

@@ -73,6 +73,10 @@ struct ServiceModel {
   std::string full_name;       // "a.b.S"
   std::string qualified_class; // "::a::b::S"
   std::string mock_class;      // "MockSStub", in the same namespace as S
+  // The .cc's helpers (CppServiceHelperNames): "kSMethodNames" and
+  // "SMethodConfig" (the config function of method i adds i).
+  std::string method_names_var;
+  std::string method_config_prefix;
   std::vector<MethodModel> methods;  // .proto order
   std::vector<std::string> comment_lines;
   // (rdmarpc.service).run_inline, which applies to the unary methods only.

@@ -138,13 +138,105 @@ TEST(CppServiceName, RenamedServiceStepsAsideFromTheFilesOtherNames) {
 }
 
 TEST(IsStandardMacro, KnowsTheCLibrarysMacros) {
-  for (const char* name : {"assert", "errno", "NULL", "EOF", "offsetof", "INT_MAX", "UINT32_MAX",
-                           "SIZE_MAX", "INFINITY", "EINVAL", "EXIT_FAILURE"}) {
+  for (const char* name :
+       {"assert", "errno", "NULL", "EOF", "offsetof", "INT_MAX", "UINT32_MAX", "SIZE_MAX",
+        "INFINITY", "EINVAL", "EXIT_FAILURE", "INT64_C", "UINTMAX_C", "INT_FAST16_MIN",
+        "UINT_LEAST8_MAX", "INTPTR_WIDTH", "PRId64", "SCNuPTR", "EDEADLOCK", "ENOTBLK", "alloca",
+        "PATH_MAX", "htobe32", "CLOCK_MONOTONIC", "linux", "unix"}) {
     EXPECT_TRUE(IsStandardMacro(name)) << name;
   }
-  for (const char* name : {"Assert", "assert_", "Get", "major", "LOG", "CHECK", "Null", ""}) {
+  for (const char* name : {"Assert", "assert_", "Get", "major", "LOG", "CHECK", "Null", "",
+                           "INT64_C_", "INT", "UINT", "INT_", "PRI", "PRId", "PRId64_", "INTERNAL",
+                           "INT_FAST", "Linux"}) {
     EXPECT_FALSE(IsStandardMacro(name)) << name;
   }
+}
+
+// The names are worked out once per file: a file of many services that all
+// need new names takes linear work, not work that doubles per service.
+TEST(CppServiceName, ManyRenamedServicesInOneFile) {
+  FileDescriptorProto proto;
+  proto.set_name("test.proto");
+  proto.set_package("p");
+  proto.set_syntax("proto3");
+  std::vector<std::string> want;
+  int n = 0;
+  for (const char* name : {"E2BIG", "EACCES", "EADDRINUSE", "EAGAIN", "EBADF", "EBUSY", "ECHILD",
+                           "EDOM", "EEXIST", "EFAULT", "EFBIG", "EINTR", "EINVAL", "EIO", "EISDIR",
+                           "EMFILE", "EMLINK", "ENFILE", "ENODEV", "ENOENT", "ENOEXEC", "ENOMEM",
+                           "ENOSPC", "ENOTDIR", "ENOTTY", "ENXIO", "EPERM", "EPIPE", "ERANGE",
+                           "EROFS", "ESPIPE", "ESRCH", "ETXTBSY", "EXDEV", "Service", "Stub"}) {
+    proto.add_service()->set_name(name);
+    want.push_back(std::string(name) + "_");
+    ++n;
+  }
+  DescriptorPool pool;
+  const FileDescriptor* file = pool.BuildFile(proto);
+  ASSERT_NE(file, nullptr);
+  EXPECT_EQ(CppServiceNames(file), want);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(CppServiceName(file->service(i)), want[i]);
+}
+
+// An import in the same package puts its .pb.h's names in the namespace too.
+TEST(CppServiceName, RenamedServiceStepsAsideFromASamePackageImport) {
+  DescriptorPool pool;
+  FileDescriptorProto dep;
+  dep.set_name("dep.proto");
+  dep.set_package("q");
+  dep.set_syntax("proto3");
+  dep.add_message_type()->set_name("Stub_");
+  dep.add_message_type()->set_name("MockStubStub");
+  ASSERT_NE(pool.BuildFile(dep), nullptr);
+  FileDescriptorProto other;
+  other.set_name("other.proto");
+  other.set_package("elsewhere");
+  other.set_syntax("proto3");
+  other.add_message_type()->set_name("Service_");
+  ASSERT_NE(pool.BuildFile(other), nullptr);
+  FileDescriptorProto proto;
+  proto.set_name("imp.proto");
+  proto.set_package("q");
+  proto.set_syntax("proto3");
+  proto.add_dependency("dep.proto");
+  proto.add_dependency("other.proto");
+  proto.add_service()->set_name("Stub");
+  proto.add_service()->set_name("Service");
+  const FileDescriptor* file = pool.BuildFile(proto);
+  ASSERT_NE(file, nullptr);
+  // Service_ in another package's namespace is no clash.
+  EXPECT_EQ(CppServiceNames(file), (std::vector<std::string>{"Stub__", "Service_"}));
+  EXPECT_EQ(MockStubClassName(file->service(0)), "MockStubStub_");
+}
+
+TEST(CppServiceHelperNames, StepAsideFromNamesOfTheNamespace) {
+  FileDescriptorProto proto;
+  proto.set_name("test.proto");
+  proto.set_package("p");
+  proto.set_syntax("proto3");
+  auto* e = proto.add_enum_type();
+  e->set_name("E");
+  e->add_value()->set_name("kSMethodNames");
+  e->mutable_value(0)->set_number(0);
+  proto.add_message_type()->set_name("SMethodConfig1");
+  for (const char* name : {"S", "T"}) {
+    auto* s = proto.add_service();
+    s->set_name(name);
+    for (const char* method : {"A", "B"}) {
+      auto* m = s->add_method();
+      m->set_name(method);
+      m->set_input_type(".p.SMethodConfig1");
+      m->set_output_type(".p.SMethodConfig1");
+    }
+  }
+  DescriptorPool pool;
+  const FileDescriptor* file = pool.BuildFile(proto);
+  ASSERT_NE(file, nullptr);
+  const std::vector<ServiceHelperNames> h = CppServiceHelperNames(file);
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0].method_names, "kSMethodNames_");
+  EXPECT_EQ(h[0].method_config_prefix, "SMethodConfig_");
+  EXPECT_EQ(h[1].method_names, "kTMethodNames");
+  EXPECT_EQ(h[1].method_config_prefix, "TMethodConfig");
 }
 
 TEST(CppMethodNames, AppendsUnderscoreToMacros) {
