@@ -178,6 +178,11 @@ LibrdmacmDevice* FakeCmaDevice() {
 // Owned by the id registry from PublishId until rdma_destroy_id; everything
 // else holds weak_ptrs (`self`), or a shared_ptr for the length of a call, so
 // the memory outlives every handler that may still look at it.
+// What the passive side's RTU timer holds (ArmRtuTimer).
+struct RtuWait {
+  std::weak_ptr<SoftCmId> id;
+};
+
 struct SoftCmId {
   rdma_cm_id id;  // first member
   LibrdmacmIdFields librdmacm{FakeCmaDevice(), nullptr, 0, 0, 0, 0};  // see above
@@ -203,6 +208,9 @@ struct SoftCmId {
   // The socket from rdma_bind_addr, until listen or connect takes it.
   int bound_fd ABSL_GUARDED_BY(mu) = -1;
   std::shared_ptr<Conn> conn ABSL_GUARDED_BY(mu);
+  // Passive side between rdma_accept and RTU: what the RTU timer
+  // (ArmRtuTimer) holds on to, weakly; reset when the wait ends.
+  std::shared_ptr<RtuWait> rtu_wait ABSL_GUARDED_BY(mu);
   std::shared_ptr<Listener> listener ABSL_GUARDED_BY(mu);
   // Listener: accepted sockets whose CONNECT_REQ has not arrived yet.
   std::vector<std::shared_ptr<Conn>> pending ABSL_GUARDED_BY(mu);
@@ -535,6 +543,7 @@ void DropShm(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
 }
 
 void DetachConn(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+  s->rtu_wait.reset();
   DropShm(s);
   if (s->conn == nullptr) return;
   s->conn->set_cm_id({});
@@ -562,23 +571,27 @@ void EndConnection(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
 // CM's does once its REP retries are spent: the id gets UNREACHABLE
 // -ETIMEDOUT, its QP is flushed and the connection closes, so the id's
 // resources do not stay taken by a peer that never finishes.
+// The timer owns nothing of the id: it holds the small RtuWait weakly, and
+// the id holds the RtuWait until the wait ends (RTU, a closed connection,
+// destroy), so neither the id nor its memory outlives those for the timeout.
+void RtuTimerFired(const std::shared_ptr<void>& owner) {
+  const auto wait = std::static_pointer_cast<RtuWait>(owner);
+  std::shared_ptr<SoftCmId> live = wait->id.lock();
+  if (live == nullptr) return;
+  absl::MutexLock l(&live->mu);
+  if (live->destroyed || live->state != CmState::kAccepting || live->rtu_wait != wait) return;
+  live->state = CmState::kError;
+  if (live->id.qp != nullptr) QpFlushToError(internal::ToSoft(live->id.qp));
+  if (live->user_qp != nullptr) QpFlushToError(live->user_qp.get());
+  DetachConn(live.get());
+  PostEvent(live.get(), RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
+}
+
 void ArmRtuTimer(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
-  std::weak_ptr<SoftCmId> weak = s->self;
-  const Conn* conn = s->conn.get();  // compared only: the accept being timed
+  s->rtu_wait = std::make_shared<RtuWait>(RtuWait{s->self});
   const uint32_t ms = g_rtu_timeout_ms.load(std::memory_order_relaxed);
-  ProgressThread::Get().RunAfter(absl::Milliseconds(ms), [weak, conn] {
-    std::shared_ptr<SoftCmId> live = weak.lock();
-    if (live == nullptr) return;
-    absl::MutexLock l(&live->mu);
-    if (live->destroyed || live->state != CmState::kAccepting || live->conn.get() != conn) {
-      return;
-    }
-    live->state = CmState::kError;
-    if (live->id.qp != nullptr) QpFlushToError(internal::ToSoft(live->id.qp));
-    if (live->user_qp != nullptr) QpFlushToError(live->user_qp.get());
-    DetachConn(live.get());
-    PostEvent(live.get(), RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
-  });
+  ProgressThread::Get().RunAfter(absl::Milliseconds(ms), std::weak_ptr<void>(s->rtu_wait),
+                                 &RtuTimerFired);
 }
 
 void FailConnect(SoftCmId* s, int err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
@@ -898,6 +911,7 @@ void OnControlFrameLocked(SoftCmId* s, Conn* conn, Frame& f) ABSL_EXCLUSIVE_LOCK
     }
     case FrameType::kRtu: {
       if (s->state != CmState::kAccepting) return;
+      s->rtu_wait.reset();  // the RTU timer finds nothing to fail
       if (s->shm_state == ShmState::kPendingRtu) {
         const bool use = f.h.length >= 1 && f.data()[0] == 1;
         if (use) {

@@ -192,7 +192,7 @@ TEST(RdmaCm, AcceptWithoutRtuIsUnreachableAfterTheRtuTimeout) {
   server_buf.reset();
 }
 
-// The timer is cancelled by the RTU: an established connection outlives it.
+// The RTU ends the wait: an established connection outlives the timeout.
 TEST(RdmaCm, RtuInTimeStopsTheRtuTimer) {
   SetRtuTimeoutMillis(200);
   ConnectedPair p;
