@@ -149,7 +149,9 @@ function(rdmarpc_generate)
     endif()
     list(APPEND seen_rels "${rel}")
     list(APPEND seen_abs "${abs}")
-    string(REGEX REPLACE "\\.proto$" "" base "${rel}")
+    # The name protoc gives the outputs: without .proto (or the legacy
+    # .protodevel), as its C++ generator and protoc-gen-rdmarpc strip them.
+    string(REGEX REPLACE "\\.proto(devel)?$" "" base "${rel}")
     # An earlier call that generated the same files for another target (in
     # the same output directory) would make CMake refuse the second rule
     # with a message about ".rule" files; say what to do instead.

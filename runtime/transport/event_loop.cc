@@ -442,6 +442,28 @@ absl::StatusOr<ibv_cq*> EventLoop::EnsureCq(ibv_context* context) {
   }
   absl::StatusOr<CqPtr> cq = CreateCq(context, static_cast<int>(depth), ch->get());
   if (!cq.ok()) return cq.status();
+  if (depth < max_depth) {
+    // The loop grows its CQ with ibv_resize_cq; one step now tells whether
+    // the device can. One that cannot (EOPNOTSUPP, ENOSYS) gets a CQ of
+    // kCqDepthWithoutResize entries at once, which is all it will have.
+    const int64_t want = std::min<int64_t>(2 * depth, max_depth);
+    const int rc = Verbs().resize_cq(cq->get(), static_cast<int>(want));
+    if (rc == 0) {
+      depth = std::max<int64_t>((*cq)->cqe, want);
+    } else if (rc == EOPNOTSUPP || rc == ENOSYS) {
+      const int64_t fixed =
+          std::min<int64_t>(std::max<int64_t>(kCqDepthWithoutResize, reserved), max_depth);
+      LOG_FIRST_N(WARNING, 1) << "rdmarpc: " << name_ << ": the device cannot resize completion "
+                              << "queues (ibv_resize_cq: " << std::strerror(rc) << "); each "
+                              << "loop's CQ is made with " << fixed << " entries";
+      cq->reset();
+      cq = CreateCq(context, static_cast<int>(fixed), ch->get());
+      if (!cq.ok()) return cq.status();
+      depth = fixed;
+      max_depth = static_cast<int>(fixed);
+    }
+    // Any other failure: the loop tries again when it needs more room.
+  }
   // Arm and watch the new CQ before the loop adopts it: if either fails the
   // CQ and its channel are freed on return, so the next connection tries
   // afresh instead of getting a CQ nobody would ever wake up for.

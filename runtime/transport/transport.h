@@ -162,17 +162,20 @@ static_assert(kSendQueueDepth >= 2 * kSignalInterval,
               "an unsignalled run must leave room for the signalled WR that retires it");
 
 // Completion queue entries a loop's CQ starts with (clamped to the device's
-// max_cqe). Each connection reserves recv_depth + kSendQueueDepth of them
-// (kSendQueueDepth with a shared receive queue, whose receive buffers
-// reserve one each), so this holds 6 connections at the defaults: a
-// channel's loop rarely needs more. Past that the loop doubles its CQ with
-// ibv_resize_cq (which keeps the CQEs not yet polled), up to max_cqe (4 Mi
-// CQEs on ConnectX-5/6: ~13,000 connections per loop). A CQ's entries are
-// memory the device writes (64 bytes each on mlx5, pinned; 84 on
-// softrdma): starting at 64 Ki cost every loop 4 MiB (5.5 MiB on
-// softrdma) whether it served one connection or 200, which made each
-// Channel (one loop per engine thread) cost ~6 MiB.
+// max_cqe; EventLoop::EnsureCq doubles it once at once, to learn whether the
+// device can resize CQs). Each connection reserves recv_depth +
+// kSendQueueDepth of them (kSendQueueDepth with a shared receive queue,
+// whose receive buffers reserve one each), so the first CQ holds 12
+// connections at the defaults: a channel's loop rarely needs more. Past that
+// the loop doubles its CQ with ibv_resize_cq (which keeps the CQEs not yet
+// polled), up to max_cqe (4 Mi CQEs on ConnectX-5/6: ~13,000 connections
+// per loop). A CQ's entries are memory the device writes (64 bytes each on
+// mlx5, pinned; 88 bytes of the process's heap on softrdma), so a loop
+// with a few connections keeps its CQ small: 256 KiB on mlx5.
 inline constexpr int kCqDepth = 2048;
+// The CQ of a loop on a device without ibv_resize_cq (EOPNOTSUPP): made
+// this big at once, since it cannot grow (about 200 connections per loop).
+inline constexpr int kCqDepthWithoutResize = 65536;
 // Work completions taken per ibv_poll_cq call.
 inline constexpr int kPollBatch = 32;
 // Busy-poll this long after the last completion before arming the CQ and

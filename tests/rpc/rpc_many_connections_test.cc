@@ -20,6 +20,7 @@
 #include "runtime/transport/engine_stats.h"
 #include "runtime/transport/event_loop.h"
 #include "runtime/transport/send_queue.h"
+#include "softrdma/faults.h"
 #include "softrdma/softrdma.h"
 #include "tests/rpc/rpc_fixture.h"
 #include "tests/rpc/test_service.h"
@@ -130,11 +131,18 @@ TEST(ManyConnections, PeersMarkTheCqTableAndEveryCallCompletes) {
   const int64_t resizes_before = internal::SumEngineStats().cq_resizes;
   EchoFixture f(OneWorker(), Pool(kConnections));
   ASSERT_EQ(CallEachConnection(f.channel.get(), kConnections, "first"), 0);
-  // 128 connections of 64 + 256 CQEs each outgrow a loop's first CQ of
-  // kCqDepth (2048) entries: each side's CQ doubled to 64 Ki (5 resizes
-  // each), and every call over every connection completed.
-  static_assert(internal::kCqDepth == 2048);
-  EXPECT_EQ(internal::SumEngineStats().cq_resizes - resizes_before, 2 * 5);
+  // 128 connections of recv_depth 64 + kSendQueueDepth CQEs each outgrow a
+  // loop's first CQ (kCqDepth, doubled once when it is made): each side's
+  // CQ doubled as often as that takes, and every call over every connection
+  // completed.
+  int64_t depth = 2 * internal::kCqDepth;
+  int doublings = 0;
+  while (depth < kConnections * (64 + internal::kSendQueueDepth)) {
+    depth *= 2;
+    ++doublings;
+  }
+  ASSERT_GT(doublings, 0);
+  EXPECT_EQ(internal::SumEngineStats().cq_resizes - resizes_before, 2 * doublings);
   // The offers and acks travel with the first calls' records; a second
   // round carries whatever was still owed.
   ASSERT_EQ(CallEachConnection(f.channel.get(), kConnections, "second"), 0);
@@ -147,6 +155,23 @@ TEST(ManyConnections, PeersMarkTheCqTableAndEveryCallCompletes) {
   // 20,000 calls: each a request and a response record (plus acks), found
   // by their marks rather than by looking at all 128 rings.
   EXPECT_GE(after.shm_marked_drains - mid.shm_marked_drains, 20000u);
+}
+
+// A device without ibv_resize_cq (EOPNOTSUPP): each loop finds out when it
+// makes its CQ and makes it kCqDepthWithoutResize entries big at once, so
+// far more connections than the first CQ would hold work, with no resize.
+TEST(ManyConnections, ADeviceThatCannotResizeCqsGetsFullSizeCqsAtOnce) {
+  constexpr int kMore = 20;  // 20 x (64 + 256) CQEs: past 4,096, within 64 Ki
+  static_assert(kMore * (64 + internal::kSendQueueDepth) > 2 * internal::kCqDepth);
+  static_assert(kMore * (64 + internal::kSendQueueDepth) <= internal::kCqDepthWithoutResize);
+  const int64_t resizes_before = internal::SumEngineStats().cq_resizes;
+  softrdma::FailNext(softrdma::FaultOp::kResizeCq, 1000, EOPNOTSUPP);
+  {
+    EchoFixture f(OneWorker(), Pool(kMore));
+    EXPECT_EQ(CallEachConnection(f.channel.get(), kMore, "fixed"), 0);
+  }
+  softrdma::FailNext(softrdma::FaultOp::kResizeCq, 0, 0);
+  EXPECT_EQ(internal::SumEngineStats().cq_resizes - resizes_before, 0);
 }
 
 // Loops with more than EventLoop::kLeanConnections connections keep each
