@@ -503,12 +503,14 @@ bool AnyThreadRunnable(pid_t pid) {
 // Whether the same-host peer process could not have answered during the
 // period that just passed without progress: it is stopped (SIGSTOP, a
 // debugger: state T or t), or one of its threads is runnable while the
-// process got no CPU time since the last such period (a starved host). On a NIC the adapter answers
-// whatever the host's processes do, so its transport timer never fires for
-// a stopped or starved peer; softrdma's answers come from the peer process
-// itself, so such a period does not count as a timeout. A peer that runs,
-// or sleeps, and stays silent still counts (as does a link silenced by a
-// fault, and a peer on the TCP link, whose process is not known).
+// process got no CPU time since the last such period (a starved host). On a
+// NIC the adapter answers whatever the host's processes do, so its transport
+// timer never fires for a stopped or starved peer; softrdma's answers come
+// from the peer process itself, so such a period does not count as a
+// timeout. A peer that runs, or sleeps, and stays silent still counts (as
+// does a link silenced by a fault, and a peer on the TCP link, whose process
+// is not known). Reads /proc only after a silent period, at most
+// retry_cnt + 1 times in a row per QP unless the peer is stalled.
 bool PeerProcessStalledLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   if (q->shm == nullptr || LinkSilencedLocked(q)) return false;
   const pid_t pid = q->shm->peer_pid();

@@ -162,8 +162,8 @@ static_assert(kSendQueueDepth >= 2 * kSignalInterval,
               "an unsignalled run must leave room for the signalled WR that retires it");
 
 // Completion queue entries a loop's CQ starts with (clamped to the device's
-// max_cqe; EventLoop::EnsureCq doubles it once at once, to learn whether the
-// device can resize CQs). Each connection reserves recv_depth +
+// max_cqe; EventLoop::EnsureCq doubles it once as it makes it, to learn
+// whether the device can resize CQs). Each connection reserves recv_depth +
 // kSendQueueDepth of them (kSendQueueDepth with a shared receive queue,
 // whose receive buffers reserve one each), so the first CQ holds 12
 // connections at the defaults: a channel's loop rarely needs more. Past that
