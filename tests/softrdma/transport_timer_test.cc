@@ -61,6 +61,17 @@ int MoveTo(rdma_cm_id* id, ibv_qp* qp, ibv_qp_state state, uint8_t timeout = 0,
   return softrdma::modify_qp(qp, &a, mask);
 }
 
+// RC QP attributes: `cq` for both queues, 4 sends and `max_recv` receives
+// of one SGE each.
+ibv_qp_init_attr RcAttr(ibv_cq* cq, uint32_t max_recv) {
+  ibv_qp_init_attr qa{};
+  qa.qp_type = IBV_QPT_RC;
+  qa.send_cq = cq;
+  qa.recv_cq = cq;
+  qa.cap = {4, max_recv, 1, 1, 0};
+  return qa;
+}
+
 // The child's side: a non-blocking event channel and an id on it with the
 // parent's 127.0.0.1:`port` resolved (address and route).
 void ResolveParent(int port, rdma_event_channel** ch, rdma_cm_id** id) {
@@ -107,11 +118,7 @@ struct ParentSide {
     ack_cm_event(e);
     pd = alloc_pd(server->verbs);
     cq = create_cq(server->verbs, 16, nullptr, nullptr, 0);
-    ibv_qp_init_attr qa{};
-    qa.qp_type = IBV_QPT_RC;
-    qa.send_cq = cq;
-    qa.recv_cq = cq;
-    qa.cap = {4, 4, 1, 1, 0};
+    ibv_qp_init_attr qa = RcAttr(cq, 4);
     ASSERT_EQ(create_qp(server, pd, &qa), 0);
   }
   // Waits up to `seconds` for the child to exit (then kills it); its wait
@@ -163,11 +170,7 @@ TEST(TransportTimerChild, Reader) {
   ASSERT_NO_FATAL_FAILURE(ResolveParent(std::atoi(port), &ch, &id));
   ibv_pd* pd = alloc_pd(id->verbs);
   ibv_cq* cq = create_cq(id->verbs, 16, nullptr, nullptr, 0);
-  ibv_qp_init_attr qa{};
-  qa.qp_type = IBV_QPT_RC;
-  qa.send_cq = cq;
-  qa.recv_cq = cq;
-  qa.cap = {4, 4, 1, 1, 0};
+  ibv_qp_init_attr qa = RcAttr(cq, 4);
   ibv_qp* qp = softrdma::create_qp(pd, &qa);
   ASSERT_NE(qp, nullptr);
   ASSERT_EQ(MoveTo(id, qp, IBV_QPS_INIT), 0);
@@ -224,11 +227,7 @@ TEST(TransportTimerChild, Receiver) {
   ASSERT_NO_FATAL_FAILURE(ResolveParent(std::atoi(port), &ch, &id));
   ibv_pd* pd = alloc_pd(id->verbs);
   ibv_cq* cq = create_cq(id->verbs, 16, nullptr, nullptr, 0);
-  ibv_qp_init_attr qa{};
-  qa.qp_type = IBV_QPT_RC;
-  qa.send_cq = cq;
-  qa.recv_cq = cq;
-  qa.cap = {4, 8, 1, 1, 0};
+  ibv_qp_init_attr qa = RcAttr(cq, 8);
   ASSERT_EQ(create_qp(id, pd, &qa), 0);
   {
     Buffer buf(pd, 8 * 64, kAll);
