@@ -175,14 +175,14 @@ LibrdmacmDevice* FakeCmaDevice() {
   return d;
 }
 
-// Owned by the id registry from PublishId until rdma_destroy_id; everything
-// else holds weak_ptrs (`self`), or a shared_ptr for the length of a call, so
-// the memory outlives every handler that may still look at it.
 // What the passive side's RTU timer holds (ArmRtuTimer).
 struct RtuWait {
   std::weak_ptr<SoftCmId> id;
 };
 
+// Owned by the id registry from PublishId until rdma_destroy_id; everything
+// else holds weak_ptrs (`self`), or a shared_ptr for the length of a call, so
+// the memory outlives every handler that may still look at it.
 struct SoftCmId {
   rdma_cm_id id;  // first member
   LibrdmacmIdFields librdmacm{FakeCmaDevice(), nullptr, 0, 0, 0, 0};  // see above

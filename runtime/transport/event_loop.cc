@@ -437,8 +437,9 @@ absl::StatusOr<ibv_cq*> EventLoop::EnsureCq(ibv_context* context) {
     depth = std::min<int64_t>(depth, attr.max_cqe);
     max_depth = std::max<int>(attr.max_cqe, static_cast<int>(depth));
   } else {
-    // The device's limit is unknown: grow at most to 64 Ki entries.
-    max_depth = static_cast<int>(std::max<int64_t>(depth, int64_t{1} << 16));
+    // The device's limit is unknown: grow no further than a device that
+    // cannot resize starts.
+    max_depth = static_cast<int>(std::max<int64_t>(depth, kCqDepthWithoutResize));
   }
   absl::StatusOr<CqPtr> cq = CreateCq(context, static_cast<int>(depth), ch->get());
   if (!cq.ok()) return cq.status();
