@@ -247,12 +247,13 @@ std::vector<ServiceHelperNames> CppServiceHelperNames(const google::protobuf::Fi
   // one in the unnamed namespace inside it: they step aside from the .pb.h's
   // names, the service classes and each other.
   std::set<std::string> taken = ProtobufNamespaceNames(file);
-  for (const std::string& name : CppServiceNames(file)) taken.insert(name);
+  const std::vector<std::string> service_names = CppServiceNames(file);
+  taken.insert(service_names.begin(), service_names.end());
   std::vector<ServiceHelperNames> helpers;
   helpers.reserve(file->service_count());
   for (int i = 0; i < file->service_count(); ++i) {
     const google::protobuf::ServiceDescriptor* service = file->service(i);
-    const std::string cpp_name = CppServiceName(service);
+    const std::string& cpp_name = service_names[static_cast<size_t>(i)];
     ServiceHelperNames h;
     h.method_names = "k" + cpp_name + "MethodNames";
     while (taken.count(h.method_names) > 0) h.method_names += '_';
