@@ -155,50 +155,125 @@ void ProgressThread::RunAfter(absl::Duration delay, std::function<void()> fn) {
   if (wake) Wake();
 }
 
+void ProgressThread::OwnerLane::Push(OwnerTimer t) {
+  if (count == ring.size()) {
+    std::vector<OwnerTimer> bigger;
+    bigger.reserve(std::max<size_t>(16, 2 * ring.size()));
+    for (size_t i = 0; i < count; ++i) bigger.push_back(std::move(ring[(head + i) % ring.size()]));
+    bigger.resize(bigger.capacity());
+    ring = std::move(bigger);
+    head = 0;
+  }
+  ring[(head + count) % ring.size()] = std::move(t);
+  ++count;
+}
+
+ProgressThread::OwnerTimer ProgressThread::OwnerLane::Pop() {
+  OwnerTimer t = std::move(ring[head]);
+  head = head + 1 == ring.size() ? 0 : head + 1;
+  --count;
+  return t;
+}
+
 void ProgressThread::RunAfter(absl::Duration delay, std::weak_ptr<void> owner, OwnerTimerFn fn) {
   bool wake;
   {
     absl::MutexLock l(&mu_);
     const absl::Time when = absl::Now() + delay;
     wake = when < NextDeadlineLocked();
-    owner_timers_.push_back(OwnerTimer{when, std::move(owner), fn});
-    std::push_heap(owner_timers_.begin(), owner_timers_.end());
+    OwnerLane* lane = nullptr;
+    for (OwnerLane& l : owner_lanes_) {
+      if (l.delay == delay) {
+        lane = &l;
+        break;
+      }
+    }
+    if (lane == nullptr && owner_lanes_.size() < kMaxOwnerLanes) {
+      owner_lanes_.push_back(OwnerLane{});
+      lane = &owner_lanes_.back();
+      lane->delay = delay;
+    }
+    if (lane != nullptr) {
+      lane->Push(OwnerTimer{when, std::move(owner), fn});
+    } else {
+      owner_heap_.push_back(OwnerTimer{when, std::move(owner), fn});
+      std::push_heap(owner_heap_.begin(), owner_heap_.end());
+    }
   }
   if (wake) Wake();
+}
+
+bool ProgressThread::EarliestOwnerLocked(OwnerLane** lane, absl::Time* when) {
+  bool any = false;
+  *lane = nullptr;
+  if (!owner_heap_.empty()) {
+    *when = owner_heap_.front().when;
+    any = true;
+  }
+  for (OwnerLane& l : owner_lanes_) {
+    if (l.count == 0 || (any && l.front().when >= *when)) continue;
+    *when = l.front().when;
+    *lane = &l;
+    any = true;
+  }
+  return any;
 }
 
 absl::Time ProgressThread::NextDeadlineLocked() const {
   absl::Time next = absl::InfiniteFuture();
   if (!timers_.empty()) next = timers_.begin()->first;
-  if (!owner_timers_.empty()) next = std::min(next, owner_timers_.front().when);
+  if (!owner_heap_.empty()) next = std::min(next, owner_heap_.front().when);
+  for (const OwnerLane& l : owner_lanes_) {
+    if (l.count != 0) next = std::min(next, l.front().when);
+  }
   return next;
 }
 
 void ProgressThread::RunDueTimers() {
+  // Owner timers are taken in batches, one lock for up to kBatch of them, and
+  // their owners locked outside mu_ (each is a cold control block), so the
+  // threads that arm timers wait less.
+  constexpr size_t kBatch = 32;
+  struct Due {
+    std::weak_ptr<void> owner;
+    OwnerTimerFn fn;
+  };
+  Due due[kBatch];
   for (;;) {
     std::function<void()> fn;
-    OwnerTimerFn owner_fn = nullptr;
-    std::shared_ptr<void> owner;
+    size_t n = 0;
     {
       absl::MutexLock l(&mu_);
       const absl::Time now = absl::Now();
       const bool closure_due = !timers_.empty() && timers_.begin()->first <= now;
-      const bool owner_due = !owner_timers_.empty() && owner_timers_.front().when <= now;
-      if (!closure_due && !owner_due) break;
-      if (owner_due && (!closure_due || owner_timers_.front().when <= timers_.begin()->first)) {
-        std::pop_heap(owner_timers_.begin(), owner_timers_.end());
-        owner = owner_timers_.back().owner.lock();
-        owner_fn = owner_timers_.back().fn;
-        owner_timers_.pop_back();
-      } else {
+      const absl::Time closure_when = closure_due ? timers_.begin()->first : absl::InfiniteFuture();
+      OwnerLane* lane;
+      absl::Time when;
+      while (n < kBatch && EarliestOwnerLocked(&lane, &when) && when <= now &&
+             (!closure_due || when <= closure_when)) {
+        OwnerTimer t;
+        if (lane != nullptr) {
+          t = lane->Pop();
+        } else {
+          std::pop_heap(owner_heap_.begin(), owner_heap_.end());
+          t = std::move(owner_heap_.back());
+          owner_heap_.pop_back();
+        }
+        due[n].owner = std::move(t.owner);
+        due[n].fn = t.fn;
+        ++n;
+      }
+      if (n == 0) {
+        if (!closure_due) break;
         fn = std::move(timers_.begin()->second);
         timers_.erase(timers_.begin());
       }
     }
-    if (fn) {
-      fn();
-    } else if (owner != nullptr) {
-      owner_fn(owner);
+    if (fn) fn();
+    for (size_t i = 0; i < n; ++i) {
+      std::shared_ptr<void> owner = due[i].owner.lock();
+      due[i].owner.reset();
+      if (owner != nullptr) due[i].fn(owner);
     }
   }
 }
