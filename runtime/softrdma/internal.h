@@ -521,7 +521,6 @@ struct SoftQp {
   // Same-host link (shm_link.h): when set, QP frames go through its rings and
   // `conn` carries only doorbells and DISCONNECT.
   std::shared_ptr<ShmLink> shm ABSL_GUARDED_BY(mu);
-  FramePool frames ABSL_GUARDED_BY(mu);  // the frames of this QP's WRs and answers
   // Passive side between rdma_accept and RTU (the link, same-host or TCP, is
   // decided then): WRs queue and go out once QpSetLink runs at RTU.
   bool link_hold ABSL_GUARDED_BY(mu) = false;

@@ -780,7 +780,7 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
         h.flags = wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? kFetchAdd : kCmpSwap;
         h.addr = wr->wr.atomic.remote_addr;
         h.rkey = wr->wr.atomic.rkey;
-        auto buf = q->frames.Get(h, 16);
+        auto buf = FramePool::ForThisThread().Get(h, 16);
         PutU64(buf->data() + kHeaderSize, wr->wr.atomic.compare_add);
         PutU64(buf->data() + kHeaderSize + 8, wr->wr.atomic.swap);
         w.read_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
@@ -794,9 +794,9 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
         if (q->shm != nullptr && total > kShmInlineMax) {
           // The responder writes straight into our SGEs (process_vm_writev).
           h.flags |= kRemoteData;
-          w.frame = NewSglFrame(&q->frames, h, wr->sg_list, wr->num_sge);
+          w.frame = NewSglFrame(&FramePool::ForThisThread(), h, wr->sg_list, wr->num_sge);
         } else {
-          w.frame = q->frames.Get(h, 0);
+          w.frame = FramePool::ForThisThread().Get(h, 0);
         }
       } else if (q->shm != nullptr && !is_inline && total > kShmInlineMax) {
         // Same-host link: the responder reads our SGEs when it handles the
@@ -804,14 +804,14 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
         SetSendOrWriteHeader(*wr, &h);
         h.flags |= kRemoteData;
         h.read_len = static_cast<uint32_t>(total);
-        w.frame = NewSglFrame(&q->frames, h, wr->sg_list, wr->num_sge);
+        w.frame = NewSglFrame(&FramePool::ForThisThread(), h, wr->sg_list, wr->num_sge);
         w.data_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
       } else {
         if (!is_inline) w.data_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
         SetSendOrWriteHeader(*wr, &h);
         // The payload is copied now (inline or not); the WR's buffers are free
         // for reuse earlier than on hardware, which is allowed.
-        auto buf = q->frames.Get(h, static_cast<uint32_t>(total));
+        auto buf = FramePool::ForThisThread().Get(h, static_cast<uint32_t>(total));
         uint8_t* out = buf->data() + kHeaderSize;
         for (int i = 0; i < wr->num_sge; ++i) {
           // A zero-length SGE is skipped, as mlx5 does: its address (often
@@ -1290,7 +1290,7 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
       FrameHeader h;
       h.type = FrameType::kAtomicResp;
       h.psn = f.h.psn;
-      auto buf = q->frames.Get(h, 8);
+      auto buf = FramePool::ForThisThread().Get(h, 8);
       PutU64(buf->data() + kHeaderSize, original);
       q->epsn++;
       LinkSendLocked(q, std::move(buf));
