@@ -526,6 +526,15 @@ bool PeerProcessStalledLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   return state == 'T' || state == 't' || (no_cpu && AnyThreadRunnable(pid));
 }
 
+// Whether the same-host peer has not started polling the ring we produce
+// into (ShmLink::MarkAttached): a passive side whose progress thread has not
+// handled our RTU yet. A NIC's responder acknowledges from RTR on, so such a
+// period does not count. A link silenced by a fault counts as before; a peer
+// that dies first closes the socket, which flushes the QP.
+bool PeerNotAttachedLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  return q->shm != nullptr && !LinkSilencedLocked(q) && !q->shm->PeerAttached();
+}
+
 // One transport timeout period passed. Progress (LinkProgressLocked: an
 // answer, bytes moving, the peer copying for us -- a NIC ACKs or answers every
 // packet of a large message as it moves) restarts the count; retry_cnt + 1 periods without any fail
@@ -544,7 +553,7 @@ void OnAckTimer(SoftQp* q) {
     ArmAckTimerLocked(q);  // resets the count
     return;
   }
-  if (PeerProcessStalledLocked(q)) {
+  if (PeerProcessStalledLocked(q) || PeerNotAttachedLocked(q)) {
     const int timeouts = q->timeouts;
     ArmAckTimerLocked(q);
     q->timeouts = timeouts;  // this period does not count
@@ -1415,6 +1424,7 @@ void RegisterWithCqs(SoftQp* q, const std::shared_ptr<ShmLink>& link) {
   HintOffer offer;
   const bool offered = CqAddShmQp(q->qp.send_cq, q, link, one_cq && ShmHintsEnabled(), &offer);
   if (!one_cq) CqAddShmQp(q->qp.recv_cq, q, link, false, nullptr);
+  link->MarkAttached();
   if (offered) {
     absl::MutexLock l(&q->mu);
     if (q->shm == link && link->OfferHint(offer)) RingDoorbellLocked(q);

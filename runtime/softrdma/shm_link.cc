@@ -523,6 +523,12 @@ void ShmLink::NoteWork(uint64_t units) {
   ctl(in_)->work.fetch_add(units, std::memory_order_relaxed);
 }
 
+void ShmLink::MarkAttached() { ctl(in_)->attached.store(1, std::memory_order_release); }
+
+bool ShmLink::PeerAttached() const {
+  return ctl(out_)->attached.load(std::memory_order_acquire) != 0;
+}
+
 uint64_t ShmLink::PeerProgress() const {
   return ctl(out_)->work.load(std::memory_order_relaxed) +
          ctl(in_)->tail.load(std::memory_order_relaxed);

@@ -233,6 +233,15 @@ class ShmLink {
   // work on our requests plus the records it produced for us. A silent peer
   // leaves it unchanged.
   uint64_t PeerProgress() const;
+  // The consumer's CQs poll this link's incoming ring from now on (called
+  // once they do). The passive side of a connection gets there only when
+  // its progress thread handles the RTU, which may be behind thousands of
+  // other connections' set-up; a NIC's responder acknowledges from RTR on,
+  // so the requester's transport timer does not count that wait
+  // (PeerAttached).
+  void MarkAttached();
+  // Whether the peer's CQs poll the ring we produce into.
+  bool PeerAttached() const;
 
  private:
   struct alignas(64) RingCtl {
@@ -240,6 +249,7 @@ class ShmLink {
     alignas(64) std::atomic<uint64_t> head;  // bytes consumed (consumer)
     alignas(64) std::atomic<uint32_t> need_doorbell;  // consumer
     std::atomic<uint64_t> work;  // consumer: NoteWork units
+    std::atomic<uint32_t> attached;  // consumer: MarkAttached (0 as mapped)
   };
   static constexpr size_t kRingStride = sizeof(RingCtl) + kRingBytes;
   static constexpr size_t kSegmentBytes = 2 * kRingStride;

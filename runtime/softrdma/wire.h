@@ -178,12 +178,13 @@ struct ShmHello {
   uint8_t name_len = 0;
   char name[64] = {};
 };
-// "SHM3": rings that carry kRecHint / kRecHintAck records (shm_record.h),
-// whose producers read the marked table's poller_active word (shm_hint.h).
+// "SHM4": rings that carry kRecHint / kRecHintAck records (shm_record.h),
+// whose producers read the marked table's poller_active word (shm_hint.h),
+// and whose consumers say when their CQs poll them (ShmLink::MarkAttached).
 // A peer with another magic (an older softrdma) is treated as offering no
 // same-host link, so the two fall back to TCP instead of misreading records
 // or missing doorbells.
-inline constexpr uint8_t kShmHelloMagic[4] = {'S', 'H', 'M', '3'};
+inline constexpr uint8_t kShmHelloMagic[4] = {'S', 'H', 'M', '4'};
 inline constexpr size_t kShmHelloFixed = 4 + 1 + 36 + 8 + 8 + 4 + 8 + 8 + 1;
 
 // rdma_cm parameters exchanged in CONNECT_REQ and ACCEPT.

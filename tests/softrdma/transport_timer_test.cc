@@ -1,6 +1,7 @@
 // transport_timer_test.cc: the transport (local ACK) timer fires only when the
 // peer stops answering, not while a large transfer is moving, nor while the
-// peer process is stopped (a NIC answers for a stopped process).
+// peer process is stopped (a NIC answers for a stopped process), nor while a
+// passive peer has yet to handle the RTU (a NIC answers from RTR on).
 //
 // The requester is a second process (this binary re-executed with a filter
 // that runs only TransportTimerChild.Reader, as fork_test.cc does), so its
@@ -21,7 +22,10 @@
 #include <string>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "softrdma/progress_thread.h"
 #include "softrdma/softrdma.h"
 #include "test_util.h"
 
@@ -256,6 +260,86 @@ TEST(TransportTimerChild, Receiver) {
   destroy_cq(cq);
   dealloc_pd(pd);
   destroy_event_channel(ch);
+}
+
+// Runs only inside the child process: connects with a transport timer of
+// 3 silent periods (rdma_cm's default 67 ms each), SENDs "hello" as soon as
+// it is ESTABLISHED, expects it to complete with success, and waits for the
+// parent to disconnect.
+TEST(TransportTimerChild, Sender) {
+  const char* port = std::getenv(kPortEnv);
+  if (port == nullptr) GTEST_SKIP() << "runs only as TransportTimer's child";
+  rdma_event_channel* ch = nullptr;
+  rdma_cm_id* id = nullptr;
+  ASSERT_NO_FATAL_FAILURE(ResolveParent(std::atoi(port), &ch, &id));
+  ibv_pd* pd = alloc_pd(id->verbs);
+  ibv_cq* cq = create_cq(id->verbs, 16, nullptr, nullptr, 0);
+  ibv_qp_init_attr qa = RcAttr(cq, 1);
+  ASSERT_EQ(create_qp(id, pd, &qa), 0);
+  {
+    Buffer buf(pd, 64, kAll);
+    std::memcpy(buf.data.data(), "hello", 5);
+    rdma_conn_param cp{};
+    cp.retry_count = 2;
+    cp.rnr_retry_count = 7;
+    ASSERT_EQ(softrdma::connect(id, &cp), 0);
+    ASSERT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_ESTABLISHED, 10000), 0);
+    ASSERT_EQ(PostSend(id->qp, IBV_WR_SEND, 7, buf, 0, 5), 0);
+    ibv_wc wc{};
+    ASSERT_TRUE(PollOne(cq, &wc, 10000));
+    EXPECT_EQ(wc.wr_id, 7u);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);  // 12: IBV_WC_RETRY_EXC_ERR
+    // The parent disconnects once it has checked its side.
+    EXPECT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_DISCONNECTED, 20000), 0);
+  }
+  destroy_qp(id);
+  destroy_id(id);
+  destroy_cq(cq);
+  dealloc_pd(pd);
+  destroy_event_channel(ch);
+}
+
+// A NIC's responder acknowledges from RTR on, before the connection's RTU
+// arrives. softrdma's passive side starts polling a same-host ring only when
+// its progress thread handles the RTU, which at thousands of connections
+// being set up at once may come long after; the requester's transport timer
+// does not count that wait. Here the parent's progress thread is held for
+// 1 s (five times the child's 3 x 67 ms) from before the accept, so the
+// child's SEND waits in the ring the parent does not poll yet; it completes
+// once the parent catches up.
+TEST(TransportTimer, PassiveSideLateWithTheRtuIsNotASilentLink) {
+  const char* shm_env = std::getenv("SOFTRDMA_SHM");
+  if (shm_env != nullptr && std::strcmp(shm_env, "0") == 0) {
+    GTEST_SKIP() << "the TCP link's responder is the progress thread itself";
+  }
+  ParentSide p;
+  ASSERT_NO_FATAL_FAILURE(p.Start("TransportTimerChild.Sender"));
+  Buffer buf(p.pd, 64, kAll);
+  ASSERT_EQ(PostRecv(p.server->qp, 1, buf, 0, 64), 0);
+  absl::Notification held, release;
+  internal::ProgressThread::Get().RunAfter(absl::ZeroDuration(), [&held, &release] {
+    held.Notify();
+    release.WaitForNotificationWithTimeout(absl::Seconds(10));
+  });
+  ASSERT_TRUE(held.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  const absl::Time accepted = absl::Now();
+  rdma_conn_param ap{};
+  ASSERT_EQ(softrdma::accept(p.server, &ap), 0);
+  absl::SleepFor(absl::Seconds(1));
+  release.Notify();
+  ASSERT_EQ(ExpectEvent(p.ch, RDMA_CM_EVENT_ESTABLISHED, 10000), 0);
+  EXPECT_GE(absl::Now() - accepted, absl::Milliseconds(1000));
+  ASSERT_TRUE(QpUsesShm(p.server->qp));
+  ibv_wc wc{};
+  ASSERT_TRUE(PollOne(p.cq, &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.byte_len, 5u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data.data()), 5), "hello");
+  EXPECT_EQ(softrdma::disconnect(p.server), 0);
+  const int status = p.WaitChild(30);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's SEND failed (see its output above)";
 }
 
 // A NIC acknowledges for a stopped process, so a requester whose peer process
