@@ -155,13 +155,15 @@ void PublishShmSnapshot(SoftCq* c, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->l
     next = new SoftCq::ShmSnapshot();
     next->all.reserve(c->shm_qps.size());
     int top_slot = -1;
-    for (const SoftCq::ShmMember& m : c->shm_qps) {
-      next->all.push_back(SoftCq::ShmEntry{m.qp, m.link.get(), m.slot});
+    for (SoftCq::ShmMember& m : c->shm_qps) {
+      const SoftCq::ShmEntry e{m.qp, m.link.get(), m.slot};
+      next->all.push_back(e);
       top_slot = std::max(top_slot, m.slot);
+      if (m.slot >= 0 && !m.marked) m.marked = m.link->marked_by_peer();
+      if (!m.marked) next->scan.push_back(e);
     }
     next->by_slot.assign(static_cast<size_t>(top_slot + 1), SoftCq::ShmEntry{nullptr, nullptr});
     for (const SoftCq::ShmEntry& e : next->all) {
-      if (e.slot < 0 || !e.link->marked_by_peer()) next->scan.push_back(e);
       if (e.slot >= 0) next->by_slot[static_cast<size_t>(e.slot)] = e;
     }
   }
@@ -189,7 +191,10 @@ bool CqAddShmQp(ibv_cq* cq, SoftQp* qp, std::shared_ptr<ShmLink> link, bool want
   for (SoftCq::ShmMember& e : c->shm_qps) {
     if (e.qp == qp) {
       // Snapshots published before the next one may still name the old link.
-      if (e.link != link) c->shm_retired_links.push_back(std::move(e.link));
+      if (e.link != link) {
+        c->shm_retired_links.push_back(std::move(e.link));
+        e.marked = false;
+      }
       e.link = link;
       entry = &e;
     }

@@ -350,6 +350,9 @@ struct SoftCq {
     SoftQp* qp;
     std::shared_ptr<ShmLink> link;
     int slot = -1;
+    // link->marked_by_peer() was seen true (it stays true for the link), so
+    // a publication need not load each link's cold flag again.
+    bool marked = false;
   };
   struct ShmSnapshot {
     std::vector<ShmEntry> all;
