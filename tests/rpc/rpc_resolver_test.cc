@@ -234,31 +234,38 @@ TEST_F(ResolverTest, CallsFollowEveryChangeOfTheList) {
   EXPECT_EQ(a.service.calls(), 20);
   EXPECT_EQ(b.service.calls(), 0);
 
-  // Both (b twice: duplicates count once): an even split.
-  l->OnAddresses({a.address(), b.address(), b.address()});
-  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Call(ch->get()).ok());
-  EXPECT_EQ(a.service.calls(), 30);
-  EXPECT_EQ(b.service.calls(), 10);
-
   auto established = [] {
     return MetricValue(RenderMetricsText(), "rdmarpc_connections", {{"state", "established"}})
         .value_or(-1);
   };
-  // 2 slots per address (one per engine thread), each counted by the
-  // client and its server.
-  EXPECT_EQ(established(), 8);
+  // Waits (up to 10 s) until `n` connections are established: b's are made
+  // as soon as the list names it, but on a loaded machine the first calls
+  // could otherwise start before they are up and all go to a.
+  auto wait_established = [&](int n) {
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (established() != n && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
+    return established();
+  };
+
+  // Both (b twice: duplicates count once): 2 slots per address (one per
+  // engine thread), each counted by the client and its server; then an
+  // even split.
+  l->OnAddresses({a.address(), b.address(), b.address()});
+  EXPECT_EQ(wait_established(8), 8);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Call(ch->get()).ok());
+  EXPECT_EQ(a.service.calls(), 30);
+  EXPECT_EQ(b.service.calls(), 10);
 
   // a leaves: every call goes to b, none fails, and a's connections close.
   l->OnAddresses({b.address()});
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(Call(ch->get()).ok());
   EXPECT_EQ(a.service.calls(), 30);
   EXPECT_EQ(b.service.calls(), 30);
-  const absl::Time until = absl::Now() + absl::Seconds(10);
-  while (established() != 4 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
-  EXPECT_EQ(established(), 4);
+  EXPECT_EQ(wait_established(4), 4);
 
   // a is back.
   l->OnAddresses({a.address(), b.address()});
+  EXPECT_EQ(wait_established(8), 8);
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(Call(ch->get()).ok());
   EXPECT_EQ(a.service.calls(), 40);
   EXPECT_EQ(b.service.calls(), 40);
