@@ -650,17 +650,18 @@ void EventLoop::RequestIdleReposts() {
   RunScheduledEndOfSteps();
 }
 
-void EventLoop::Sleep() {
+void EventLoop::Sleep(absl::Time wake_by) {
   int timeout_ms = -1;
-  if (!timers_.empty()) {
-    const absl::Duration d = timers_.begin()->first.first - absl::Now();
+  const absl::Time until = timers_.empty() ? wake_by : std::min(wake_by, timers_.begin()->first.first);
+  if (until != absl::InfiniteFuture()) {
+    const absl::Duration d = until - absl::Now();
     // Capped: a timer weeks away (a long deadline) must not overflow int.
     timeout_ms = d <= absl::ZeroDuration()
                      ? 0
                      : static_cast<int>(std::min<int64_t>(
                            absl::ToInt64Milliseconds(d + absl::Milliseconds(1)), 1 << 30));
   }
-  sleep_until_ = timers_.empty() ? absl::InfiniteFuture() : timers_.begin()->first.first;
+  sleep_until_ = until;
   sleeping_.store(true);
   if (tasks_.size() > 0 || stop_.load()) {
     sleeping_.store(false);
@@ -717,6 +718,9 @@ void EventLoop::Loop() {
   // it); InfinitePast when there is none this thread may learn from
   // (spin_governor.h).
   absl::Time in_flight_wait_start = absl::InfinitePast();
+  // When this loop went to sleep with its CQ unarmed and has done no work
+  // since; InfinitePast when it is not in that state.
+  absl::Time unarmed_since = absl::InfinitePast();
   bool back_from_leader = false;
   SpinPause idle_pause(spin_yield_every_);
   // Held while this thread spins; given back before it sleeps or steps
@@ -756,6 +760,7 @@ void EventLoop::Loop() {
       continue;
     }
     if (worked || tasks_.size() > 0) {
+      unarmed_since = absl::InfinitePast();
       last_work = worked ? now_ : ReadClock();  // a Step that worked read it
       if (worked) {
         end_in_flight_wait(last_work);
@@ -789,9 +794,14 @@ void EventLoop::Loop() {
     back_from_leader = false;
     // Arming makes softrdma's same-host link ask the peer for a doorbell per
     // message (the "consumer asleep" flag), so a client loop arms only when
-    // a completion is expected: not for its keepalive timer alone.
-    if (cq_ != nullptr && (always_arm_ || calls_in_flight_ > 0 ||
-                           timers_.size() > quiet_timers_.size())) {
+    // a completion is expected, not for its keepalive timer alone, or once
+    // it has slept unarmed for kUnarmedSleep (set_always_arm).
+    const bool expected = always_arm_ || calls_in_flight_ > 0 ||
+                          timers_.size() > quiet_timers_.size();
+    const bool unarmed_long =
+        unarmed_since != absl::InfinitePast() && ReadClock() - unarmed_since >= kUnarmedSleep;
+    bool armed = false;
+    if (cq_ != nullptr && (expected || unarmed_long)) {
       // Arm, then poll again: a completion that landed after the last poll
       // but before the arm raises no event, and would wait for the next one.
       if (int rc = ibv_req_notify_cq(cq_.get(), 0); rc != 0) {
@@ -802,13 +812,21 @@ void EventLoop::Loop() {
         continue;
       }
       if (PollCq() > 0) {
+        unarmed_since = absl::InfinitePast();
         last_work = ReadClock();
         end_in_flight_wait(last_work);
         continue;
       }
+      armed = true;
+      unarmed_since = absl::InfinitePast();
+    }
+    absl::Time wake_by = absl::InfiniteFuture();
+    if (cq_ != nullptr && !armed) {
+      if (unarmed_since == absl::InfinitePast()) unarmed_since = ReadClock();
+      wake_by = unarmed_since + kUnarmedSleep;
     }
     const uint64_t leads_before = leads_;
-    Sleep();
+    Sleep(wake_by);
     graveyard_.clear();
     last_work = ReadClock();
     // Callers led meanwhile: the wait that ends next is not all this

@@ -210,13 +210,21 @@ class EventLoop {
   int calls_in_flight() const { return calls_in_flight_.load(std::memory_order_relaxed); }
   // By default the loop arms the CQ whenever it sleeps. A client loop
   // (Channel) sets false: it arms only while calls are in flight or timers
-  // that expect a completion run (not for a keepalive alone), since nothing
-  // else is expected on a client's CQ (a late response or a kCredit waits
-  // for the next poll; a lost peer shows as a cm event), and not arming
-  // spares the loop thread a wake-up per call made by a leading caller —
-  // and, on softrdma's same-host link, the peer a doorbell per message (an
-  // armed CQ marks its rings' consumer asleep). Before Start.
+  // that expect a completion run (not for a keepalive alone), or once it
+  // has slept unarmed for kUnarmedSleep without work. Between calls made
+  // back to back by a leading caller, not arming spares the loop thread a
+  // wake-up per call — and, on softrdma's same-host link, the peer a
+  // doorbell per message (an armed CQ marks its rings' consumer asleep);
+  // a client that stays idle arms after kUnarmedSleep, so what a server
+  // sends on its own (kGoAway when it drains) wakes it. A late response or
+  // a kCredit may wait for the next poll; a lost peer shows as a cm event.
+  // Before Start.
   void set_always_arm(bool v) { always_arm_ = v; }
+  // How long an idle client loop sleeps with its CQ unarmed before it
+  // wakes once to arm it (set_always_arm): what a server's kGoAway waits
+  // for at most. Our own choice: short against the server's 1 s wait for
+  // the answer, long against the gap between a thread's synchronous calls.
+  static constexpr absl::Duration kUnarmedSleep = absl::Milliseconds(10);
 
   // Poller holder only (the loop thread or a leading caller).
   // `needs_completions` false marks a timer that expects no completion
@@ -317,7 +325,9 @@ class EventLoop {
   void ReadAsyncEvents(ibv_context* context);
   void PollFds();
   void RunFdHandlers(const epoll_event* events, int n);
-  void Sleep();
+  // Waits in epoll until an fd is ready, the first timer is due or
+  // `wake_by`, whichever comes first.
+  void Sleep(absl::Time wake_by);
   void Wake();
   void Teardown();
   void RunScheduledEndOfSteps();

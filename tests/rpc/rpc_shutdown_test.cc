@@ -96,6 +96,25 @@ TEST(Shutdown, GraceExpiryCancelsRunningHandlersAndStartsNoQueuedOne) {
   EXPECT_EQ(cancelled_at_grace, 2);
 }
 
+// A client whose channel is idle sleeps with its CQ unarmed only for
+// EventLoop::kUnarmedSleep, then arms it, so the server's kGoAway wakes it
+// and is answered at once. Before, it waited for the client's next timer
+// (its keepalive, about 1 s after the last call) or the server's 1 s bound
+// for the answer, whichever came first.
+TEST(Shutdown, AnIdleClientAnswersTheDrainAtOnce) {
+  Fixture f(/*handler_threads=*/2);
+  Calls calls(1);
+  calls.reqs[0].set_text("only call");
+  calls.Start(f.channel.get(), kSlowMethod, 0);
+  ASSERT_TRUE(WaitFor([&] { return calls.AllAnswered(); }));
+  ASSERT_TRUE(calls.results[0].ok()) << calls.results[0];
+  absl::SleepFor(absl::Milliseconds(100));  // the client's loop is asleep
+  const absl::Time t0 = absl::Now();
+  f.server.Shutdown(absl::Seconds(10));
+  const absl::Duration took = absl::Now() - t0;
+  EXPECT_LT(took, absl::Milliseconds(600)) << took;  // 0.9-1 s when the kGoAway waits
+}
+
 TEST(Shutdown, RepliesOfHandlersFinishingWithinTheGraceAreDeliveredAndItReturnsEarly) {
   Fixture f(/*handler_threads=*/2);
   Calls calls(2);
