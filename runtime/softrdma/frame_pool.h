@@ -8,16 +8,19 @@
 // frame. Frames of up to kMaxPooledPayload bytes are pooled, at most
 // kMaxPooledFrames of them (the most the pool has had out at once, up to
 // that), so a pool keeps at most about 1 MiB of them; larger or further ones are
-// built fresh, and so is a frame when kMaxTries pooled ones were all still
-// held (frames retire in about the order they were handed out, so the
-// oldest is nearly always free).
+// built fresh, and so is a frame when kMaxTries pooled ones in a row were
+// all still held (the search goes round from where the last one ended, and
+// most frames retire within microseconds, so one of the next few is nearly
+// always free; a thread whose QPs hold many frames for long pays a few
+// cold probes and an allocation per post).
 //
 // One pool per thread (ForThisThread), shared by every QP the thread posts
 // or answers on: with thousands of QPs each message on a different one, a
-// pool per QP made every frame, its vector and its control block cold
-// cache lines (FramePool::Get was 5.9 % of a conn_scale server's cycles at
-// 10,000 connections), where a thread's pool stays in its cache. A frame
-// may outlive its pool's thread: the WQE or the link holding it owns it.
+// pool per QP would make every frame, its vector and its control block cold
+// cache lines (measured: FramePool::Get 5.6-5.9 % of a conn_scale server's
+// cycles at 10,000 connections, bench/README.md), where a thread's pool
+// stays in its cache. A frame may outlive its pool's thread: the WQE or the
+// link holding it owns it.
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_FRAME_POOL_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_FRAME_POOL_H_
 
@@ -34,11 +37,17 @@ namespace internal {
 
 class FramePool {
  public:
-  // The calling thread's pool. Not thread-safe itself: only its thread uses
-  // it.
-  static FramePool& ForThisThread() {
-    thread_local FramePool pool;
-    return pool;
+  // The calling thread's pool, made on first use and freed when the thread
+  // exits. Not thread-safe itself: only its thread uses it. nullptr once
+  // the thread's thread_local destructors freed it: a destructor that posts
+  // a send after that (a per-thread connection saying goodbye) gets a
+  // fresh frame from Take instead.
+  static FramePool* ForThisThread();
+  // A frame from the calling thread's pool, or built fresh when the pool is
+  // gone (above).
+  static std::shared_ptr<std::vector<uint8_t>> Take(FrameHeader h, uint32_t payload_len) {
+    FramePool* pool = ForThisThread();
+    return pool != nullptr ? pool->Get(h, payload_len) : NewFrame(h, payload_len);
   }
 
   // Small messages and control frames; a same-host frame larger than this

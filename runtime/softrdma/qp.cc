@@ -308,12 +308,29 @@ void LinkSendHeaderLocked(SoftQp* q, const FrameHeader& h) ABSL_EXCLUSIVE_LOCKS_
   if (q->conn != nullptr) q->conn->SendFrame(h);
 }
 
+// This thread's frame pool (FramePool::ForThisThread): a plain pointer, so
+// reading it is safe in any thread_local destructor, and a reaper made
+// with the pool that frees it at thread exit. thread_locals are destroyed
+// in the reverse order of their construction, so one made before the pool
+// (whose destructor may post) is destroyed after the reaper and finds
+// t_frame_pool_gone.
+thread_local FramePool* t_frame_pool = nullptr;
+thread_local bool t_frame_pool_gone = false;
+struct FramePoolReaper {
+  bool armed = false;
+  ~FramePoolReaper() {
+    delete t_frame_pool;
+    t_frame_pool = nullptr;
+    t_frame_pool_gone = true;
+  }
+};
+thread_local FramePoolReaper t_frame_pool_reaper;
+
 // Appends the non-empty SGEs as a remote SGE list (shm_link.h).
-std::shared_ptr<std::vector<uint8_t>> NewSglFrame(FramePool* pool, const FrameHeader& h,
-                                                  const ibv_sge* sg, int n) {
+std::shared_ptr<std::vector<uint8_t>> NewSglFrame(const FrameHeader& h, const ibv_sge* sg, int n) {
   int used = 0;
   for (int i = 0; i < n; ++i) used += sg[i].length > 0 ? 1 : 0;
-  auto buf = pool->Get(h, static_cast<uint32_t>(used * kSglEntryBytes));
+  auto buf = FramePool::Take(h, static_cast<uint32_t>(used * kSglEntryBytes));
   uint8_t* out = buf->data() + kHeaderSize;
   for (int i = 0; i < n; ++i) {
     if (sg[i].length == 0) continue;
@@ -789,7 +806,7 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
         h.flags = wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? kFetchAdd : kCmpSwap;
         h.addr = wr->wr.atomic.remote_addr;
         h.rkey = wr->wr.atomic.rkey;
-        auto buf = FramePool::ForThisThread().Get(h, 16);
+        auto buf = FramePool::Take(h, 16);
         PutU64(buf->data() + kHeaderSize, wr->wr.atomic.compare_add);
         PutU64(buf->data() + kHeaderSize + 8, wr->wr.atomic.swap);
         w.read_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
@@ -803,9 +820,9 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
         if (q->shm != nullptr && total > kShmInlineMax) {
           // The responder writes straight into our SGEs (process_vm_writev).
           h.flags |= kRemoteData;
-          w.frame = NewSglFrame(&FramePool::ForThisThread(), h, wr->sg_list, wr->num_sge);
+          w.frame = NewSglFrame(h, wr->sg_list, wr->num_sge);
         } else {
-          w.frame = FramePool::ForThisThread().Get(h, 0);
+          w.frame = FramePool::Take(h, 0);
         }
       } else if (q->shm != nullptr && !is_inline && total > kShmInlineMax) {
         // Same-host link: the responder reads our SGEs when it handles the
@@ -813,14 +830,14 @@ int PostOneSendLocked(SoftQp* q, ibv_send_wr* wr, bool bind_verb = false)
         SetSendOrWriteHeader(*wr, &h);
         h.flags |= kRemoteData;
         h.read_len = static_cast<uint32_t>(total);
-        w.frame = NewSglFrame(&FramePool::ForThisThread(), h, wr->sg_list, wr->num_sge);
+        w.frame = NewSglFrame(h, wr->sg_list, wr->num_sge);
         w.data_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
       } else {
         if (!is_inline) w.data_sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
         SetSendOrWriteHeader(*wr, &h);
         // The payload is copied now (inline or not); the WR's buffers are free
         // for reuse earlier than on hardware, which is allowed.
-        auto buf = FramePool::ForThisThread().Get(h, static_cast<uint32_t>(total));
+        auto buf = FramePool::Take(h, static_cast<uint32_t>(total));
         uint8_t* out = buf->data() + kHeaderSize;
         for (int i = 0; i < wr->num_sge; ++i) {
           // A zero-length SGE is skipped, as mlx5 does: its address (often
@@ -1299,7 +1316,7 @@ void OnRequestLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
       FrameHeader h;
       h.type = FrameType::kAtomicResp;
       h.psn = f.h.psn;
-      auto buf = FramePool::ForThisThread().Get(h, 8);
+      auto buf = FramePool::Take(h, 8);
       PutU64(buf->data() + kHeaderSize, original);
       q->epsn++;
       LinkSendLocked(q, std::move(buf));
@@ -1339,6 +1356,14 @@ class ShmPostBatch {
 };
 
 }  // namespace
+
+FramePool* FramePool::ForThisThread() {
+  if (t_frame_pool == nullptr && !t_frame_pool_gone) {
+    t_frame_pool = new FramePool;
+    t_frame_pool_reaper.armed = true;  // constructed now: frees the pool at thread exit
+  }
+  return t_frame_pool;
+}
 
 int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   SoftQp* q = ToSoft(qp);

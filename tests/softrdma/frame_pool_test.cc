@@ -1,9 +1,12 @@
-// FramePool (runtime/softrdma/frame_pool.h): a QP's frames are reused once
-// nobody else holds them, never while someone does.
+// FramePool (runtime/softrdma/frame_pool.h): frames are reused once nobody
+// else holds them, never while someone does; each thread has its own pool,
+// whose frames outlive it, and a thread_local destructor that runs after
+// the pool is gone still gets frames.
 #include "softrdma/frame_pool.h"
 
 #include <algorithm>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -71,6 +74,50 @@ TEST(FramePool, LargeFramesAreNotKept) {
   std::shared_ptr<std::vector<uint8_t>> big = pool.Get(Header(1), FramePool::kMaxPooledPayload + 1);
   ASSERT_EQ(big->size(), kHeaderSize + FramePool::kMaxPooledPayload + 1);
   EXPECT_EQ(big.use_count(), 1);  // the pool holds no reference to it
+}
+
+TEST(FramePool, EachThreadHasItsOwnPoolWhoseFramesOutliveIt) {
+  FramePool* mine = FramePool::ForThisThread();
+  ASSERT_NE(mine, nullptr);
+  EXPECT_EQ(FramePool::ForThisThread(), mine);
+  FramePool* theirs = nullptr;
+  std::shared_ptr<std::vector<uint8_t>> kept;
+  std::thread t([&] {
+    theirs = FramePool::ForThisThread();
+    kept = FramePool::Take(Header(7), 24);
+  });
+  t.join();
+  EXPECT_NE(theirs, mine);
+  // The thread and its pool are gone; the frame it took is ours now.
+  ASSERT_NE(kept, nullptr);
+  EXPECT_EQ(kept.use_count(), 1);
+  ASSERT_EQ(kept->size(), kHeaderSize + 24);
+  EXPECT_EQ(DecodeHeader(kept->data()).psn, 7u);
+}
+
+// What a thread_local destructor that runs after the thread's pool was freed
+// got from FramePool::Take (a per-thread connection saying goodbye).
+struct LateTake {
+  bool armed = false;
+  std::shared_ptr<std::vector<uint8_t>>* out = nullptr;
+  ~LateTake() {
+    if (out != nullptr) *out = FramePool::Take(Header(9), 40);
+  }
+};
+thread_local LateTake t_late_take;
+
+TEST(FramePool, AThreadLocalDestroyedAfterThePoolStillGetsFrames) {
+  std::shared_ptr<std::vector<uint8_t>> late;
+  std::thread t([&] {
+    t_late_take.out = &late;  // made before the pool: destroyed after it
+    std::shared_ptr<std::vector<uint8_t>> f = FramePool::Take(Header(8), 40);  // makes the pool
+    ASSERT_NE(f, nullptr);
+  });
+  t.join();
+  ASSERT_NE(late, nullptr);
+  ASSERT_EQ(late->size(), kHeaderSize + 40);
+  EXPECT_EQ(DecodeHeader(late->data()).psn, 9u);
+  EXPECT_EQ(late.use_count(), 1);  // built fresh: no pool holds it
 }
 
 }  // namespace
