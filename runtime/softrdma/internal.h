@@ -560,6 +560,9 @@ struct SoftQp {
   // since progress was last seen (see PeerProcessStalledLocked in qp.cc).
   bool peer_cpu_known ABSL_GUARDED_BY(mu) = false;
   uint64_t peer_cpu_ticks ABSL_GUARDED_BY(mu) = 0;
+  // Silent periods not counted because the same-host peer had not attached
+  // its ring yet (PeerNotAttachedLocked in qp.cc), in nanoseconds.
+  int64_t unattached_wait_ns ABSL_GUARDED_BY(mu) = 0;
   // RecvBeforeSend (faults.h): the responder's ACK being held back.
   bool ack_held ABSL_GUARDED_BY(mu) = false;
   uint32_t ack_held_psn ABSL_GUARDED_BY(mu) = 0;

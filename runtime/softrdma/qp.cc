@@ -176,6 +176,8 @@ void MoveToErrorLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   q->conn.reset();
   q->awaiting_first_request = false;
   if (entering && q->qp.srq != nullptr) RaiseQpEventLocked(q, IBV_EVENT_QP_LAST_WQE_REACHED);
+  // Our silence counts for the peer's requests from now on.
+  if (q->shm != nullptr) q->shm->MarkAttached();
   q->shm.reset();
   q->link_hold = false;
 }
@@ -543,13 +545,21 @@ bool PeerProcessStalledLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   return state == 'T' || state == 't' || (no_cpu && AnyThreadRunnable(pid));
 }
 
-// Whether the same-host peer has not started polling the ring we produce
-// into (ShmLink::MarkAttached): a passive side whose progress thread has not
-// handled our RTU yet. A NIC's responder acknowledges from RTR on, so such a
-// period does not count. A link silenced by a fault counts as before; a peer
-// that dies first closes the socket, which flushes the QP.
+// Whether a silent period ending now is one in which the same-host peer had
+// not started polling the ring we produce into (ShmLink::MarkAttached): a
+// passive side whose progress thread has not handled our RTU yet. A NIC's
+// responder acknowledges from RTR on, so such a period does not count, for
+// at most kUnattachedGrace in all. A peer whose QP left the link first
+// (ERROR, RESET) has marked the ring too, and its silence counts; so does
+// a link silenced by a fault. A peer that dies closes the socket, which
+// flushes the QP.
+constexpr absl::Duration kUnattachedGrace = absl::Seconds(5);
 bool PeerNotAttachedLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
-  return q->shm != nullptr && !LinkSilencedLocked(q) && !q->shm->PeerAttached();
+  if (q->shm == nullptr || LinkSilencedLocked(q) || q->shm->PeerAttached()) return false;
+  const int64_t period_ns = int64_t{4096} << q->timeout;
+  if (q->unattached_wait_ns + period_ns > absl::ToInt64Nanoseconds(kUnattachedGrace)) return false;
+  q->unattached_wait_ns += period_ns;
+  return true;
 }
 
 // One transport timeout period passed. Progress (LinkProgressLocked: an
@@ -1781,8 +1791,10 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
       q->rnr_wait = false;
       q->sq_blocked = false;
       q->conn.reset();
+      if (q->shm != nullptr) q->shm->MarkAttached();  // our silence counts from now on
       q->shm.reset();
       q->link_hold = false;
+      q->unattached_wait_ns = 0;
       q->unsignaled_done = 0;
       q->slot_generation++;  // unpolled CQEs of before free nothing now
       q->sq_unpolled = 0;

@@ -182,6 +182,7 @@ std::shared_ptr<ShmLink> ShmLink::Create() {
     c->head.store(0);
     c->need_doorbell.store(1);
     c->work.store(0);
+    c->attached.store(0);
   }
   return link;
 }

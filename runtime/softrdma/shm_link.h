@@ -233,14 +233,15 @@ class ShmLink {
   // work on our requests plus the records it produced for us. A silent peer
   // leaves it unchanged.
   uint64_t PeerProgress() const;
-  // The consumer's CQs poll this link's incoming ring from now on (called
-  // once they do). The passive side of a connection gets there only when
-  // its progress thread handles the RTU, which may be behind thousands of
-  // other connections' set-up; a NIC's responder acknowledges from RTR on,
-  // so the requester's transport timer does not count that wait
-  // (PeerAttached).
+  // The consumer's CQs poll this link's incoming ring from now on, or its
+  // QP left the link (ERROR, RESET): from then on the producer's transport
+  // timer counts the consumer's silence. The passive side of a connection
+  // attaches only when its progress thread handles the RTU, which may be
+  // behind thousands of other connections' set-up; a NIC's responder
+  // acknowledges from RTR on, so until then the requester's timer does not
+  // count (for a while: PeerNotAttachedLocked in qp.cc). Any thread.
   void MarkAttached();
-  // Whether the peer's CQs poll the ring we produce into.
+  // Whether the peer marked the ring we produce into (above). Any thread.
   bool PeerAttached() const;
 
  private:

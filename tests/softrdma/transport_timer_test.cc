@@ -316,17 +316,21 @@ TEST(TransportTimer, PassiveSideLateWithTheRtuIsNotASilentLink) {
   ASSERT_NO_FATAL_FAILURE(p.Start("TransportTimerChild.Sender"));
   Buffer buf(p.pd, 64, kAll);
   ASSERT_EQ(PostRecv(p.server->qp, 1, buf, 0, 64), 0);
-  absl::Notification held, release;
-  internal::ProgressThread::Get().RunAfter(absl::ZeroDuration(), [&held, &release] {
-    held.Notify();
-    release.WaitForNotificationWithTimeout(absl::Seconds(10));
+  // Shared with the closure, which outlives this test if an assertion
+  // returns early (it then waits out its 10 s bound).
+  auto held = std::make_shared<absl::Notification>();
+  auto release = std::make_shared<absl::Notification>();
+  internal::ProgressThread::Get().RunAfter(absl::ZeroDuration(), [held, release] {
+    held->Notify();
+    release->WaitForNotificationWithTimeout(absl::Seconds(10));
   });
-  ASSERT_TRUE(held.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(held->WaitForNotificationWithTimeout(absl::Seconds(10)));
   const absl::Time accepted = absl::Now();
   rdma_conn_param ap{};
-  ASSERT_EQ(softrdma::accept(p.server, &ap), 0);
+  const int accepted_rc = softrdma::accept(p.server, &ap);
   absl::SleepFor(absl::Seconds(1));
-  release.Notify();
+  release->Notify();
+  ASSERT_EQ(accepted_rc, 0);
   ASSERT_EQ(ExpectEvent(p.ch, RDMA_CM_EVENT_ESTABLISHED, 10000), 0);
   EXPECT_GE(absl::Now() - accepted, absl::Milliseconds(1000));
   ASSERT_TRUE(QpUsesShm(p.server->qp));
@@ -340,6 +344,42 @@ TEST(TransportTimer, PassiveSideLateWithTheRtuIsNotASilentLink) {
   const int status = p.WaitChild(30);
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's SEND failed (see its output above)";
+}
+
+// A passive side whose QP leaves the link before the RTU (ERROR or RESET
+// right after rdma_accept) will never answer: its silence counts, and the
+// requester's SEND fails RETRY_EXC_ERR after its retry_cnt + 1 periods, as
+// with a NIC whose peer QP is in ERROR.
+void ExpectRetryExceededWhenThePassiveQpGoesTo(ibv_qp_state state) {
+  PairOptions o;
+  o.after_accept = [state](rdma_cm_id* server, ibv_pd*) {
+    ibv_qp_attr a{};
+    a.qp_state = state;
+    ASSERT_EQ(softrdma::modify_qp(server->qp, &a, IBV_QP_STATE), 0);
+  };
+  ConnectedPair p(o);
+  ASSERT_TRUE(p.ok());
+  Buffer buf(p.client_pd, 64, kAll);
+  ibv_qp_attr a{};
+  a.timeout = 10;  // 4.2 ms
+  a.retry_cnt = 3;
+  ASSERT_EQ(softrdma::modify_qp(p.client->qp, &a, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT), 0);
+  const absl::Time posted = absl::Now();
+  ASSERT_EQ(PostSend(p.client->qp, IBV_WR_SEND, 1, buf, 0, 16), 0);
+  ibv_wc wc{};
+  // Well before PeerNotAttachedLocked's 5 s grace.
+  ASSERT_TRUE(PollOne(p.client_cq, &wc, 3000)) << "no completion in 3 s";
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_GE(absl::Now() - posted, absl::Microseconds(4 * 4194));
+}
+
+TEST(TransportTimer, PassiveQpInErrorBeforeTheRtuFailsTheRequester) {
+  ExpectRetryExceededWhenThePassiveQpGoesTo(IBV_QPS_ERR);
+}
+
+TEST(TransportTimer, PassiveQpResetBeforeTheRtuFailsTheRequester) {
+  ExpectRetryExceededWhenThePassiveQpGoesTo(IBV_QPS_RESET);
 }
 
 // A NIC acknowledges for a stopped process, so a requester whose peer process
