@@ -193,7 +193,7 @@ void ProgressThread::RunAfter(absl::Duration delay, std::weak_ptr<void> owner, O
       lane = &owner_lanes_.back();
       lane->delay = delay;
     }
-    if (lane != nullptr) {
+    if (lane != nullptr && (lane->count == 0 || lane->back().when <= when)) {
       lane->Push(OwnerTimer{when, std::move(owner), fn});
     } else {
       owner_heap_.push_back(OwnerTimer{when, std::move(owner), fn});

@@ -56,11 +56,11 @@ class ProgressThread {
   // which is in deadline order as it is filled, so arming and firing are
   // O(1) and touch no other timer (a heap's sift went through cold entries:
   // 38 % of RunDueTimers at 10,000 connections). The callers use a few
-  // delays (a QP's 32 possible transport timeouts, the watchdog's, the RTU
-  // timeout); past kMaxOwnerLanes distinct delays the rest share a heap.
-  // Allocates nothing once the lanes have grown to the timers pending at once.
-  // A wall-clock step backwards can make a lane's later entry fire up to the
-  // step late.
+  // delays (a QP's 31 transport timeouts, the watchdog's, the RTU
+  // timeout); past kMaxOwnerLanes distinct delays the rest share a heap, as
+  // does a timer due before the last of its lane (the wall clock stepped
+  // back), so it is not held up behind that one. Allocates nothing once the
+  // lanes have grown to the timers pending at once.
   using OwnerTimerFn = void (*)(const std::shared_ptr<void>& owner);
   void RunAfter(absl::Duration delay, std::weak_ptr<void> owner, OwnerTimerFn fn);
 
@@ -90,6 +90,7 @@ class ProgressThread {
     size_t head = 0;
     size_t count = 0;
     const OwnerTimer& front() const { return ring[head]; }
+    const OwnerTimer& back() const { return ring[(head + count - 1) % ring.size()]; }
     void Push(OwnerTimer t);
     OwnerTimer Pop();
   };

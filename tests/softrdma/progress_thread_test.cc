@@ -101,8 +101,9 @@ std::vector<int> Iota(int from, int to) {
 
 TEST(ProgressThreadTimers, TimersOfOneDelayFireInArmingOrderAcrossTheLanesGrowthAndWrap) {
   ProgressThread& pt = ProgressThread::Get();
-  // A delay no other test uses, so the lane starts empty.
-  const absl::Duration delay = absl::Microseconds(3071);
+  // A delay no other test uses, so the lane starts empty; long enough that
+  // each batch is armed well before its first timer fires.
+  const absl::Duration delay = absl::Microseconds(303071);
   std::vector<std::shared_ptr<Item>> items;
   auto arm = [&](Log* log, int from, int to) {
     for (int id = from; id < to; ++id) {
