@@ -165,6 +165,33 @@ struct ParentSide {
   pid_t pid = -1;
 };
 
+// A child's side with rdma_cm's own QP: the parent resolved (ResolveParent),
+// a PD, a CQ and an RC QP of `max_recv` receives on the id. The destructor
+// frees it all; the caller connects.
+struct ChildSide {
+  void Start(uint32_t max_recv) {
+    const char* port = std::getenv(kPortEnv);
+    ASSERT_NE(port, nullptr);
+    ASSERT_NO_FATAL_FAILURE(ResolveParent(std::atoi(port), &ch, &id));
+    pd = alloc_pd(id->verbs);
+    cq = create_cq(id->verbs, 16, nullptr, nullptr, 0);
+    ibv_qp_init_attr qa = RcAttr(cq, max_recv);
+    ASSERT_EQ(create_qp(id, pd, &qa), 0);
+  }
+  ~ChildSide() {
+    if (id != nullptr && id->qp != nullptr) destroy_qp(id);
+    if (id != nullptr) destroy_id(id);
+    if (cq != nullptr) destroy_cq(cq);
+    if (pd != nullptr) dealloc_pd(pd);
+    if (ch != nullptr) destroy_event_channel(ch);
+  }
+
+  rdma_event_channel* ch = nullptr;
+  rdma_cm_id* id = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+};
+
 // Runs only inside the child process.
 TEST(TransportTimerChild, Reader) {
   const char* port = std::getenv(kPortEnv);
@@ -224,17 +251,14 @@ TEST(TransportTimerChild, Reader) {
 // Runs only inside the child process: connects, then receives until a
 // 3-byte "bye" comes (exit status 0), busy-polling, for at most 60 s.
 TEST(TransportTimerChild, Receiver) {
-  const char* port = std::getenv(kPortEnv);
-  if (port == nullptr) GTEST_SKIP() << "runs only as TransportTimer's child";
-  rdma_event_channel* ch = nullptr;
-  rdma_cm_id* id = nullptr;
-  ASSERT_NO_FATAL_FAILURE(ResolveParent(std::atoi(port), &ch, &id));
-  ibv_pd* pd = alloc_pd(id->verbs);
-  ibv_cq* cq = create_cq(id->verbs, 16, nullptr, nullptr, 0);
-  ibv_qp_init_attr qa = RcAttr(cq, 8);
-  ASSERT_EQ(create_qp(id, pd, &qa), 0);
+  if (std::getenv(kPortEnv) == nullptr) GTEST_SKIP() << "runs only as TransportTimer's child";
+  ChildSide c;
+  ASSERT_NO_FATAL_FAILURE(c.Start(8));
+  rdma_event_channel* ch = c.ch;
+  rdma_cm_id* id = c.id;
+  ibv_cq* cq = c.cq;
   {
-    Buffer buf(pd, 8 * 64, kAll);
+    Buffer buf(c.pd, 8 * 64, kAll);
     for (int i = 0; i < 8; ++i) ASSERT_EQ(PostRecv(id->qp, i, buf, i * 64, 64), 0);
     rdma_conn_param cp{};
     cp.retry_count = 2;  // the parent's sends give up after 3 silent periods
@@ -255,11 +279,6 @@ TEST(TransportTimerChild, Receiver) {
     EXPECT_TRUE(bye);
     disconnect(id);
   }
-  destroy_qp(id);
-  destroy_id(id);
-  destroy_cq(cq);
-  dealloc_pd(pd);
-  destroy_event_channel(ch);
 }
 
 // Runs only inside the child process: connects with a transport timer of
@@ -267,17 +286,14 @@ TEST(TransportTimerChild, Receiver) {
 // it is ESTABLISHED, expects it to complete with success, and waits for the
 // parent to disconnect.
 TEST(TransportTimerChild, Sender) {
-  const char* port = std::getenv(kPortEnv);
-  if (port == nullptr) GTEST_SKIP() << "runs only as TransportTimer's child";
-  rdma_event_channel* ch = nullptr;
-  rdma_cm_id* id = nullptr;
-  ASSERT_NO_FATAL_FAILURE(ResolveParent(std::atoi(port), &ch, &id));
-  ibv_pd* pd = alloc_pd(id->verbs);
-  ibv_cq* cq = create_cq(id->verbs, 16, nullptr, nullptr, 0);
-  ibv_qp_init_attr qa = RcAttr(cq, 1);
-  ASSERT_EQ(create_qp(id, pd, &qa), 0);
+  if (std::getenv(kPortEnv) == nullptr) GTEST_SKIP() << "runs only as TransportTimer's child";
+  ChildSide c;
+  ASSERT_NO_FATAL_FAILURE(c.Start(1));
+  rdma_event_channel* ch = c.ch;
+  rdma_cm_id* id = c.id;
+  ibv_cq* cq = c.cq;
   {
-    Buffer buf(pd, 64, kAll);
+    Buffer buf(c.pd, 64, kAll);
     std::memcpy(buf.data.data(), "hello", 5);
     rdma_conn_param cp{};
     cp.retry_count = 2;
@@ -292,11 +308,6 @@ TEST(TransportTimerChild, Sender) {
     // The parent disconnects once it has checked its side.
     EXPECT_EQ(ExpectEvent(ch, RDMA_CM_EVENT_DISCONNECTED, 20000), 0);
   }
-  destroy_qp(id);
-  destroy_id(id);
-  destroy_cq(cq);
-  dealloc_pd(pd);
-  destroy_event_channel(ch);
 }
 
 // A NIC's responder acknowledges from RTR on, before the connection's RTU
