@@ -50,14 +50,21 @@ class ShardHolder {
     return shard_;
   }
   ~ShardHolder() {
+    gone_ = true;
     if (shard_ == nullptr) return;
     Unowned& u = UnownedShards();
     absl::MutexLock lock(&u.mu);
     u.shards.push_back(shard_);
+    shard_ = nullptr;
   }
+  // True once the thread's shard was left to the next thread (this holder
+  // was destroyed at thread exit): a thread_local destructed later that
+  // makes a call must not use it (ClientCallCache::Take).
+  bool gone() const { return gone_; }
 
  private:
   ClientCallCache::Shard* shard_ = nullptr;
+  bool gone_ = false;
 };
 
 thread_local ShardHolder t_shard;
@@ -65,6 +72,18 @@ thread_local ShardHolder t_shard;
 }  // namespace
 
 ClientCall* ClientCallCache::Take() {
+  if (t_shard.gone()) {
+    // Thread exit, after this thread's shard went to the unowned ones: a
+    // new call homed on a new shard, which joins them (this thread never
+    // touches it again).
+    auto* shard = new Shard;
+    auto* call = new ClientCall;
+    call->home = shard;
+    Unowned& u = UnownedShards();
+    absl::MutexLock lock(&u.mu);
+    u.shards.push_back(shard);
+    return call;
+  }
   Shard* shard = t_shard.shard();
   if (shard->local == nullptr) {
     shard->local = shard->returned.exchange(nullptr, std::memory_order_acquire);

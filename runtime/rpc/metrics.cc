@@ -455,12 +455,26 @@ MethodMetrics::Totals MethodMetrics::Read() const {
   return t;
 }
 
+namespace {
+
+thread_local bool t_method_cache_gone = false;
+struct MethodCache {
+  absl::flat_hash_map<std::string, MethodMetrics*> by_side[2];
+  ~MethodCache() { t_method_cache_gone = true; }
+};
+thread_local MethodCache t_method_cache;
+
+}  // namespace
+
 MethodMetrics* GetMethodMetrics(MetricsSide side, absl::string_view full_name,
                                 experimental::RpcType type) {
   const int s = static_cast<int>(side);
   // Each thread keeps what it looked up (entries never die): a call costs a
-  // hash of its method name, not the registry's lock.
-  thread_local absl::flat_hash_map<std::string, MethodMetrics*> cache[2];
+  // hash of its method name, not the registry's lock. A thread_local
+  // destructed after the cache (made before it) that makes a call finds
+  // t_method_cache_gone and asks the registry.
+  if (t_method_cache_gone) return FindOrMake(side, full_name, type);
+  auto& cache = t_method_cache.by_side;
   if (auto it = cache[s].find(full_name); it != cache[s].end()) return it->second;
   MethodMetrics* found = FindOrMake(side, full_name, type);
   if (cache[s].size() < kMaxMethodsPerSide) cache[s].emplace(std::string(full_name), found);

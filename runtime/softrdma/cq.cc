@@ -404,6 +404,29 @@ void ArmWatchdog(std::shared_ptr<SoftCq::ShmWatch> watch, uint64_t polls) {
 
 }  // namespace
 
+namespace {
+
+// PollCq's vector of slots to give back, kept per thread. A thread_local made
+// before it (destroyed after it) whose destructor polls finds
+// t_spare_releases_gone and works with a vector of its own.
+thread_local bool t_spare_releases_gone = false;
+struct SpareReleases {
+  std::vector<SlotRelease> v;
+  ~SpareReleases() { t_spare_releases_gone = true; }
+};
+thread_local SpareReleases t_spare_releases;
+
+std::vector<SlotRelease> TakeSpareReleases() {
+  if (t_spare_releases_gone) return {};
+  return std::move(t_spare_releases.v);
+}
+
+void KeepSpareReleases(std::vector<SlotRelease> v) {
+  if (!t_spare_releases_gone) t_spare_releases.v = std::move(v);
+}
+
+}  // namespace
+
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   SoftCq* c = ToSoft(cq);
   Stat().poll_cq_calls++;  // empty polls too
@@ -414,8 +437,7 @@ int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   int n = 0;
   // The slots to give back, in a vector this thread keeps (no allocation per
   // poll once it has grown); taken out of the thread_local while in use.
-  thread_local std::vector<SlotRelease> spare;
-  std::vector<SlotRelease> freed = std::move(spare);
+  std::vector<SlotRelease> freed = TakeSpareReleases();
   freed.clear();
   freed.reserve(static_cast<size_t>(std::max(num_entries, 16)));  // once per thread
   {
@@ -434,14 +456,14 @@ int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
     }
     c->ready.store(c->count, std::memory_order_relaxed);
     if (n == 0 && c->overrun) {
-      spare = std::move(freed);  // empty: nothing was taken
+      KeepSpareReleases(std::move(freed));  // empty: nothing was taken
       return -EIO;
     }
   }
   // Outside SoftCq::mu: nothing here needs it, and QPs are not ours to lock.
   for (const SlotRelease& r : freed) ReleaseSlots(r);
   freed.clear();
-  spare = std::move(freed);
+  KeepSpareReleases(std::move(freed));
   if (n > 0) Stat().wc_polled += static_cast<uint64_t>(n);
   for (int i = 0; i < n; ++i) {
     if (wc[i].status == IBV_WC_REM_ACCESS_ERR) Stat().rem_access_errors++;

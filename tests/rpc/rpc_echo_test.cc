@@ -1,6 +1,7 @@
 // End-to-end calls through Channel and Server over softrdma on 127.0.0.1.
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "rdmarpc/rdmarpc.h"
@@ -57,6 +58,47 @@ TEST(RpcEcho, SixteenMiBEchoHasCorrectBytes) {
   ASSERT_TRUE(s.ok()) << s;
   ASSERT_EQ(resp.data().size(), data.size());
   EXPECT_TRUE(resp.data() == data);
+}
+
+// A thread_local made before its thread's first call whose destructor makes
+// a call (a per-thread client saying goodbye) is destroyed after the
+// per-thread caches of softrdma and the runtime that its thread's calls
+// made: its call must not use them (ASan use-after-free in PollCq's
+// vector of slot releases, before).
+struct GoodbyeAtThreadExit {
+  Channel* channel = nullptr;
+  absl::Status* result = nullptr;
+  ~GoodbyeAtThreadExit() {
+    if (channel == nullptr) return;
+    EchoRequest req;
+    req.set_text("goodbye");
+    EchoResponse resp;
+    ClientContext ctx;
+    ctx.set_timeout(absl::Seconds(10));
+    *result = Echo(channel, &ctx, req, &resp);
+    if (result->ok() && resp.text() != "goodbye") *result = absl::InternalError(resp.text());
+  }
+};
+thread_local GoodbyeAtThreadExit t_goodbye;
+
+TEST(RpcEcho, ACallFromAThreadLocalDestructorAtThreadExitWorks) {
+  Fixture f;
+  absl::Status goodbye = absl::UnknownError("not called");
+  std::thread t([&] {
+    t_goodbye.channel = f.channel.get();  // made before this thread's calls
+    t_goodbye.result = &goodbye;
+    for (int i = 0; i < 5; ++i) {
+      EchoRequest req;
+      req.set_text("hello");
+      EchoResponse resp;
+      ClientContext ctx;
+      ctx.set_timeout(absl::Seconds(10));
+      ASSERT_TRUE(Echo(f.channel.get(), &ctx, req, &resp).ok());
+    }
+  });
+  t.join();
+  EXPECT_TRUE(goodbye.ok()) << goodbye;
+  EXPECT_EQ(f.service.calls(), 6);
 }
 
 }  // namespace
