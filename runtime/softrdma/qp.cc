@@ -1861,6 +1861,7 @@ int destroy_qp(ibv_qp* qp) {
     q->rq.clear();
     q->state = IBV_QPS_ERR;
     q->conn.reset();
+    if (q->shm != nullptr) q->shm->MarkAttached();  // our silence counts from now on
     q->shm.reset();
   }
   internal::CqRemoveShmQp(qp->send_cq, q);
