@@ -650,9 +650,10 @@ void EventLoop::RequestIdleReposts() {
   RunScheduledEndOfSteps();
 }
 
-void EventLoop::Sleep(absl::Time wake_by) {
+int EventLoop::Sleep(absl::Time wake_by) {
   int timeout_ms = -1;
-  const absl::Time until = timers_.empty() ? wake_by : std::min(wake_by, timers_.begin()->first.first);
+  const absl::Time until =
+      timers_.empty() ? wake_by : std::min(wake_by, timers_.begin()->first.first);
   if (until != absl::InfiniteFuture()) {
     const absl::Duration d = until - absl::Now();
     // Capped: a timer weeks away (a long deadline) must not overflow int.
@@ -665,7 +666,7 @@ void EventLoop::Sleep(absl::Time wake_by) {
   sleeping_.store(true);
   if (tasks_.size() > 0 || stop_.load()) {
     sleeping_.store(false);
-    return;
+    return 1;
   }
   // Asleep, the loop thread does not hold the poller: a caller making a
   // synchronous call takes it and drives the loop without waking us.
@@ -676,6 +677,7 @@ void EventLoop::Sleep(absl::Time wake_by) {
   sleeping_.store(false);
   AcquireForLoopThread();
   RunFdHandlers(events, n);
+  return n > 0 ? n : 0;
 }
 
 void EventLoop::RunFdHandlers(const epoll_event* events, int n) {
@@ -826,12 +828,18 @@ void EventLoop::Loop() {
       wake_by = unarmed_since + kUnarmedSleep;
     }
     const uint64_t leads_before = leads_;
-    Sleep(wake_by);
+    const int events = Sleep(wake_by);
     graveyard_.clear();
     last_work = ReadClock();
     // Callers led meanwhile: the wait that ends next is not all this
-    // thread's.
-    if (leads_ != leads_before) in_flight_wait_start = absl::InfinitePast();
+    // thread's, and the loop was not idle (it stays unarmed for now).
+    if (leads_ != leads_before) {
+      in_flight_wait_start = absl::InfinitePast();
+      unarmed_since = absl::InfinitePast();
+    } else if (events == 0 && last_work >= wake_by) {
+      // Woken only to arm the CQ: no spin first (nothing happened).
+      last_work = absl::InfinitePast();
+    }
   }
   slot.Release();
   RunTasks();

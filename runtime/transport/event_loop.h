@@ -326,8 +326,9 @@ class EventLoop {
   void PollFds();
   void RunFdHandlers(const epoll_event* events, int n);
   // Waits in epoll until an fd is ready, the first timer is due or
-  // `wake_by`, whichever comes first.
-  void Sleep(absl::Time wake_by);
+  // `wake_by`, whichever comes first. Returns the number of fds that were
+  // ready (1 when tasks were waiting and it did not sleep; 0 on a timeout).
+  int Sleep(absl::Time wake_by);
   void Wake();
   void Teardown();
   void RunScheduledEndOfSteps();
