@@ -831,14 +831,15 @@ void EventLoop::Loop() {
     const int events = Sleep(wake_by);
     graveyard_.clear();
     last_work = ReadClock();
+    // Woken only by the unarmed period's end: no spin (nothing happened
+    // here); the loop arms at once, or sleeps unarmed again if callers led
+    // meanwhile.
+    if (events == 0 && last_work >= wake_by) last_work = absl::InfinitePast();
     // Callers led meanwhile: the wait that ends next is not all this
-    // thread's, and the loop was not idle (it stays unarmed for now).
+    // thread's, and the loop was not idle.
     if (leads_ != leads_before) {
       in_flight_wait_start = absl::InfinitePast();
       unarmed_since = absl::InfinitePast();
-    } else if (events == 0 && last_work >= wake_by) {
-      // Woken only to arm the CQ: no spin first (nothing happened).
-      last_work = absl::InfinitePast();
     }
   }
   slot.Release();

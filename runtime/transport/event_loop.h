@@ -222,9 +222,13 @@ class EventLoop {
   void set_always_arm(bool v) { always_arm_ = v; }
   // How long an idle client loop sleeps with its CQ unarmed before it
   // wakes once to arm it (set_always_arm): what a server's kGoAway waits
-  // for at most. Our own choice: short against the server's 1 s wait for
-  // the answer, long against the gap between a thread's synchronous calls.
-  static constexpr absl::Duration kUnarmedSleep = absl::Milliseconds(10);
+  // for at most. While a caller leads synchronous calls the loop thread
+  // wakes once per kUnarmedSleep and sleeps on unarmed; calls further apart
+  // than that each cost it a wake-up (the armed CQ's event). Our own
+  // choice: a tenth of the server's 1 s wait for the answer; measured with
+  // ASan, 10 ms made synchronous calls 20 ms apart cost the client 40 %
+  // more CPU.
+  static constexpr absl::Duration kUnarmedSleep = absl::Milliseconds(100);
 
   // Poller holder only (the loop thread or a leading caller).
   // `needs_completions` false marks a timer that expects no completion

@@ -107,7 +107,7 @@ TEST(Shutdown, AnIdleClientAnswersTheDrainAtOnce) {
   calls.Start(f.channel.get(), kSlowMethod, 0);
   ASSERT_TRUE(WaitFor([&] { return calls.AllAnswered(); }));
   ASSERT_TRUE(calls.results[0].ok()) << calls.results[0];
-  absl::SleepFor(absl::Milliseconds(100));  // the client's loop is asleep
+  absl::SleepFor(absl::Milliseconds(150));  // the client's loop is asleep, armed
   const absl::Time t0 = absl::Now();
   f.server.Shutdown(absl::Seconds(10));
   const absl::Duration took = absl::Now() - t0;
