@@ -836,10 +836,12 @@ void EventLoop::Loop() {
     // meanwhile.
     if (events == 0 && last_work >= wake_by) last_work = absl::InfinitePast();
     // Callers led meanwhile: the wait that ends next is not all this
-    // thread's, and the loop was not idle.
+    // thread's, and the loop was not idle. Nor does it flush held-back
+    // receives when it sleeps again, as after stepping aside for a leader.
     if (leads_ != leads_before) {
       in_flight_wait_start = absl::InfinitePast();
       unarmed_since = absl::InfinitePast();
+      back_from_leader = true;
     }
   }
   slot.Release();
