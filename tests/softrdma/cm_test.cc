@@ -553,12 +553,11 @@ struct ResolvedPair {
     cch = create_event_channel();
     SetNonBlocking(sch->fd);
     SetNonBlocking(cch->fd);
-    ASSERT_EQ(create_id(sch, &listener, nullptr, RDMA_PS_TCP), 0);
+    listener = ListenOnLoopback(sch, 4);
+    ASSERT_NE(listener, nullptr);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)), 0);
-    ASSERT_EQ(softrdma::listen(listener, 4), 0);
     addr.sin_port = get_src_port(listener);
     ASSERT_EQ(create_id(cch, &client, nullptr, RDMA_PS_TCP), 0);
     ASSERT_EQ(resolve_addr(client, nullptr, reinterpret_cast<sockaddr*>(&addr), 1000), 0);

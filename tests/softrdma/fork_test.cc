@@ -104,13 +104,8 @@ TEST(ForkTest, EndsInTwoProcesses) {
   ASSERT_TRUE(unused_warmup.ok());
   rdma_event_channel* ch = create_event_channel();
   SetNonBlocking(ch->fd);
-  rdma_cm_id* listener = nullptr;
-  ASSERT_EQ(create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)), 0);
-  ASSERT_EQ(softrdma::listen(listener, 4), 0);
+  rdma_cm_id* listener = ListenOnLoopback(ch, 4);
+  ASSERT_NE(listener, nullptr);
   const std::string port = std::to_string(ntohs(get_src_port(listener)));
 
   int err_pipe[2];

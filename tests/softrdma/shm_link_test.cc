@@ -565,13 +565,8 @@ TEST(ShmLink, PeerKilledWithSigkillFlushesAndDisconnects) {
   ASSERT_TRUE(warmup.ok());
   rdma_event_channel* ch = create_event_channel();
   SetNonBlocking(ch->fd);
-  rdma_cm_id* listener = nullptr;
-  ASSERT_EQ(create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)), 0);
-  ASSERT_EQ(softrdma::listen(listener, 4), 0);
+  rdma_cm_id* listener = ListenOnLoopback(ch, 4);
+  ASSERT_NE(listener, nullptr);
   const uint16_t port = get_src_port(listener);
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
@@ -583,7 +578,9 @@ TEST(ShmLink, PeerKilledWithSigkillFlushesAndDisconnects) {
     close(ready[0]);
     rdma_event_channel* cch = create_event_channel();
     rdma_cm_id* id = nullptr;
-    sockaddr_in dst = addr;
+    sockaddr_in dst{};
+    dst.sin_family = AF_INET;
+    dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     dst.sin_port = port;
     if (create_id(cch, &id, nullptr, RDMA_PS_TCP) != 0) _exit(1);
     if (resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&dst), 2000) != 0) _exit(2);

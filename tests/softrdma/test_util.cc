@@ -99,18 +99,30 @@ int CountOpenFds() {
   return n - 1;  // the DIR's own fd
 }
 
+rdma_cm_id* ListenOnLoopback(rdma_event_channel* ch, int backlog, void* context) {
+  rdma_cm_id* listener = nullptr;
+  if (create_id(ch, &listener, context, RDMA_PS_TCP) != 0) return nullptr;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)) != 0 ||
+      softrdma::listen(listener, backlog) != 0) {
+    destroy_id(listener);
+    return nullptr;
+  }
+  return listener;
+}
+
 ConnectedPair::ConnectedPair(const PairOptions& opt) {
   server_ch = create_event_channel();
   client_ch = create_event_channel();
   SetNonBlocking(server_ch->fd);
   SetNonBlocking(client_ch->fd);
-  if (create_id(server_ch, &listener, this, RDMA_PS_TCP) != 0) return;
+  listener = ListenOnLoopback(server_ch, 8, this);
+  if (listener == nullptr) return;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)) != 0) return;
-  if (softrdma::listen(listener, 8) != 0) return;
   addr.sin_port = get_src_port(listener);
 
   if (create_id(client_ch, &client, nullptr, RDMA_PS_TCP) != 0) return;

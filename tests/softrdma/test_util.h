@@ -26,6 +26,10 @@ rdma_cm_event* NextEvent(rdma_event_channel* ch, int timeout_ms = 5000);
 // Waits for the next event and checks its type; acks it and returns its
 // status. Fails the test (returns -9999) on timeout or another type.
 int ExpectEvent(rdma_event_channel* ch, rdma_cm_event_type type, int timeout_ms = 5000);
+// A new id on `ch` (with `context`) bound to 127.0.0.1 on a port the kernel
+// picks (get_src_port gives it) and listening with `backlog`; nullptr when
+// a step fails (the id, if made, is destroyed).
+rdma_cm_id* ListenOnLoopback(rdma_event_channel* ch, int backlog, void* context = nullptr);
 
 // Polls `cq` until one WC arrives or `timeout_ms` passes. False on timeout.
 bool PollOne(ibv_cq* cq, ibv_wc* wc, int timeout_ms = 5000);

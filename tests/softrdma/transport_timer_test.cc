@@ -100,12 +100,8 @@ struct ParentSide {
   void Start(const char* child_test) {
     ch = create_event_channel();
     SetNonBlocking(ch->fd);
-    ASSERT_EQ(create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(bind_addr(listener, reinterpret_cast<sockaddr*>(&addr)), 0);
-    ASSERT_EQ(softrdma::listen(listener, 4), 0);
+    listener = ListenOnLoopback(ch, 4);
+    ASSERT_NE(listener, nullptr);
     const std::string port = std::to_string(ntohs(get_src_port(listener)));
     const std::string filter = std::string("--gtest_filter=") + child_test;
     pid = fork();
