@@ -157,6 +157,19 @@ void RingDoorbellLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu);
 // A QP on an SRQ then raises IBV_EVENT_QP_LAST_WQE_REACHED: it will take no
 // more receives from the SRQ (IB spec 11.6.3.1; the consumer may now destroy
 // it without losing SRQ receives).
+// The QP lets go of its same-host link (ERROR, RESET, destroy_qp): it marks
+// the ring attached first, so the peer's transport timer counts our silence
+// from now on (PeerNotAttachedLocked).
+void LeaveShmLinkLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  if (q->shm != nullptr) q->shm->MarkAttached();
+  q->shm.reset();
+}
+
+// IB: the local ACK timeout is 4.096 us * 2^timeout.
+int64_t AckTimeoutPeriodNanosLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
+  return int64_t{4096} << q->timeout;
+}
+
 void MoveToErrorLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   // Records this QP published in an unended doorbell batch (ShmPostBatch)
   // reach the peer as on the wire: tell it now, while the link and the
@@ -176,9 +189,7 @@ void MoveToErrorLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   q->conn.reset();
   q->awaiting_first_request = false;
   if (entering && q->qp.srq != nullptr) RaiseQpEventLocked(q, IBV_EVENT_QP_LAST_WQE_REACHED);
-  // Our silence counts for the peer's requests from now on.
-  if (q->shm != nullptr) q->shm->MarkAttached();
-  q->shm.reset();
+  LeaveShmLinkLocked(q);
   q->link_hold = false;
 }
 
@@ -463,8 +474,7 @@ void ArmAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   q->ack_timer_armed = true;
   q->timeouts = 0;
   q->seen_progress = LinkProgressLocked(q);
-  // IB: the local ACK timeout is 4.096 us * 2^timeout.
-  const absl::Duration period = absl::Nanoseconds(int64_t{4096} << q->timeout);
+  const absl::Duration period = absl::Nanoseconds(AckTimeoutPeriodNanosLocked(q));
   ProgressThread::Get().RunAfter(period, std::weak_ptr<void>(q->self),
                                  [](const std::shared_ptr<void>& qp) {
                                    OnAckTimer(static_cast<SoftQp*>(qp.get()));
@@ -550,13 +560,13 @@ bool PeerProcessStalledLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
 // passive side whose progress thread has not handled our RTU yet. A NIC's
 // responder acknowledges from RTR on, so such a period does not count, for
 // at most kUnattachedGrace in all. A peer whose QP left the link first
-// (ERROR, RESET) has marked the ring too, and its silence counts; so does
+// (LeaveShmLinkLocked) has marked the ring too, and its silence counts; so does
 // a link silenced by a fault. A peer that dies closes the socket, which
 // flushes the QP.
 constexpr absl::Duration kUnattachedGrace = absl::Seconds(5);
 bool PeerNotAttachedLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   if (q->shm == nullptr || LinkSilencedLocked(q) || q->shm->PeerAttached()) return false;
-  const int64_t period_ns = int64_t{4096} << q->timeout;
+  const int64_t period_ns = AckTimeoutPeriodNanosLocked(q);
   if (q->unattached_wait_ns + period_ns > absl::ToInt64Nanoseconds(kUnattachedGrace)) return false;
   q->unattached_wait_ns += period_ns;
   return true;
@@ -1791,8 +1801,7 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
       q->rnr_wait = false;
       q->sq_blocked = false;
       q->conn.reset();
-      if (q->shm != nullptr) q->shm->MarkAttached();  // our silence counts from now on
-      q->shm.reset();
+      internal::LeaveShmLinkLocked(q);
       q->link_hold = false;
       q->unattached_wait_ns = 0;
       q->unsignaled_done = 0;
@@ -1861,8 +1870,7 @@ int destroy_qp(ibv_qp* qp) {
     q->rq.clear();
     q->state = IBV_QPS_ERR;
     q->conn.reset();
-    if (q->shm != nullptr) q->shm->MarkAttached();  // our silence counts from now on
-    q->shm.reset();
+    internal::LeaveShmLinkLocked(q);
   }
   internal::CqRemoveShmQp(qp->send_cq, q);
   if (qp->recv_cq != qp->send_cq) internal::CqRemoveShmQp(qp->recv_cq, q);

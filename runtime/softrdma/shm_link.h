@@ -234,7 +234,7 @@ class ShmLink {
   // leaves it unchanged.
   uint64_t PeerProgress() const;
   // The consumer's CQs poll this link's incoming ring from now on, or its
-  // QP left the link (ERROR, RESET): from then on the producer's transport
+  // QP left the link (ERROR, RESET, destroy_qp): from then on the producer's transport
   // timer counts the consumer's silence. The passive side of a connection
   // attaches only when its progress thread handles the RTU, which may be
   // behind thousands of other connections' set-up; a NIC's responder
