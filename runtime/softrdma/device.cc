@@ -177,7 +177,7 @@ bool LookupKeyHeld(uint32_t key, bool remote, MrView* view) ABSL_NO_THREAD_SAFET
     const SoftMw* mw = w->second;
     // The binding lives only as long as the MR under it.
     if (!t.lkeys.contains(mw->mr_lkey)) return false;
-    view->pd = mw->mw.pd;
+    view->pd = internal::ProtectionDomain(mw->mw.pd);
     view->addr = mw->addr;
     view->length = mw->length;
     view->access = mw->access;
@@ -185,7 +185,7 @@ bool LookupKeyHeld(uint32_t key, bool remote, MrView* view) ABSL_NO_THREAD_SAFET
     return true;
   }
   const SoftMr* m = it->second;
-  view->pd = m->mr.pd;
+  view->pd = internal::ProtectionDomain(m->mr.pd);
   view->addr = reinterpret_cast<uintptr_t>(m->mr.addr);
   view->length = m->mr.length;
   view->access = m->access;
@@ -231,7 +231,7 @@ ibv_wc_status MwBind(const MwBindRequest& r, ibv_qp* qp, MwBindStep step) {
   // A type-2 window binds only from the free state (IB spec 10.6.7.2.1).
   if (mw->mw.type == IBV_MW_TYPE_2 && (mw->bound || unbind)) return IBV_WC_MW_BIND_ERR;
   // Either type: a QP of the window's PD, and the window's index kept.
-  if (qp->pd != mw->mw.pd || (r.new_rkey >> 8) != (mw->mw.rkey >> 8)) return IBV_WC_MW_BIND_ERR;
+  if (ProtectionDomain(qp->pd) != ProtectionDomain(mw->mw.pd) || (r.new_rkey >> 8) != (mw->mw.rkey >> 8)) return IBV_WC_MW_BIND_ERR;
   const SoftMr* m = nullptr;
   if (!unbind) {
     // By lkey (never issued twice), so an MR deregistered since post is
@@ -240,7 +240,7 @@ ibv_wc_status MwBind(const MwBindRequest& r, ibv_qp* qp, MwBindStep step) {
     if (it == t.lkeys.end() || &it->second->mr != r.mr) return IBV_WC_MW_BIND_ERR;
     m = it->second;
     const uintptr_t base = reinterpret_cast<uintptr_t>(m->mr.addr);
-    if (m->mr.pd != mw->mw.pd || !(m->access & IBV_ACCESS_MW_BIND) ||
+    if (ProtectionDomain(m->mr.pd) != ProtectionDomain(mw->mw.pd) || !(m->access & IBV_ACCESS_MW_BIND) ||
         (r.access & ~kBindable) != 0 || r.addr < base || r.addr + r.length < r.addr ||
         r.addr + r.length > base + m->mr.length) {
       return IBV_WC_MW_BIND_ERR;
@@ -275,7 +275,9 @@ bool MwInvalidate(uint32_t rkey, ibv_qp* qp, bool require_qp) {
   auto it = t.mw_rkeys.find(rkey);
   if (it == t.mw_rkeys.end()) return false;
   SoftMw* mw = it->second;
-  if (mw->mw.type != IBV_MW_TYPE_2 || mw->mw.pd != qp->pd) return false;
+  if (mw->mw.type != IBV_MW_TYPE_2 || ProtectionDomain(mw->mw.pd) != ProtectionDomain(qp->pd)) {
+    return false;
+  }
   if (require_qp && mw->qp_num != qp->qp_num) return false;
   t.mw_rkeys.erase(it);
   mw->bound = false;
@@ -469,8 +471,12 @@ ibv_pd* alloc_pd(ibv_context* context) {
 
 int dealloc_pd(ibv_pd* pd) {
   if (pd == nullptr) return EINVAL;
-  if (internal::ToSoft(pd)->refs.load() > 0) return EBUSY;
-  delete reinterpret_cast<SoftPd*>(pd);
+  SoftPd* p = internal::ToSoft(pd);
+  if (p->refs.load() > 0) return EBUSY;
+  // A parent domain lets go of its protection and thread domains.
+  if (p->protection != nullptr) p->protection->refs--;
+  if (p->td != nullptr) p->td->refs--;
+  delete p;
   Stat().live_pds--;
   return 0;
 }

@@ -38,13 +38,17 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
 
 void InitVerbsContext(SoftContext* c) {
   // As rdma-core's verbs_init_and_alloc_context makes it: verbs_get_ctx_op()
-  // finds the ops set here; every other extended inline (ibv_create_cq_ex,
-  // ibv_open_xrcd, ...) sees a NULL op and fails with EOPNOTSUPP instead of
+  // finds the ops set here; every other extended inline (ibv_open_xrcd,
+  // ibv_alloc_dm, ...) sees a NULL op and fails with EOPNOTSUPP instead of
   // misbehaving, and ibv_query_port falls back to the exported function.
   c->ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
   c->vctx.sz = sizeof(c->vctx);
   c->vctx.query_device_ex = QueryDeviceEx;
   c->vctx.create_qp_ex = softrdma::create_qp_ex;
+  c->vctx.create_cq_ex = softrdma::create_cq_ex;
+  c->vctx.alloc_td = softrdma::alloc_td;
+  c->vctx.dealloc_td = softrdma::dealloc_td;
+  c->vctx.alloc_parent_domain = softrdma::alloc_parent_domain;
 }
 
 }  // namespace internal

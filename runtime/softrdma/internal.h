@@ -173,14 +173,38 @@ void DrainAsyncEvents(ibv_cq* cq);
 // The context that rdma_cm ids use (librdmacm likewise opens each device once).
 ibv_context* CmContext();
 
+// A thread domain (ibv_alloc_td, domain.cc): the user's promise that one
+// thread at a time uses the QPs and CQs made in it (through a parent domain
+// naming it).
+struct SoftTd {
+  ibv_td td;  // first member
+  std::atomic<int> refs{0};  // parent domains naming it; dealloc_td: EBUSY
+};
+inline SoftTd* ToSoft(ibv_td* t) { return reinterpret_cast<SoftTd*>(t); }
+
 struct SoftPd {
   ibv_pd pd;  // first member
-  // MRs, QPs and SRQs made on this PD. dealloc_pd fails with EBUSY while any
-  // is alive, as ibv_dealloc_pd does; freeing it anyway would leave MRs whose
-  // `pd` could match a later PD allocated at the same address.
+  // MRs, QPs, SRQs and parent domains made on this PD. dealloc_pd fails with
+  // EBUSY while any is alive, as ibv_dealloc_pd does; freeing it anyway would
+  // leave MRs whose `pd` could match a later PD allocated at the same address.
   std::atomic<int> refs{0};
+  // A parent domain (ibv_alloc_parent_domain, domain.cc) stands for
+  // `protection` wherever a PD is used, and adds its thread domain `td` (or
+  // none); both null for a protection domain.
+  SoftPd* protection = nullptr;
+  SoftTd* td = nullptr;
 };
 inline SoftPd* ToSoft(ibv_pd* p) { return reinterpret_cast<SoftPd*>(p); }
+// The PD that access checks compare (an MR's, a window's, a QP's): the
+// protection domain a parent domain stands for, or `p` itself. An MR
+// registered on a parent domain serves the QPs of its protection domain, and
+// the other way round, as on mlx5.
+inline ibv_pd* ProtectionDomain(ibv_pd* p) {
+  SoftPd* s = ToSoft(p);
+  return s->protection != nullptr ? &s->protection->pd : p;
+}
+// The thread domain of a QP, SRQ or CQ made on `p` (null: none).
+inline SoftTd* ThreadDomainOf(ibv_pd* p) { return p == nullptr ? nullptr : ToSoft(p)->td; }
 
 struct SoftMr {
   ibv_mr mr;  // first member
@@ -220,7 +244,7 @@ struct MwBindRequest {
 // A snapshot of a registered region (or a bound memory window), taken under
 // the key table's lock so the data path does not hold the lock while it copies.
 struct MrView {
-  ibv_pd* pd = nullptr;
+  ibv_pd* pd = nullptr;  // its protection domain (ProtectionDomain)
   uintptr_t addr = 0;
   size_t length = 0;
   int access = 0;
@@ -309,7 +333,18 @@ struct SlotRelease {
 };
 
 struct SoftCq {
-  ibv_cq cq;  // first member
+  // First member. A CQ made by create_cq_ex is handed out as `cqx`, whose
+  // leading members are ibv_cq's (ibv_cq_ex_to_cq is a cast).
+  union {
+    ibv_cq cq;
+    ibv_cq_ex cqx;
+  };
+  // create_cq_ex: its parent domain's thread domain (or null), whether it was
+  // made IBV_CREATE_CQ_ATTR_SINGLE_THREADED, and the CQE that the extended
+  // poll functions (start_poll, next_poll, read_*) read.
+  SoftTd* td = nullptr;
+  bool single_threaded = false;
+  ibv_wc ex_wc = {};
   absl::Mutex mu;
   std::vector<ibv_wc> ring ABSL_GUARDED_BY(mu);
   std::vector<SlotRelease> release ABSL_GUARDED_BY(mu);  // parallel to ring

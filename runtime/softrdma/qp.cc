@@ -197,6 +197,7 @@ void MoveToErrorLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
 // MR, and LOCAL_WRITE when the device writes into them. Sums their lengths.
 // The caller holds a ScopedMrAccess until it has copied.
 bool CheckLocal(ibv_pd* pd, const ibv_sge* sg, size_t n, bool write, uint64_t* total) {
+  pd = ProtectionDomain(pd);  // a QP on a parent domain uses its PD's MRs
   uint64_t sum = 0;
   for (size_t i = 0; i < n; ++i) {
     sum += sg[i].length;
@@ -216,7 +217,9 @@ bool CheckLocal(ibv_pd* pd, const ibv_sge* sg, size_t n, bool write, uint64_t* t
 bool CheckRemote(SoftQp* q, uint32_t rkey, uint64_t addr, uint64_t len, int need) {
   if (len == 0) return true;  // a zero-length access checks no key (IB spec)
   MrView v;
-  if (!LookupKeyHeld(rkey, /*remote=*/true, &v) || v.pd != q->qp.pd) return false;
+  if (!LookupKeyHeld(rkey, /*remote=*/true, &v) || v.pd != ProtectionDomain(q->qp.pd)) {
+    return false;
+  }
   if (v.qp_num != 0 && v.qp_num != q->qp.qp_num) return false;
   if (addr < v.addr || addr + len > v.addr + v.length || addr + len < addr) return false;
   return (v.access & need) == need;

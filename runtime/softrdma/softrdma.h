@@ -321,8 +321,9 @@ int query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
 // 0xffff (network order) at index 0; -1/EINVAL for another port or index.
 int query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey);
 // The context is an extended one (verbs_context): the verbs.h inlines
-// ibv_query_device_ex (zero ODP/TSO/RSS/... caps) and ibv_create_qp_ex reach
-// softrdma; other extended inlines find no op and fail with EOPNOTSUPP.
+// ibv_query_device_ex (zero ODP/TSO/RSS/... caps), ibv_create_qp_ex,
+// ibv_create_cq_ex, ibv_alloc_td, ibv_dealloc_td and ibv_alloc_parent_domain
+// reach softrdma; other extended inlines find no op and fail with EOPNOTSUPP.
 
 // --- protection domains and memory regions -------------------------------------
 ibv_pd* alloc_pd(ibv_context* context);
@@ -340,6 +341,24 @@ int dealloc_pd(ibv_pd* pd);
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access);
 int dereg_mr(ibv_mr* mr);
 
+// --- thread domains and parent domains (ibv_alloc_td(3), ibv_alloc_parent_domain(3))
+// A thread domain is the user's promise that one thread at a time uses the
+// QPs, SRQs and CQs made in it (each made on a parent domain naming it, a CQ
+// through create_cq_ex's parent_domain); the objects behave as without it.
+// alloc_td: nullptr with EINVAL for a null context or attr or a non-zero
+// comp_mask. dealloc_td: EBUSY while a parent domain names it.
+ibv_td* alloc_td(ibv_context* context, ibv_td_init_attr* init_attr);
+int dealloc_td(ibv_td* td);
+// A parent domain is a PD (ibv_pd*) taken wherever one is (create_qp,
+// create_qp_ex, create_srq, reg_mr, alloc_mw, rdma_create_qp) that stands for
+// attr->pd in every access check and adds attr->td (or none). nullptr with
+// EINVAL for a null context, attr or attr->pd, a pd or td of another context,
+// a pd that is itself a parent domain, or an unknown comp_mask bit; the
+// ALLOCATORS are accepted and never called (no buffer of softrdma is read by
+// a device). dealloc_pd frees it, EBUSY while an object is made on it; it
+// keeps attr->pd and attr->td busy (EBUSY) until then.
+ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr);
+
 // --- completion queues -----------------------------------------------------------
 ibv_comp_channel* create_comp_channel(ibv_context* context);
 int destroy_comp_channel(ibv_comp_channel* channel);
@@ -354,6 +373,16 @@ int destroy_cq(ibv_cq* cq);
 int resize_cq(ibv_cq* cq, int cqe);
 int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context);
 void ack_cq_events(ibv_cq* cq, unsigned int nevents);
+// ibv_create_cq_ex: the CQ of create_cq plus the extended poll functions
+// (ibv_start_poll / ibv_next_poll / ibv_end_poll and the ibv_wc_read_* of the
+// asked wc_flags; ENOENT when no CQE is ready, EIO once overrun); ibv_poll_cq
+// on ibv_cq_ex_to_cq() works as well, destroy_cq frees it. nullptr with
+// EINVAL for a null context or attr, an unknown comp_mask bit, comp_vector
+// past num_comp_vectors, cqe outside [1, max_cqe] or a parent_domain that is
+// not a parent domain of this context; EOPNOTSUPP for wc_flags beyond
+// IBV_WC_STANDARD_FLAGS (the device has no timestamps, VLANs, flow tags or
+// tag matching) or a flag other than IBV_CREATE_CQ_ATTR_SINGLE_THREADED.
+ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* cq_attr);
 
 // --- shared receive queues (added after the first contract) ---------------------
 // ibv_post_srq_recv (a verbs.h inline) works through the context's ops.
