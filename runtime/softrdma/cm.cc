@@ -611,7 +611,7 @@ void RemoveEventsFor(SoftCmId* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
 
 // Unlinks the id from its QP, if the QP still names it.
 void UnlinkQp(SoftQp* q, SoftCmId* s) {
-  absl::MutexLock l(&q->mu);
+  internal::DomainLock l(&q->mu);
   if (q->cm_id.lock().get() == s) q->cm_id.reset();
 }
 
@@ -996,7 +996,7 @@ void CmDispatchFrame(Conn* conn, Frame& f) {
 void CmOnQpDestroyed(SoftQp* q) {
   std::shared_ptr<SoftCmId> s;
   {
-    absl::MutexLock l(&q->mu);
+    internal::DomainLock l(&q->mu);
     s = q->cm_id.lock();
   }
   if (s == nullptr) return;
@@ -1029,7 +1029,7 @@ bool TakeUserQp(SoftCmId* s, uint32_t qp_num) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->m
   if (q == nullptr) return true;
   if (q->qp.context != s->id.verbs) return false;
   {
-    absl::MutexLock l(&q->mu);
+    internal::DomainLock l(&q->mu);
     if (!q->cm_id.expired()) return false;
     q->cm_id = s->self;
   }
@@ -1371,7 +1371,7 @@ int CreateCmQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr,
   id->pd = pd;
   {
     internal::SoftQp* q = internal::ToSoft(qp);
-    absl::MutexLock ql(&q->mu);
+    internal::DomainLock ql(&q->mu);
     q->cm_id = s->self;
   }
   if (s->state == CmState::kEstablished || s->state == CmState::kAccepting) {

@@ -52,7 +52,7 @@ void OnDelayedEventTimer(uint64_t serial) {
   SoftCq* c = it->second;
   bool notify = false;
   {
-    absl::MutexLock l(&c->mu);
+    internal::DomainLock l(&c->mu);
     if (!c->armed || c->count == 0 || c->cq.channel == nullptr) return;
     if (c->visible_at[c->head] <= absl::GetCurrentTimeNanos()) {
       c->armed = false;
@@ -83,7 +83,7 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots, bool solicited) {
   bool overrun_now = false;
   int cqe = 0;  // for the log line; resize_cq writes cq->cqe under c->mu
   {
-    absl::MutexLock l(&c->mu);
+    internal::DomainLock l(&c->mu);
     if (c->overrun) return;  // already in error; hardware stops writing CQEs
     if (c->count == c->ring.size()) {
       // Hardware does not drop a CQE silently: the CQ goes to error and an
@@ -429,6 +429,8 @@ void KeepSpareReleases(std::vector<SlotRelease> v) {
 
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   SoftCq* c = ToSoft(cq);
+  OwnerScope owner(c->mu.domain());  // the user's data-path verb
+  OwnerPoll(c->mu.domain());
   Stat().poll_cq_calls++;  // empty polls too
   DrainShmRings(c, /*polling=*/true);
   // Nothing to take and no error to report: no lock (a CQE pushed meanwhile
@@ -441,7 +443,7 @@ int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   freed.clear();
   freed.reserve(static_cast<size_t>(std::max(num_entries, 16)));  // once per thread
   {
-    absl::MutexLock l(&c->mu);
+    internal::DomainLock l(&c->mu);
     int64_t now = 0;  // read only when a CQE carries a delay
     while (n < num_entries && c->count > 0) {
       if (const int64_t at = c->visible_at[c->head]; at != 0) {
@@ -474,8 +476,9 @@ int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
 int ReqNotifyCq(ibv_cq* cq, int solicited_only) {
   if (int err = 0; TakeInjectedFailure(FaultOp::kReqNotifyCq, &err)) return err;
   SoftCq* c = ToSoft(cq);
+  OwnerScope owner(c->mu.domain());  // the user's data-path verb
   {
-    absl::MutexLock l(&c->mu);
+    internal::DomainLock l(&c->mu);
     if (!c->ever_armed) {
       if (int err = 0; TakeInjectedFailure(FaultOp::kArmNewCq, &err)) return err;
       c->ever_armed = true;
@@ -555,7 +558,7 @@ ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context,
   pthread_mutex_init(&c->cq.mutex, nullptr);
   pthread_cond_init(&c->cq.cond, nullptr);
   {
-    absl::MutexLock l(&c->mu);
+    internal::DomainLock l(&c->mu);
     c->ring.resize(static_cast<size_t>(cqe));
     c->release.resize(static_cast<size_t>(cqe));
     c->visible_at.resize(static_cast<size_t>(cqe));
@@ -583,7 +586,7 @@ int resize_cq(ibv_cq* cq, int cqe) {
   if (cq == nullptr || cqe < 1 || cqe > internal::kMaxCqe) return EINVAL;
   if (int err = 0; internal::TakeInjectedFailure(FaultOp::kResizeCq, &err)) return err;
   SoftCq* c = internal::ToSoft(cq);
-  absl::MutexLock l(&c->mu);
+  internal::DomainLock l(&c->mu);
   // As mlx4 / mlx5: the CQEs not yet polled move into the new ring, which
   // must hold them (and a CQ in error stays in error).
   if (static_cast<size_t>(cqe) < c->count) return EINVAL;
@@ -663,7 +666,7 @@ int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
 void ack_cq_events(ibv_cq* cq, unsigned int nevents) {
   if (cq == nullptr) return;
   SoftCq* c = internal::ToSoft(cq);
-  absl::MutexLock l(&c->mu);
+  internal::DomainLock l(&c->mu);
   cq->comp_events_completed += nevents;
 }
 

@@ -673,6 +673,9 @@ constexpr uint64_t Stats::*kCountFields[] = {
     &Stats::shm_ring_rewinds,
     &Stats::shm_publishes,
     &Stats::rd_atomic_waits,
+    &Stats::domain_visits,
+    &Stats::owner_timers,
+    &Stats::grace_timers,
 };
 // Every field of Stats is a count above, one of its two maxima or one of its
 // six gauges: a count added to Stats but not here would never be reset.
@@ -711,6 +714,9 @@ Stats SumCountersLocked(CounterRegistry& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) 
     s.shm_ring_rewinds += c.shm_ring_rewinds;
     s.shm_publishes += c.shm_publishes;
     s.rd_atomic_waits += c.rd_atomic_waits;
+    s.domain_visits += c.domain_visits;
+    s.owner_timers += c.owner_timers;
+    s.grace_timers += c.grace_timers;
     s.max_rd_atomic_out = std::max<uint64_t>(s.max_rd_atomic_out, c.max_rd_atomic_out);
     s.live_cm_ids += c.live_cm_ids;
     s.live_qps += c.live_qps;

@@ -6,13 +6,151 @@
 // domain wherever a PD is taken, and keeps it and its thread domain busy
 // (EBUSY) while it lives.
 #include <errno.h>
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
+#include "absl/base/attributes.h"
+#include "glog/logging.h"
 #include "softrdma/internal.h"
 #include "softrdma/softrdma.h"
 
 namespace softrdma {
+namespace internal {
+namespace {
+
+int Membarrier(int cmd) { return static_cast<int>(::syscall(__NR_membarrier, cmd, 0, 0)); }
+
+// Whether this process may use MEMBARRIER_CMD_PRIVATE_EXPEDITED (Linux 4.14;
+// a seccomp filter or an older kernel may refuse it). Registered once.
+bool ExpeditedMembarrier() {
+  static const bool ok = [] {
+    const int cmds = Membarrier(MEMBARRIER_CMD_QUERY);
+    if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) return false;
+    return Membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+  }();
+  return ok;
+}
+
+// The domains this thread holds: how it went in and how many DomainMutex
+// locks of that domain it holds. A thread holds at most a few at once (a
+// QP's domain, then a CQ's or SRQ's of another).
+enum class Way : uint8_t { kOwnerFast, kOwnerLocked, kVisitor };
+struct Held {
+  SoftTd* td;
+  uint32_t depth;
+  Way way;
+};
+constexpr int kMaxHeld = 8;
+thread_local Held t_held[kMaxHeld];
+thread_local int t_nheld = 0;
+
+Held* FindHeld(SoftTd* td) {
+  for (int i = t_nheld - 1; i >= 0; --i) {
+    if (t_held[i].td == td) return &t_held[i];
+  }
+  return nullptr;
+}
+
+[[noreturn]] ABSL_ATTRIBUTE_NOINLINE void DomainMisuse(const char* what) {
+  LOG(FATAL) << "softrdma: " << what;
+  std::abort();
+}
+
+// Everything but the owner's way in without a lock: `h` is this thread's new
+// entry for `td`.
+ABSL_ATTRIBUTE_NOINLINE void EnterSlow(SoftTd* td, Held* h) {
+  if (td == t_owner_of) {
+    h->way = Way::kOwnerLocked;
+    td->visit_mu.Lock();
+    return;
+  }
+  h->way = Way::kVisitor;
+  td->visit_mu.Lock();
+  if (!td->fast) return;
+  Stat().domain_visits++;
+  td->visiting.store(true, std::memory_order_relaxed);
+  // The visitor's half: every running thread of the process passes a full
+  // barrier, so the owner either saw `visiting` or its owner_in is seen.
+  if (Membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) {
+    // Registered when the domain was made, so this does not fail; a plain
+    // fence here would not order the owner's side.
+    PLOG(FATAL) << "softrdma: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)";
+  }
+  for (int spins = 0; td->owner_in.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins > 64) std::this_thread::yield();
+  }
+}
+
+void Enter(SoftTd* td) {
+  if (Held* h = FindHeld(td)) {
+    ++h->depth;
+    return;
+  }
+  if (t_nheld == kMaxHeld) DomainMisuse("too many thread domains held by one thread");
+  Held* h = &t_held[t_nheld++];
+  h->td = td;
+  h->depth = 1;
+  if (td == t_owner_of && td->fast) {
+    // The owner's half of the Dekker pair: store, compiler barrier, load. A
+    // second thread here at once breaks the domain's promise; say so rather
+    // than corrupt the queues (not every such race is caught).
+    if (td->owner_in.load(std::memory_order_relaxed) != 0) {
+      DomainMisuse("two threads use the objects of one thread domain at once");
+    }
+    td->owner_in.store(1, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (!td->visiting.load(std::memory_order_acquire)) {
+      h->way = Way::kOwnerFast;
+      return;
+    }
+    td->owner_in.store(0, std::memory_order_release);  // let the visitor in
+  }
+  EnterSlow(td, h);
+}
+
+void Leave(SoftTd* td) {
+  Held* h = FindHeld(td);
+  if (h == nullptr) DomainMisuse("a thread domain left that was not held");
+  if (--h->depth > 0) return;
+  const Way way = h->way;
+  Held* last = &t_held[t_nheld - 1];
+  if (h != last) *h = *last;  // order among held domains does not matter
+  --t_nheld;
+  switch (way) {
+    case Way::kOwnerFast:
+      td->owner_in.store(0, std::memory_order_release);
+      break;
+    case Way::kOwnerLocked:
+      td->visit_mu.Unlock();
+      break;
+    case Way::kVisitor:
+      if (td->fast) td->visiting.store(false, std::memory_order_release);
+      td->visit_mu.Unlock();
+      break;
+  }
+}
+
+}  // namespace
+
+thread_local SoftTd* t_owner_of = nullptr;
+
+SoftTd* NewThreadDomain(ibv_context* context) {
+  auto* t = new SoftTd();
+  t->td.context = context;
+  t->fast = ExpeditedMembarrier();
+  return t;
+}
+
+void DomainMutex::EnterDomain(SoftTd* td) { Enter(td); }
+void DomainMutex::LeaveDomain(SoftTd* td) { Leave(td); }
+
+
+}  // namespace internal
 
 using internal::SoftCq;
 using internal::SoftPd;
@@ -23,9 +161,7 @@ ibv_td* alloc_td(ibv_context* context, ibv_td_init_attr* init_attr) {
     errno = EINVAL;
     return nullptr;
   }
-  auto* t = new SoftTd();
-  t->td.context = context;
-  return &t->td;
+  return &internal::NewThreadDomain(context)->td;
 }
 
 int dealloc_td(ibv_td* td) {
@@ -134,8 +270,15 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
                          static_cast<int>(attr->comp_vector));
   if (cq == nullptr) return nullptr;
   SoftCq* c = internal::ToSoft(cq);
-  c->td = td;
+  // Nothing else knows the CQ yet: its lock may change. A single-threaded CQ
+  // outside any thread domain is a domain of its own.
   c->single_threaded = (flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED) != 0;
+  if (td == nullptr && c->single_threaded) {
+    c->own_td.reset(internal::NewThreadDomain(context));
+    td = c->own_td.get();
+  }
+  c->td = td;
+  c->mu.set_domain(td);
   ibv_cq_ex& x = c->cqx;
   x.comp_mask = 0;
   x.start_poll = internal::StartPollEx;

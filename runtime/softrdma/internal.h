@@ -27,6 +27,11 @@
 // Conn's attachment mutex and the QP's own, in arrival order per connection.
 // The fork handlers take the two registries and then the key table. The data
 // path of the user (post_send, post_recv, poll_cq) takes no cm lock.
+// SoftQp::mu, SoftSrq::mu and SoftCq::mu are DomainMutexes: for the objects
+// of one thread domain they are one exclusion, which the owner enters
+// without a lock (SoftTd). A QP joins its parent domain's thread domain only
+// if its CQs and SRQ are in that one or in none, so two domains are never
+// held in both orders.
 #ifndef RDMARPC_RUNTIME_SOFTRDMA_INTERNAL_H_
 #define RDMARPC_RUNTIME_SOFTRDMA_INTERNAL_H_
 
@@ -44,6 +49,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "softrdma/frame_pool.h"
 #include "softrdma/ring_queue.h"
 #include "softrdma/shm_hint.h"
@@ -114,7 +120,7 @@ struct alignas(64) Counters {
       recv, bytes_sent, rnr_retries, post_send_calls, post_recv_calls, reg_mr, rem_access_errors,
       signaled_sends, wc_polled, poll_cq_calls, qps_on_shm, qps_on_tcp, shm_fallbacks,
       shm_doorbells, shm_marked_qps, shm_marked_drains, shm_ring_rewinds, shm_publishes,
-      rd_atomic_waits;
+      rd_atomic_waits, domain_visits, owner_timers, grace_timers;
   std::atomic<uint64_t> max_send_bytes{0}, max_rd_atomic_out{0};
   OwnerCount<int64_t> live_cm_ids, live_qps, live_cqs, live_mrs, live_pds, live_mws;
 };
@@ -174,13 +180,111 @@ void DrainAsyncEvents(ibv_cq* cq);
 ibv_context* CmContext();
 
 // A thread domain (ibv_alloc_td, domain.cc): the user's promise that one
-// thread at a time uses the QPs and CQs made in it (through a parent domain
-// naming it).
+// thread at a time uses the QPs, SRQs and CQs made in it (through a parent
+// domain naming it; a CQ made IBV_CREATE_CQ_ATTR_SINGLE_THREADED without one
+// gets a domain of its own). The objects of a domain share one exclusion
+// (DomainMutex) instead of a mutex each. The thread in one of the user's
+// verbs on an object of the domain (post_send, post_recv, post_srq_recv,
+// poll_cq, req_notify_cq: the "owner") goes in with plain stores; any other
+// thread that must touch the objects (the progress thread's timers and
+// doorbells, another domain's poller, the control verbs) is a "visitor" that
+// takes `visit_mu`, raises `visiting` and waits for the owner to leave. The
+// owner's store-then-load and the visitor's store, membarrier(2), load are an
+// asymmetric Dekker pair: one of the two sees the other (the technique of
+// liburcu's and folly's asymmetric memory barriers: the cheap side issues only
+// a compiler barrier, the rare side makes every running thread of the process
+// pass a full barrier). Without MEMBARRIER_CMD_PRIVATE_EXPEDITED (`fast`
+// false) the owner takes `visit_mu` too.
+struct SoftQp;
+// Transport timers of a fast domain's QPs that fired on the progress thread:
+// rather than visit (a membarrier each, at 10,000 QPs about 150,000 a second)
+// they wait here for the owner, who runs them at its next poll of a CQ of the
+// domain (OwnerPoll); what is left after kOwnerTimerGrace the progress thread
+// runs itself, as a visitor. Shared with that grace timer, which may outlive
+// the domain.
+struct DeferredTimers {
+  std::atomic<bool> due{false};  // `qps` is not empty
+  absl::Mutex mu;
+  std::vector<std::weak_ptr<SoftQp>> qps ABSL_GUARDED_BY(mu);
+  bool grace_armed ABSL_GUARDED_BY(mu) = false;
+};
+inline constexpr absl::Duration kOwnerTimerGrace = absl::Milliseconds(10);
+
 struct SoftTd {
   ibv_td td;  // first member
   std::atomic<int> refs{0};  // parent domains naming it; dealloc_td: EBUSY
+  bool fast = false;  // set at allocation: the owner may go in without a lock
+  absl::Mutex visit_mu;
+  std::atomic<uint32_t> owner_in{0};  // 1 while an owner is in without visit_mu
+  std::atomic<bool> visiting{false};  // a visitor holds or waits for the domain
+  std::shared_ptr<DeferredTimers> deferred = std::make_shared<DeferredTimers>();
 };
 inline SoftTd* ToSoft(ibv_td* t) { return reinterpret_cast<SoftTd*>(t); }
+// Makes a domain (ibv_alloc_td, or a single-threaded CQ's own).
+SoftTd* NewThreadDomain(ibv_context* context);
+
+// The mutex of a QP, SRQ or CQ: the object's own absl::Mutex, or, once
+// set_domain gave it one, its thread domain's exclusion (SoftTd). Lock and
+// Unlock nest per thread for one domain (a QP's lock, then its CQ's).
+class ABSL_LOCKABLE DomainMutex {
+ public:
+  // Before the object is reachable by any other thread.
+  void set_domain(SoftTd* td) { td_ = td; }
+  SoftTd* domain() const { return td_; }
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
+    if (td_ == nullptr) {
+      mu_.Lock();
+    } else {
+      EnterDomain(td_);
+    }
+  }
+  void Unlock() ABSL_UNLOCK_FUNCTION() {
+    if (td_ == nullptr) {
+      mu_.Unlock();
+    } else {
+      LeaveDomain(td_);
+    }
+  }
+
+ private:
+  static void EnterDomain(SoftTd* td);
+  static void LeaveDomain(SoftTd* td);
+  absl::Mutex mu_;
+  SoftTd* td_ = nullptr;
+};
+
+class ABSL_SCOPED_LOCKABLE DomainLock {
+ public:
+  explicit DomainLock(DomainMutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_->Lock(); }
+  ~DomainLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
+  DomainLock(const DomainLock&) = delete;
+  DomainLock& operator=(const DomainLock&) = delete;
+
+ private:
+  DomainMutex* const mu_;
+};
+
+// The owner's poll of a CQ of `td` (may be null): runs the transport timers
+// that wait for it (DeferredTimers).
+void RunDeferredTimers(SoftTd* td);
+inline void OwnerPoll(SoftTd* td) {
+  if (td != nullptr && td->deferred->due.load(std::memory_order_relaxed)) RunDeferredTimers(td);
+}
+
+// Marks the calling thread as the owner of `td` (may be null) for the
+// duration of one of the user's data-path verbs on an object of it: the
+// thread's locks of that domain's objects take the owner's way in.
+extern thread_local SoftTd* t_owner_of;
+class OwnerScope {
+ public:
+  explicit OwnerScope(SoftTd* td) : saved_(t_owner_of) { t_owner_of = td; }
+  ~OwnerScope() { t_owner_of = saved_; }
+  OwnerScope(const OwnerScope&) = delete;
+  OwnerScope& operator=(const OwnerScope&) = delete;
+
+ private:
+  SoftTd* saved_;
+};
 
 struct SoftPd {
   ibv_pd pd;  // first member
@@ -339,13 +443,15 @@ struct SoftCq {
     ibv_cq cq;
     ibv_cq_ex cqx;
   };
-  // create_cq_ex: its parent domain's thread domain (or null), whether it was
-  // made IBV_CREATE_CQ_ATTR_SINGLE_THREADED, and the CQE that the extended
-  // poll functions (start_poll, next_poll, read_*) read.
+  // create_cq_ex: its thread domain (its parent domain's, or for a CQ made
+  // IBV_CREATE_CQ_ATTR_SINGLE_THREADED without one its own; null: none, `mu`
+  // is its own), whether it was made single-threaded, and the CQE that the
+  // extended poll functions (start_poll, next_poll, read_*) read.
   SoftTd* td = nullptr;
   bool single_threaded = false;
+  std::unique_ptr<SoftTd> own_td;  // single-threaded without a parent domain's
   ibv_wc ex_wc = {};
-  absl::Mutex mu;
+  DomainMutex mu;
   std::vector<ibv_wc> ring ABSL_GUARDED_BY(mu);
   std::vector<SlotRelease> release ABSL_GUARDED_BY(mu);  // parallel to ring
   size_t head ABSL_GUARDED_BY(mu) = 0;
@@ -496,7 +602,7 @@ struct RecvWqe {
 // A shared receive queue: receives that any QP attached to it consumes.
 struct SoftSrq {
   ibv_srq srq;  // first member
-  absl::Mutex mu;
+  DomainMutex mu;
   ibv_srq_attr attr ABSL_GUARDED_BY(mu) = {};  // srq_limit 0 = limit event disarmed
   RingQueue<RecvWqe> rq ABSL_GUARDED_BY(mu);
   std::atomic<int> qp_refs{0};
@@ -523,7 +629,7 @@ struct SoftQp {
   std::unique_ptr<WrBuilder, void (*)(WrBuilder*)> wr{nullptr, &DeleteWrBuilder};
   std::weak_ptr<SoftQp> self;
 
-  absl::Mutex mu;
+  DomainMutex mu;
   ibv_qp_cap cap ABSL_GUARDED_BY(mu) = {};
   bool sq_sig_all ABSL_GUARDED_BY(mu) = false;
   ibv_qp_state state ABSL_GUARDED_BY(mu) = IBV_QPS_RESET;

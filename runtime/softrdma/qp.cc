@@ -283,7 +283,7 @@ void FlushBacklogLater(SoftQp* q) {
   ProgressThread::Get().RunAfter(absl::Microseconds(kWatchdogMicros), [weak] {
     std::shared_ptr<SoftQp> qp = weak.lock();
     if (qp == nullptr) return;
-    absl::MutexLock l(&qp->mu);
+    internal::DomainLock l(&qp->mu);
     FlushBacklogNow(qp.get());
   });
 }
@@ -580,8 +580,7 @@ bool PeerNotAttachedLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
 // packet of a large message as it moves) restarts the count; retry_cnt + 1 periods without any fail
 // the head WR with RETRY_EXC_ERR and flush the rest, as a NIC does when its
 // retransmissions go unanswered (a crashed or unreachable peer).
-void OnAckTimer(SoftQp* q) {
-  absl::MutexLock l(&q->mu);
+void OnAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   q->ack_timer_armed = false;
   if ((q->state != IBV_QPS_RTS && q->state != IBV_QPS_SQD) || q->sq_sent == 0 ||
       q->conn == nullptr || q->timeout == 0) {
@@ -608,6 +607,49 @@ void OnAckTimer(SoftQp* q) {
   SendWqe w = PopSqFrontLocked(q);
   CompleteSendLocked(q, w, IBV_WC_RETRY_EXC_ERR);
   MoveToErrorLocked(q);
+}
+
+// Runs deferred timers (DeferredTimers), counting them in `count`.
+void RunTimersOf(std::vector<std::weak_ptr<SoftQp>>& qps, OwnerCount<uint64_t>& count) {
+  for (std::weak_ptr<SoftQp>& w : qps) {
+    if (std::shared_ptr<SoftQp> q = w.lock()) {
+      count++;
+      internal::DomainLock l(&q->mu);
+      OnAckTimerLocked(q.get());
+    }
+  }
+  qps.clear();
+}
+
+void OnOwnerTimerGrace(const std::shared_ptr<void>& owner) {
+  auto* d = static_cast<DeferredTimers*>(owner.get());
+  std::vector<std::weak_ptr<SoftQp>> qps;
+  {
+    absl::MutexLock l(&d->mu);
+    qps.swap(d->qps);
+    d->grace_armed = false;
+    d->due.store(false, std::memory_order_relaxed);
+  }
+  RunTimersOf(qps, Stat().grace_timers);  // the owner did not poll in time: as a visitor
+}
+
+// A QP's transport timer fired (progress thread). A QP of a fast thread
+// domain leaves the work to the domain's owner (DeferredTimers).
+void OnAckTimer(SoftQp* q) {
+  if (SoftTd* td = q->mu.domain(); td != nullptr && td->fast) {
+    DeferredTimers* d = td->deferred.get();
+    absl::MutexLock l(&d->mu);
+    d->qps.push_back(q->self);
+    d->due.store(true, std::memory_order_release);
+    if (!d->grace_armed) {
+      d->grace_armed = true;
+      ProgressThread::Get().RunAfter(kOwnerTimerGrace, std::weak_ptr<void>(td->deferred),
+                                     &OnOwnerTimerGrace);
+    }
+    return;
+  }
+  internal::DomainLock l(&q->mu);
+  OnAckTimerLocked(q);
 }
 
 // RecvBeforeSend: sends the held-back ACK, if any.
@@ -919,7 +961,7 @@ void CompleteFrontLocked(SoftQp* q, int n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
 }
 
 void RetransmitFrom(SoftQp* q, uint32_t psn) {
-  absl::MutexLock l(&q->mu);
+  internal::DomainLock l(&q->mu);
   if (!q->rnr_wait || q->state != IBV_QPS_RTS || q->conn == nullptr) return;
   q->rnr_wait = false;
   int idx = FindPsnLocked(q, psn);
@@ -1055,7 +1097,7 @@ void OnResponseLocked(SoftQp* q, Frame& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) 
 bool HasRecvLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   if (q->qp.srq == nullptr) return !q->rq.empty();
   SoftSrq* srq = ToSoft(q->qp.srq);
-  absl::MutexLock l(&srq->mu);
+  internal::DomainLock l(&srq->mu);
   return !srq->rq.empty();
 }
 
@@ -1090,7 +1132,7 @@ void AckLocked(SoftQp* q, uint32_t psn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
       ProgressThread::Get().RunAfter(absl::Microseconds(hold_us), [weak] {
         std::shared_ptr<SoftQp> qp = weak.lock();
         if (qp == nullptr) return;
-        absl::MutexLock l(&qp->mu);
+        internal::DomainLock l(&qp->mu);
         qp->ack_hold_timer = false;
         FlushHeldAckLocked(qp.get());
       });
@@ -1116,7 +1158,7 @@ void UntakeRecvLocked(SoftQp* q, RecvWqe r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu)
     return;
   }
   SoftSrq* srq = ToSoft(q->qp.srq);
-  absl::MutexLock l(&srq->mu);
+  internal::DomainLock l(&srq->mu);
   srq->rq.push_front(std::move(r));
 }
 
@@ -1391,7 +1433,8 @@ FramePool* FramePool::ForThisThread() {
 int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   SoftQp* q = ToSoft(qp);
   Stat().post_send_calls++;
-  absl::MutexLock l(&q->mu);
+  internal::OwnerScope owner(q->mu.domain());  // the user's data-path verb
+  internal::DomainLock l(&q->mu);
   ShmPostBatch batch(q);
   for (; wr != nullptr; wr = wr->next) {
     int err = PostOneSendLocked(q, wr);
@@ -1406,7 +1449,8 @@ int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   SoftQp* q = ToSoft(qp);
   Stat().post_recv_calls++;
-  absl::MutexLock l(&q->mu);
+  internal::OwnerScope owner(q->mu.domain());  // the user's data-path verb
+  internal::DomainLock l(&q->mu);
   for (; wr != nullptr; wr = wr->next) {
     int err = 0;
     if (q->state == IBV_QPS_RESET || q->qp.srq != nullptr) {  // SRQ QPs take no receives
@@ -1474,7 +1518,7 @@ void RegisterWithCqs(SoftQp* q, const std::shared_ptr<ShmLink>& link) {
   if (!one_cq) CqAddShmQp(q->qp.recv_cq, q, link, false, nullptr);
   link->MarkAttached();
   if (offered) {
-    absl::MutexLock l(&q->mu);
+    internal::DomainLock l(&q->mu);
     if (q->shm == link && link->OfferHint(offer)) RingDoorbellLocked(q);
   }
 }
@@ -1485,7 +1529,7 @@ bool QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> sh
               uint32_t dest_qpn, uint8_t rnr_retry, uint8_t responder_resources,
               uint8_t initiator_depth, uint8_t retry_cnt, bool passive) {
   {
-    absl::MutexLock l(&q->mu);
+    internal::DomainLock l(&q->mu);
     if (q->state == IBV_QPS_ERR) return false;
     q->awaiting_first_request = passive;
     q->max_dest_rd_atomic = std::min<uint8_t>(responder_resources, kMaxRdAtom);
@@ -1507,7 +1551,7 @@ bool QpAttach(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> sh
 bool QpBindLink(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> shm, bool hold,
                 bool passive) {
   {
-    absl::MutexLock l(&q->mu);
+    internal::DomainLock l(&q->mu);
     if (q->state == IBV_QPS_ERR || q->conn != nullptr) return false;
     q->awaiting_first_request = passive;
     q->conn = std::move(conn);
@@ -1517,10 +1561,21 @@ bool QpBindLink(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> 
   if (shm != nullptr && !hold) RegisterWithCqs(q, shm);
   if (!hold) {
     (shm != nullptr ? Stat().qps_on_shm : Stat().qps_on_tcp)++;
-    absl::MutexLock l(&q->mu);
+    internal::DomainLock l(&q->mu);
     AdvanceSqLocked(q);  // what was posted before the link (local operations)
   }
   return true;
+}
+
+void RunDeferredTimers(SoftTd* td) {
+  DeferredTimers* d = td->deferred.get();
+  std::vector<std::weak_ptr<SoftQp>> qps;
+  {
+    absl::MutexLock l(&d->mu);
+    qps.swap(d->qps);
+    d->due.store(false, std::memory_order_relaxed);
+  }
+  RunTimersOf(qps, Stat().owner_timers);
 }
 
 std::shared_ptr<SoftQp> FindQp(uint32_t qp_num) {
@@ -1532,7 +1587,7 @@ std::shared_ptr<SoftQp> FindQp(uint32_t qp_num) {
 
 void QpSetLink(SoftQp* q, std::shared_ptr<ShmLink> shm) {
   {
-    absl::MutexLock l(&q->mu);
+    internal::DomainLock l(&q->mu);
     if (!q->link_hold) return;
     q->link_hold = false;
     if (shm == nullptr && q->shm != nullptr) {
@@ -1550,17 +1605,17 @@ void QpSetLink(SoftQp* q, std::shared_ptr<ShmLink> shm) {
 }
 
 void QpDrainShm(SoftQp* q, ShmLink* link) {
-  absl::MutexLock l(&q->mu);
+  internal::DomainLock l(&q->mu);
   DrainShmLocked(q, link);
 }
 
 void QpSendOwedAck(SoftQp* q) {
-  absl::MutexLock l(&q->mu);
+  internal::DomainLock l(&q->mu);
   FlushHeldAckLocked(q);
 }
 
 void QpFlushToError(SoftQp* q) {
-  absl::MutexLock l(&q->mu);
+  internal::DomainLock l(&q->mu);
   // What the peer put in the ring before it disconnected or died arrived
   // before the news of it, as on a wire.
   if (q->shm != nullptr) DrainShmLocked(q, q->shm.get());
@@ -1568,7 +1623,7 @@ void QpFlushToError(SoftQp* q) {
 }
 
 void QpTransportFailed(SoftQp* q) {
-  absl::MutexLock l(&q->mu);
+  internal::DomainLock l(&q->mu);
   if (q->state == IBV_QPS_ERR || q->state == IBV_QPS_RESET) return;
   RaiseQpEventLocked(q, IBV_EVENT_QP_FATAL);
   MoveToErrorLocked(q);
@@ -1587,7 +1642,8 @@ int BindMwVerb(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
   wr.bind_mw.bind_info = mw_bind->bind_info;
   SoftQp* q = ToSoft(qp);
   Stat().post_send_calls++;
-  absl::MutexLock l(&q->mu);
+  internal::OwnerScope owner(q->mu.domain());  // the user's data-path verb
+  internal::DomainLock l(&q->mu);
   const int err = PostOneSendLocked(q, &wr, /*bind_verb=*/true);
   // The handle shows the new rkey once the bind is posted (mlx5, rxe); the
   // window answers to it once the bind's turn in the SQ came.
@@ -1596,7 +1652,7 @@ int BindMwVerb(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
 }
 
 void QpOnFrame(SoftQp* q, Frame& f) {
-  absl::MutexLock l(&q->mu);
+  internal::DomainLock l(&q->mu);
   if (f.h.type == FrameType::kDoorbell) {
     if (q->shm != nullptr) DrainShmLocked(q, q->shm.get());
     return;
@@ -1662,6 +1718,17 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
                          cap.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge))));
   auto q = std::make_shared<SoftQp>();
   q->self = q;
+  // The thread domain of its parent domain, if its CQs and SRQ are in that
+  // one or in none: locks of two domains then never nest in both orders
+  // (internal.h's order has SoftQp::mu before the others). A QP whose CQ is
+  // in another domain keeps a mutex of its own, as if made without one.
+  internal::SoftTd* td = internal::ThreadDomainOf(pd);
+  auto same_or_none = [td](internal::SoftTd* other) { return other == nullptr || other == td; };
+  if (td != nullptr && same_or_none(internal::ToSoft(attr->send_cq)->mu.domain()) &&
+      same_or_none(internal::ToSoft(attr->recv_cq)->mu.domain()) &&
+      (attr->srq == nullptr || same_or_none(internal::ToSoft(attr->srq)->mu.domain()))) {
+    q->mu.set_domain(td);
+  }
   q->qp.context = pd->context;
   q->qp.qp_context = attr->qp_context;
   q->qp.pd = pd;
@@ -1673,7 +1740,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   pthread_mutex_init(&q->qp.mutex, nullptr);
   pthread_cond_init(&q->qp.cond, nullptr);
   {
-    absl::MutexLock l(&q->mu);
+    internal::DomainLock l(&q->mu);
     q->cap = cap;  // reported back: exactly what is enforced
     q->sq_sig_all = attr->sq_sig_all != 0;
   }
@@ -1699,7 +1766,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   if (qp == nullptr || attr == nullptr) return EINVAL;
   SoftQp* q = internal::ToSoft(qp);
-  absl::MutexLock l(&q->mu);
+  internal::DomainLock l(&q->mu);
   if ((attr_mask & IBV_QP_RNR_RETRY) && attr->rnr_retry > 7) return EINVAL;
   if ((attr_mask & IBV_QP_RETRY_CNT) && attr->retry_cnt > 7) return EINVAL;
   if ((attr_mask & IBV_QP_TIMEOUT) && attr->timeout > 31) return EINVAL;  // 5 bits
@@ -1825,7 +1892,7 @@ int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
 int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr* init_attr) {
   if (qp == nullptr || attr == nullptr || init_attr == nullptr) return EINVAL;
   SoftQp* q = internal::ToSoft(qp);
-  absl::MutexLock l(&q->mu);
+  internal::DomainLock l(&q->mu);
   std::memset(attr, 0, sizeof(*attr));
   attr->qp_state = q->state;
   attr->cur_qp_state = q->state;
@@ -1856,7 +1923,7 @@ int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr*
 bool QpUsesShm(ibv_qp* qp) {
   if (qp == nullptr) return false;
   SoftQp* q = internal::ToSoft(qp);
-  absl::MutexLock l(&q->mu);
+  internal::DomainLock l(&q->mu);
   return q->shm != nullptr && !q->link_hold;
 }
 
@@ -1868,7 +1935,7 @@ int destroy_qp(ibv_qp* qp) {
   {
     // Like hardware, destroying a QP discards its WRs without completions:
     // a CQ shared with other QPs must not receive CQEs naming freed wr_ids.
-    absl::MutexLock l(&q->mu);
+    internal::DomainLock l(&q->mu);
     internal::ClearSqLocked(q);
     q->rq.clear();
     q->state = IBV_QPS_ERR;

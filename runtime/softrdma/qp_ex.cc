@@ -228,7 +228,7 @@ int CheckAll(SoftQp* q, const WrBuilder& b, size_t n) {
   ibv_qp_cap cap;
   size_t outstanding;
   {
-    absl::MutexLock l(&q->mu);
+    internal::DomainLock l(&q->mu);
     cap = q->cap;
     outstanding = q->sq.size() + q->sq_unpolled.load();
   }
@@ -243,6 +243,7 @@ int CheckAll(SoftQp* q, const WrBuilder& b, size_t n) {
 
 int WrComplete(ibv_qp_ex* qpx) {
   SoftQp* q = FromQpx(qpx);
+  internal::OwnerScope owner(q->mu.domain());  // the user's data-path verb
   WrBuilder* b = q->wr.get();
   if (!b->started) return EINVAL;
   b->started = false;

@@ -344,7 +344,18 @@ int dereg_mr(ibv_mr* mr);
 // --- thread domains and parent domains (ibv_alloc_td(3), ibv_alloc_parent_domain(3))
 // A thread domain is the user's promise that one thread at a time uses the
 // QPs, SRQs and CQs made in it (each made on a parent domain naming it, a CQ
-// through create_cq_ex's parent_domain); the objects behave as without it.
+// through create_cq_ex's parent_domain). softrdma then drops their locks as
+// mlx5 does: the thread in post_send, post_recv, post_srq_recv, bind_mw, the
+// ibv_wr_* complete or poll_cq / req_notify_cq on them takes no lock; any
+// other thread that touches them (the control verbs, the progress thread,
+// the poller of a CQ outside the domain) waits for that thread and costs it
+// a membarrier(2) (Stats::domain_visits). Their transport timers run in the
+// owner's polls of the domain's CQs, or on the progress thread 10 ms later
+// (Stats::owner_timers, grace_timers). Two threads in such verbs of one
+// domain at once abort the process with a message (when caught). A QP joins
+// the domain only if its CQs and SRQ are in it or in none; a CQ made
+// IBV_CREATE_CQ_ATTR_SINGLE_THREADED without a parent domain is a domain of
+// its own. Without MEMBARRIER_CMD_PRIVATE_EXPEDITED the domain is one mutex.
 // alloc_td: nullptr with EINVAL for a null context or attr or a non-zero
 // comp_mask. dealloc_td: EBUSY while a parent domain names it.
 ibv_td* alloc_td(ibv_context* context, ibv_td_init_attr* init_attr);
@@ -529,6 +540,13 @@ struct Stats {
   uint64_t shm_publishes = 0;
   uint64_t rd_atomic_waits = 0;   // times a READ / atomic waited in the SQ for its QP's max_rd_atomic
   uint64_t max_rd_atomic_out = 0; // most READs / atomics one QP had outstanding at once
+  // Thread domains (ibv_alloc_td): times another thread than the owner went
+  // into one (each costs a membarrier), and transport timers of its QPs run
+  // by the owner's poll or, after kOwnerTimerGrace without one, by the
+  // progress thread.
+  uint64_t domain_visits = 0;
+  uint64_t owner_timers = 0;
+  uint64_t grace_timers = 0;
   // Gauges: objects alive now (to check that nothing leaks).
   int64_t live_cm_ids = 0;
   int64_t live_qps = 0;

@@ -11,7 +11,8 @@ namespace internal {
 int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   SoftSrq* s = ToSoft(srq);
   Stat().post_recv_calls++;
-  absl::MutexLock l(&s->mu);
+  internal::OwnerScope owner(s->mu.domain());  // the user's data-path verb
+  internal::DomainLock l(&s->mu);
   for (; wr != nullptr; wr = wr->next) {
     int err = 0;
     if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > s->attr.max_sge) {
@@ -36,7 +37,7 @@ bool SrqTake(ibv_srq* srq, RecvWqe* out) {
   SoftSrq* s = ToSoft(srq);
   bool limit_reached = false;
   {
-    absl::MutexLock l(&s->mu);
+    internal::DomainLock l(&s->mu);
     if (s->rq.empty()) return false;
     *out = std::move(s->rq.front());
     s->rq.pop_front();
@@ -68,6 +69,7 @@ ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
     return nullptr;
   }
   auto* s = new internal::SoftSrq();
+  s->mu.set_domain(internal::ThreadDomainOf(pd));
   s->srq.context = pd->context;
   s->srq.srq_context = attr->srq_context;
   s->srq.pd = pd;
@@ -75,7 +77,7 @@ ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   pthread_mutex_init(&s->srq.mutex, nullptr);
   pthread_cond_init(&s->srq.cond, nullptr);
   {
-    absl::MutexLock l(&s->mu);
+    internal::DomainLock l(&s->mu);
     s->attr = attr->attr;  // reported back unchanged: exactly what is enforced
   }
   return &s->srq;
@@ -84,7 +86,7 @@ ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
 int modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int attr_mask) {
   if (srq == nullptr || attr == nullptr) return EINVAL;
   internal::SoftSrq* s = internal::ToSoft(srq);
-  absl::MutexLock l(&s->mu);
+  internal::DomainLock l(&s->mu);
   if (attr_mask & IBV_SRQ_MAX_WR) return EINVAL;  // resizing is not supported
   if (attr_mask & IBV_SRQ_LIMIT) {
     if (attr->srq_limit > s->attr.max_wr) return EINVAL;
@@ -96,7 +98,7 @@ int modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int attr_mask) {
 int query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
   if (srq == nullptr || attr == nullptr) return EINVAL;
   internal::SoftSrq* s = internal::ToSoft(srq);
-  absl::MutexLock l(&s->mu);
+  internal::DomainLock l(&s->mu);
   *attr = s->attr;
   return 0;
 }

@@ -5,9 +5,16 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 
+#include <chrono>
 #include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "softrdma/faults.h"
 #include "softrdma/softrdma.h"
 #include "test_util.h"
 
@@ -243,6 +250,129 @@ TEST(ThreadDomain, AQpAndCqInAThreadDomainCarryWritesAndSends) {
   EXPECT_EQ(dealloc_pd(parent), 0);
   EXPECT_EQ(dealloc_pd(pd), 0);
   EXPECT_EQ(ibv_dealloc_td(td), 0);
+}
+
+// The server end of a pair in a thread domain (QP on a parent domain, CQ
+// single-threaded on it), for the transport-timer tests.
+struct DomainPair {
+  DomainPair() {
+    first = std::make_unique<ConnectedPair>();  // a PD of the rdma_cm context
+    if (!first->ok()) return;
+    ibv_context* ctx = first->server_pd->context;
+    ibv_td_init_attr td_attr = {};
+    td = ibv_alloc_td(ctx, &td_attr);
+    pd = alloc_pd(ctx);
+    ibv_parent_domain_init_attr pa = {};
+    pa.pd = pd;
+    pa.td = td;
+    parent = ibv_alloc_parent_domain(ctx, &pa);
+    ibv_cq_init_attr_ex ca = {};
+    ca.cqe = 64;
+    ca.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD | IBV_CQ_INIT_ATTR_MASK_FLAGS;
+    ca.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+    ca.parent_domain = parent;
+    if (parent == nullptr) return;
+    ibv_cq_ex* cqx = ibv_create_cq_ex(ctx, &ca);
+    if (cqx == nullptr) return;
+    cq = ibv_cq_ex_to_cq(cqx);
+    PairOptions opt;
+    opt.shared_server_pd = parent;
+    opt.shared_server_cq = cq;
+    pair = std::make_unique<ConnectedPair>(opt);
+  }
+  ~DomainPair() {
+    pair.reset();
+    if (cq != nullptr) {
+      EXPECT_EQ(destroy_cq(cq), 0);
+    }
+    if (parent != nullptr) {
+      EXPECT_EQ(dealloc_pd(parent), 0);
+    }
+    if (pd != nullptr) {
+      EXPECT_EQ(dealloc_pd(pd), 0);
+    }
+    if (td != nullptr) {
+      EXPECT_EQ(ibv_dealloc_td(td), 0);
+    }
+  }
+  bool ok() const { return pair != nullptr && pair->ok(); }
+
+  std::unique_ptr<ConnectedPair> first;
+  ibv_td* td = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_pd* parent = nullptr;
+  ibv_cq* cq = nullptr;
+  std::unique_ptr<ConnectedPair> pair;
+};
+
+// Three SENDs from the domain's QP to a peer gone silent, under timeout 10
+// (4.19 ms) and retry_cnt 3.
+void SendIntoSilence(DomainPair& d, Buffer& buf) {
+  ibv_qp_attr a{};
+  a.timeout = 10;
+  a.retry_cnt = 3;
+  ASSERT_EQ(modify_qp(d.pair->server->qp, &a, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT), 0);
+  ASSERT_EQ(VanishPeer(d.pair->server), 0);
+  for (uint64_t i = 1; i <= 3; ++i) {
+    ASSERT_EQ(testing::PostSend(d.pair->server->qp, IBV_WR_SEND, i, buf, 0, 64), 0);
+  }
+}
+
+// The QP's transport timer runs in the owner's polls: the head SEND fails
+// RETRY_EXC_ERR after its 4 periods, the others flush.
+TEST(ThreadDomain, ASilentPeerFailsTheSendsOfAPollingOwner) {
+  DomainPair d;
+  ASSERT_TRUE(d.ok());
+  Buffer buf(d.pd, 4096, IBV_ACCESS_LOCAL_WRITE);
+  const Stats before = GetStats();
+  const absl::Time posted = absl::Now();
+  SendIntoSilence(d, buf);
+  std::vector<ibv_wc> wcs;
+  while (wcs.size() < 3 && absl::Now() - posted < absl::Seconds(5)) {
+    ibv_wc wc;
+    if (ibv_poll_cq(d.cq, 1, &wc) == 1) wcs.push_back(wc);
+  }
+  ASSERT_EQ(wcs.size(), 3u);
+  EXPECT_GE(absl::Now() - posted, absl::Nanoseconds(4 * 4096 << 10));
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR);
+  // 4 periods: at least the last ran in this thread's poll (a period whose
+  // 10 ms grace ran out while this thread was descheduled may have run on
+  // the progress thread).
+  const Stats after = GetStats();
+  EXPECT_GE(after.owner_timers - before.owner_timers, 1u);
+  EXPECT_EQ(after.owner_timers - before.owner_timers + after.grace_timers - before.grace_timers,
+            4u);
+}
+
+// An owner that stops polling does not stop the timer: the progress thread
+// runs what waited kOwnerTimerGrace (10 ms) for the owner, and the QP is in
+// ERROR before the owner polls again.
+TEST(ThreadDomain, ASilentPeerFailsTheSendsWhileTheOwnerDoesNotPoll) {
+  DomainPair d;
+  ASSERT_TRUE(d.ok());
+  Buffer buf(d.pd, 4096, IBV_ACCESS_LOCAL_WRITE);
+  const Stats before = GetStats();
+  SendIntoSilence(d, buf);
+  ibv_qp_attr q{};
+  ibv_qp_init_attr qi{};
+  const absl::Time start = absl::Now();
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(query_qp(d.pair->server->qp, &q, IBV_QP_STATE, &qi), 0);  // polls nothing
+  } while (q.qp_state != IBV_QPS_ERR && absl::Now() - start < absl::Seconds(5));
+  EXPECT_EQ(q.qp_state, IBV_QPS_ERR);
+  const Stats after = GetStats();
+  EXPECT_EQ(after.grace_timers - before.grace_timers, 4u);
+  EXPECT_EQ(after.owner_timers - before.owner_timers, 0u);
+  ibv_wc wcs[4];
+  ASSERT_EQ(ibv_poll_cq(d.cq, 4, wcs), 3);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR);
 }
 
 // A plain PD's MR does not serve a QP of another protection domain's parent.

@@ -1,6 +1,9 @@
 // softrdma_pingpong: round-trip latency and RDMA bandwidth on raw softrdma
 // verbs between two processes, both busy-polling, on the link chosen by
-// SOFTRDMA_SHM (1: same-host shared memory, 0: TCP).
+// SOFTRDMA_SHM (1: same-host shared memory, 0: TCP). With
+// SOFTRDMA_PINGPONG_TD=1 each side makes its QP and CQ in a thread domain
+// (ibv_alloc_td, a parent domain, ibv_create_cq_ex single-threaded), as a
+// single-threaded program tells a provider it needs no locks.
 //
 //   softrdma_pingpong [iterations=200000] [payload_bytes=32] [big_bytes=16777216]
 //   softrdma_pingpong rate [messages=2000000] [payload_bytes=32]
@@ -21,6 +24,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <cstring>
 #include <vector>
 
@@ -101,6 +105,36 @@ void PostSend(ibv_qp* qp, ibv_wr_opcode op, ibv_mr* mr, uint64_t addr, uint32_t 
 }
 
 // Busy-polls until a completion of `opcode` arrives; others are counted.
+// The PD for the QP and MRs and the CQ: plain, or in a thread domain.
+void MakePdAndCq(ibv_context* ctx, ibv_pd** pd, ibv_cq** cq) {
+  ibv_pd* plain = softrdma::alloc_pd(ctx);
+  if (plain == nullptr) Die("alloc_pd");
+  const char* td_env = std::getenv("SOFTRDMA_PINGPONG_TD");
+  if (td_env == nullptr || std::string(td_env) != "1") {
+    *pd = plain;
+    *cq = softrdma::create_cq(ctx, 4096, nullptr, nullptr, 0);
+    if (*cq == nullptr) Die("create_cq");
+    return;
+  }
+  ibv_td_init_attr td_attr = {};
+  ibv_td* td = ibv_alloc_td(ctx, &td_attr);
+  if (td == nullptr) Die("ibv_alloc_td");
+  ibv_parent_domain_init_attr pa = {};
+  pa.pd = plain;
+  pa.td = td;
+  *pd = ibv_alloc_parent_domain(ctx, &pa);
+  if (*pd == nullptr) Die("ibv_alloc_parent_domain");
+  ibv_cq_init_attr_ex ca = {};
+  ca.cqe = 4096;
+  ca.wc_flags = IBV_WC_STANDARD_FLAGS;
+  ca.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD | IBV_CQ_INIT_ATTR_MASK_FLAGS;
+  ca.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+  ca.parent_domain = *pd;
+  ibv_cq_ex* cqx = ibv_create_cq_ex(ctx, &ca);
+  if (cqx == nullptr) Die("ibv_create_cq_ex");
+  *cq = ibv_cq_ex_to_cq(cqx);
+}
+
 ibv_wc PollFor(ibv_cq* cq, ibv_wc_opcode opcode) {
   for (;;) {
     ibv_wc wc;
@@ -130,8 +164,9 @@ int Server(int port_pipe, size_t payload, size_t big, bool rate) {
   rdma_cm_event* e = WaitEvent(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
   rdma_cm_id* id = e->id;
   softrdma::ack_cm_event(e);
-  ibv_pd* pd = softrdma::alloc_pd(id->verbs);
-  ibv_cq* cq = softrdma::create_cq(id->verbs, 4096, nullptr, nullptr, 0);
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  MakePdAndCq(id->verbs, &pd, &cq);
   MakeQp(id, pd, cq);
   std::vector<uint8_t> small(4096);
   std::vector<uint8_t> target(big);
@@ -238,8 +273,9 @@ int Client(uint16_t port, int iters, size_t payload, size_t big, bool rate) {
   softrdma::ack_cm_event(WaitEvent(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
   softrdma::resolve_route(id, 2000);
   softrdma::ack_cm_event(WaitEvent(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
-  ibv_pd* pd = softrdma::alloc_pd(id->verbs);
-  ibv_cq* cq = softrdma::create_cq(id->verbs, 4096, nullptr, nullptr, 0);
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  MakePdAndCq(id->verbs, &pd, &cq);
   MakeQp(id, pd, cq);
   std::vector<uint8_t> small(4096);
   std::vector<uint8_t> source(big, 0x5a);
