@@ -12,6 +12,7 @@
 #include <cstring>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -62,7 +63,10 @@ bool IwarpModeNow() {
 // is the consumer "key" that ibv_inc_rkey / type-2 binds change), so indexes
 // of windows are kept apart from every MR key.
 struct KeyTable {
+  // Writers hold it exclusively (KeyTableWriteLock); readers shared only
+  // while a writer is at work (ScopedMrAccess).
   absl::Mutex mu;
+  std::atomic<bool> writer{false};  // a KeyTableWriteLock is held or wanted
   absl::flat_hash_map<uint32_t, SoftMr*> lkeys ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<uint32_t, SoftMr*> rkeys ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<uint32_t, SoftMw*> mw_rkeys ABSL_GUARDED_BY(mu);  // bound windows
@@ -155,11 +159,143 @@ Counters& Stat() {
 void LockCountersForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { Registry().mu.Lock(); }
 void UnlockCountersForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { Registry().mu.Unlock(); }
 
-ScopedMrAccess::ScopedMrAccess() ABSL_NO_THREAD_SAFETY_ANALYSIS { Keys().mu.ReaderLock(); }
-ScopedMrAccess::~ScopedMrAccess() ABSL_NO_THREAD_SAFETY_ANALYSIS { Keys().mu.ReaderUnlock(); }
+// A thread's mark that it reads the key table (ScopedMrAccess), on a cache
+// line of its own. Slots are never freed: a thread's goes to the next thread
+// that starts after it exits.
+struct alignas(64) KeyReaderSlot {
+  std::atomic<uint32_t> active{0};  // 1 while the thread reads without the mutex
+  uint32_t depth = 0;               // the thread's nested ScopedMrAccess
+  bool locked = false;              // the outermost took the mutex shared
+};
 
-void LockKeyTableForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { Keys().mu.Lock(); }
-void UnlockKeyTableForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { Keys().mu.Unlock(); }
+namespace {
+
+struct KeyReaders {
+  absl::Mutex mu;
+  std::vector<KeyReaderSlot*> all ABSL_GUARDED_BY(mu);
+  std::vector<KeyReaderSlot*> unowned ABSL_GUARDED_BY(mu);
+};
+KeyReaders& Readers() {
+  static KeyReaders* r = new KeyReaders;
+  return *r;
+}
+
+// As t_counters: trivially destructible, given back by a reaper made with
+// it; a ScopedMrAccess in a thread_local destructor run after the reaper
+// takes the mutex shared.
+thread_local KeyReaderSlot* t_key_slot = nullptr;
+thread_local bool t_key_slot_gone = false;
+struct KeySlotReturn {
+  bool armed = false;
+  ~KeySlotReturn() {
+    t_key_slot_gone = true;
+    if (t_key_slot == nullptr) return;
+    KeyReaders& r = Readers();
+    absl::MutexLock l(&r.mu);
+    r.unowned.push_back(t_key_slot);
+    t_key_slot = nullptr;
+  }
+};
+thread_local KeySlotReturn t_key_slot_return;
+
+KeyReaderSlot* ThisThreadsKeySlot() {
+  if (t_key_slot != nullptr || t_key_slot_gone) return t_key_slot;
+  KeyReaders& r = Readers();
+  {
+    absl::MutexLock l(&r.mu);
+    if (!r.unowned.empty()) {
+      t_key_slot = r.unowned.back();
+      r.unowned.pop_back();
+    } else {
+      t_key_slot = new KeyReaderSlot();
+      r.all.push_back(t_key_slot);
+    }
+  }
+  t_key_slot_return.armed = true;  // constructed now: gives the slot back at thread exit
+  return t_key_slot;
+}
+
+// Writers' half: raise the flag, fence, wait until no slot is marked. A
+// reader that marked its slot before the fence is waited for; one that
+// marks it after sees the flag and takes the mutex shared, which the writer
+// holds exclusively.
+void WaitForKeyReaders(KeyTable& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
+  t.writer.store(true, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  KeyReaders& r = Readers();
+  absl::MutexLock l(&r.mu);
+  for (KeyReaderSlot* slot : r.all) {
+    while (slot->active.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  }
+}
+
+// The key table held for writing (every change of a key, MR or window).
+class ABSL_SCOPED_LOCKABLE KeyTableWriteLock {
+ public:
+  explicit KeyTableWriteLock(KeyTable& t) ABSL_EXCLUSIVE_LOCK_FUNCTION(t.mu) : t_(t) {
+    t_.mu.Lock();
+    WaitForKeyReaders(t_);
+  }
+  ~KeyTableWriteLock() ABSL_UNLOCK_FUNCTION() {
+    t_.writer.store(false, std::memory_order_release);
+    t_.mu.Unlock();
+  }
+  KeyTableWriteLock(const KeyTableWriteLock&) = delete;
+  KeyTableWriteLock& operator=(const KeyTableWriteLock&) = delete;
+
+ private:
+  KeyTable& t_;
+};
+
+}  // namespace
+
+ScopedMrAccess::ScopedMrAccess() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  KeyTable& t = Keys();
+  slot_ = ThisThreadsKeySlot();
+  if (slot_ == nullptr) {
+    t.mu.ReaderLock();
+    locked_ = true;
+    return;
+  }
+  if (slot_->depth++ > 0) return;  // the outermost holds the table
+  slot_->active.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (t.writer.load(std::memory_order_relaxed)) {
+    slot_->active.store(0, std::memory_order_release);
+    t.mu.ReaderLock();
+    slot_->locked = true;
+  }
+}
+
+ScopedMrAccess::~ScopedMrAccess() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  KeyTable& t = Keys();
+  if (slot_ == nullptr) {
+    if (locked_) t.mu.ReaderUnlock();
+    return;
+  }
+  if (--slot_->depth > 0) return;
+  if (slot_->locked) {
+    slot_->locked = false;
+    t.mu.ReaderUnlock();
+  } else {
+    slot_->active.store(0, std::memory_order_release);
+  }
+}
+
+// The writer's protocol, so a child inherits no reader mid-copy, and the
+// readers' registry, which a thread may hold while it takes its slot.
+void LockKeyTableForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  KeyTable& t = Keys();
+  t.mu.Lock();
+  WaitForKeyReaders(t);
+  Readers().mu.Lock();
+}
+void UnlockKeyTableForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Readers().mu.Unlock();
+  KeyTable& t = Keys();
+  t.writer.store(false, std::memory_order_release);
+  t.mu.Unlock();
+}
 
 bool LookupKey(uint32_t key, bool remote, MrView* view) {
   ScopedMrAccess access;
@@ -195,7 +331,7 @@ bool LookupKeyHeld(uint32_t key, bool remote, MrView* view) ABSL_NO_THREAD_SAFET
 
 uint32_t NewMwRkey() {
   KeyTable& t = Keys();
-  absl::MutexLock l(&t.mu);
+  KeyTableWriteLock l(t);
   for (;;) {
     const uint32_t k = RandomU32();
     if (k == 0 || t.ever_issued_index.contains(k >> 8)) continue;
@@ -207,13 +343,13 @@ uint32_t NewMwRkey() {
 
 void MwSetHandleRkey(SoftMw* mw, uint32_t rkey) {
   KeyTable& t = Keys();
-  absl::MutexLock l(&t.mu);
+  KeyTableWriteLock l(t);
   mw->mw.rkey = rkey;
 }
 
 void MwRegister(SoftMw* mw) {
   KeyTable& t = Keys();
-  absl::MutexLock l(&t.mu);
+  KeyTableWriteLock l(t);
   t.live_mws[mw->mw.handle] = mw;
 }
 
@@ -221,7 +357,7 @@ ibv_wc_status MwBind(const MwBindRequest& r, ibv_qp* qp, MwBindStep step) {
   constexpr int kBindable = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                             IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
   KeyTable& t = Keys();
-  absl::MutexLock l(&t.mu);
+  KeyTableWriteLock l(t);
   // The window must still be allocated (dealloc_mw between post and the
   // bind's turn in the send queue fails the bind, as on a NIC).
   auto live = t.live_mws.find(r.mw_handle);
@@ -271,7 +407,7 @@ ibv_wc_status MwBind(const MwBindRequest& r, ibv_qp* qp, MwBindStep step) {
 
 bool MwInvalidate(uint32_t rkey, ibv_qp* qp, bool require_qp) {
   KeyTable& t = Keys();
-  absl::MutexLock l(&t.mu);
+  KeyTableWriteLock l(t);
   auto it = t.mw_rkeys.find(rkey);
   if (it == t.mw_rkeys.end()) return false;
   SoftMw* mw = it->second;
@@ -286,7 +422,7 @@ bool MwInvalidate(uint32_t rkey, ibv_qp* qp, bool require_qp) {
 
 void MwForget(SoftMw* mw) {
   KeyTable& t = Keys();
-  absl::MutexLock l(&t.mu);
+  KeyTableWriteLock l(t);
   if (mw->bound) t.mw_rkeys.erase(mw->bound_rkey);
   mw->bound = false;
   t.live_mws.erase(mw->mw.handle);
@@ -613,7 +749,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
   internal::ToSoft(pd)->refs++;
   internal::KeyTable& t = internal::Keys();
   {
-    absl::MutexLock l(&t.mu);
+    internal::KeyTableWriteLock l(t);
     m->mr.lkey = internal::FreshKeyLocked(t);
     m->mr.rkey = internal::FreshKeyLocked(t);
     m->mr.handle = m->mr.lkey;
@@ -629,7 +765,7 @@ int dereg_mr(ibv_mr* mr) {
   if (mr == nullptr) return EINVAL;
   internal::KeyTable& t = internal::Keys();
   {
-    absl::MutexLock l(&t.mu);
+    internal::KeyTableWriteLock l(t);
     t.lkeys.erase(mr->lkey);
     t.rkeys.erase(mr->rkey);
   }

@@ -6,6 +6,7 @@
 //
 // Locking order (outer to inner):
 //   a listening id's SoftCmId::mu  ->  its child id's SoftCmId::mu  ->
+//   DeferredTimers::mu  ->
 //   SoftQp::mu  ->  { SoftSrq::mu, SoftCq::mu -> SoftCompChannel::mu,
 //                     Conn::write_mu_, key table mutex, SoftContext::mu }
 //   SoftCmId::mu  ->  { SoftEventChannel::mu -> cm id registry,
@@ -205,7 +206,7 @@ struct SoftQp;
 struct DeferredTimers {
   std::atomic<bool> due{false};  // `qps` is not empty
   absl::Mutex mu;
-  std::vector<std::weak_ptr<SoftQp>> qps ABSL_GUARDED_BY(mu);
+  std::vector<std::weak_ptr<SoftQp>> qps ABSL_GUARDED_BY(mu);  // held while they run
   bool grace_armed ABSL_GUARDED_BY(mu) = false;
 };
 inline constexpr absl::Duration kOwnerTimerGrace = absl::Milliseconds(10);
@@ -358,19 +359,28 @@ struct MrView {
 // of bound memory windows). False when unknown.
 bool LookupKey(uint32_t key, bool remote, MrView* view);
 
-// Holds the key table's lock shared, so no MR can be deregistered until it
+// Holds the key table for reading, so no MR can be deregistered until it
 // ends: memory a lookup vouched for stays registered (and, for a well-behaved
 // user, allocated) while the device copies into or out of it. A NIC likewise
 // never touches an MR's memory once ibv_dereg_mr has returned; without this a
 // dereg_mr + free racing with the progress thread's memcpy would write into
 // freed memory instead of failing the access with REM_ACCESS_ERR.
-// The key table lock is innermost: take no other lock while holding it.
+// A reader takes no lock and writes no shared line: it marks a slot of its
+// own thread, fences, and checks that no writer is at work (a Dekker pair
+// with the writers, who raise a flag, fence and wait for every marked slot;
+// device.cc), taking the table's mutex shared only when one is. Nests. The
+// key table is innermost: take no other lock while holding it.
+struct KeyReaderSlot;
 class ScopedMrAccess {
  public:
   ScopedMrAccess();
   ~ScopedMrAccess();
   ScopedMrAccess(const ScopedMrAccess&) = delete;
   ScopedMrAccess& operator=(const ScopedMrAccess&) = delete;
+
+ private:
+  KeyReaderSlot* slot_ = nullptr;  // null: the thread's slot is gone, locked_
+  bool locked_ = false;
 };
 // LookupKey for a caller inside a ScopedMrAccess.
 bool LookupKeyHeld(uint32_t key, bool remote, MrView* view);

@@ -609,28 +609,29 @@ void OnAckTimerLocked(SoftQp* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) {
   MoveToErrorLocked(q);
 }
 
-// Runs deferred timers (DeferredTimers), counting them in `count`.
-void RunTimersOf(std::vector<std::weak_ptr<SoftQp>>& qps, OwnerCount<uint64_t>& count) {
-  for (std::weak_ptr<SoftQp>& w : qps) {
+// Runs the deferred timers of `d` (DeferredTimers), counting them in
+// `count`. Under d->mu, so the list keeps its capacity (the owner's poll
+// allocates nothing); the progress thread's OnAckTimer waits meanwhile.
+void RunTimersOf(DeferredTimers* d, OwnerCount<uint64_t>& count) {
+  absl::MutexLock l(&d->mu);
+  d->due.store(false, std::memory_order_relaxed);
+  for (std::weak_ptr<SoftQp>& w : d->qps) {
     if (std::shared_ptr<SoftQp> q = w.lock()) {
       count++;
-      internal::DomainLock l(&q->mu);
+      internal::DomainLock ql(&q->mu);
       OnAckTimerLocked(q.get());
     }
   }
-  qps.clear();
+  d->qps.clear();
 }
 
 void OnOwnerTimerGrace(const std::shared_ptr<void>& owner) {
   auto* d = static_cast<DeferredTimers*>(owner.get());
-  std::vector<std::weak_ptr<SoftQp>> qps;
   {
     absl::MutexLock l(&d->mu);
-    qps.swap(d->qps);
     d->grace_armed = false;
-    d->due.store(false, std::memory_order_relaxed);
   }
-  RunTimersOf(qps, Stat().grace_timers);  // the owner did not poll in time: as a visitor
+  RunTimersOf(d, Stat().grace_timers);  // the owner did not poll in time: as a visitor
 }
 
 // A QP's transport timer fired (progress thread). A QP of a fast thread
@@ -1568,14 +1569,7 @@ bool QpBindLink(SoftQp* q, std::shared_ptr<Conn> conn, std::shared_ptr<ShmLink> 
 }
 
 void RunDeferredTimers(SoftTd* td) {
-  DeferredTimers* d = td->deferred.get();
-  std::vector<std::weak_ptr<SoftQp>> qps;
-  {
-    absl::MutexLock l(&d->mu);
-    qps.swap(d->qps);
-    d->due.store(false, std::memory_order_relaxed);
-  }
-  RunTimersOf(qps, Stat().owner_timers);
+  RunTimersOf(td->deferred.get(), Stat().owner_timers);
 }
 
 std::shared_ptr<SoftQp> FindQp(uint32_t qp_num) {
