@@ -209,7 +209,7 @@ absl::Status Connection::SetupQp() {
   if (!pd.ok()) return pd.status();
   pool_ = device_->large_pool();
   exposures_.Init(*pd, pool_, device_->memory_windows(), options_.max_exposed_bytes);
-  absl::StatusOr<ibv_cq*> cq = loop_->EnsureCq(id->verbs);
+  absl::StatusOr<ibv_cq*> cq = loop_->EnsureCq(*pd);
   if (!cq.ok()) return cq.status();
   if (options_.shared_receive_queue) {
     SharedReceiveQueue::Options so;
@@ -217,7 +217,7 @@ absl::Status Connection::SetupQp() {
     so.extra_buffers = options_.srq_extra_buffers;
     so.min_credits = options_.srq_min_credits;
     so.max_credits = std::max(options_.recv_depth, options_.srq_min_credits);
-    absl::StatusOr<SharedReceiveQueue*> srq = loop_->EnsureSrq(*pd, so);
+    absl::StatusOr<SharedReceiveQueue*> srq = loop_->EnsureSrq(loop_->LoopPd(*pd), so);
     if (absl::IsUnimplemented(srq.status())) {
       // A device without shared receive queues: this connection receives
       // into a ring of its own instead. The peer only sees how many
@@ -251,11 +251,12 @@ absl::Status Connection::SetupQp() {
   attr.cap.max_send_sge = 1;
   attr.cap.max_recv_sge = 1;
   attr.cap.max_inline_data = 128;
-  absl::StatusOr<QpOwner> qp = CreateQp(id, *pd, &attr);
+  ibv_pd* qp_pd = loop_->LoopPd(*pd);  // the loop's thread domain, if any
+  absl::StatusOr<QpOwner> qp = CreateQp(id, qp_pd, &attr);
   if (!qp.ok()) {
     // Some devices cap inline data lower; retry without.
     attr.cap.max_inline_data = 0;
-    qp = CreateQp(id, *pd, &attr);
+    qp = CreateQp(id, qp_pd, &attr);
     if (!qp.ok()) return qp.status();
   }
   qp_ = std::move(*qp);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -413,7 +414,26 @@ void EventLoop::ReadAsyncEvents(ibv_context* context) {
   }
 }
 
-absl::StatusOr<ibv_cq*> EventLoop::EnsureCq(ibv_context* context) {
+ibv_pd* EventLoop::LoopPd(ibv_pd* pd) {
+  if (!thread_domain_tried_) {
+    thread_domain_tried_ = true;
+    loop_pd_of_ = pd;
+    const char* env = std::getenv("RDMARPC_THREAD_DOMAINS");
+    if (env != nullptr && std::strcmp(env, "0") == 0) {
+      LOG_FIRST_N(INFO, 1) << "rdmarpc: RDMARPC_THREAD_DOMAINS=0: loops make no thread domains";
+    } else if (absl::StatusOr<ThreadDomain> d = AllocThreadDomain(pd); d.ok()) {
+      thread_domain_ = std::move(*d);
+    } else {
+      LOG_FIRST_N(INFO, 1) << "rdmarpc: " << name_ << ": no thread domain (" << d.status()
+                           << "); the provider locks each work request";
+    }
+  }
+  if (pd != loop_pd_of_ || thread_domain_.parent == nullptr) return pd;
+  return thread_domain_.parent.get();
+}
+
+absl::StatusOr<ibv_cq*> EventLoop::EnsureCq(ibv_pd* pd) {
+  ibv_context* context = pd->context;
   if (cq_ != nullptr) {
     if (cq_->context != context) {
       return absl::UnimplementedError("one loop serves one RDMA device");
@@ -441,7 +461,18 @@ absl::StatusOr<ibv_cq*> EventLoop::EnsureCq(ibv_context* context) {
     // cannot resize starts.
     max_depth = static_cast<int>(std::max<int64_t>(depth, kCqDepthWithoutResize));
   }
-  absl::StatusOr<CqPtr> cq = CreateCq(context, static_cast<int>(depth), ch->get());
+  // In the loop's thread domain where it has one; a device that takes
+  // thread domains but not single-threaded CQs gets a plain CQ (the
+  // loop's QPs then lock only around the CQ).
+  ibv_pd* loop_pd = LoopPd(pd);
+  auto make_cq = [&](int64_t cqe) -> absl::StatusOr<CqPtr> {
+    if (loop_pd != pd) {
+      absl::StatusOr<CqPtr> cq = CreateSingleThreadedCq(loop_pd, static_cast<int>(cqe), ch->get());
+      if (cq.ok() || !absl::IsUnimplemented(cq.status())) return cq;
+    }
+    return CreateCq(context, static_cast<int>(cqe), ch->get());
+  };
+  absl::StatusOr<CqPtr> cq = make_cq(depth);
   if (!cq.ok()) return cq.status();
   if (depth < max_depth) {
     // The loop grows its CQ with ibv_resize_cq; one step now tells whether
@@ -458,7 +489,7 @@ absl::StatusOr<ibv_cq*> EventLoop::EnsureCq(ibv_context* context) {
                               << "queues (ibv_resize_cq: " << std::strerror(rc) << "); each "
                               << "loop's CQ is made with " << fixed << " entries";
       cq->reset();
-      cq = CreateCq(context, static_cast<int>(fixed), ch->get());
+      cq = make_cq(fixed);
       if (!cq.ok()) return cq.status();
       depth = fixed;
       max_depth = static_cast<int>(fixed);
@@ -885,6 +916,8 @@ void EventLoop::Teardown() {
   srq_.reset();  // every QP attached to it is gone
   if (comp_channel_ != nullptr) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, comp_channel_->fd, nullptr);
   cq_.reset();  // every CQ event was acked as it was read
+  thread_domain_.parent.reset();  // after every QP, the SRQ and the CQ made on it
+  thread_domain_.td.reset();
   comp_channel_.reset();
   event_channel_.reset();
   fd_handlers_.clear();

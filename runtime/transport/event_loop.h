@@ -238,8 +238,17 @@ class EventLoop {
                    bool needs_completions = true);
   void CancelTimer(TimerId id);
   rdma_event_channel* event_channel() const { return event_channel_.get(); }
-  // The loop's CQ, made on first use from `context` (the device rdma_cm chose).
-  absl::StatusOr<ibv_cq*> EnsureCq(ibv_context* context);
+  // The PD the loop's QPs and SRQ are made on: a parent domain over `pd`
+  // with a thread domain of the loop's own (AllocThreadDomain), since one
+  // thread at a time (the poller holder) uses them, so the provider takes no
+  // lock per work request; `pd` itself where the device has no thread
+  // domains or RDMARPC_THREAD_DOMAINS=0 (logged once). Made on first use;
+  // a later call with another pd (one loop serves one device) gets that pd.
+  // Poller holder only.
+  ibv_pd* LoopPd(ibv_pd* pd);
+  // The loop's CQ, made on first use on `pd`'s device (the one rdma_cm chose),
+  // in the loop's thread domain when it has one (LoopPd).
+  absl::StatusOr<ibv_cq*> EnsureCq(ibv_pd* pd);
   // Connections: the loop owns them; Retire defers deletion to the end of
   // the current loop iteration.
   LoopClient* Adopt(std::unique_ptr<LoopClient> conn);
@@ -346,6 +355,11 @@ class EventLoop {
   int wake_fd_ = -1;
   EventChannelPtr event_channel_;
   CompChannelPtr comp_channel_;
+  // LoopPd: the loop's thread domain and the parent domain over `loop_pd_of_`
+  // (declared before cq_ and srq_: freed after them).
+  ThreadDomain thread_domain_;
+  ibv_pd* loop_pd_of_ = nullptr;
+  bool thread_domain_tried_ = false;
   CqPtr cq_;
   std::unique_ptr<SharedReceiveQueue> srq_;  // after cq_: destroyed first
   // EnsureSrq found the device has no SRQs (UNIMPLEMENTED): kept, so later

@@ -322,6 +322,38 @@ absl::StatusOr<CqPtr> CreateCq(ibv_context* context, int cqe, ibv_comp_channel* 
   return CqPtr(cq);
 }
 
+void TdDeleter::operator()(ibv_td* p) const {
+  if (int rc = ibv_dealloc_td(p); rc != 0) LOG(ERROR) << ErrnoToStatus("ibv_dealloc_td", rc);
+}
+
+absl::StatusOr<ThreadDomain> AllocThreadDomain(ibv_pd* pd) {
+  // The verbs.h inlines reach the provider through the context's ops, on
+  // rdma-core and softrdma alike; EOPNOTSUPP where it has none.
+  ibv_td_init_attr td_attr{};
+  ThreadDomain d;
+  d.td.reset(ibv_alloc_td(pd->context, &td_attr));
+  if (d.td == nullptr) return ErrnoToStatus("ibv_alloc_td", errno);
+  ibv_parent_domain_init_attr pa{};
+  pa.pd = pd;
+  pa.td = d.td.get();
+  d.parent.reset(ibv_alloc_parent_domain(pd->context, &pa));
+  if (d.parent == nullptr) return ErrnoToStatus("ibv_alloc_parent_domain", errno);
+  return d;
+}
+
+absl::StatusOr<CqPtr> CreateSingleThreadedCq(ibv_pd* parent, int cqe, ibv_comp_channel* channel) {
+  ibv_cq_init_attr_ex attr{};
+  attr.cqe = static_cast<uint32_t>(cqe);
+  attr.channel = channel;
+  attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+  attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
+  attr.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+  attr.parent_domain = parent;
+  ibv_cq_ex* cq = ibv_create_cq_ex(parent->context, &attr);
+  if (cq == nullptr) return ErrnoToStatus("ibv_create_cq_ex", errno);
+  return CqPtr(ibv_cq_ex_to_cq(cq));
+}
+
 absl::StatusOr<EventChannelPtr> CreateEventChannel() {
   rdma_event_channel* ch = Verbs().create_event_channel();
   if (ch == nullptr) return ErrnoToStatus("rdma_create_event_channel", errno);

@@ -122,6 +122,7 @@ struct CqDeleter { void operator()(ibv_cq* p) const; };
 struct CompChannelDeleter { void operator()(ibv_comp_channel* p) const; };
 struct EventChannelDeleter { void operator()(rdma_event_channel* p) const; };
 struct CmIdDeleter { void operator()(rdma_cm_id* p) const; };
+struct TdDeleter { void operator()(ibv_td* p) const; };
 
 using PdPtr = std::unique_ptr<ibv_pd, PdDeleter>;
 using MrPtr = std::unique_ptr<ibv_mr, MrDeleter>;
@@ -129,6 +130,7 @@ using CqPtr = std::unique_ptr<ibv_cq, CqDeleter>;
 using CompChannelPtr = std::unique_ptr<ibv_comp_channel, CompChannelDeleter>;
 using EventChannelPtr = std::unique_ptr<rdma_event_channel, EventChannelDeleter>;
 using CmIdPtr = std::unique_ptr<rdma_cm_id, CmIdDeleter>;
+using TdPtr = std::unique_ptr<ibv_td, TdDeleter>;
 
 // The QP of a cm id (rdma_create_qp / rdma_destroy_qp). Does not own the id;
 // destroy it before the id.
@@ -168,6 +170,24 @@ RegisteredMemory GetRegisteredMemory();
 int64_t ProviderRnrRetries();
 absl::StatusOr<CompChannelPtr> CreateCompChannel(ibv_context* context);
 absl::StatusOr<CqPtr> CreateCq(ibv_context* context, int cqe, ibv_comp_channel* channel);
+// A thread domain (ibv_alloc_td) on `context` and a parent domain over `pd`
+// naming it: objects made on the parent domain (QPs, SRQs, and a CQ made by
+// CreateSingleThreadedCq) are promised to be used by one thread at a time,
+// so the provider takes no lock per work request (mlx5; softrdma, see
+// softrdma.h). The parent domain stands for `pd` in every access check and
+// must be freed before the thread domain and before `pd` (declare the
+// TdPtr first). UNIMPLEMENTED (EOPNOTSUPP) where the provider has no
+// thread domains (rxe, older devices): use `pd` itself then; other codes
+// from the errno of ibv_alloc_td / ibv_alloc_parent_domain.
+struct ThreadDomain {
+  TdPtr td;
+  PdPtr parent;
+};
+absl::StatusOr<ThreadDomain> AllocThreadDomain(ibv_pd* pd);
+// A CQ of `cqe` entries made single-threaded on `parent` (a parent domain
+// from AllocThreadDomain) with ibv_create_cq_ex; polled and freed like any
+// other (ibv_poll_cq, CqPtr). Codes from the errno of ibv_create_cq_ex.
+absl::StatusOr<CqPtr> CreateSingleThreadedCq(ibv_pd* parent, int cqe, ibv_comp_channel* channel);
 absl::StatusOr<EventChannelPtr> CreateEventChannel();
 absl::StatusOr<CmIdPtr> CreateCmId(rdma_event_channel* channel, void* context);
 absl::StatusOr<QpOwner> CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr);

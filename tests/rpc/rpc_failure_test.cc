@@ -127,7 +127,8 @@ void PrintTo(const SetupFault& f, std::ostream* os) { *os << f.name; }
 class SetupStep : public Failure, public ::testing::WithParamInterface<SetupFault> {};
 
 // With pool_size 1 and one loop thread, the first call makes exactly one
-// client connection: its CQ and PD (per loop / channel, made once), its QP
+// client connection: its CQ (in the loop's thread domain) and PD (per loop /
+// channel, made once), its QP
 // (rdma_create_qp, retried once without inline data) and two MRs (receive
 // ring, send slab); then the server's worker does the same for its side.
 TEST_P(SetupStep, FailsOneCallWithTheStepAndErrnoThenConnectsAndFreesAll) {
@@ -161,7 +162,7 @@ INSTANTIATE_TEST_SUITE_P(
         SetupFault{"Pd", FaultOp::kAllocPd, 1, ENOMEM, 0, absl::StatusCode::kResourceExhausted,
                    "ibv_alloc_pd: Cannot allocate memory"},
         SetupFault{"Cq", FaultOp::kCreateCq, 1, ENOMEM, 0, absl::StatusCode::kResourceExhausted,
-                   "ibv_create_cq: Cannot allocate memory"},
+                   "ibv_create_cq_ex: Cannot allocate memory"},  // in the loop's thread domain
         SetupFault{"Arm", FaultOp::kReqNotifyCq, 1, EIO, 0, absl::StatusCode::kUnavailable,
                    "ibv_req_notify_cq: Input/output error"},
         SetupFault{"Qp", FaultOp::kCreateQp, 2, ENOSPC, 0, absl::StatusCode::kResourceExhausted,
