@@ -926,6 +926,10 @@ void PrintStatsAtExit() {
                static_cast<unsigned long long>(s.shm_marked_drains),
                static_cast<unsigned long long>(s.shm_ring_rewinds),
                static_cast<unsigned long long>(s.shm_publishes));
+  std::fprintf(stderr, "softrdma-stats-domains: domain_visits=%llu owner_timers=%llu grace_timers=%llu\n",
+               static_cast<unsigned long long>(s.domain_visits),
+               static_cast<unsigned long long>(s.owner_timers),
+               static_cast<unsigned long long>(s.grace_timers));
 }
 
 // Registered at load time (not at first use) so a process that posted nothing

@@ -17,6 +17,7 @@
 #include "absl/base/attributes.h"
 #include "glog/logging.h"
 #include "softrdma/internal.h"
+#include "softrdma/progress_thread.h"
 #include "softrdma/softrdma.h"
 
 namespace softrdma {
@@ -137,12 +138,21 @@ void Leave(SoftTd* td) {
 
 }  // namespace
 
-thread_local SoftTd* t_owner_of = nullptr;
+__thread SoftTd* t_owner_of = nullptr;
 
 SoftTd* NewThreadDomain(ibv_context* context) {
   auto* t = new SoftTd();
   t->td.context = context;
   t->fast = ExpeditedMembarrier();
+  // What deferring a timer would allocate the first time, allocated now: room
+  // for 16 waiting QPs, and the progress thread's lane for the grace delay
+  // (a timer with no owner, which fires as a no-op).
+  {
+    absl::MutexLock l(&t->deferred->mu);
+    t->deferred->qps.reserve(16);
+  }
+  ProgressThread::Get().RunAfter(kOwnerTimerGrace, std::weak_ptr<void>(),
+                                 +[](const std::shared_ptr<void>& /*owner*/) {});
   return t;
 }
 

@@ -275,7 +275,9 @@ inline void OwnerPoll(SoftTd* td) {
 // Marks the calling thread as the owner of `td` (may be null) for the
 // duration of one of the user's data-path verbs on an object of it: the
 // thread's locks of that domain's objects take the owner's way in.
-extern thread_local SoftTd* t_owner_of;
+// __thread, not thread_local: constant-initialised, so other files read it
+// without calling a TLS init wrapper.
+extern __thread SoftTd* t_owner_of;
 class OwnerScope {
  public:
   explicit OwnerScope(SoftTd* td) : saved_(t_owner_of) { t_owner_of = td; }

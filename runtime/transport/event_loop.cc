@@ -101,6 +101,7 @@ EventLoop::EventLoop(std::string name)
   // allocates nothing.
   end_of_step_.reserve(64);
   end_of_step_batch_.reserve(64);
+  holding_receives_.reserve(64);  // the first connection to hold receives back
 }
 
 void EventLoop::ForEachLiveLoop(absl::FunctionRef<void(EventLoop*)> fn) {
