@@ -665,9 +665,13 @@ int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
 
 void ack_cq_events(ibv_cq* cq, unsigned int nevents) {
   if (cq == nullptr) return;
-  SoftCq* c = internal::ToSoft(cq);
-  internal::DomainLock l(&c->mu);
+  // As libibverbs does it: under the ibv_cq's own mutex, not the provider's
+  // lock (which, for a CQ in a thread domain, another thread would enter as
+  // a visitor at the cost of a membarrier).
+  pthread_mutex_lock(&cq->mutex);
   cq->comp_events_completed += nevents;
+  pthread_cond_signal(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
 }
 
 }  // namespace softrdma

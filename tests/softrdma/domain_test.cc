@@ -375,6 +375,71 @@ TEST(ThreadDomain, ASilentPeerFailsTheSendsWhileTheOwnerDoesNotPoll) {
   EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR);
 }
 
+// The owner's sleep and wake-up (arm, event, ack) and its posts and polls
+// enter the domain the owner's way: only the doorbells that wake it visit.
+TEST(ThreadDomain, AnOwnerThatSleepsOnItsChannelIsVisitedOnlyByDoorbells) {
+  ConnectedPair first;
+  ASSERT_TRUE(first.ok());
+  ibv_context* ctx = first.server_pd->context;
+  ibv_td_init_attr td_attr = {};
+  ibv_td* td = ibv_alloc_td(ctx, &td_attr);
+  ibv_pd* pd = alloc_pd(ctx);
+  ibv_parent_domain_init_attr pa = {};
+  pa.pd = pd;
+  pa.td = td;
+  ibv_pd* parent = ibv_alloc_parent_domain(ctx, &pa);
+  ASSERT_NE(parent, nullptr);
+  ibv_comp_channel* channel = create_comp_channel(ctx);
+  ASSERT_NE(channel, nullptr);
+  ibv_cq_init_attr_ex ca = {};
+  ca.cqe = 64;
+  ca.channel = channel;
+  ca.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD | IBV_CQ_INIT_ATTR_MASK_FLAGS;
+  ca.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+  ca.parent_domain = parent;
+  ibv_cq_ex* cqx = ibv_create_cq_ex(ctx, &ca);
+  ASSERT_NE(cqx, nullptr);
+  ibv_cq* cq = ibv_cq_ex_to_cq(cqx);
+  {
+    PairOptions opt;
+    opt.shared_server_pd = parent;
+    opt.shared_server_cq = cq;
+    ConnectedPair p(opt);
+    ASSERT_TRUE(p.ok());
+    Buffer target(pd, 4096, IBV_ACCESS_LOCAL_WRITE);
+    Buffer source(p.client_pd, 4096, IBV_ACCESS_LOCAL_WRITE);
+    const Stats before = GetStats();
+    for (uint64_t i = 0; i < 20; ++i) {
+      ASSERT_EQ(testing::PostRecv(p.server->qp, i, target, 0, 64), 0);
+      ASSERT_EQ(ibv_req_notify_cq(cq, 0), 0);
+      ASSERT_EQ(testing::PostSend(p.client->qp, IBV_WR_SEND, i, source, 0, 64), 0);
+      ibv_cq* ev_cq = nullptr;
+      void* ev_ctx = nullptr;
+      ASSERT_EQ(get_cq_event(channel, &ev_cq, &ev_ctx), 0);
+      EXPECT_EQ(ev_cq, cq);
+      ack_cq_events(ev_cq, 1);
+      ibv_wc wc;
+      ASSERT_TRUE(PollOne(cq, &wc));
+      EXPECT_EQ(wc.wr_id, i);
+      EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+      ASSERT_TRUE(PollOne(p.client_cq, &wc));
+    }
+    EXPECT_EQ(cq->comp_events_completed, 20u);
+    // Each message finds the owner asleep, so its doorbell reaches the QP
+    // through the progress thread, a visitor: 20, plus a transport timer
+    // run after its grace now and then. The owner's own verbs (arm, ack,
+    // post, poll) add none; an ack under the CQ's lock made it 40.
+    const uint64_t visits = GetStats().domain_visits - before.domain_visits;
+    EXPECT_GE(visits, 20u);
+    EXPECT_LT(visits, 30u);
+  }
+  EXPECT_EQ(destroy_cq(cq), 0);
+  EXPECT_EQ(destroy_comp_channel(channel), 0);
+  EXPECT_EQ(dealloc_pd(parent), 0);
+  EXPECT_EQ(dealloc_pd(pd), 0);
+  EXPECT_EQ(ibv_dealloc_td(td), 0);
+}
+
 // A plain PD's MR does not serve a QP of another protection domain's parent.
 TEST(ThreadDomain, AnMrOfAnotherProtectionDomainIsAProtectionError) {
   ConnectedPair first;
