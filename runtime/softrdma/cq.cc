@@ -639,6 +639,7 @@ int destroy_cq(ibv_cq* cq) {
     c->shm_retired.clear();
     c->shm_retired_links.clear();
   }
+  if (c->parent_domain != nullptr) c->parent_domain->refs--;
   pthread_cond_destroy(&cq->cond);
   pthread_mutex_destroy(&cq->mutex);
   delete c;

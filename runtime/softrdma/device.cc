@@ -225,7 +225,7 @@ void WaitForKeyReaders(KeyTable& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
   KeyReaders& r = Readers();
   absl::MutexLock l(&r.mu);
   for (KeyReaderSlot* slot : r.all) {
-    while (slot->active.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    for (int round = 0; slot->active.load(std::memory_order_acquire) != 0;) BackOff(round);
   }
 }
 
@@ -260,7 +260,9 @@ ScopedMrAccess::ScopedMrAccess() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (slot_->depth++ > 0) return;  // the outermost holds the table
   slot_->active.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (t.writer.load(std::memory_order_relaxed)) {
+  // Acquire: a reader that sees the last writer's flag go down sees its
+  // changes to the maps too.
+  if (t.writer.load(std::memory_order_acquire)) {
     slot_->active.store(0, std::memory_order_release);
     t.mu.ReaderLock();
     slot_->locked = true;
@@ -367,7 +369,10 @@ ibv_wc_status MwBind(const MwBindRequest& r, ibv_qp* qp, MwBindStep step) {
   // A type-2 window binds only from the free state (IB spec 10.6.7.2.1).
   if (mw->mw.type == IBV_MW_TYPE_2 && (mw->bound || unbind)) return IBV_WC_MW_BIND_ERR;
   // Either type: a QP of the window's PD, and the window's index kept.
-  if (ProtectionDomain(qp->pd) != ProtectionDomain(mw->mw.pd) || (r.new_rkey >> 8) != (mw->mw.rkey >> 8)) return IBV_WC_MW_BIND_ERR;
+  if (ProtectionDomain(qp->pd) != ProtectionDomain(mw->mw.pd) ||
+      (r.new_rkey >> 8) != (mw->mw.rkey >> 8)) {
+    return IBV_WC_MW_BIND_ERR;
+  }
   const SoftMr* m = nullptr;
   if (!unbind) {
     // By lkey (never issued twice), so an MR deregistered since post is
@@ -376,8 +381,9 @@ ibv_wc_status MwBind(const MwBindRequest& r, ibv_qp* qp, MwBindStep step) {
     if (it == t.lkeys.end() || &it->second->mr != r.mr) return IBV_WC_MW_BIND_ERR;
     m = it->second;
     const uintptr_t base = reinterpret_cast<uintptr_t>(m->mr.addr);
-    if (ProtectionDomain(m->mr.pd) != ProtectionDomain(mw->mw.pd) || !(m->access & IBV_ACCESS_MW_BIND) ||
-        (r.access & ~kBindable) != 0 || r.addr < base || r.addr + r.length < r.addr ||
+    if (ProtectionDomain(m->mr.pd) != ProtectionDomain(mw->mw.pd) ||
+        !(m->access & IBV_ACCESS_MW_BIND) || (r.access & ~kBindable) != 0 || r.addr < base ||
+        r.addr + r.length < r.addr ||
         r.addr + r.length > base + m->mr.length) {
       return IBV_WC_MW_BIND_ERR;
     }
@@ -926,7 +932,9 @@ void PrintStatsAtExit() {
                static_cast<unsigned long long>(s.shm_marked_drains),
                static_cast<unsigned long long>(s.shm_ring_rewinds),
                static_cast<unsigned long long>(s.shm_publishes));
-  std::fprintf(stderr, "softrdma-stats-domains: domain_visits=%llu owner_timers=%llu grace_timers=%llu\n",
+  std::fprintf(stderr,
+               "softrdma-stats-domains: domain_visits=%llu owner_timers=%llu "
+               "grace_timers=%llu\n",
                static_cast<unsigned long long>(s.domain_visits),
                static_cast<unsigned long long>(s.owner_timers),
                static_cast<unsigned long long>(s.grace_timers));

@@ -2,9 +2,10 @@
 // program uses to tell the provider that one thread at a time drives a set of
 // QPs and CQs (ibv_alloc_td(3), ibv_alloc_parent_domain(3),
 // ibv_create_cq_ex(3)), as mlx5 offers them. Their checks follow rdma-core's
-// man pages and mlx5's verbs.c: a parent domain stands for its protection
-// domain wherever a PD is taken, and keeps it and its thread domain busy
-// (EBUSY) while it lives.
+// man pages and mlx5's verbs.c where softrdma has the feature: a parent
+// domain stands for its protection domain wherever a PD is taken, keeps it
+// and its thread domain busy (EBUSY) while it lives, and is kept busy by the
+// QPs, SRQs, MRs and CQs made on it.
 #include <errno.h>
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "absl/base/attributes.h"
+#include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "softrdma/internal.h"
 #include "softrdma/progress_thread.h"
@@ -82,9 +84,7 @@ ABSL_ATTRIBUTE_NOINLINE void EnterSlow(SoftTd* td, Held* h) {
     // fence here would not order the owner's side.
     PLOG(FATAL) << "softrdma: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)";
   }
-  for (int spins = 0; td->owner_in.load(std::memory_order_acquire) != 0; ++spins) {
-    if (spins > 64) std::this_thread::yield();
-  }
+  for (int round = 0; td->owner_in.load(std::memory_order_acquire) != 0;) BackOff(round);
 }
 
 void Enter(SoftTd* td) {
@@ -140,6 +140,15 @@ void Leave(SoftTd* td) {
 
 __thread SoftTd* t_owner_of = nullptr;
 
+void BackOff(int& round) {
+  if (round >= 128) {
+    absl::SleepFor(absl::Microseconds(20));
+  } else if (round >= 64) {
+    std::this_thread::yield();
+  }
+  ++round;
+}
+
 SoftTd* NewThreadDomain(ibv_context* context) {
   auto* t = new SoftTd();
   t->td.context = context;
@@ -154,6 +163,10 @@ SoftTd* NewThreadDomain(ibv_context* context) {
   ProgressThread::Get().RunAfter(kOwnerTimerGrace, std::weak_ptr<void>(),
                                  +[](const std::shared_ptr<void>& /*owner*/) {});
   return t;
+}
+
+void ReleaseThreadDomain(SoftTd* td) {
+  if (td->holders.fetch_sub(1, std::memory_order_acq_rel) == 1) delete td;
 }
 
 void DomainMutex::EnterDomain(SoftTd* td) { Enter(td); }
@@ -177,7 +190,7 @@ ibv_td* alloc_td(ibv_context* context, ibv_td_init_attr* init_attr) {
 int dealloc_td(ibv_td* td) {
   if (td == nullptr) return EINVAL;
   if (internal::ToSoft(td)->refs.load() > 0) return EBUSY;
-  delete internal::ToSoft(td);
+  internal::ReleaseThreadDomain(internal::ToSoft(td));  // the user's hold
   return 0;
 }
 
@@ -227,12 +240,32 @@ int PollOneEx(ibv_cq_ex* cq) {
   return 0;
 }
 
-int StartPollEx(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
+// A CQ outside any thread domain may be polled by several threads: one at
+// a time between start_poll and end_poll (or start_poll's failure), as
+// mlx5 holds its CQ lock there.
+int StartPollEx(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (attr == nullptr || attr->comp_mask != 0) return EINVAL;
-  return PollOneEx(cq);
+  SoftCq* c = FromEx(cq);
+  const bool lock = c->mu.domain() == nullptr;
+  if (lock) c->ex_mu.Lock();
+  const int rc = PollOneEx(cq);
+  if (lock) {
+    if (rc != 0) {
+      c->ex_mu.Unlock();  // the user does not call end_poll after a failure
+    } else {
+      c->ex_locked = true;
+    }
+  }
+  return rc;
 }
 int NextPollEx(ibv_cq_ex* cq) { return PollOneEx(cq); }
-void EndPollEx(ibv_cq_ex* /*cq*/) {}
+void EndPollEx(ibv_cq_ex* cq) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  SoftCq* c = FromEx(cq);
+  if (c->ex_locked) {
+    c->ex_locked = false;
+    c->ex_mu.Unlock();
+  }
+}
 ibv_wc_opcode ReadOpcodeEx(ibv_cq_ex* cq) { return FromEx(cq)->ex_wc.opcode; }
 uint32_t ReadVendorErrEx(ibv_cq_ex* cq) { return FromEx(cq)->ex_wc.vendor_err; }
 uint32_t ReadByteLenEx(ibv_cq_ex* cq) { return FromEx(cq)->ex_wc.byte_len; }
@@ -256,13 +289,23 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   }
   // Timestamps, VLANs, flow tags and tag matching: the device reports none of
   // them (query_device_ex), so a CQ cannot deliver them.
+  // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN is a flag softrdma does not
+  // implement (its CQ enters the error state on overrun, as without the
+  // flag); bits beyond the known flags are EINVAL, as on mlx5.
   const uint32_t flags = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? attr->flags : 0;
+  constexpr uint32_t kKnownFlags =
+      IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+  if ((flags & ~kKnownFlags) != 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
   if ((attr->wc_flags & ~static_cast<uint64_t>(IBV_WC_STANDARD_FLAGS)) != 0 ||
-      (flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) != 0) {
+      (flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN) != 0) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
   SoftTd* td = nullptr;
+  SoftPd* parent = nullptr;
   if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
     // Only a parent domain may be given (mlx5: EINVAL for a plain PD).
     ibv_pd* pd = attr->parent_domain;
@@ -270,7 +313,8 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
       errno = EINVAL;
       return nullptr;
     }
-    td = internal::ToSoft(pd)->td;
+    parent = internal::ToSoft(pd);
+    td = parent->td;
   }
   if (attr->cqe < 1 || attr->cqe > static_cast<uint32_t>(internal::kMaxCqe)) {
     errno = EINVAL;
@@ -284,11 +328,16 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   // outside any thread domain is a domain of its own.
   c->single_threaded = (flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED) != 0;
   if (td == nullptr && c->single_threaded) {
-    c->own_td.reset(internal::NewThreadDomain(context));
-    td = c->own_td.get();
+    SoftTd* own = internal::NewThreadDomain(context);
+    c->mu.set_domain(own);
+    internal::ReleaseThreadDomain(own);  // the CQ's mutex holds it alone
+  } else {
+    c->mu.set_domain(td);
   }
-  c->td = td;
-  c->mu.set_domain(td);
+  // The parent domain stays busy (dealloc_pd: EBUSY) while the CQ lives, as
+  // on mlx5.
+  c->parent_domain = parent;
+  if (parent != nullptr) parent->refs++;
   ibv_cq_ex& x = c->cqx;
   x.comp_mask = 0;
   x.start_poll = internal::StartPollEx;

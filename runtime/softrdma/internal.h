@@ -13,9 +13,11 @@
 //                       event channel registry, Conn's attachment mutex,
 //                       ProgressThread::mu_ }
 // The key table mutex is innermost but for the counter registry's (taken
-// only by a thread's first count, Stat()): it is held (shared,
-// ScopedMrAccess) across an access check and the copy it vouches for, with
-// no other lock taken inside.
+// only by a thread's first count, Stat()) and the key readers' registry
+// (KeyReaders::mu, taken by a thread's first read and by writers while
+// they wait for readers): the table is held for reading (ScopedMrAccess)
+// across an access check and the copy it vouches for, with no other lock
+// taken inside.
 // rdma_cm has no process-wide lock (cm.cc): each id's connection state is
 // guarded by its own SoftCmId::mu, which the calls on that id and the progress
 // thread's control frames for it (CONNECT_REQ, ACCEPT, REJECT, RTU,
@@ -214,6 +216,10 @@ inline constexpr absl::Duration kOwnerTimerGrace = absl::Milliseconds(10);
 struct SoftTd {
   ibv_td td;  // first member
   std::atomic<int> refs{0};  // parent domains naming it; dealloc_td: EBUSY
+  // Who keeps the struct: the user's handle until dealloc_td, and each
+  // DomainMutex set to it, whose object (a QP a timer or frame still holds)
+  // may outlive dealloc_td. The last one frees it (ReleaseThreadDomain).
+  std::atomic<int> holders{1};
   bool fast = false;  // set at allocation: the owner may go in without a lock
   absl::Mutex visit_mu;
   std::atomic<uint32_t> owner_in{0};  // 1 while an owner is in without visit_mu
@@ -221,16 +227,35 @@ struct SoftTd {
   std::shared_ptr<DeferredTimers> deferred = std::make_shared<DeferredTimers>();
 };
 inline SoftTd* ToSoft(ibv_td* t) { return reinterpret_cast<SoftTd*>(t); }
-// Makes a domain (ibv_alloc_td, or a single-threaded CQ's own).
+// Makes a domain (ibv_alloc_td, or a single-threaded CQ's own), held once
+// by the caller.
 SoftTd* NewThreadDomain(ibv_context* context);
+// Drops one hold (SoftTd::holders); the last frees the domain.
+void ReleaseThreadDomain(SoftTd* td);
+
+// One step of waiting for other threads to leave a section that is short
+// but now and then long (a verb copying megabytes with process_vm_writev):
+// 64 spins, then 64 yields, then 20 µs sleeps, so a long wait leaves the
+// core to the thread it waits for. `round` starts at 0.
+void BackOff(int& round);
 
 // The mutex of a QP, SRQ or CQ: the object's own absl::Mutex, or, once
 // set_domain gave it one, its thread domain's exclusion (SoftTd). Lock and
 // Unlock nest per thread for one domain (a QP's lock, then its CQ's).
 class ABSL_LOCKABLE DomainMutex {
  public:
-  // Before the object is reachable by any other thread.
-  void set_domain(SoftTd* td) { td_ = td; }
+  DomainMutex() = default;
+  ~DomainMutex() {
+    if (td_ != nullptr) ReleaseThreadDomain(td_);
+  }
+  DomainMutex(const DomainMutex&) = delete;
+  DomainMutex& operator=(const DomainMutex&) = delete;
+  // Before the object is reachable by any other thread; holds the domain
+  // until the object is freed.
+  void set_domain(SoftTd* td) {
+    if (td != nullptr) td->holders.fetch_add(1, std::memory_order_relaxed);
+    td_ = td;
+  }
   SoftTd* domain() const { return td_; }
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
     if (td_ == nullptr) {
@@ -348,8 +373,8 @@ struct MwBindRequest {
   bool verb = false;        // ibv_bind_mw: the handle's rkey moved at post
 };
 
-// A snapshot of a registered region (or a bound memory window), taken under
-// the key table's lock so the data path does not hold the lock while it copies.
+// A snapshot of a registered region (or a bound memory window), taken while
+// the key table is held for reading (ScopedMrAccess).
 struct MrView {
   ibv_pd* pd = nullptr;  // its protection domain (ProtectionDomain)
   uintptr_t addr = 0;
@@ -455,13 +480,16 @@ struct SoftCq {
     ibv_cq cq;
     ibv_cq_ex cqx;
   };
-  // create_cq_ex: its thread domain (its parent domain's, or for a CQ made
-  // IBV_CREATE_CQ_ATTR_SINGLE_THREADED without one its own; null: none, `mu`
-  // is its own), whether it was made single-threaded, and the CQE that the
-  // extended poll functions (start_poll, next_poll, read_*) read.
-  SoftTd* td = nullptr;
+  // create_cq_ex: whether it was made single-threaded (its thread domain,
+  // mu.domain(), is its parent domain's or, without one, its own), its
+  // parent domain, and the CQE that the extended poll functions
+  // (start_poll, next_poll, read_*) read.
   bool single_threaded = false;
-  std::unique_ptr<SoftTd> own_td;  // single-threaded without a parent domain's
+  SoftPd* parent_domain = nullptr;  // create_cq_ex's; held (refs) until destroy_cq
+  // The extended poll functions of a CQ outside any thread domain hold
+  // ex_mu from start_poll to end_poll, as mlx5 holds its CQ lock.
+  absl::Mutex ex_mu;
+  bool ex_locked = false;
   ibv_wc ex_wc = {};
   DomainMutex mu;
   std::vector<ibv_wc> ring ABSL_GUARDED_BY(mu);
@@ -642,6 +670,9 @@ struct SoftQp {
   std::weak_ptr<SoftQp> self;
 
   DomainMutex mu;
+  // In a thread domain whose owner polls one of its CQs: its transport
+  // timers run in the owner's polls (DeferredTimers). Set at creation.
+  bool owner_runs_timers = false;
   ibv_qp_cap cap ABSL_GUARDED_BY(mu) = {};
   bool sq_sig_all ABSL_GUARDED_BY(mu) = false;
   ibv_qp_state state ABSL_GUARDED_BY(mu) = IBV_QPS_RESET;

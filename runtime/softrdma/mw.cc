@@ -60,7 +60,10 @@ int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
   const ibv_mw_bind_info& b = mw_bind->bind_info;
   if (mw->type != IBV_MW_TYPE_1) return EINVAL;
   if (b.mr == nullptr && (b.addr != 0 || b.length != 0)) return EINVAL;
-  if (b.mr != nullptr && internal::ProtectionDomain(b.mr->pd) != internal::ProtectionDomain(mw->pd)) return EPERM;
+  if (b.mr != nullptr &&
+      internal::ProtectionDomain(b.mr->pd) != internal::ProtectionDomain(mw->pd)) {
+    return EPERM;
+  }
   return internal::BindMwVerb(qp, mw, mw_bind);
 }
 

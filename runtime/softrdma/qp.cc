@@ -637,7 +637,7 @@ void OnOwnerTimerGrace(const std::shared_ptr<void>& owner) {
 // A QP's transport timer fired (progress thread). A QP of a fast thread
 // domain leaves the work to the domain's owner (DeferredTimers).
 void OnAckTimer(SoftQp* q) {
-  if (SoftTd* td = q->mu.domain(); td != nullptr && td->fast) {
+  if (SoftTd* td = q->mu.domain(); td != nullptr && td->fast && q->owner_runs_timers) {
     DeferredTimers* d = td->deferred.get();
     absl::MutexLock l(&d->mu);
     d->qps.push_back(q->self);
@@ -1722,6 +1722,10 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
       same_or_none(internal::ToSoft(attr->recv_cq)->mu.domain()) &&
       (attr->srq == nullptr || same_or_none(internal::ToSoft(attr->srq)->mu.domain()))) {
     q->mu.set_domain(td);
+    // Its transport timers wait for the owner only if the owner polls one
+    // of its CQs; otherwise the progress thread runs them at once.
+    q->owner_runs_timers = internal::ToSoft(attr->send_cq)->mu.domain() == td ||
+                           internal::ToSoft(attr->recv_cq)->mu.domain() == td;
   }
   q->qp.context = pd->context;
   q->qp.qp_context = attr->qp_context;

@@ -464,12 +464,17 @@ absl::StatusOr<ibv_cq*> EventLoop::EnsureCq(ibv_pd* pd) {
   }
   // In the loop's thread domain where it has one; a device that takes
   // thread domains but not single-threaded CQs gets a plain CQ (the
-  // loop's QPs then lock only around the CQ).
+  // loop's QPs then take its lock, and only its lock, per completion).
   ibv_pd* loop_pd = LoopPd(pd);
   auto make_cq = [&](int64_t cqe) -> absl::StatusOr<CqPtr> {
     if (loop_pd != pd) {
       absl::StatusOr<CqPtr> cq = CreateSingleThreadedCq(loop_pd, static_cast<int>(cqe), ch->get());
-      if (cq.ok() || !absl::IsUnimplemented(cq.status())) return cq;
+      // A device that refuses the parent domain or the flag (EOPNOTSUPP,
+      // EINVAL) gets a plain CQ; one out of resources fails the set-up.
+      if (cq.ok() || !(absl::IsUnimplemented(cq.status()) ||
+                       absl::IsInvalidArgument(cq.status()))) {
+        return cq;
+      }
     }
     return CreateCq(context, static_cast<int>(cqe), ch->get());
   };

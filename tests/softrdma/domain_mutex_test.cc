@@ -32,7 +32,7 @@ struct Guarded {
 };
 
 TEST(DomainMutex, OwnerAndVisitorsExcludeEachOther) {
-  std::unique_ptr<SoftTd> td(NewThreadDomain(nullptr));
+  std::unique_ptr<SoftTd, void (*)(SoftTd*)> td(NewThreadDomain(nullptr), &ReleaseThreadDomain);
   Guarded a, b;  // two objects of one domain
   a.mu.set_domain(td.get());
   b.mu.set_domain(td.get());
@@ -110,7 +110,7 @@ void EnterAsSecondOwner(SoftTd* td, Guarded* g) {
 
 TEST(DomainMutexDeathTest, TwoOwnersAtOnceAreRefused) {
   ::testing::FLAGS_gtest_death_test_style = "threadsafe";
-  std::unique_ptr<SoftTd> td(NewThreadDomain(nullptr));
+  std::unique_ptr<SoftTd, void (*)(SoftTd*)> td(NewThreadDomain(nullptr), &ReleaseThreadDomain);
   if (!td->fast) GTEST_SKIP() << "no MEMBARRIER_CMD_PRIVATE_EXPEDITED: owners take the mutex";
   Guarded g;
   g.mu.set_domain(td.get());

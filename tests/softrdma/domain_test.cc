@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "softrdma/faults.h"
+#include "softrdma/internal.h"
 #include "softrdma/softrdma.h"
 #include "test_util.h"
 
@@ -96,6 +97,14 @@ TEST_F(DomainTest, ParentDomainKeepsItsPdAndTdBusyUntilFreed) {
   EXPECT_EQ(mr->pd, parent);
   EXPECT_EQ(dealloc_pd(parent), EBUSY);
   EXPECT_EQ(dereg_mr(mr), 0);
+  ibv_cq_init_attr_ex ca = {};
+  ca.cqe = 8;
+  ca.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+  ca.parent_domain = parent;
+  ibv_cq_ex* cqx = ibv_create_cq_ex(ctx_, &ca);
+  ASSERT_NE(cqx, nullptr);
+  EXPECT_EQ(dealloc_pd(parent), EBUSY);  // as on mlx5: the CQ holds it
+  EXPECT_EQ(destroy_cq(ibv_cq_ex_to_cq(cqx)), 0);
 
   EXPECT_EQ(dealloc_pd(parent), 0);
   EXPECT_EQ(ibv_dealloc_td(td), 0);
@@ -144,10 +153,14 @@ TEST_F(DomainTest, BadAttributesAreRefused) {
   EXPECT_EQ(errno, EOPNOTSUPP);
   ca.wc_flags = 0;
   ca.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
-  ca.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+  ca.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;  // known, not implemented
   errno = 0;
   EXPECT_EQ(ibv_create_cq_ex(ctx_, &ca), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
+  ca.flags = 1u << 5;  // unknown, as mlx5
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq_ex(ctx_, &ca), nullptr);
+  EXPECT_EQ(errno, EINVAL);
   ca.flags = 0;
   ca.cqe = 0;
   errno = 0;
@@ -161,6 +174,23 @@ TEST_F(DomainTest, BadAttributesAreRefused) {
 
   EXPECT_EQ(dealloc_pd(parent), 0);
   EXPECT_EQ(dealloc_pd(pd), 0);
+}
+
+// A CQ made by create_cq_ex outside any thread domain may be polled by
+// several threads: start_poll holds it until end_poll, or not at all when
+// it fails (the user then calls no end_poll).
+TEST_F(DomainTest, AnExtendedCqOutsideADomainIsFreeAgainAfterAFailedStartPoll) {
+  ibv_cq_init_attr_ex ca = {};
+  ca.cqe = 8;
+  ca.wc_flags = IBV_WC_EX_WITH_BYTE_LEN;
+  ibv_cq_ex* cqx = ibv_create_cq_ex(ctx_, &ca);
+  ASSERT_NE(cqx, nullptr);
+  ibv_poll_cq_attr attr = {};
+  EXPECT_EQ(ibv_start_poll(cqx, &attr), ENOENT);
+  std::thread other([&] { EXPECT_EQ(ibv_start_poll(cqx, &attr), ENOENT); });
+  other.join();  // would wait forever on a lock the failure kept
+  EXPECT_EQ(ibv_start_poll(cqx, &attr), ENOENT);
+  EXPECT_EQ(destroy_cq(ibv_cq_ex_to_cq(cqx)), 0);
 }
 
 // The server end lives in a thread domain: its QP on a parent domain, its CQ
@@ -255,7 +285,8 @@ TEST(ThreadDomain, AQpAndCqInAThreadDomainCarryWritesAndSends) {
 // The server end of a pair in a thread domain (QP on a parent domain, CQ
 // single-threaded on it), for the transport-timer tests.
 struct DomainPair {
-  DomainPair() {
+  // plain_cq: the server's CQ is a plain one, outside the domain.
+  explicit DomainPair(bool plain_cq = false) {
     first = std::make_unique<ConnectedPair>();  // a PD of the rdma_cm context
     if (!first->ok()) return;
     ibv_context* ctx = first->server_pd->context;
@@ -272,9 +303,12 @@ struct DomainPair {
     ca.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
     ca.parent_domain = parent;
     if (parent == nullptr) return;
-    ibv_cq_ex* cqx = ibv_create_cq_ex(ctx, &ca);
-    if (cqx == nullptr) return;
-    cq = ibv_cq_ex_to_cq(cqx);
+    if (plain_cq) {
+      cq = create_cq(ctx, 64, nullptr, nullptr, 0);
+    } else if (ibv_cq_ex* cqx = ibv_create_cq_ex(ctx, &ca)) {
+      cq = ibv_cq_ex_to_cq(cqx);
+    }
+    if (cq == nullptr) return;
     PairOptions opt;
     opt.shared_server_pd = parent;
     opt.shared_server_cq = cq;
@@ -373,6 +407,49 @@ TEST(ThreadDomain, ASilentPeerFailsTheSendsWhileTheOwnerDoesNotPoll) {
   EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
   EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
   EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR);
+}
+
+// A QP of a thread domain whose CQ is outside it: nobody polls a CQ of the
+// domain, so its transport timers run on the progress thread at once, none
+// waits for an owner.
+TEST(ThreadDomain, AQpWhoseCqIsOutsideTheDomainRunsItsTimersAtOnce) {
+  DomainPair d(/*plain_cq=*/true);
+  ASSERT_TRUE(d.ok());
+  Buffer buf(d.pd, 4096, IBV_ACCESS_LOCAL_WRITE);
+  const Stats before = GetStats();
+  SendIntoSilence(d, buf);
+  ibv_wc wcs[3];
+  int got = 0;
+  const absl::Time start = absl::Now();
+  while (got < 3 && absl::Now() - start < absl::Seconds(5)) {
+    got += ibv_poll_cq(d.cq, 3 - got, wcs + got);
+  }
+  ASSERT_EQ(got, 3);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  const Stats after = GetStats();
+  EXPECT_EQ(after.owner_timers - before.owner_timers, 0u);
+  EXPECT_EQ(after.grace_timers - before.grace_timers, 0u);
+}
+
+// A QP held past destroy_qp (by a timer or a frame in flight) keeps its
+// thread domain alive after the user freed it: locking it then is safe.
+TEST(ThreadDomain, AQpHeldPastItsDestroyOutlivesTheFreedDomainSafely) {
+  DomainPair d;
+  ASSERT_TRUE(d.ok());
+  std::shared_ptr<internal::SoftQp> held = internal::FindQp(d.pair->server->qp->qp_num);
+  ASSERT_NE(held, nullptr);
+  d.pair.reset();  // destroys the QP
+  ASSERT_EQ(destroy_cq(d.cq), 0);
+  d.cq = nullptr;
+  ASSERT_EQ(dealloc_pd(d.parent), 0);
+  d.parent = nullptr;
+  ASSERT_EQ(ibv_dealloc_td(d.td), 0);
+  d.td = nullptr;
+  {
+    internal::DomainLock l(&held->mu);  // a visitor of the freed domain
+    EXPECT_EQ(held->state, IBV_QPS_ERR);
+  }
+  held.reset();  // the last hold frees the domain
 }
 
 // The owner's sleep and wake-up (arm, event, ack) and its posts and polls

@@ -96,8 +96,9 @@ TEST_F(KeyReadersTest, LookupsStayRightWhileOtherKeysChange) {
       while (!stop.load()) {
         ScopedMrAccess access;
         MrView v;
-        if (!LookupKeyHeld(mr->lkey, false, &v) || v.addr != reinterpret_cast<uintptr_t>(mine.data()) ||
-            v.length != mine.size() || v.pd != pd_) {
+        if (!LookupKeyHeld(mr->lkey, false, &v) ||
+            v.addr != reinterpret_cast<uintptr_t>(mine.data()) || v.length != mine.size() ||
+            v.pd != pd_) {
           wrong++;
         }
         lookups++;

@@ -104,7 +104,6 @@ void PostSend(ibv_qp* qp, ibv_wr_opcode op, ibv_mr* mr, uint64_t addr, uint32_t 
   if (ibv_post_send(qp, &wr, &bad) != 0) Die("post_send");
 }
 
-// Busy-polls until a completion of `opcode` arrives; others are counted.
 // The PD for the QP and MRs and the CQ: plain, or in a thread domain.
 void MakePdAndCq(ibv_context* ctx, ibv_pd** pd, ibv_cq** cq) {
   ibv_pd* plain = softrdma::alloc_pd(ctx);
@@ -135,6 +134,7 @@ void MakePdAndCq(ibv_context* ctx, ibv_pd** pd, ibv_cq** cq) {
   *cq = ibv_cq_ex_to_cq(cqx);
 }
 
+// Busy-polls until a completion of `opcode` arrives; others are counted.
 ibv_wc PollFor(ibv_cq* cq, ibv_wc_opcode opcode) {
   for (;;) {
     ibv_wc wc;
