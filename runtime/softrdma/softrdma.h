@@ -356,6 +356,10 @@ int dereg_mr(ibv_mr* mr);
 // the domain only if its CQs and SRQ are in it or in none; a CQ made
 // IBV_CREATE_CQ_ATTR_SINGLE_THREADED without a parent domain is a domain of
 // its own. Without MEMBARRIER_CMD_PRIVATE_EXPEDITED the domain is one mutex.
+// On the TCP link every incoming frame reaches the QP through the progress
+// thread, a visitor: a membarrier per frame (the same-host link drains its
+// rings in the owner's polls and needs none but for doorbells to a sleeping
+// owner).
 // alloc_td: nullptr with EINVAL for a null context or attr or a non-zero
 // comp_mask. dealloc_td: EBUSY while a parent domain names it.
 ibv_td* alloc_td(ibv_context* context, ibv_td_init_attr* init_attr);
@@ -390,9 +394,12 @@ void ack_cq_events(ibv_cq* cq, unsigned int nevents);
 // on ibv_cq_ex_to_cq() works as well, destroy_cq frees it. nullptr with
 // EINVAL for a null context or attr, an unknown comp_mask bit, comp_vector
 // past num_comp_vectors, cqe outside [1, max_cqe] or a parent_domain that is
-// not a parent domain of this context; EOPNOTSUPP for wc_flags beyond
-// IBV_WC_STANDARD_FLAGS (the device has no timestamps, VLANs, flow tags or
-// tag matching) or a flag other than IBV_CREATE_CQ_ATTR_SINGLE_THREADED.
+// not a parent domain of this context, or a flag bit rdma-core does not
+// define (as mlx5); EOPNOTSUPP for wc_flags beyond IBV_WC_STANDARD_FLAGS (the
+// device has no timestamps, VLANs, flow tags or tag matching) or
+// IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN (not implemented: an overrun puts the CQ
+// in error). A parent domain given stays busy until destroy_cq. A CQ outside
+// any thread domain is locked from start_poll to end_poll, as on mlx5.
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* cq_attr);
 
 // --- shared receive queues (added after the first contract) ---------------------
