@@ -611,6 +611,11 @@ int destroy_cq(ibv_cq* cq) {
   if (cq == nullptr) return EINVAL;
   SoftCq* c = internal::ToSoft(cq);
   if (c->qp_refs.load() > 0) return EBUSY;
+  // Between start_poll and end_poll of an extended CQ outside a domain.
+  if (c->mu.domain() == nullptr) {
+    if (!c->ex_mu.TryLock()) return EBUSY;
+    c->ex_mu.Unlock();
+  }
   {
     absl::MutexLock l(&internal::LiveCqMutex());
     internal::LiveCqs().erase(c->serial);
@@ -666,9 +671,10 @@ int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
 
 void ack_cq_events(ibv_cq* cq, unsigned int nevents) {
   if (cq == nullptr) return;
-  // As libibverbs does it: under the ibv_cq's own mutex, not the provider's
-  // lock (which, for a CQ in a thread domain, another thread would enter as
-  // a visitor at the cost of a membarrier).
+  // Under the ibv_cq's own mutex and cond, as libibverbs counts acks (its
+  // destroy_cq also waits for them; softrdma's does not), not under the
+  // provider's lock, which for a CQ in a thread domain a thread other than
+  // its owner would enter as a visitor, at the cost of a membarrier.
   pthread_mutex_lock(&cq->mutex);
   cq->comp_events_completed += nevents;
   pthread_cond_signal(&cq->cond);

@@ -102,10 +102,30 @@ uint32_t FreshKeyLocked(KeyTable& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
 
 namespace {
 
-struct CounterRegistry {
+// Blocks a thread keeps for its life (its counters, its key-reader slot),
+// never freed: a thread takes one an exited thread gave back, or a new one.
+template <typename T>
+struct ThreadBlocks {
   absl::Mutex mu;
-  std::vector<Counters*> all ABSL_GUARDED_BY(mu);      // every block made; never freed
-  std::vector<Counters*> unowned ABSL_GUARDED_BY(mu);  // left by threads that exited
+  std::vector<T*> all ABSL_GUARDED_BY(mu);      // every block made
+  std::vector<T*> unowned ABSL_GUARDED_BY(mu);  // given back by threads that exited
+  T* Take() {
+    absl::MutexLock l(&mu);
+    if (!unowned.empty()) {
+      T* b = unowned.back();
+      unowned.pop_back();
+      return b;
+    }
+    all.push_back(new T());
+    return all.back();
+  }
+  void GiveBack(T* b) {
+    absl::MutexLock l(&mu);
+    unowned.push_back(b);
+  }
+};
+
+struct CounterRegistry : ThreadBlocks<Counters> {
   // The counts' sums at the last ResetStats, which GetStats subtracts (the
   // gauges and maxima stay zero here).
   Stats base ABSL_GUARDED_BY(mu);
@@ -124,27 +144,14 @@ struct CounterReturn {
   bool armed = false;
   ~CounterReturn() {
     if (t_counters == nullptr) return;
-    CounterRegistry& r = Registry();
-    absl::MutexLock l(&r.mu);
-    r.unowned.push_back(t_counters);
+    Registry().GiveBack(t_counters);
     t_counters = nullptr;
   }
 };
 thread_local CounterReturn t_counter_return;
 
 Counters* TakeCounters() {
-  CounterRegistry& r = Registry();
-  Counters* c;
-  {
-    absl::MutexLock l(&r.mu);
-    if (!r.unowned.empty()) {
-      c = r.unowned.back();
-      r.unowned.pop_back();
-    } else {
-      c = new Counters();
-      r.all.push_back(c);
-    }
-  }
+  Counters* c = Registry().Take();
   t_counter_return.armed = true;  // constructed now: returns the block at thread exit
   return c;
 }
@@ -170,11 +177,7 @@ struct alignas(64) KeyReaderSlot {
 
 namespace {
 
-struct KeyReaders {
-  absl::Mutex mu;
-  std::vector<KeyReaderSlot*> all ABSL_GUARDED_BY(mu);
-  std::vector<KeyReaderSlot*> unowned ABSL_GUARDED_BY(mu);
-};
+using KeyReaders = ThreadBlocks<KeyReaderSlot>;
 KeyReaders& Readers() {
   static KeyReaders* r = new KeyReaders;
   return *r;
@@ -190,9 +193,7 @@ struct KeySlotReturn {
   ~KeySlotReturn() {
     t_key_slot_gone = true;
     if (t_key_slot == nullptr) return;
-    KeyReaders& r = Readers();
-    absl::MutexLock l(&r.mu);
-    r.unowned.push_back(t_key_slot);
+    Readers().GiveBack(t_key_slot);
     t_key_slot = nullptr;
   }
 };
@@ -200,17 +201,7 @@ thread_local KeySlotReturn t_key_slot_return;
 
 KeyReaderSlot* ThisThreadsKeySlot() {
   if (t_key_slot != nullptr || t_key_slot_gone) return t_key_slot;
-  KeyReaders& r = Readers();
-  {
-    absl::MutexLock l(&r.mu);
-    if (!r.unowned.empty()) {
-      t_key_slot = r.unowned.back();
-      r.unowned.pop_back();
-    } else {
-      t_key_slot = new KeyReaderSlot();
-      r.all.push_back(t_key_slot);
-    }
-  }
+  t_key_slot = Readers().Take();
   t_key_slot_return.armed = true;  // constructed now: gives the slot back at thread exit
   return t_key_slot;
 }

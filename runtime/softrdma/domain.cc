@@ -141,8 +141,8 @@ void Leave(SoftTd* td) {
 __thread SoftTd* t_owner_of = nullptr;
 
 void BackOff(int& round) {
-  if (round >= 128) {
-    absl::SleepFor(absl::Microseconds(20));
+  if (round >= 2048) {
+    absl::SleepFor(absl::Microseconds(50));
   } else if (round >= 64) {
     std::this_thread::yield();
   }
@@ -171,7 +171,6 @@ void ReleaseThreadDomain(SoftTd* td) {
 
 void DomainMutex::EnterDomain(SoftTd* td) { Enter(td); }
 void DomainMutex::LeaveDomain(SoftTd* td) { Leave(td); }
-
 
 }  // namespace internal
 

@@ -12,6 +12,8 @@
 //   SoftCmId::mu  ->  { SoftEventChannel::mu -> cm id registry,
 //                       event channel registry, Conn's attachment mutex,
 //                       ProgressThread::mu_ }
+//   SoftCq::ex_mu (held by the user from start_poll to end_poll)  ->
+//   everything poll_cq takes (SoftQp::mu, SoftCq::mu, ...)
 // The key table mutex is innermost but for the counter registry's (taken
 // only by a thread's first count, Stat()) and the key readers' registry
 // (KeyReaders::mu, taken by a thread's first read and by writers while
@@ -235,8 +237,10 @@ void ReleaseThreadDomain(SoftTd* td);
 
 // One step of waiting for other threads to leave a section that is short
 // but now and then long (a verb copying megabytes with process_vm_writev):
-// 64 spins, then 64 yields, then 20 µs sleeps, so a long wait leaves the
-// core to the thread it waits for. `round` starts at 0.
+// 64 spins, then yields up to round 2048, then 50 µs sleeps. The numbers are
+// ours: the spins cover a verb of a few hundred ns, the yields hand a shared
+// core to the thread waited for for about a millisecond, and only waits
+// longer than that (a large copy) sleep. `round` starts at 0.
 void BackOff(int& round);
 
 // The mutex of a QP, SRQ or CQ: the object's own absl::Mutex, or, once
@@ -489,7 +493,7 @@ struct SoftCq {
   // The extended poll functions of a CQ outside any thread domain hold
   // ex_mu from start_poll to end_poll, as mlx5 holds its CQ lock.
   absl::Mutex ex_mu;
-  bool ex_locked = false;
+  bool ex_locked ABSL_GUARDED_BY(ex_mu) = false;
   ibv_wc ex_wc = {};
   DomainMutex mu;
   std::vector<ibv_wc> ring ABSL_GUARDED_BY(mu);

@@ -635,7 +635,8 @@ void OnOwnerTimerGrace(const std::shared_ptr<void>& owner) {
 }
 
 // A QP's transport timer fired (progress thread). A QP of a fast thread
-// domain leaves the work to the domain's owner (DeferredTimers).
+// domain whose owner polls one of its CQs (owner_runs_timers) leaves the
+// work to that owner (DeferredTimers).
 void OnAckTimer(SoftQp* q) {
   if (SoftTd* td = q->mu.domain(); td != nullptr && td->fast && q->owner_runs_timers) {
     DeferredTimers* d = td->deferred.get();

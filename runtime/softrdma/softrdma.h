@@ -327,6 +327,8 @@ int query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey);
 
 // --- protection domains and memory regions -------------------------------------
 ibv_pd* alloc_pd(ibv_context* context);
+// EBUSY while an MR, QP, SRQ, memory window or parent domain made on it (or,
+// for a parent domain, a CQ made on it) lives, as ibv_dealloc_pd.
 int dealloc_pd(ibv_pd* pd);
 // Registers [addr, addr + length) of this process. nullptr with errno:
 // EINVAL for a null pd, a null addr with length > 0, an unknown access flag,

@@ -424,6 +424,8 @@ ibv_pd* EventLoop::LoopPd(ibv_pd* pd) {
       LOG_FIRST_N(INFO, 1) << "rdmarpc: RDMARPC_THREAD_DOMAINS=0: loops make no thread domains";
     } else if (absl::StatusOr<ThreadDomain> d = AllocThreadDomain(pd); d.ok()) {
       thread_domain_ = std::move(*d);
+      LOG_FIRST_N(INFO, 1) << "rdmarpc: each loop makes its QPs and CQ in a thread domain of its "
+                              "own (RDMARPC_THREAD_DOMAINS=0 turns that off)";
     } else {
       LOG_FIRST_N(INFO, 1) << "rdmarpc: " << name_ << ": no thread domain (" << d.status()
                            << "); the provider locks each work request";

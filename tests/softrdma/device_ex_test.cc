@@ -12,27 +12,12 @@
 
 #include "gtest/gtest.h"
 #include "softrdma/softrdma.h"
+#include "test_util.h"
 
 namespace softrdma {
 namespace {
 
-class DeviceExTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    int n = 0;
-    ibv_device** list = get_device_list(&n);
-    ASSERT_EQ(n, 1);
-    ctx_ = open_device(list[0]);
-    free_device_list(list);
-    ASSERT_NE(ctx_, nullptr);
-  }
-  void TearDown() override {
-    if (ctx_ != nullptr) {
-      EXPECT_EQ(close_device(ctx_), 0);
-    }
-  }
-  ibv_context* ctx_ = nullptr;
-};
+class DeviceExTest : public testing::SoftDeviceTest {};
 
 TEST_F(DeviceExTest, ContextIsAVerbsContextWithOnlyOurOps) {
   EXPECT_EQ(ctx_->abi_compat, __VERBS_ABI_IS_EXTENDED);

@@ -9,28 +9,23 @@
 #include "gtest/gtest.h"
 #include "softrdma/internal.h"
 #include "softrdma/softrdma.h"
+#include "test_util.h"
 
 namespace softrdma {
 namespace internal {
 namespace {
 
-class KeyReadersTest : public ::testing::Test {
+class KeyReadersTest : public testing::SoftDeviceTest {
  protected:
   void SetUp() override {
-    int n = 0;
-    ibv_device** list = get_device_list(&n);
-    ASSERT_EQ(n, 1);
-    ctx_ = open_device(list[0]);
-    free_device_list(list);
-    ASSERT_NE(ctx_, nullptr);
+    SoftDeviceTest::SetUp();
     pd_ = alloc_pd(ctx_);
     ASSERT_NE(pd_, nullptr);
   }
   void TearDown() override {
     EXPECT_EQ(dealloc_pd(pd_), 0);
-    EXPECT_EQ(close_device(ctx_), 0);
+    SoftDeviceTest::TearDown();
   }
-  ibv_context* ctx_ = nullptr;
   ibv_pd* pd_ = nullptr;
 };
 

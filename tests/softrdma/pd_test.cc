@@ -9,27 +9,12 @@
 
 #include "gtest/gtest.h"
 #include "softrdma/softrdma.h"
+#include "test_util.h"
 
 namespace softrdma {
 namespace {
 
-class PdTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    int n = 0;
-    ibv_device** list = get_device_list(&n);
-    ASSERT_EQ(n, 1);
-    ctx_ = open_device(list[0]);
-    free_device_list(list);
-    ASSERT_NE(ctx_, nullptr);
-  }
-  void TearDown() override {
-    if (ctx_ != nullptr) {
-      EXPECT_EQ(close_device(ctx_), 0);
-    }
-  }
-  ibv_context* ctx_ = nullptr;
-};
+class PdTest : public testing::SoftDeviceTest {};
 
 // ibv_reg_mr pins the pages with get_user_pages (ib_umem_get), writable ones
 // when the access lets the device write (local write, remote write or

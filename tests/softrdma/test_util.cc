@@ -89,6 +89,30 @@ bool WaitAsyncEvent(ibv_context* ctx, ibv_event_type type, ibv_async_event* out,
   }
 }
 
+ibv_qp_init_attr RcAttr(ibv_cq* cq, uint32_t max_recv) {
+  ibv_qp_init_attr qa{};
+  qa.qp_type = IBV_QPT_RC;
+  qa.send_cq = cq;
+  qa.recv_cq = cq;
+  qa.cap = {4, max_recv, 1, 1, 0};
+  return qa;
+}
+
+void SoftDeviceTest::SetUp() {
+  int n = 0;
+  ibv_device** list = get_device_list(&n);
+  ASSERT_EQ(n, 1);
+  ctx_ = open_device(list[0]);
+  free_device_list(list);
+  ASSERT_NE(ctx_, nullptr);
+}
+
+void SoftDeviceTest::TearDown() {
+  if (ctx_ != nullptr) {
+    EXPECT_EQ(close_device(ctx_), 0);
+  }
+}
+
 int CountOpenFds() {
   int n = 0;
   DIR* d = opendir("/proc/self/fd");

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "softrdma/softrdma.h"
 
 namespace softrdma {
@@ -45,6 +46,19 @@ bool WaitAsyncEvent(ibv_context* ctx, ibv_event_type type, ibv_async_event* out,
 
 // Number of open fds of this process.
 int CountOpenFds();
+
+// RC QP attributes: `cq` for both queues, 4 sends and `max_recv` receives
+// of one SGE each.
+ibv_qp_init_attr RcAttr(ibv_cq* cq, uint32_t max_recv = 4);
+
+// A fixture with the one softrdma device open (ctx_) from SetUp to
+// TearDown.
+class SoftDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+  ibv_context* ctx_ = nullptr;
+};
 
 struct PairOptions {
   uint32_t max_send_wr = 16;

@@ -65,17 +65,6 @@ int MoveTo(rdma_cm_id* id, ibv_qp* qp, ibv_qp_state state, uint8_t timeout = 0,
   return softrdma::modify_qp(qp, &a, mask);
 }
 
-// RC QP attributes: `cq` for both queues, 4 sends and `max_recv` receives
-// of one SGE each.
-ibv_qp_init_attr RcAttr(ibv_cq* cq, uint32_t max_recv) {
-  ibv_qp_init_attr qa{};
-  qa.qp_type = IBV_QPT_RC;
-  qa.send_cq = cq;
-  qa.recv_cq = cq;
-  qa.cap = {4, max_recv, 1, 1, 0};
-  return qa;
-}
-
 // The child's side: a non-blocking event channel and an id on it with the
 // parent's 127.0.0.1:`port` resolved (address and route).
 void ResolveParent(int port, rdma_event_channel** ch, rdma_cm_id** id) {
