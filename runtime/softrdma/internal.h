@@ -205,7 +205,8 @@ struct SoftQp;
 // rather than visit (a membarrier each, at 10,000 QPs about 150,000 a second)
 // they wait here for the owner, who runs them at its next poll of a CQ of the
 // domain (OwnerPoll); what is left after kOwnerTimerGrace the progress thread
-// runs itself, as a visitor. Shared with that grace timer, which may outlive
+// runs itself, as a visitor. A timer whose owner armed a CQ to sleep runs at
+// once instead (qp.cc, OnAckTimer). Shared with that grace timer, which may outlive
 // the domain.
 struct DeferredTimers {
   std::atomic<bool> due{false};  // `qps` is not empty

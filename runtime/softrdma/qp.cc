@@ -634,11 +634,22 @@ void OnOwnerTimerGrace(const std::shared_ptr<void>& owner) {
   RunTimersOf(d, Stat().grace_timers);  // the owner did not poll in time: as a visitor
 }
 
+// Whether the owner of `q`'s thread domain has armed one of its CQs: it is
+// going to sleep, so a timer left to its next poll would wait for the grace.
+// (ibv_qp's CQ pointers never change after create_qp.)
+bool OwnerMaySleep(SoftQp* q) {
+  return ToSoft(q->qp.send_cq)->armed_hint.load(std::memory_order_relaxed) ||
+         ToSoft(q->qp.recv_cq)->armed_hint.load(std::memory_order_relaxed);
+}
+
 // A QP's transport timer fired (progress thread). A QP of a fast thread
 // domain whose owner polls one of its CQs (owner_runs_timers) leaves the
-// work to that owner (DeferredTimers).
+// work to that owner (DeferredTimers), unless the owner armed a CQ to sleep:
+// then the timer runs now, as a visitor, so a sleeping owner's QP times out
+// after retry_cnt + 1 periods as a polling one's does.
 void OnAckTimer(SoftQp* q) {
-  if (SoftTd* td = q->mu.domain(); td != nullptr && td->fast && q->owner_runs_timers) {
+  if (SoftTd* td = q->mu.domain();
+      td != nullptr && td->fast && q->owner_runs_timers && !OwnerMaySleep(q)) {
     DeferredTimers* d = td->deferred.get();
     absl::MutexLock l(&d->mu);
     d->qps.push_back(q->self);

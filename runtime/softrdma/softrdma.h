@@ -353,7 +353,8 @@ int dereg_mr(ibv_mr* mr);
 // the poller of a CQ outside the domain) waits for that thread and costs it
 // a membarrier(2) (Stats::domain_visits). Their transport timers run in the
 // owner's polls of the domain's CQs, or on the progress thread 10 ms later
-// (Stats::owner_timers, grace_timers). Two threads in such verbs of one
+// (Stats::owner_timers, grace_timers), or at once on the progress thread when
+// the owner armed one of the QP's CQs to sleep. Two threads in such verbs of one
 // domain at once abort the process with a message (when caught). A QP joins
 // the domain only if its CQs and SRQ are in it or in none; a CQ made
 // IBV_CREATE_CQ_ATTR_SINGLE_THREADED without a parent domain is a domain of

@@ -3,6 +3,7 @@
 // ibv_create_cq_ex, ibv_start_poll, ...), as on mlx5.
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
 #include <infiniband/verbs.h>
 
 #include <atomic>
@@ -433,6 +434,43 @@ TEST(ThreadDomain, ASilentPeerFailsTheSendsWhileTheOwnerDoesNotPoll) {
   EXPECT_EQ(after.owner_timers - before.owner_timers, 0u);
   ibv_wc wcs[4];
   ASSERT_EQ(ibv_poll_cq(d.cq, 4, wcs), 3);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR);
+}
+
+// An owner asleep on its channel (its CQ armed) does not make the timer wait
+// for its next poll: the progress thread runs each period at once, and the
+// sends fail after 4 periods as they do for a polling owner.
+TEST(ThreadDomain, ASilentPeerFailsTheSendsOfASleepingOwnerWithoutGrace) {
+  DomainPairOptions o;
+  o.channel = true;
+  DomainPair d(o);
+  ASSERT_TRUE(d.ok());
+  if (!internal::ToSoft(d.td)->fast) {
+    GTEST_SKIP() << "no MEMBARRIER_CMD_PRIVATE_EXPEDITED: the domain is one mutex";
+  }
+  Buffer buf(d.pd, 4096, IBV_ACCESS_LOCAL_WRITE);
+  const Stats before = GetStats();
+  ASSERT_EQ(ibv_req_notify_cq(d.cq, 0), 0);
+  SendIntoSilence(d, buf);
+  pollfd pfd{d.channel->fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&pfd, 1, 5000), 1);  // asleep until the error CQE
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(get_cq_event(d.channel, &ev_cq, &ev_ctx), 0);
+  ack_cq_events(ev_cq, 1);
+  const Stats woken = GetStats();
+  EXPECT_EQ(woken.grace_timers - before.grace_timers, 0u);
+  EXPECT_EQ(woken.owner_timers - before.owner_timers, 0u);
+  ibv_wc wcs[3];
+  int got = 0;
+  const absl::Time start = absl::Now();
+  while (got < 3 && absl::Now() - start < absl::Seconds(5)) {
+    got += ibv_poll_cq(d.cq, 3 - got, wcs + got);
+  }
+  ASSERT_EQ(got, 3);
   EXPECT_EQ(wcs[0].wr_id, 1u);
   EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
   EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
