@@ -76,16 +76,29 @@ void ScheduleDelayedEventLocked(SoftCq* c) {
 
 }  // namespace
 
+namespace {
+void ReleaseSlots(const SlotRelease& r);
+}  // namespace
+
 void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots, bool solicited) {
   SoftCq* c = ToSoft(cq);
   const int64_t delay_ns = CompletionDelayNanos();
   bool notify = false;
   bool overrun_now = false;
+  bool dropped_now = false;
+  bool first_drop = false;
   int cqe = 0;  // for the log line; resize_cq writes cq->cqe under c->mu
   {
     internal::DomainLock l(&c->mu);
     if (c->overrun) return;  // already in error; hardware stops writing CQEs
-    if (c->count == c->ring.size()) {
+    if (c->count == c->ring.size() && c->ignore_overrun) {
+      // The user sized the CQ itself and asked for no overrun error: the
+      // completion is lost (its WR's slot is freed below) and the CQ stays
+      // usable.
+      dropped_now = true;
+      first_drop = c->dropped++ == 0;
+      cqe = cq->cqe;
+    } else if (c->count == c->ring.size()) {
       // Hardware does not drop a CQE silently: the CQ goes to error and an
       // IBV_EVENT_CQ_ERR async event is raised.
       c->overrun = true;
@@ -115,6 +128,12 @@ void CqPush(ibv_cq* cq, const ibv_wc& wc, SlotRelease slots, bool solicited) {
         }
       }
     }
+  }
+  if (dropped_now) {
+    ReleaseSlots(slots);
+    LOG_IF(WARNING, first_drop) << "softrdma: CQ full (cqe " << cqe << "), made with "
+                                << "IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: completions are dropped";
+    return;
   }
   if (overrun_now) {
     LOG(ERROR) << "softrdma: CQ overrun (cqe " << cqe << "); CQ is now in error";

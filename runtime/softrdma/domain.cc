@@ -288,9 +288,7 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   }
   // Timestamps, VLANs, flow tags and tag matching: the device reports none of
   // them (query_device_ex), so a CQ cannot deliver them.
-  // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN is a flag softrdma does not
-  // implement (its CQ enters the error state on overrun, as without the
-  // flag); bits beyond the known flags are EINVAL, as on mlx5.
+  // Bits beyond the known flags are EINVAL, as on mlx5.
   const uint32_t flags = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? attr->flags : 0;
   constexpr uint32_t kKnownFlags =
       IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
@@ -298,8 +296,7 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  if ((attr->wc_flags & ~static_cast<uint64_t>(IBV_WC_STANDARD_FLAGS)) != 0 ||
-      (flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN) != 0) {
+  if ((attr->wc_flags & ~static_cast<uint64_t>(IBV_WC_STANDARD_FLAGS)) != 0) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
@@ -326,6 +323,7 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   // Nothing else knows the CQ yet: its lock may change. A single-threaded CQ
   // outside any thread domain is a domain of its own.
   c->single_threaded = (flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED) != 0;
+  c->ignore_overrun = (flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN) != 0;
   if (td == nullptr && c->single_threaded) {
     SoftTd* own = internal::NewThreadDomain(context);
     c->mu.set_domain(own);

@@ -490,6 +490,10 @@ struct SoftCq {
   // parent domain, and the CQE that the extended poll functions
   // (start_poll, next_poll, read_*) read.
   bool single_threaded = false;
+  // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: a CQE that finds the CQ full is
+  // dropped (its WR's slot freed) and the CQ stays usable, no CQ_ERR.
+  bool ignore_overrun = false;
+  uint64_t dropped ABSL_GUARDED_BY(mu) = 0;  // CQEs so dropped
   SoftPd* parent_domain = nullptr;  // create_cq_ex's; held (refs) until destroy_cq
   // The extended poll functions of a CQ outside any thread domain hold
   // ex_mu from start_poll to end_poll, as mlx5 holds its CQ lock.

@@ -399,9 +399,13 @@ void ack_cq_events(ibv_cq* cq, unsigned int nevents);
 // past num_comp_vectors, cqe outside [1, max_cqe] or a parent_domain that is
 // not a parent domain of this context, or a flag bit rdma-core does not
 // define (as mlx5); EOPNOTSUPP for wc_flags beyond IBV_WC_STANDARD_FLAGS (the
-// device has no timestamps, VLANs, flow tags or tag matching) or
-// IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN (not implemented: an overrun puts the CQ
-// in error). A parent domain given stays busy until destroy_cq. A CQ outside
+// device has no timestamps, VLANs, flow tags or tag matching). With
+// IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN a completion that finds the CQ full is
+// dropped (its WR's queue slot freed; one warning per CQ) and the CQ stays
+// usable with no IBV_EVENT_CQ_ERR, where without it the CQ enters the error
+// state (poll -EIO). mlx5 overwrites unpolled CQEs instead; either way
+// completions are lost and the user sized the CQ. A parent domain given
+// stays busy until destroy_cq. A CQ outside
 // any thread domain is locked from start_poll to end_poll, as on mlx5.
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* cq_attr);
 
